@@ -1,0 +1,540 @@
+//! A channel: one stub's control segment (header and two rings), its fd socket, the segments both
+//! sides have announced, and this side's arena. The same type serves the server
+//! (`Channel<ToStub, ToServer>`) and the stub (`Channel<ToServer, ToStub>`).
+//!
+//! Control segment layout (offsets in bytes):
+//!
+//! ```text
+//! 0      ControlHeader   magic, version, ring geometry, pids, heartbeat
+//! 4096   RingHeader      server -> stub
+//! 4224   RingHeader      stub -> server
+//! 8192   slots           server -> stub   (slot_count * slot_size)
+//! ...    slots           stub -> server   (slot_count * slot_size)
+//! ```
+
+use std::collections::HashMap;
+use std::io::{IoSlice, IoSliceMut};
+use std::marker::PhantomData;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{
+    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::arena::{Arena, Descriptor, Side};
+use crate::error::IpcError;
+use crate::protocol::{Control, ToServer, ToStub};
+use crate::ring::{self, Consumer, Producer, RingGeometry, RingHeader, WaitPolicy, FRAME_APP, FRAME_CONTROL};
+use crate::segment::Segment;
+
+/// Magic number at the start of every control segment.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"TRITIUM1");
+/// Layout version of the control segment.
+pub const LAYOUT_VERSION: u32 = 1;
+const RING_A: usize = 4096;
+const RING_B: usize = RING_A + ring::RING_HEADER_SIZE;
+const SLOTS: usize = 8192;
+
+/// The fixed header at the start of the control segment.
+#[repr(C)]
+struct ControlHeader {
+    magic: u64,
+    version: u32,
+    slot_size: u32,
+    slot_count: u32,
+    server_pid: u32,
+    stub_pid: AtomicU32,
+    _reserved: u32,
+    /// Incremented by the stub's native heartbeat thread; it never needs the GIL.
+    heartbeat: AtomicU64,
+}
+
+/// Tunables of a channel.
+#[derive(Debug, Clone, Copy)]
+pub struct ChannelConfig {
+    /// Ring geometry (both rings).
+    pub geometry: RingGeometry,
+    /// Spin-then-sleep policy for every wait.
+    pub wait: WaitPolicy,
+    /// Size of each side's default arena segment; larger blocks get a segment of their own.
+    pub arena_segment: u64,
+    /// How long a send waits for room in a full ring before it fails.
+    pub send_timeout: Duration,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        Self {
+            geometry: RingGeometry { slot_size: 1024, slot_count: 256 },
+            wait: WaitPolicy::default(),
+            arena_segment: 256 << 20,
+            send_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The stub's ends of a new channel, to be inherited by the stub process.
+#[derive(Debug)]
+pub struct PeerFds {
+    /// The control segment's memfd.
+    pub control: OwnedFd,
+    /// The stub's end of the fd socket.
+    pub socket: OwnedFd,
+}
+
+/// A received view of bytes in a shared segment. Holding it keeps the mapping alive.
+#[derive(Debug, Clone)]
+pub struct View {
+    /// Where the bytes are.
+    pub desc: Descriptor,
+    segment: Arc<Segment>,
+    ptr: *mut u8,
+}
+
+// SAFETY: `ptr` points into `segment`, which the Arc keeps mapped; a View is only a capability to
+// access that range, which any thread may use.
+unsafe impl Send for View {}
+// SAFETY: as above.
+unsafe impl Sync for View {}
+
+impl View {
+    /// Start of the bytes.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.desc.len as usize
+    }
+
+    /// True for a zero-length view.
+    pub fn is_empty(&self) -> bool {
+        self.desc.len == 0
+    }
+
+    /// Copies the bytes out. The peer may still write to shared memory, so the bytes are copied
+    /// rather than borrowed.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.len()];
+        self.copy_to(&mut out);
+        out
+    }
+
+    /// Copies the bytes into `dst`, which must have the view's length.
+    pub fn copy_to(&self, dst: &mut [u8]) {
+        assert_eq!(dst.len(), self.len(), "destination length");
+        // SAFETY: the range was bounds-checked against the live mapping when the view was made.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr, dst.as_mut_ptr(), dst.len()) };
+    }
+
+    /// Copies `src` into the bytes, which must have the view's length.
+    pub fn copy_from(&self, src: &[u8]) {
+        assert_eq!(src.len(), self.len(), "source length");
+        // SAFETY: as in `copy_to`.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr, src.len()) };
+    }
+
+    /// The segment, for keeping it mapped.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.segment
+    }
+}
+
+struct Rx {
+    consumer: Consumer,
+    buf: Vec<u8>,
+}
+
+struct Tx {
+    producer: Producer,
+    buf: Vec<u8>,
+}
+
+/// One end of a server-stub channel. `S` is what this end sends, `R` what it receives.
+pub struct Channel<S, R> {
+    side: Side,
+    config: ChannelConfig,
+    control: Arc<Segment>,
+    tx: Mutex<Tx>,
+    rx: Mutex<Rx>,
+    socket: OwnedFd,
+    segments: RwLock<HashMap<u32, Arc<Segment>>>,
+    arena: Mutex<Arena>,
+    pending_release: Mutex<Vec<Descriptor>>,
+    _types: PhantomData<fn(S) -> R>,
+}
+
+/// The server's end.
+pub type ServerChannel = Channel<ToStub, ToServer>;
+/// The stub's end.
+pub type StubChannel = Channel<ToServer, ToStub>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves plain data behind; keep going.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ServerChannel {
+    /// Creates a channel for a new stub: the control segment, the fd socket and the server's first
+    /// arena segment. The returned fds are for the stub process to inherit.
+    pub fn create(name: &str, config: ChannelConfig) -> Result<(Self, PeerFds), IpcError> {
+        let geo = config.geometry;
+        geo.validate()?;
+        let len = (SLOTS + 2 * geo.slots_bytes()) as u64;
+        let control = Arc::new(Segment::create(&format!("{name}-control"), len)?);
+        let base = control.as_ptr();
+        // SAFETY: the fresh mapping is zeroed, page-aligned and at least SLOTS bytes long, so the
+        // header and both ring headers fit at their offsets.
+        unsafe {
+            std::ptr::write(
+                base as *mut ControlHeader,
+                ControlHeader {
+                    magic: MAGIC,
+                    version: LAYOUT_VERSION,
+                    slot_size: geo.slot_size,
+                    slot_count: geo.slot_count,
+                    server_pid: std::process::id(),
+                    stub_pid: AtomicU32::new(0),
+                    _reserved: 0,
+                    heartbeat: AtomicU64::new(0),
+                },
+            );
+            ring::init_header(base.add(RING_A) as *mut RingHeader);
+            ring::init_header(base.add(RING_B) as *mut RingHeader);
+        }
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| IpcError::os("socketpair", e))?;
+        let peer_control = control.fd().try_clone_to_owned().map_err(|e| IpcError::Io("dup".into(), e))?;
+        let chan = Self::assemble(Side::Server, name, config, control, ours, RING_A, RING_B)?;
+        Ok((chan, PeerFds { control: peer_control, socket: theirs }))
+    }
+
+    /// The stub's heartbeat counter (advanced by a native thread in the stub).
+    pub fn heartbeat(&self) -> u64 {
+        self.header().heartbeat.load(Ordering::Acquire)
+    }
+}
+
+impl StubChannel {
+    /// Attaches to a control segment and fd socket inherited from the server, checking the header.
+    pub fn connect(control_fd: OwnedFd, socket: OwnedFd, wait: WaitPolicy, arena_segment: u64) -> Result<Self, IpcError> {
+        let stat = nix::sys::stat::fstat(control_fd.as_raw_fd()).map_err(|e| IpcError::os("fstat", e))?;
+        let len = stat.st_size as u64;
+        if len < SLOTS as u64 {
+            return Err(IpcError::Protocol(format!("control segment of {len} bytes is too small")));
+        }
+        let control = Arc::new(Segment::open(control_fd, len)?);
+        // SAFETY: the mapping is at least SLOTS bytes; the header is plain data plus atomics.
+        let header = unsafe { &*(control.as_ptr() as *const ControlHeader) };
+        if header.magic != MAGIC || header.version != LAYOUT_VERSION {
+            return Err(IpcError::Protocol(format!(
+                "control segment has magic {:#x} version {}, expected {MAGIC:#x} version {LAYOUT_VERSION}",
+                header.magic, header.version
+            )));
+        }
+        let geometry = RingGeometry { slot_size: header.slot_size, slot_count: header.slot_count };
+        geometry.validate()?;
+        if (SLOTS + 2 * geometry.slots_bytes()) as u64 > len {
+            return Err(IpcError::Protocol("control segment smaller than its rings".into()));
+        }
+        header.stub_pid.store(std::process::id(), Ordering::Release);
+        let config = ChannelConfig { geometry, wait, arena_segment, ..ChannelConfig::default() };
+        Self::assemble(Side::Stub, "tritium-stub", config, control, socket, RING_B, RING_A)
+    }
+
+    /// Advances the heartbeat counter the server watches.
+    pub fn beat(&self) {
+        self.header().heartbeat.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The pid of the server that created this channel.
+    pub fn server_pid(&self) -> u32 {
+        self.header().server_pid
+    }
+}
+
+impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
+    fn assemble(
+        side: Side,
+        name: &str,
+        config: ChannelConfig,
+        control: Arc<Segment>,
+        socket: OwnedFd,
+        tx_ring: usize,
+        rx_ring: usize,
+    ) -> Result<Self, IpcError> {
+        let geo = config.geometry;
+        let base = control.as_ptr();
+        let slots_of = |ring_off: usize| if ring_off == RING_A { SLOTS } else { SLOTS + geo.slots_bytes() };
+        // SAFETY: the control segment was created or checked for this geometry above, and the Arc
+        // stored in the channel keeps it mapped for as long as the rings are used.
+        let (producer, consumer) = unsafe {
+            let (p, _) = ring::attach(base.add(tx_ring) as *const RingHeader, base.add(slots_of(tx_ring)), geo, config.wait);
+            let (_, c) = ring::attach(base.add(rx_ring) as *const RingHeader, base.add(slots_of(rx_ring)), geo, config.wait);
+            (p, c)
+        };
+        Ok(Self {
+            side,
+            config,
+            control,
+            tx: Mutex::new(Tx { producer, buf: Vec::with_capacity(4096) }),
+            rx: Mutex::new(Rx { consumer, buf: Vec::with_capacity(4096) }),
+            socket,
+            segments: RwLock::new(HashMap::new()),
+            arena: Mutex::new(Arena::new(side, name, config.arena_segment)),
+            pending_release: Mutex::new(Vec::new()),
+            _types: PhantomData,
+        })
+    }
+
+    fn header(&self) -> &ControlHeader {
+        // SAFETY: the control segment starts with a ControlHeader and stays mapped while `self` lives.
+        unsafe { &*(self.control.as_ptr() as *const ControlHeader) }
+    }
+
+    /// Which end this is.
+    pub fn side(&self) -> Side {
+        self.side
+    }
+
+    /// The pid the stub wrote into the control header when it attached (0 before).
+    pub fn stub_pid(&self) -> u32 {
+        self.header().stub_pid.load(Ordering::Acquire)
+    }
+
+    /// Sends one message, waking the peer if it sleeps. Pending releases go first.
+    pub fn send(&self, msg: &S) -> Result<(), IpcError> {
+        let mut tx = lock(&self.tx);
+        self.flush_releases_locked(&mut tx)?;
+        let Tx { producer, buf } = &mut *tx;
+        buf.clear();
+        postcard::to_io(msg, &mut *buf).map_err(|e| IpcError::Protocol(format!("encoding a message: {e}")))?;
+        producer.send(FRAME_APP, buf, true, self.config.send_timeout)
+    }
+
+    fn send_control_locked(&self, tx: &mut Tx, msg: &Control, wake: bool) -> Result<(), IpcError> {
+        let Tx { producer, buf } = tx;
+        buf.clear();
+        postcard::to_io(msg, &mut *buf).map_err(|e| IpcError::Protocol(format!("encoding a control frame: {e}")))?;
+        producer.send(FRAME_CONTROL, buf, wake, self.config.send_timeout)
+    }
+
+    fn flush_releases_locked(&self, tx: &mut Tx) -> Result<(), IpcError> {
+        let pending = std::mem::take(&mut *lock(&self.pending_release));
+        if pending.is_empty() {
+            return Ok(());
+        }
+        // Keep each frame well inside the ring.
+        for chunk in pending.chunks(512) {
+            self.send_control_locked(tx, &Control::Release(chunk.to_vec()), false)?;
+        }
+        Ok(())
+    }
+
+    /// Sends pending releases now (lazily: the peer picks them up when it next wakes).
+    pub fn flush_releases(&self) -> Result<(), IpcError> {
+        let mut tx = lock(&self.tx);
+        self.flush_releases_locked(&mut tx)
+    }
+
+    /// Receives the next application message, handling control frames on the way. Returns
+    /// `Ok(None)` if nothing arrived within `timeout`.
+    pub fn recv(&self, timeout: Duration) -> Result<Option<R>, IpcError> {
+        self.flush_releases()?;
+        let deadline = Instant::now() + timeout;
+        let mut rx = lock(&self.rx);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Rx { consumer, buf } = &mut *rx;
+            let kind = match consumer.recv(buf, left) {
+                Ok(kind) => kind,
+                Err(IpcError::Timeout(_)) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            match kind {
+                FRAME_APP => {
+                    return postcard::from_bytes(buf)
+                        .map(Some)
+                        .map_err(|e| IpcError::Protocol(format!("undecodable message: {e}")));
+                }
+                FRAME_CONTROL => {
+                    let ctl: Control = postcard::from_bytes(buf)
+                        .map_err(|e| IpcError::Protocol(format!("undecodable control frame: {e}")))?;
+                    self.handle_control(ctl)?;
+                }
+                other => return Err(IpcError::Protocol(format!("unknown frame kind {other}"))),
+            }
+        }
+    }
+
+    fn handle_control(&self, ctl: Control) -> Result<(), IpcError> {
+        let peer_bit = match self.side {
+            Side::Server => Side::Stub.id_bit(),
+            Side::Stub => Side::Server.id_bit(),
+        };
+        match ctl {
+            Control::SegmentAdded { id, len } => {
+                if id & crate::arena::STUB_OWNED != peer_bit {
+                    return Err(IpcError::Protocol(format!("peer announced segment {id} with our owner bit")));
+                }
+                let fd = self.recv_fd(id)?;
+                let seg = Arc::new(Segment::open(fd, len)?);
+                self.segments.write().unwrap_or_else(|p| p.into_inner()).insert(id, seg);
+            }
+            Control::SegmentRemoved { id } => {
+                if id & crate::arena::STUB_OWNED != peer_bit {
+                    return Err(IpcError::Protocol(format!("peer removed segment {id}, which is not its own")));
+                }
+                // Views still holding the Arc keep the mapping until they drop.
+                self.segments.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            }
+            Control::Release(blocks) => {
+                let mut retired = Vec::new();
+                {
+                    let mut arena = lock(&self.arena);
+                    for desc in blocks {
+                        if let Some(id) = arena.free(desc)? {
+                            retired.push(id);
+                        }
+                    }
+                }
+                if !retired.is_empty() {
+                    let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
+                    for id in &retired {
+                        segs.remove(id);
+                    }
+                    drop(segs);
+                    let mut tx = lock(&self.tx);
+                    for id in retired {
+                        self.send_control_locked(&mut tx, &Control::SegmentRemoved { id }, false)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn recv_fd(&self, id: u32) -> Result<OwnedFd, IpcError> {
+        let mut data = [0u8; 4];
+        let mut iov = [IoSliceMut::new(&mut data)];
+        let mut space = nix::cmsg_space!([RawFd; 1]);
+        // The fd was sent before the ring frame that announced it, so it is already queued.
+        let msg = recvmsg::<()>(
+            self.socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(|e| IpcError::os("recvmsg of a segment fd", e))?;
+        let mut fd = None;
+        for cmsg in msg.cmsgs().map_err(|e| IpcError::os("reading control messages", e))? {
+            if let ControlMessageOwned::ScmRights(fds) = cmsg {
+                for raw in fds {
+                    // SAFETY: SCM_RIGHTS installed this fd in our table just now; we own it.
+                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+        }
+        let got = u32::from_le_bytes(data);
+        if got != id {
+            return Err(IpcError::Protocol(format!("segment {id} announced but fd for segment {got} received")));
+        }
+        fd.ok_or_else(|| IpcError::Protocol(format!("segment {id} announced without an fd")))
+    }
+
+    fn announce(&self, id: u32, seg: &Segment) -> Result<(), IpcError> {
+        let mut tx = lock(&self.tx);
+        let data = id.to_le_bytes();
+        let iov = [IoSlice::new(&data)];
+        let fds = [seg.fd().as_raw_fd()];
+        sendmsg::<()>(self.socket.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+            .map_err(|e| IpcError::os("sendmsg of a segment fd", e))?;
+        self.send_control_locked(&mut tx, &Control::SegmentAdded { id, len: seg.len() }, false)
+    }
+
+    /// Allocates `len` bytes in this side's arena, announcing a new segment to the peer if one
+    /// was needed. The block belongs to this side until it is sent; free it with
+    /// [`Channel::free_own`] if it never is.
+    pub fn alloc(&self, len: u64) -> Result<View, IpcError> {
+        let a = lock(&self.arena).alloc(len)?;
+        if let Some((id, seg)) = &a.created {
+            self.segments.write().unwrap_or_else(|p| p.into_inner()).insert(*id, seg.clone());
+            self.announce(*id, seg)?;
+        }
+        let ptr = a
+            .segment
+            .range(a.desc.offset, a.desc.len)
+            .ok_or_else(|| IpcError::Protocol("allocator returned an out-of-range block".into()))?;
+        Ok(View { desc: a.desc, segment: a.segment, ptr })
+    }
+
+    /// Frees a block of this side's that was never handed to the peer.
+    pub fn free_own(&self, desc: Descriptor) -> Result<(), IpcError> {
+        let retired = lock(&self.arena).free(desc)?;
+        if let Some(id) = retired {
+            self.segments.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            let mut tx = lock(&self.tx);
+            self.send_control_locked(&mut tx, &Control::SegmentRemoved { id }, false)?;
+        }
+        Ok(())
+    }
+
+    /// Resolves a descriptor received from the peer, checking that it lies inside a known segment.
+    pub fn view(&self, desc: Descriptor) -> Result<View, IpcError> {
+        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        let segment = segs
+            .get(&desc.segment)
+            .ok_or_else(|| IpcError::Protocol(format!("descriptor names unknown segment {}", desc.segment)))?
+            .clone();
+        let ptr = segment.range(desc.offset, desc.len).ok_or_else(|| {
+            IpcError::Protocol(format!(
+                "descriptor {}+{} is outside segment {} of {} bytes",
+                desc.offset,
+                desc.len,
+                desc.segment,
+                segment.len()
+            ))
+        })?;
+        Ok(View { desc, segment, ptr })
+    }
+
+    /// Queues a block of the peer's for release; it is sent with the next message or wait.
+    pub fn release(&self, desc: Descriptor) {
+        lock(&self.pending_release).push(desc);
+    }
+
+    /// Closes this end's sending ring, waking the peer.
+    pub fn close(&self) {
+        lock(&self.tx).producer.close();
+    }
+
+    /// True when the peer closed its ring and everything it sent has been received.
+    pub fn peer_closed(&self) -> bool {
+        lock(&self.rx).consumer.is_closed()
+    }
+
+    /// Bytes of shared memory in this side's arena segments plus the control segment.
+    pub fn own_shm_bytes(&self) -> u64 {
+        let own = lock(&self.arena).mapped_bytes();
+        own + if self.side == Side::Server { self.control.len() } else { 0 }
+    }
+
+    /// Live blocks in this side's arena (allocated, not yet released).
+    pub fn live_blocks(&self) -> usize {
+        lock(&self.arena).live_blocks()
+    }
+}

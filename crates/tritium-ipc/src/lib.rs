@@ -1,0 +1,24 @@
+//! Shared-memory IPC between the tritium server and its Python stubs.
+//!
+//! This crate is the only implementation of the wire format; the server and the stub's native
+//! module both use it. See ARCHITECTURE.md for the layout and the invariants.
+//!
+//! - [`segment`]: memfd-backed shared segments.
+//! - [`ring`]: single-producer/single-consumer rings with futex doorbells.
+//! - [`arena`]: allocation of tensor bytes in a side's own segments; bounds-checked descriptors.
+//! - [`protocol`]: the messages of the stub protocol and the dtype table.
+//! - [`channel`]: one stub's rings, segments, fd socket and arena, behind `send`/`recv`.
+
+pub mod arena;
+pub mod channel;
+pub mod error;
+mod futex;
+pub mod protocol;
+pub mod ring;
+pub mod segment;
+
+pub use arena::{Descriptor, Side};
+pub use channel::{Channel, ChannelConfig, PeerFds, ServerChannel, StubChannel, View};
+pub use error::IpcError;
+pub use protocol::*;
+pub use ring::{RingGeometry, WaitPolicy};

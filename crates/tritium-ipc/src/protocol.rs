@@ -1,0 +1,387 @@
+//! The stub protocol: every message the server and a stub exchange, and the tensor dtype table.
+//!
+//! Messages are encoded with postcard into ring frames of class [`crate::ring::FRAME_APP`].
+//! Tensor bytes never pass through the encoder: a [`Tensor`] carries a [`Descriptor`] into a
+//! shared segment. The protocol already has room for what later work needs: several responses per
+//! request (`final_response`), requests the stub sends during `execute` (BLS), cancellation, and
+//! heartbeats.
+
+use serde::{Deserialize, Serialize};
+
+use crate::arena::Descriptor;
+
+/// Version of this protocol; the stub's hello must carry the same number.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// A tensor element type, named as KServe v2 names it on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum DataType {
+    Bool,
+    Uint8,
+    Uint16,
+    Uint32,
+    Uint64,
+    Int8,
+    Int16,
+    Int32,
+    Int64,
+    Fp16,
+    Fp32,
+    Fp64,
+    Bytes,
+    Bf16,
+}
+
+impl DataType {
+    /// Every data type, in Triton's enum order.
+    pub const ALL: [DataType; 14] = [
+        DataType::Bool,
+        DataType::Uint8,
+        DataType::Uint16,
+        DataType::Uint32,
+        DataType::Uint64,
+        DataType::Int8,
+        DataType::Int16,
+        DataType::Int32,
+        DataType::Int64,
+        DataType::Fp16,
+        DataType::Fp32,
+        DataType::Fp64,
+        DataType::Bytes,
+        DataType::Bf16,
+    ];
+
+    /// The KServe v2 wire name (`"FP32"`, `"BYTES"`, ...).
+    pub fn wire_name(self) -> &'static str {
+        match self {
+            DataType::Bool => "BOOL",
+            DataType::Uint8 => "UINT8",
+            DataType::Uint16 => "UINT16",
+            DataType::Uint32 => "UINT32",
+            DataType::Uint64 => "UINT64",
+            DataType::Int8 => "INT8",
+            DataType::Int16 => "INT16",
+            DataType::Int32 => "INT32",
+            DataType::Int64 => "INT64",
+            DataType::Fp16 => "FP16",
+            DataType::Fp32 => "FP32",
+            DataType::Fp64 => "FP64",
+            DataType::Bytes => "BYTES",
+            DataType::Bf16 => "BF16",
+        }
+    }
+
+    /// Parses a KServe v2 wire name.
+    pub fn from_wire_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.wire_name() == name)
+    }
+
+    /// The model-config name (`"TYPE_FP32"`, `"TYPE_STRING"` for bytes).
+    pub fn config_name(self) -> &'static str {
+        match self {
+            DataType::Bytes => "TYPE_STRING",
+            DataType::Bool => "TYPE_BOOL",
+            DataType::Uint8 => "TYPE_UINT8",
+            DataType::Uint16 => "TYPE_UINT16",
+            DataType::Uint32 => "TYPE_UINT32",
+            DataType::Uint64 => "TYPE_UINT64",
+            DataType::Int8 => "TYPE_INT8",
+            DataType::Int16 => "TYPE_INT16",
+            DataType::Int32 => "TYPE_INT32",
+            DataType::Int64 => "TYPE_INT64",
+            DataType::Fp16 => "TYPE_FP16",
+            DataType::Fp32 => "TYPE_FP32",
+            DataType::Fp64 => "TYPE_FP64",
+            DataType::Bf16 => "TYPE_BF16",
+        }
+    }
+
+    /// Bytes per element, or `None` for variable-length `BYTES`.
+    pub fn element_size(self) -> Option<usize> {
+        Some(match self {
+            DataType::Bool | DataType::Uint8 | DataType::Int8 => 1,
+            DataType::Uint16 | DataType::Int16 | DataType::Fp16 | DataType::Bf16 => 2,
+            DataType::Uint32 | DataType::Int32 | DataType::Fp32 => 4,
+            DataType::Uint64 | DataType::Int64 | DataType::Fp64 => 8,
+            DataType::Bytes => return None,
+        })
+    }
+}
+
+/// Where a tensor's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TensorData {
+    /// In a shared segment. `writable` is set when the bytes belong to this tensor alone, so the
+    /// model may modify them in place (as it may modify Triton's private copies).
+    Shm {
+        /// The bytes.
+        desc: Descriptor,
+        /// Whether the receiver may write to them.
+        writable: bool,
+    },
+    /// In GPU memory, exported as a CUDA IPC handle.
+    Cuda {
+        /// `cudaIpcMemHandle_t` bytes.
+        handle: Vec<u8>,
+        /// Device ordinal.
+        device: i32,
+        /// Byte offset from the start of the exported allocation.
+        offset: u64,
+        /// Length in bytes.
+        len: u64,
+    },
+}
+
+/// A named tensor: dtype, shape and where its bytes are. `BYTES` tensors hold Triton's
+/// serialized form (a little-endian `u32` length before each element).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tensor {
+    /// Tensor name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DataType,
+    /// Shape; a scalar has none.
+    pub shape: Vec<i64>,
+    /// The bytes.
+    pub data: TensorData,
+}
+
+/// A request's correlation id: Triton allows an unsigned integer or a string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum CorrelationId {
+    /// No correlation id (`0`).
+    #[default]
+    None,
+    /// An integer id.
+    U64(u64),
+    /// A string id.
+    Str(String),
+}
+
+/// One inference request, as handed to `execute`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Request {
+    /// Server-assigned id, unique per stub; responses and cancellation refer to it.
+    pub id: u64,
+    /// The client's request id (may be empty).
+    pub request_id: String,
+    /// Sequence correlation id.
+    pub correlation_id: CorrelationId,
+    /// Triton request flags (sequence start/end).
+    pub flags: u32,
+    /// Timeout in microseconds, 0 for none.
+    pub timeout_us: u64,
+    /// Request parameters as a JSON object string.
+    pub parameters: String,
+    /// Input tensors.
+    pub inputs: Vec<Tensor>,
+    /// Names of the outputs the client asked for (all outputs when empty, per Triton).
+    pub requested_outputs: Vec<String>,
+}
+
+/// An error raised by model code or by the stub, with Triton's error code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StubError {
+    /// Human-readable message (for exceptions: the exception's text).
+    pub message: String,
+    /// A `pb_utils.TritonError` code.
+    pub code: u32,
+    /// The Python traceback, when the error came from an exception.
+    pub traceback: Option<String>,
+}
+
+impl std::fmt::Display for StubError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)?;
+        if let Some(tb) = &self.traceback {
+            write!(f, "\n{}", tb.trim_end())?;
+        }
+        Ok(())
+    }
+}
+
+/// One response to a request. A non-decoupled model sends exactly one, with `final_response`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Response {
+    /// The [`Request::id`] this answers.
+    pub request: u64,
+    /// Output tensors (in stub-owned segments; the server releases them when done).
+    pub outputs: Vec<Tensor>,
+    /// An error instead of (or besides) outputs.
+    pub error: Option<StubError>,
+    /// Response parameters as a JSON object string (empty for none).
+    pub parameters: String,
+    /// The last response for this request.
+    pub final_response: bool,
+}
+
+/// A log record from `pb_utils.Logger`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogRecord {
+    /// Level.
+    pub level: LogLevel,
+    /// Source file of the call.
+    pub file: String,
+    /// Source line of the call.
+    pub line: u32,
+    /// The message.
+    pub message: String,
+}
+
+/// `pb_utils.Logger` levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum LogLevel {
+    Info,
+    Warning,
+    Error,
+    Verbose,
+}
+
+/// What the model wants `initialize` to know, with Triton's exact `args` keys and values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Initialize {
+    /// Path of the model file to import (`<repo>/<model>/<version>/model.py`).
+    pub model_file: String,
+    /// The `args` dict passed to `initialize`, in order.
+    pub args: Vec<(String, String)>,
+}
+
+/// Server -> stub messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToStub {
+    /// Run the model class's static `auto_complete_config` on a config (JSON), then exit.
+    AutoComplete {
+        /// Path of the model file.
+        model_file: String,
+        /// The config so far, as Triton's JSON model config.
+        config_json: String,
+    },
+    /// Import the model and call `initialize(args)`.
+    Initialize(Initialize),
+    /// Call `execute` with these requests (one batch).
+    Execute {
+        /// Batch id, echoed in `ExecuteDone`.
+        batch: u64,
+        /// The requests.
+        requests: Vec<Request>,
+    },
+    /// The client gave up on a request (decoupled and long-running models may check it).
+    Cancel {
+        /// The [`Request::id`].
+        request: u64,
+    },
+    /// The answer to a BLS request the stub made.
+    BlsResponse {
+        /// The stub's BLS call id.
+        call: u64,
+        /// One response (several for decoupled models).
+        response: Response,
+    },
+    /// Liveness probe; the stub answers with `Pong`.
+    Ping {
+        /// Echoed.
+        seq: u64,
+    },
+    /// Call `finalize()` and exit.
+    Finalize,
+}
+
+/// Stub -> server messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToServer {
+    /// First message of every stub.
+    Hello {
+        /// Must equal [`PROTOCOL_VERSION`].
+        protocol: u32,
+        /// The stub's pid.
+        pid: u32,
+        /// `sys.version` of the interpreter.
+        python: String,
+        /// `numpy.__version__`.
+        numpy: String,
+    },
+    /// Result of `auto_complete_config`: the completed config as JSON.
+    AutoCompleteDone(Result<String, StubError>),
+    /// `initialize` returned (or raised).
+    InitializeDone(Result<(), StubError>),
+    /// A response to one request.
+    Response(Response),
+    /// `execute` returned for this batch. An error here fails every request of the batch that
+    /// got no final response.
+    ExecuteDone {
+        /// The batch id.
+        batch: u64,
+        /// Set when `execute` raised or returned something invalid.
+        error: Option<StubError>,
+    },
+    /// A BLS inference request made by model code.
+    BlsRequest {
+        /// The stub's call id.
+        call: u64,
+        /// Target model.
+        model: String,
+        /// Target version (-1 for the policy's choice).
+        version: i64,
+        /// The request.
+        request: Request,
+    },
+    /// A `pb_utils.Logger` record.
+    Log(LogRecord),
+    /// Answer to `Ping`.
+    Pong {
+        /// Echoed.
+        seq: u64,
+    },
+    /// `finalize` returned; the stub exits next.
+    FinalizeDone(Result<(), StubError>),
+}
+
+/// Channel-level frames, handled inside [`crate::channel::Channel`] and never seen by its users.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Control {
+    /// A new segment of the sender's; its memfd follows on the fd socket.
+    SegmentAdded { id: u32, len: u64 },
+    /// The sender retired one of its segments; unmap it.
+    SegmentRemoved { id: u32 },
+    /// The sender is done with these blocks of the receiver's.
+    Release(Vec<Descriptor>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_names_round_trip() {
+        for d in DataType::ALL {
+            assert_eq!(DataType::from_wire_name(d.wire_name()), Some(d));
+            assert!(d.config_name().starts_with("TYPE_"));
+        }
+        assert_eq!(DataType::from_wire_name("STRING"), None);
+        assert_eq!(DataType::Bytes.element_size(), None);
+        assert_eq!(DataType::Bf16.element_size(), Some(2));
+    }
+
+    #[test]
+    fn messages_round_trip_through_postcard() {
+        let msg = ToStub::Execute {
+            batch: 9,
+            requests: vec![Request {
+                id: 1,
+                request_id: "r".into(),
+                correlation_id: CorrelationId::Str("seq".into()),
+                inputs: vec![Tensor {
+                    name: "IN".into(),
+                    dtype: DataType::Fp32,
+                    shape: vec![2, -1],
+                    data: TensorData::Shm { desc: Descriptor { segment: 1, offset: 64, len: 8 }, writable: true },
+                }],
+                ..Default::default()
+            }],
+        };
+        let bytes = postcard::to_stdvec(&msg).expect("encode");
+        assert_eq!(postcard::from_bytes::<ToStub>(&bytes).expect("decode"), msg);
+    }
+}

@@ -1,0 +1,431 @@
+//! Single-producer/single-consumer message rings with futex doorbells.
+//!
+//! A ring is a header ([`RingHeader`]) and `slot_count` fixed-size slots, all inside the control
+//! segment. Each slot starts with a [`SlotHeader`]; a message longer than one slot's payload
+//! continues in the following slots and is published at once, so the consumer only ever sees whole
+//! messages. `head` and `tail` are free-running `u32` counters and double as futex words: the
+//! consumer sleeps on `head` while the ring is empty, the producer sleeps on `tail` while it is
+//! full. A sleeper raises its `*_waiting` flag first, so the other side skips the wake syscall
+//! when nobody sleeps. Every wait has a timeout, so a dead peer is always noticed.
+
+use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+use crate::error::IpcError;
+use crate::futex;
+
+/// The shared header of one ring. Producer-written and consumer-written words live on separate
+/// cache lines.
+#[repr(C, align(64))]
+pub struct RingHeader {
+    head: AtomicU32,
+    producer_waiting: AtomicU32,
+    _pad0: [u8; 56],
+    tail: AtomicU32,
+    consumer_waiting: AtomicU32,
+    closed: AtomicU32,
+    _pad1: [u8; 52],
+}
+
+/// Size of [`RingHeader`] in the control segment.
+pub const RING_HEADER_SIZE: usize = std::mem::size_of::<RingHeader>();
+
+/// The fixed header at the start of every slot.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, KnownLayout, Immutable)]
+pub struct SlotHeader {
+    /// Total message length in bytes (first slot of a message); 0 in continuation slots.
+    pub len: u32,
+    /// Message class: [`FRAME_CONTROL`] or [`FRAME_APP`].
+    pub kind: u16,
+    /// Number of slots this message occupies (first slot); 0 in continuation slots.
+    pub slots: u16,
+    /// Sequence number of the message, for debugging and sanity checks.
+    pub seq: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// Bytes of [`SlotHeader`] at the start of each slot.
+pub const SLOT_HEADER_SIZE: usize = std::mem::size_of::<SlotHeader>();
+/// Frame class of control messages handled by the channel itself (segments, releases).
+pub const FRAME_CONTROL: u16 = 1;
+/// Frame class of application messages (the stub protocol).
+pub const FRAME_APP: u16 = 2;
+
+/// Geometry of a ring, fixed when the control segment is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingGeometry {
+    /// Bytes per slot, header included; a multiple of 64.
+    pub slot_size: u32,
+    /// Number of slots; a power of two.
+    pub slot_count: u32,
+}
+
+impl RingGeometry {
+    /// Payload bytes per slot.
+    pub fn payload(&self) -> usize {
+        self.slot_size as usize - SLOT_HEADER_SIZE
+    }
+
+    /// Bytes the slots of one ring take.
+    pub fn slots_bytes(&self) -> usize {
+        self.slot_size as usize * self.slot_count as usize
+    }
+
+    /// Checks the invariants the ring code relies on.
+    pub fn validate(&self) -> Result<(), IpcError> {
+        let ok = self.slot_size >= 128
+            && self.slot_size % 64 == 0
+            && self.slot_count.is_power_of_two()
+            && self.slot_count >= 2
+            && self.slot_count <= 1 << 16;
+        if ok {
+            Ok(())
+        } else {
+            Err(IpcError::Protocol(format!("invalid ring geometry {self:?}")))
+        }
+    }
+}
+
+/// How long a waiter spins before it sleeps on the futex.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitPolicy {
+    /// Busy-poll iterations before sleeping (0 disables spinning).
+    pub spin: u32,
+    /// Longest single futex sleep; waits are sliced so that callers can check on the peer.
+    pub slice: Duration,
+}
+
+impl Default for WaitPolicy {
+    fn default() -> Self {
+        Self { spin: 2000, slice: Duration::from_millis(100) }
+    }
+}
+
+/// Raw view of one ring inside a mapped control segment.
+#[derive(Clone, Copy)]
+struct RingPtr {
+    header: *const RingHeader,
+    slots: *mut u8,
+    geo: RingGeometry,
+}
+
+// SAFETY: the pointers refer to a shared mapping that outlives every RingPtr (the channel owns the
+// control segment), and all shared words are accessed through atomics or whole-slot copies that
+// the SPSC protocol orders.
+unsafe impl Send for RingPtr {}
+// SAFETY: as above.
+unsafe impl Sync for RingPtr {}
+
+impl RingPtr {
+    fn header(&self) -> &RingHeader {
+        // SAFETY: `header` points at an initialised, aligned RingHeader inside a live mapping.
+        unsafe { &*self.header }
+    }
+
+    fn slot(&self, index: u32) -> *mut u8 {
+        let i = (index & (self.geo.slot_count - 1)) as usize;
+        // SAFETY: i < slot_count, so the slot lies inside the slots area.
+        unsafe { self.slots.add(i * self.geo.slot_size as usize) }
+    }
+}
+
+/// The producing half of a ring. Exactly one exists per ring, in one process.
+pub struct Producer {
+    ring: RingPtr,
+    head: u32,
+    seq: u32,
+    policy: WaitPolicy,
+}
+
+/// The consuming half of a ring. Exactly one exists per ring, in one process.
+pub struct Consumer {
+    ring: RingPtr,
+    tail: u32,
+    policy: WaitPolicy,
+}
+
+/// Initialises a ring header in fresh (zeroed) shared memory.
+///
+/// # Safety
+/// `header` must point to writable memory of at least [`RING_HEADER_SIZE`] bytes, 64-aligned.
+pub(crate) unsafe fn init_header(header: *mut RingHeader) {
+    // SAFETY: guaranteed by the caller; an all-zero RingHeader is a valid empty ring.
+    unsafe { std::ptr::write_bytes(header as *mut u8, 0, RING_HEADER_SIZE) };
+}
+
+/// Builds the two halves' views of a ring.
+///
+/// # Safety
+/// `header` and `slots` must point into a mapping that outlives the returned values and was laid
+/// out for `geo`.
+pub(crate) unsafe fn attach(
+    header: *const RingHeader,
+    slots: *mut u8,
+    geo: RingGeometry,
+    policy: WaitPolicy,
+) -> (Producer, Consumer) {
+    let ring = RingPtr { header, slots, geo };
+    let h = ring.header();
+    let head = h.head.load(Ordering::Acquire);
+    let tail = h.tail.load(Ordering::Acquire);
+    (Producer { ring, head, seq: 0, policy }, Consumer { ring, tail, policy })
+}
+
+/// Spins, then sleeps on `word` until `ready()` holds, `closed` is set, or `timeout` passes.
+fn wait_for(
+    word: &AtomicU32,
+    waiting: &AtomicU32,
+    closed: &AtomicU32,
+    policy: WaitPolicy,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), IpcError> {
+    for _ in 0..policy.spin {
+        if ready() {
+            return Ok(());
+        }
+        std::hint::spin_loop();
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        let observed = word.load(Ordering::Acquire);
+        waiting.store(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if ready() {
+            waiting.store(0, Ordering::Relaxed);
+            return Ok(());
+        }
+        if closed.load(Ordering::Acquire) != 0 {
+            waiting.store(0, Ordering::Relaxed);
+            return Err(IpcError::Closed);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            waiting.store(0, Ordering::Relaxed);
+            return Err(IpcError::Timeout(timeout));
+        }
+        futex::wait(word, observed, (deadline - now).min(policy.slice));
+        waiting.store(0, Ordering::Relaxed);
+        if ready() {
+            return Ok(());
+        }
+    }
+}
+
+impl Producer {
+    /// Largest message this ring can carry.
+    pub fn capacity(&self) -> usize {
+        self.ring.geo.payload() * self.ring.geo.slot_count as usize
+    }
+
+    /// Publishes one message. Waits up to `timeout` for room; wakes the consumer only if it sleeps
+    /// and `wake` is set (a lazy message is picked up with the next one).
+    pub fn send(&mut self, kind: u16, payload: &[u8], wake: bool, timeout: Duration) -> Result<(), IpcError> {
+        let geo = self.ring.geo;
+        let per = geo.payload();
+        let need = payload.len().div_ceil(per).max(1);
+        if need > geo.slot_count as usize || payload.len() > u32::MAX as usize {
+            return Err(IpcError::TooLarge { len: payload.len(), capacity: self.capacity() });
+        }
+        let need = need as u32;
+        let h = self.ring.header();
+        let head = self.head;
+        let count = geo.slot_count;
+        wait_for(&h.tail, &h.producer_waiting, &h.closed, self.policy, timeout, || {
+            count - head.wrapping_sub(h.tail.load(Ordering::Acquire)) >= need
+        })?;
+        self.seq = self.seq.wrapping_add(1);
+        for i in 0..need {
+            let slot = self.ring.slot(head.wrapping_add(i));
+            let header = if i == 0 {
+                SlotHeader { len: payload.len() as u32, kind, slots: need as u16, seq: self.seq, reserved: 0 }
+            } else {
+                SlotHeader { len: 0, kind, slots: 0, seq: self.seq, reserved: i }
+            };
+            let start = i as usize * per;
+            let chunk = &payload[start.min(payload.len())..(start + per).min(payload.len())];
+            // SAFETY: the slot is free (checked above), lies inside the ring and holds
+            // SLOT_HEADER_SIZE + payload bytes; only this producer writes free slots.
+            unsafe {
+                std::ptr::copy_nonoverlapping(header.as_bytes().as_ptr(), slot, SLOT_HEADER_SIZE);
+                std::ptr::copy_nonoverlapping(chunk.as_ptr(), slot.add(SLOT_HEADER_SIZE), chunk.len());
+            }
+        }
+        self.head = head.wrapping_add(need);
+        h.head.store(self.head, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if wake && h.consumer_waiting.load(Ordering::Relaxed) != 0 {
+            futex::wake(&h.head, 1);
+        }
+        Ok(())
+    }
+
+    /// Marks the ring closed and wakes a sleeping consumer.
+    pub fn close(&self) {
+        let h = self.ring.header();
+        h.closed.store(1, Ordering::Release);
+        futex::wake(&h.head, 1);
+        futex::wake(&h.tail, 1);
+    }
+}
+
+impl Consumer {
+    /// Receives the next message into `buf` (cleared first) and returns its frame kind, waiting up
+    /// to `timeout`. Every field the producer wrote is checked before use.
+    pub fn recv(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> Result<u16, IpcError> {
+        let h = self.ring.header();
+        let tail = self.tail;
+        match wait_for(&h.head, &h.consumer_waiting, &h.closed, self.policy, timeout, || {
+            h.head.load(Ordering::Acquire) != tail
+        }) {
+            Ok(()) => {}
+            // Drain whatever was published before the close.
+            Err(IpcError::Closed) if h.head.load(Ordering::Acquire) != tail => {}
+            Err(e) => return Err(e),
+        }
+        let geo = self.ring.geo;
+        let available = h.head.load(Ordering::Acquire).wrapping_sub(tail);
+        if available > geo.slot_count {
+            return Err(IpcError::Protocol(format!("ring head ran {available} slots ahead of tail")));
+        }
+        let mut first = [0u8; SLOT_HEADER_SIZE];
+        // SAFETY: the slot lies inside the ring and was published (Acquire on head above).
+        unsafe { std::ptr::copy_nonoverlapping(self.ring.slot(tail), first.as_mut_ptr(), SLOT_HEADER_SIZE) };
+        let header = SlotHeader::read_from_bytes(&first)
+            .map_err(|_| IpcError::Protocol("short slot header".into()))?;
+        let per = geo.payload();
+        let len = header.len as usize;
+        let need = len.div_ceil(per).max(1);
+        if header.slots as usize != need || need as u32 > available {
+            return Err(IpcError::Protocol(format!(
+                "slot header claims {} bytes in {} slots with {available} published",
+                header.len, header.slots
+            )));
+        }
+        buf.clear();
+        buf.reserve(len);
+        for i in 0..need {
+            let slot = self.ring.slot(tail.wrapping_add(i as u32));
+            let n = (len - i * per).min(per);
+            // SAFETY: the slot is published and inside the ring; `n <= per` bytes of payload follow
+            // its header; `buf` has capacity for `len` bytes and we copy exactly `len` in total.
+            unsafe {
+                std::ptr::copy_nonoverlapping(slot.add(SLOT_HEADER_SIZE), buf.as_mut_ptr().add(buf.len()), n);
+                buf.set_len(buf.len() + n);
+            }
+        }
+        self.tail = tail.wrapping_add(need as u32);
+        h.tail.store(self.tail, Ordering::Release);
+        fence(Ordering::SeqCst);
+        if h.producer_waiting.load(Ordering::Relaxed) != 0 {
+            futex::wake(&h.tail, 1);
+        }
+        Ok(header.kind)
+    }
+
+    /// True when the producer closed the ring and everything published has been consumed.
+    pub fn is_closed(&self) -> bool {
+        let h = self.ring.header();
+        h.closed.load(Ordering::Acquire) != 0 && h.head.load(Ordering::Acquire) == self.tail
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(geo: RingGeometry) -> (crate::segment::Segment, Producer, Consumer) {
+        let seg = crate::segment::Segment::create("ring-test", (RING_HEADER_SIZE + geo.slots_bytes()) as u64)
+            .expect("segment");
+        let base = seg.as_ptr();
+        // SAFETY: the fresh page-aligned mapping holds the header and the slots and outlives the
+        // halves within each test.
+        let (p, c) = unsafe {
+            init_header(base as *mut RingHeader);
+            attach(base as *const RingHeader, base.add(RING_HEADER_SIZE), geo, WaitPolicy::default())
+        };
+        (seg, p, c)
+    }
+
+    #[test]
+    fn messages_of_every_length_round_trip_in_order() {
+        let geo = RingGeometry { slot_size: 128, slot_count: 8 };
+        let (_mem, mut p, mut c) = ring(geo);
+        let mut buf = Vec::new();
+        for len in [0usize, 1, 111, 112, 113, 500, 896] {
+            let msg: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            p.send(FRAME_APP, &msg, true, Duration::from_secs(1)).expect("send");
+            assert_eq!(c.recv(&mut buf, Duration::from_secs(1)).expect("recv"), FRAME_APP);
+            assert_eq!(buf, msg, "length {len}");
+        }
+    }
+
+    #[test]
+    fn oversized_message_is_refused() {
+        let geo = RingGeometry { slot_size: 128, slot_count: 4 };
+        let (_mem, mut p, _c) = ring(geo);
+        let err = p.send(FRAME_APP, &[0; 449], true, Duration::from_millis(10)).expect_err("too large");
+        assert!(matches!(err, IpcError::TooLarge { .. }));
+    }
+
+    #[test]
+    fn full_ring_times_out_then_drains() {
+        let geo = RingGeometry { slot_size: 128, slot_count: 2 };
+        let (_mem, mut p, mut c) = ring(geo);
+        p.send(FRAME_APP, b"a", true, Duration::from_millis(10)).expect("1");
+        p.send(FRAME_APP, b"b", true, Duration::from_millis(10)).expect("2");
+        assert!(matches!(p.send(FRAME_APP, b"c", true, Duration::from_millis(10)), Err(IpcError::Timeout(_))));
+        let mut buf = Vec::new();
+        c.recv(&mut buf, Duration::from_millis(10)).expect("recv");
+        assert_eq!(buf, b"a");
+        p.send(FRAME_APP, b"c", true, Duration::from_millis(10)).expect("3");
+    }
+
+    #[test]
+    fn empty_ring_times_out_and_close_is_seen() {
+        let geo = RingGeometry { slot_size: 128, slot_count: 2 };
+        let (_mem, p, mut c) = ring(geo);
+        let mut buf = Vec::new();
+        assert!(matches!(c.recv(&mut buf, Duration::from_millis(5)), Err(IpcError::Timeout(_))));
+        p.close();
+        assert!(matches!(c.recv(&mut buf, Duration::from_millis(5)), Err(IpcError::Closed)));
+        assert!(c.is_closed());
+    }
+
+    #[test]
+    fn corrupt_slot_header_is_a_protocol_error() {
+        let geo = RingGeometry { slot_size: 128, slot_count: 4 };
+        let (mem, mut p, mut c) = ring(geo);
+        p.send(FRAME_APP, b"hello", true, Duration::from_millis(10)).expect("send");
+        // Overwrite the first slot's length with garbage, as a buggy peer might.
+        let base = mem.as_ptr();
+        // SAFETY: inside the segment.
+        unsafe { (base.add(RING_HEADER_SIZE) as *mut u32).write_unaligned(100_000) };
+        let mut buf = Vec::new();
+        assert!(matches!(c.recv(&mut buf, Duration::from_millis(10)), Err(IpcError::Protocol(_))));
+    }
+
+    #[test]
+    fn threads_exchange_many_messages() {
+        let geo = RingGeometry { slot_size: 256, slot_count: 16 };
+        let (_mem, mut p, mut c) = ring(geo);
+        let t = std::thread::spawn(move || {
+            for i in 0u32..20_000 {
+                let len = (i % 700) as usize;
+                let msg = vec![(i % 251) as u8; len];
+                p.send(FRAME_APP, &msg, true, Duration::from_secs(10)).expect("send");
+            }
+        });
+        let mut buf = Vec::new();
+        for i in 0u32..20_000 {
+            c.recv(&mut buf, Duration::from_secs(10)).expect("recv");
+            assert_eq!(buf.len(), (i % 700) as usize);
+            assert!(buf.iter().all(|&b| b == (i % 251) as u8));
+        }
+        t.join().expect("producer");
+    }
+}

@@ -1,0 +1,131 @@
+//! One shared-memory segment: a sealed-size memfd mapped read-write into this process.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use memmap2::{MmapOptions, MmapRaw};
+use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+
+use crate::error::IpcError;
+
+/// A memfd-backed shared-memory segment mapped into this process.
+///
+/// The mapping lives exactly as long as this value. Pages are allocated by the kernel on first
+/// touch, so a large segment costs address space, not memory, until it is used.
+#[derive(Debug)]
+pub struct Segment {
+    fd: OwnedFd,
+    map: MmapRaw,
+}
+
+impl Segment {
+    /// Creates a new memfd of `len` bytes named `name` (visible in `/proc/PID/fd`) and maps it.
+    pub fn create(name: &str, len: u64) -> Result<Self, IpcError> {
+        if len == 0 {
+            return Err(IpcError::Protocol("a segment cannot be empty".into()));
+        }
+        let cname = CString::new(name.replace('\0', "_"))
+            .map_err(|_| IpcError::Protocol("segment name with NUL".into()))?;
+        // The fd is close-on-exec; the spawner hands it to the stub explicitly.
+        let fd = memfd_create(&cname, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)
+            .map_err(|e| IpcError::os("memfd_create", e))?;
+        nix::unistd::ftruncate(&fd, len as libc::off_t).map_err(|e| IpcError::os("ftruncate", e))?;
+        // Seal the size so that neither side can shrink the file under the other's mapping
+        // (a truncated memfd turns reads of the mapping into SIGBUS).
+        // SAFETY: plain fcntl on an fd we own.
+        let rc = unsafe {
+            libc::fcntl(
+                fd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
+            )
+        };
+        if rc == -1 {
+            return Err(IpcError::Io("sealing a memfd".into(), std::io::Error::last_os_error()));
+        }
+        Self::map(fd, len)
+    }
+
+    /// Maps a segment received from the peer, checking that the file is at least `len` bytes and
+    /// sealed against shrinking, so the mapping can never fault.
+    pub fn open(fd: OwnedFd, len: u64) -> Result<Self, IpcError> {
+        let stat = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| IpcError::os("fstat", e))?;
+        if (stat.st_size as u64) < len {
+            return Err(IpcError::Protocol(format!(
+                "peer announced a segment of {len} bytes backed by a file of {} bytes",
+                stat.st_size
+            )));
+        }
+        // SAFETY: plain fcntl on an fd we own.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals == -1 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(IpcError::Protocol("peer sent a segment that is not sealed against shrinking".into()));
+        }
+        Self::map(fd, len)
+    }
+
+    fn map(fd: OwnedFd, len: u64) -> Result<Self, IpcError> {
+        let len_usize = usize::try_from(len).map_err(|_| IpcError::Protocol("segment too large".into()))?;
+        let map = MmapOptions::new()
+            .len(len_usize)
+            .map_raw(&fd)
+            .map_err(|e| IpcError::Io("mmap of a segment".into(), e))?;
+        Ok(Self { fd, map })
+    }
+
+    /// Start of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
+    /// Always false: segments are never empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
+    /// The memfd behind the mapping.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Returns the pointer to `[offset, offset + len)` if that range lies inside the segment.
+    pub fn range(&self, offset: u64, len: u64) -> Option<*mut u8> {
+        let end = offset.checked_add(len)?;
+        if end > self.len() {
+            return None;
+        }
+        // SAFETY: offset <= end <= mapping length, so the result stays inside the mapping.
+        Some(unsafe { self.as_ptr().add(offset as usize) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_map_and_reopen_share_bytes() {
+        let a = Segment::create("test", 8192).expect("create");
+        // SAFETY: in bounds of a fresh private mapping.
+        unsafe { a.as_ptr().add(100).write(42) };
+        let fd = a.fd().try_clone_to_owned().expect("dup");
+        let b = Segment::open(fd, 8192).expect("open");
+        // SAFETY: in bounds.
+        assert_eq!(unsafe { b.as_ptr().add(100).read() }, 42);
+        assert!(b.range(8000, 192).is_some());
+        assert!(b.range(8000, 193).is_none());
+        assert!(b.range(u64::MAX, 2).is_none());
+    }
+
+    #[test]
+    fn open_refuses_a_file_shorter_than_announced() {
+        let a = Segment::create("short", 4096).expect("create");
+        let fd = a.fd().try_clone_to_owned().expect("dup");
+        assert!(Segment::open(fd, 8192).is_err());
+    }
+}
