@@ -1,0 +1,12 @@
+//! The server's side of a stub: spawning one Python stub process per model instance, handing it
+//! its shared-memory channel, and driving the stub protocol (hello, auto-complete, initialize,
+//! execute, finalize) with the stub's liveness checked on every wait.
+//!
+//! - [`process`]: the one place that spawns processes; children are killed and reaped on drop.
+//! - [`stub`]: [`Stub`], a running stub and its protocol calls.
+
+pub mod process;
+pub mod stub;
+
+pub use process::{ExitDesc, StubCommand};
+pub use stub::{HostError, Stub, StubInfo};

@@ -1,0 +1,206 @@
+//! Spawning stub processes: the only place in tritium that starts a child process.
+//!
+//! A stub inherits exactly two extra fds (the control segment at fd 3, the segment socket at
+//! fd 4), runs in its own process group, and gets `SIGKILL` when the server dies
+//! (`PR_SET_PDEATHSIG`; the stub also checks its parent pid on every wait timeout). Its stdout and
+//! stderr are read line by line into the server's log; the last lines of stderr are kept for
+//! error messages. [`ChildGuard`] kills and reaps the process when dropped.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+
+use tracing::Span;
+
+/// How many stderr lines are kept for crash reports.
+const STDERR_TAIL: usize = 20;
+
+/// What is needed to start one stub.
+#[derive(Debug, Clone)]
+pub struct StubCommand {
+    /// The Python interpreter.
+    pub python: PathBuf,
+    /// Directory holding the `tritium` package (with `_native`) and `triton_python_backend_utils`.
+    pub python_path: PathBuf,
+    /// Extra environment variables for the stub.
+    pub env: Vec<(OsString, OsString)>,
+    /// Busy-poll iterations before a wait sleeps (both sides).
+    pub spin: u32,
+}
+
+/// How a process ended, in words: `exit code 1` or `killed by signal 9 (SIGKILL)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitDesc(pub String);
+
+impl std::fmt::Display for ExitDesc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<ExitStatus> for ExitDesc {
+    fn from(s: ExitStatus) -> Self {
+        if let Some(code) = s.code() {
+            ExitDesc(format!("exit code {code}"))
+        } else if let Some(sig) = s.signal() {
+            let name = nix::sys::signal::Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("unknown");
+            ExitDesc(format!("killed by signal {sig} ({name})"))
+        } else {
+            ExitDesc(format!("{s}"))
+        }
+    }
+}
+
+/// A child process that is killed (SIGKILL) and reaped when dropped.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Child,
+    exit: Option<ExitDesc>,
+}
+
+impl ChildGuard {
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Returns how the process ended, if it has; reaps it.
+    pub fn try_exit(&mut self) -> Option<ExitDesc> {
+        if self.exit.is_none() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.exit = Some(status.into());
+            }
+        }
+        self.exit.clone()
+    }
+
+    /// Waits for the process to end by itself for up to `timeout`, then kills it.
+    pub fn wait_or_kill(&mut self, timeout: std::time::Duration) -> ExitDesc {
+        let deadline = std::time::Instant::now() + timeout;
+        while std::time::Instant::now() < deadline {
+            if let Some(e) = self.try_exit() {
+                return e;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        self.kill()
+    }
+
+    /// Kills the process (SIGKILL) and reaps it.
+    pub fn kill(&mut self) -> ExitDesc {
+        if let Some(e) = self.try_exit() {
+            return e;
+        }
+        let _ = self.child.kill();
+        let desc = match self.child.wait() {
+            Ok(status) => status.into(),
+            Err(e) => ExitDesc(format!("unknown ({e})")),
+        };
+        self.exit = Some(desc.clone());
+        desc
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The last lines a process wrote to stderr.
+#[derive(Debug, Clone, Default)]
+pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+
+impl StderrTail {
+    fn push(&self, line: String) {
+        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() == STDERR_TAIL {
+            q.pop_front();
+        }
+        q.push_back(line);
+    }
+
+    /// The kept lines, joined with newlines.
+    pub fn text(&self) -> String {
+        let q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        q.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
+    }
+}
+
+fn forward_lines(reader: impl Read + Send + 'static, span: Span, stderr: Option<StderrTail>) {
+    let spawned = std::thread::Builder::new().name("stub-output".into()).spawn(move || {
+        let _enter = span.enter();
+        for line in BufReader::new(reader).lines() {
+            let Ok(line) = line else { break };
+            match &stderr {
+                Some(tail) => {
+                    tracing::warn!(target: "tritium::stub", "{line}");
+                    tail.push(line);
+                }
+                None => tracing::info!(target: "tritium::stub", "{line}"),
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!("cannot start a thread to read stub output: {e}");
+    }
+}
+
+/// Starts `python -m tritium.stub` with the channel's fds as 3 and 4.
+pub(crate) fn spawn(cmd: &StubCommand, control: OwnedFd, socket: OwnedFd, span: Span) -> std::io::Result<(ChildGuard, StderrTail)> {
+    let mut pythonpath = OsString::from(cmd.python_path.as_os_str());
+    if let Some(existing) = std::env::var_os("PYTHONPATH") {
+        pythonpath.push(":");
+        pythonpath.push(existing);
+    }
+    let mut command = Command::new(&cmd.python);
+    command
+        .args(["-m", "tritium.stub", "--control-fd", "3", "--socket-fd", "4", "--spin"])
+        .arg(cmd.spin.to_string())
+        .env("PYTHONPATH", pythonpath)
+        .env("PYTHONUNBUFFERED", "1")
+        .envs(cmd.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let control_raw = control.as_raw_fd();
+    let socket_raw = socket.as_raw_fd();
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // system calls (fcntl, dup2, setpgid, prctl, getppid, _exit) on fds that stay open until then.
+    unsafe {
+        command.pre_exec(move || {
+            // Move both fds above 4 first, so that placing one cannot clobber the other.
+            let c = libc::fcntl(control_raw, libc::F_DUPFD, 10);
+            let s = libc::fcntl(socket_raw, libc::F_DUPFD, 10);
+            if c < 0 || s < 0 || libc::dup2(c, 3) < 0 || libc::dup2(s, 4) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(c);
+            libc::close(s);
+            // Own process group: a Ctrl-C on the server's terminal reaches the server, which then
+            // shuts its stubs down in order.
+            libc::setpgid(0, 0);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    drop((control, socket));
+    let stderr = StderrTail::default();
+    if let Some(out) = child.stdout.take() {
+        forward_lines(out, span.clone(), None);
+    }
+    if let Some(err) = child.stderr.take() {
+        forward_lines(err, span, Some(stderr.clone()));
+    }
+    Ok((ChildGuard { child, exit: None }, stderr))
+}

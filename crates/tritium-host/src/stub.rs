@@ -1,0 +1,344 @@
+//! A running stub: its process, its channel, and the protocol calls the server makes on it.
+//!
+//! Every wait is sliced: between slices the stub's process is checked, so a crashed stub turns
+//! into [`HostError::Exited`] (with its exit status and the last lines of its stderr) at once
+//! instead of a hang. Log records the stub sends are re-emitted through `tracing` inside the
+//! stub's span on the way.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tracing::Span;
+use tritium_ipc::{
+    ChannelConfig, Descriptor, Initialize, IpcError, LogLevel, Request, Response, ServerChannel, StubError, TensorData,
+    ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
+};
+
+use crate::process::{self, ChildGuard, ExitDesc, StderrTail, StubCommand};
+
+/// How often a wait stops to check that the stub process is alive.
+const LIVENESS_SLICE: Duration = Duration::from_millis(50);
+
+/// Everything that can go wrong with a stub.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The interpreter could not be started.
+    #[error("cannot start the Python stub with {python:?}: {source}")]
+    Spawn {
+        /// The interpreter path.
+        python: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The stub process ended.
+    #[error("stub {instance} (pid {pid}) exited unexpectedly ({status}){}", stderr_suffix(.stderr))]
+    Exited {
+        /// Instance name.
+        instance: String,
+        /// Process id.
+        pid: u32,
+        /// How it ended.
+        status: ExitDesc,
+        /// Its last lines of stderr.
+        stderr: String,
+    },
+    /// The stub did not answer in time.
+    #[error("stub {instance} did not {what} within {after:?}")]
+    Timeout {
+        /// Instance name.
+        instance: String,
+        /// What it was asked to do.
+        what: &'static str,
+        /// The limit.
+        after: Duration,
+    },
+    /// The shared-memory channel failed.
+    #[error("stub {instance}: {source}")]
+    Ipc {
+        /// Instance name.
+        instance: String,
+        /// Why.
+        #[source]
+        source: IpcError,
+    },
+    /// The stub sent something the protocol does not allow here.
+    #[error("stub {instance} broke the protocol: {message}")]
+    Protocol {
+        /// Instance name.
+        instance: String,
+        /// What it did.
+        message: String,
+    },
+    /// Model code raised an error (in `auto_complete_config`, `initialize`, `execute` or `finalize`).
+    #[error("{0}")]
+    Model(StubError),
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!("; last stderr lines:\n{stderr}")
+    }
+}
+
+/// What the stub said about itself in its hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StubInfo {
+    /// Process id.
+    pub pid: u32,
+    /// `sys.version`.
+    pub python: String,
+    /// `numpy.__version__`.
+    pub numpy: String,
+}
+
+/// The outcome of one `execute` call.
+#[derive(Debug)]
+pub struct Executed {
+    /// The responses, in the order the stub sent them.
+    pub responses: Vec<Response>,
+    /// Set when `execute` itself failed; requests without a final response share this error.
+    pub error: Option<StubError>,
+}
+
+/// A running stub process and its channel.
+pub struct Stub {
+    instance: String,
+    child: Mutex<ChildGuard>,
+    channel: Arc<ServerChannel>,
+    stderr: StderrTail,
+    info: StubInfo,
+    span: Span,
+    next_batch: Mutex<u64>,
+}
+
+impl Stub {
+    /// Starts a stub for `instance` and waits up to `hello_timeout` for its hello.
+    pub fn spawn(cmd: &StubCommand, instance: &str, hello_timeout: Duration) -> Result<Self, HostError> {
+        let config = ChannelConfig { wait: WaitPolicy { spin: cmd.spin, ..WaitPolicy::default() }, ..ChannelConfig::default() };
+        let ipc = |source| HostError::Ipc { instance: instance.to_string(), source };
+        let (channel, fds) = ServerChannel::create(&format!("tritium-{instance}"), config).map_err(ipc)?;
+        let span = tracing::info_span!("stub", instance = %instance, pid = tracing::field::Empty);
+        let (child, stderr) = process::spawn(cmd, fds.control, fds.socket, span.clone())
+            .map_err(|source| HostError::Spawn { python: cmd.python.display().to_string(), source })?;
+        span.record("pid", child.pid());
+        let mut stub = Self {
+            instance: instance.to_string(),
+            child: Mutex::new(child),
+            channel: Arc::new(channel),
+            stderr,
+            info: StubInfo { pid: 0, python: String::new(), numpy: String::new() },
+            span,
+            next_batch: Mutex::new(0),
+        };
+        match stub.recv(Some(hello_timeout), "start and say hello")? {
+            ToServer::Hello { protocol, pid, python, numpy } => {
+                if protocol != PROTOCOL_VERSION {
+                    return Err(stub.protocol_error(format!(
+                        "speaks protocol {protocol}, the server speaks {PROTOCOL_VERSION}; the python/ directory and the server binary come from different builds"
+                    )));
+                }
+                stub.info = StubInfo { pid, python, numpy };
+            }
+            other => return Err(stub.protocol_error(format!("sent {other:?} before its hello"))),
+        }
+        tracing::debug!(parent: &stub.span, python = %stub.info.python, numpy = %stub.info.numpy, "stub ready");
+        Ok(stub)
+    }
+
+    /// The instance name.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// What the stub reported in its hello.
+    pub fn info(&self) -> &StubInfo {
+        &self.info
+    }
+
+    /// The stub's process id.
+    pub fn pid(&self) -> u32 {
+        self.lock_child().pid()
+    }
+
+    /// The channel, for allocating input tensors and reading outputs.
+    pub fn channel(&self) -> &Arc<ServerChannel> {
+        &self.channel
+    }
+
+    /// The last lines the stub wrote to stderr.
+    pub fn stderr_tail(&self) -> String {
+        self.stderr.text()
+    }
+
+    fn lock_child(&self) -> std::sync::MutexGuard<'_, ChildGuard> {
+        self.child.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn protocol_error(&self, message: String) -> HostError {
+        HostError::Protocol { instance: self.instance.clone(), message }
+    }
+
+    fn exited(&self, status: ExitDesc) -> HostError {
+        // Give the stderr reader a moment to collect the dying words.
+        std::thread::sleep(Duration::from_millis(20));
+        HostError::Exited { instance: self.instance.clone(), pid: self.pid(), status, stderr: self.stderr.text() }
+    }
+
+    fn ipc(&self, source: IpcError) -> HostError {
+        match source {
+            IpcError::Closed | IpcError::PeerGone => {
+                let status = self.lock_child().wait_or_kill(Duration::from_millis(500));
+                self.exited(status)
+            }
+            source => HostError::Ipc { instance: self.instance.clone(), source },
+        }
+    }
+
+    fn send(&self, msg: &ToStub) -> Result<(), HostError> {
+        self.channel.send(msg).map_err(|e| self.ipc(e))
+    }
+
+    /// Receives the next message that is not a log record, checking the process between slices.
+    fn recv(&self, timeout: Option<Duration>, what: &'static str) -> Result<ToServer, HostError> {
+        let start = Instant::now();
+        loop {
+            let slice = match timeout {
+                Some(t) => {
+                    let left = t.saturating_sub(start.elapsed());
+                    if left.is_zero() {
+                        return Err(HostError::Timeout { instance: self.instance.clone(), what, after: t });
+                    }
+                    left.min(LIVENESS_SLICE)
+                }
+                None => LIVENESS_SLICE,
+            };
+            match self.channel.recv(slice).map_err(|e| self.ipc(e))? {
+                Some(ToServer::Log(record)) => self.emit_log(&record),
+                Some(msg) => return Ok(msg),
+                None => {
+                    let exit = self.lock_child().try_exit();
+                    if let Some(status) = exit {
+                        // Take whatever it managed to send before dying.
+                        if let Ok(Some(msg)) = self.channel.recv(Duration::ZERO) {
+                            if !matches!(msg, ToServer::Log(_)) {
+                                return Ok(msg);
+                            }
+                        }
+                        return Err(self.exited(status));
+                    }
+                }
+            }
+        }
+    }
+
+    fn emit_log(&self, r: &tritium_ipc::LogRecord) {
+        let _enter = self.span.enter();
+        let (file, line, msg) = (&r.file, r.line, &r.message);
+        match r.level {
+            LogLevel::Error => tracing::error!(target: "tritium::model", "{file}:{line}] {msg}"),
+            LogLevel::Warning => tracing::warn!(target: "tritium::model", "{file}:{line}] {msg}"),
+            LogLevel::Info => tracing::info!(target: "tritium::model", "{file}:{line}] {msg}"),
+            LogLevel::Verbose => tracing::debug!(target: "tritium::model", "{file}:{line}] {msg}"),
+        }
+    }
+
+    /// Runs the model's `auto_complete_config` on `config_json` and returns the completed config.
+    pub fn auto_complete(&self, model_file: &str, config_json: &str, timeout: Duration) -> Result<String, HostError> {
+        self.send(&ToStub::AutoComplete { model_file: model_file.to_string(), config_json: config_json.to_string() })?;
+        match self.recv(Some(timeout), "finish auto_complete_config")? {
+            ToServer::AutoCompleteDone(r) => r.map_err(HostError::Model),
+            other => Err(self.protocol_error(format!("answered auto-complete with {other:?}"))),
+        }
+    }
+
+    /// Imports the model and calls `initialize(args)`, waiting up to `timeout`.
+    pub fn initialize(&self, init: Initialize, timeout: Duration) -> Result<(), HostError> {
+        self.send(&ToStub::Initialize(init))?;
+        match self.recv(Some(timeout), "finish initialize")? {
+            ToServer::InitializeDone(r) => r.map_err(HostError::Model),
+            other => Err(self.protocol_error(format!("answered initialize with {other:?}"))),
+        }
+    }
+
+    /// Copies `bytes` into a new block of the server's arena, for use as an input tensor.
+    pub fn input(&self, bytes: &[u8]) -> Result<Descriptor, HostError> {
+        let view = self.channel.alloc(bytes.len() as u64).map_err(|e| self.ipc(e))?;
+        view.copy_from(bytes);
+        Ok(view.desc)
+    }
+
+    /// Allocates an uninitialised input block of `len` bytes for the caller to fill.
+    pub fn input_block(&self, len: u64) -> Result<View, HostError> {
+        self.channel.alloc(len).map_err(|e| self.ipc(e))
+    }
+
+    /// Runs one `execute` on `requests` and collects the responses until the stub says it is
+    /// done. Input blocks are freed as the stub releases them; output tensors must be read with
+    /// [`Stub::output`] and then released with [`Stub::release_outputs`].
+    pub fn execute(&self, requests: Vec<Request>, timeout: Option<Duration>) -> Result<Executed, HostError> {
+        let batch = {
+            let mut b = self.next_batch.lock().unwrap_or_else(|p| p.into_inner());
+            *b += 1;
+            *b
+        };
+        let ids: Vec<u64> = requests.iter().map(|r| r.id).collect();
+        self.send(&ToStub::Execute { batch, requests })?;
+        let mut responses = Vec::with_capacity(ids.len());
+        loop {
+            match self.recv(timeout, "finish execute")? {
+                ToServer::Response(r) => {
+                    if !ids.contains(&r.request) {
+                        return Err(self.protocol_error(format!("responded to unknown request {}", r.request)));
+                    }
+                    responses.push(r);
+                }
+                ToServer::ExecuteDone { batch: done, error } if done == batch => {
+                    return Ok(Executed { responses, error });
+                }
+                other => return Err(self.protocol_error(format!("sent {other:?} during execute"))),
+            }
+        }
+    }
+
+    /// Resolves an output tensor's bytes (bounds-checked against the stub's segments).
+    pub fn output(&self, data: &TensorData) -> Result<View, HostError> {
+        match data {
+            TensorData::Shm { desc, .. } => self.channel.view(*desc).map_err(|e| self.ipc(e)),
+            TensorData::Cuda { .. } => Err(self.protocol_error("sent a GPU tensor, which this server does not take yet".into())),
+        }
+    }
+
+    /// Hands the output blocks of `response` back to the stub's arena.
+    pub fn release_outputs(&self, response: &Response) {
+        for t in &response.outputs {
+            if let TensorData::Shm { desc, .. } = t.data {
+                self.channel.release(desc);
+            }
+        }
+    }
+
+    /// Calls `finalize()` and waits for the stub to exit, killing it after `timeout`.
+    pub fn finalize(&self, timeout: Duration) -> Result<(), HostError> {
+        self.send(&ToStub::Finalize)?;
+        let result = match self.recv(Some(timeout), "finish finalize") {
+            Ok(ToServer::FinalizeDone(r)) => r.map_err(HostError::Model),
+            Ok(other) => Err(self.protocol_error(format!("answered finalize with {other:?}"))),
+            Err(e) => Err(e),
+        };
+        self.lock_child().wait_or_kill(timeout);
+        result
+    }
+
+    /// Kills the stub process now (SIGKILL) and reaps it.
+    pub fn kill(&self) -> ExitDesc {
+        self.lock_child().kill()
+    }
+
+    /// How the process ended, if it has.
+    pub fn try_exit(&self) -> Option<ExitDesc> {
+        self.lock_child().try_exit()
+    }
+}

@@ -1,0 +1,14 @@
+"""Process-wide state of a running stub that pb_utils objects need: the channel, cancellations, logging."""
+
+import sys
+
+channel = None
+cancelled = set()
+
+
+def log(level, file, line, message):
+    """Sends a log record to the server, or writes it to stderr outside a stub."""
+    if channel is not None:
+        channel.send_log(level, file, line, message)
+    else:
+        sys.stderr.write("{} {}:{}] {}\n".format(level.upper()[0], file, line, message))

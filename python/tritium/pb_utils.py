@@ -1,0 +1,14 @@
+"""The whole `triton_python_backend_utils` API, assembled from the tritium modules that implement it."""
+
+from .config import ModelConfig, using_decoupled_model_transaction_policy  # noqa: F401
+from .dtypes import *  # noqa: F401,F403
+from .dtypes import __all__ as _dtypes_all
+from .errors import *  # noqa: F401,F403
+from .errors import __all__ as _errors_all
+from .tensor import InferenceRequest, InferenceResponse, Logger, Tensor  # noqa: F401
+
+__all__ = (
+    list(_dtypes_all)
+    + list(_errors_all)
+    + ["ModelConfig", "using_decoupled_model_transaction_policy", "InferenceRequest", "InferenceResponse", "Logger", "Tensor"]
+)

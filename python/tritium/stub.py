@@ -1,0 +1,217 @@
+"""The stub process: `python -m tritium.stub` imports one model and serves it over the shared-memory channel."""
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+
+from . import _native, _runtime
+from .config import ModelConfig
+from .errors import ErrorCode, TritonError
+from .tensor import InferenceRequest, InferenceResponse
+
+# How long one wait for a message lasts before the stub checks that its server is still there.
+_WAIT_MS = 200
+
+
+def _format_exception(exc):
+    """Triton's (pybind's) rendering of a Python exception: "Type: message" then "At:" and the frames."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    lines = ["{}: {}".format(type(exc).__name__, exc), "", "At:"]
+    lines += ["  {}({}): {}".format(f.filename, f.lineno, f.name) for f in reversed(frames)]
+    return "\n".join(lines)
+
+
+def _error(exc, prefix=""):
+    """(message, code, traceback) for the channel."""
+    return (prefix + _format_exception(exc), int(ErrorCode.INTERNAL), traceback.format_exc())
+
+
+def _import_model(model_file):
+    """Imports the model file as Triton does: `<version>.<module>` with the version and model dirs on sys.path."""
+    if not model_file.endswith(".py"):
+        raise ValueError('Model name must end with \'.py\'. Model name is "{}".'.format(os.path.basename(model_file)))
+    if not os.path.isfile(model_file):
+        raise FileNotFoundError("Python model file not found in '{}'".format(model_file))
+    version_dir = os.path.dirname(os.path.abspath(model_file))
+    model_dir = os.path.dirname(version_dir)
+    for d in (version_dir, model_dir):
+        if d not in sys.path:
+            sys.path.append(d)
+    module_name = "{}.{}".format(os.path.basename(version_dir), os.path.basename(model_file)[:-3])
+    module = importlib.import_module(module_name)
+    if not hasattr(module, "TritonPythonModel"):
+        raise AttributeError("{} does not define class TritonPythonModel".format(model_file))
+    return module.TritonPythonModel
+
+
+class Stub:
+    """The message loop of one stub."""
+
+    def __init__(self, channel):
+        self.channel = channel
+        self.model = None
+        self.model_name = ""
+        self.model_version = -1
+        self.instance_name = ""
+        self.loop = None
+
+    def run(self):
+        """Serves messages until `finalize` or until the server goes away."""
+        self.channel.send_hello(sys.version, np.__version__)
+        parent = self.channel.server_pid
+        while True:
+            msg = self.channel.recv(_WAIT_MS)
+            if msg is None:
+                if os.getppid() != parent:
+                    sys.stderr.write("tritium stub: the server (pid {}) is gone; exiting\n".format(parent))
+                    os._exit(1)
+                continue
+            kind = msg[0]
+            if kind == "execute":
+                self.execute(msg[1], msg[2])
+            elif kind == "initialize":
+                self.initialize(msg[1], dict(msg[2]))
+            elif kind == "auto_complete":
+                self.auto_complete(msg[1], msg[2])
+            elif kind == "ping":
+                self.channel.send_pong(msg[1])
+            elif kind == "cancel":
+                _runtime.cancelled.add(msg[1])
+            elif kind == "finalize":
+                self.finalize()
+                return
+
+    def auto_complete(self, model_file, config_json):
+        try:
+            cls = _import_model(model_file)
+            config = ModelConfig(config_json)
+            if hasattr(cls, "auto_complete_config"):
+                result = cls.auto_complete_config(config)
+                if not isinstance(result, ModelConfig):
+                    raise TypeError(
+                        "auto_complete_config function in model '{}' must return a valid pb.ModelConfig object.".format(
+                            json.loads(config_json).get("name", "")
+                        )
+                    )
+                config = result
+            self.channel.send_auto_complete_done(json.dumps(config._model_config))
+        except Exception as exc:  # noqa: BLE001 - any model error is reported, not fatal
+            self.channel.send_auto_complete_done(None, _error(exc))
+
+    def initialize(self, model_file, args):
+        try:
+            self.model_name = args.get("model_name", "")
+            self.model_version = int(args.get("model_version", "-1") or -1)
+            self.instance_name = args.get("model_instance_name", "")
+            cls = _import_model(model_file)
+            self.model = cls()
+            if hasattr(self.model, "initialize"):
+                self._await(self.model.initialize(args))
+            self.channel.send_initialize_done()
+        except Exception as exc:  # noqa: BLE001
+            self.channel.send_initialize_done(_error(exc))
+
+    def _await(self, result):
+        """Runs a coroutine returned by an `async def` model method to completion."""
+        if asyncio.iscoroutine(result):
+            if self.loop is None:
+                self.loop = asyncio.new_event_loop()
+            return self.loop.run_until_complete(result)
+        return result
+
+    def execute(self, batch, wire_requests):
+        ids = [w[0] for w in wire_requests]
+        requests = [InferenceRequest._from_wire(w, self.model_name, self.model_version) for w in wire_requests]
+        # The message tuple is still referenced by the caller: empty its list so that each input
+        # block lives exactly as long as model code holds on to its tensor.
+        wire_requests.clear()
+        try:
+            if not hasattr(self.model, "execute"):
+                raise AttributeError("Python model does not implement `execute` method.")
+            responses = self._await(self.model.execute(requests))
+            self._check_responses(requests, responses)
+        except Exception as exc:  # noqa: BLE001
+            del requests
+            prefix = "Failed to process the request(s) for model '{}', message: ".format(self.instance_name)
+            self.channel.send_execute_done(batch, _error(exc, prefix))
+            return
+        self._send_all(requests, responses)
+        del requests, responses
+        self.channel.send_execute_done(batch)
+        for rid in ids:
+            _runtime.cancelled.discard(rid)
+
+    def _send_all(self, requests, responses):
+        for request, response in zip(requests, responses):
+            self._send(request, response)
+
+    @staticmethod
+    def _check_responses(requests, responses):
+        if not isinstance(responses, list):
+            raise TypeError("Expected a list in the execute return, found type '{}'.".format(type(responses)))
+        if len(responses) != len(requests):
+            raise ValueError(
+                "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
+                "InferenceRequest(s) size is:{}, and InferenceResponse(s) size is:{}\n".format(
+                    len(requests), len(responses)
+                )
+            )
+        for r in responses:
+            if not isinstance(r, InferenceResponse):
+                raise TypeError(
+                    "Expected an 'InferenceResponse' object in the execute function return list, "
+                    "found type '{}'.".format(type(r))
+                )
+
+    def _send(self, request, response):
+        error = None
+        if response.has_error():
+            err = response.error()
+            error = (err.message(), int(err.code()), None)
+        requested = request._requested
+        outputs = []
+        keep = []
+        try:
+            for t in response.output_tensors():
+                if requested and t.name() not in requested:
+                    continue
+                wire, shape, data, keepalive = t._wire_payload()
+                outputs.append((t.name(), wire, shape, data))
+                keep.append(keepalive)
+            self.channel.send_response(request._id, outputs, error, response._parameters, True)
+        except _native.ChannelError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bad output fails this request only
+            self.channel.send_response(request._id, [], _error(exc, "Failed to send the response: "), "", True)
+
+    def finalize(self):
+        error = None
+        try:
+            if self.model is not None and hasattr(self.model, "finalize"):
+                self._await(self.model.finalize())
+        except Exception as exc:  # noqa: BLE001
+            error = _error(exc)
+        self.channel.send_finalize_done(error)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tritium.stub", description=__doc__)
+    parser.add_argument("--control-fd", type=int, required=True, help="inherited memfd of the control segment")
+    parser.add_argument("--socket-fd", type=int, required=True, help="inherited unix socket for segment fds")
+    parser.add_argument("--spin", type=int, default=2000, help="busy-poll iterations before sleeping")
+    parser.add_argument("--arena-segment-mb", type=int, default=256, help="size of the stub's arena segments")
+    opts = parser.parse_args(argv)
+    channel = _native.Channel(opts.control_fd, opts.socket_fd, opts.spin, opts.arena_segment_mb << 20)
+    _runtime.channel = channel
+    Stub(channel).run()
+    _runtime.channel = None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+"""pb_utils.Tensor, InferenceRequest, InferenceResponse and Logger, as the stub hands them to model code."""
+
+import json
+import sys
+
+import numpy as np
+
+from . import _runtime
+from .dtypes import _WIRE_DTYPES, deserialize_bytes_tensor, serialize_byte_tensor
+from .errors import TritonError, TritonModelException
+
+__all__ = ["Tensor", "InferenceRequest", "InferenceResponse", "Logger"]
+
+_NUMPY_TO_WIRE = {w.numpy_dtype: name for name, w in _WIRE_DTYPES.items() if w.numpy_dtype is not None}
+_NUMPY_TO_WIRE[np.dtype(np.object_)] = "BYTES"
+_WIRE_TO_NUMPY = {name: w.numpy_dtype for name, w in _WIRE_DTYPES.items()}
+_WIRE_TO_TRITON = {name: w.triton_type for name, w in _WIRE_DTYPES.items()}
+
+
+class _Interface:
+    """Exposes shared memory to numpy through __array_interface__; keeps the block alive as the array's base."""
+
+    __slots__ = ("__array_interface__", "block")
+
+    def __init__(self, block, shape, dtype, readonly):
+        self.block = block
+        self.__array_interface__ = {
+            "version": 3,
+            "shape": shape,
+            "typestr": dtype.str,
+            "data": (block.address, readonly),
+        }
+
+
+def _shm_array(block, shape, dtype, writable):
+    """A numpy array over a shared-memory block, without a copy."""
+    return np.asarray(_Interface(block, tuple(shape), dtype, not writable))
+
+
+def _wire_dtype(array):
+    wire = _NUMPY_TO_WIRE.get(array.dtype)
+    if wire is None:
+        if array.dtype.kind in "SU":
+            return "BYTES"
+        raise TritonModelException("NumPy dtype is not supported.")
+    return wire
+
+
+class Tensor:
+    """A named tensor: `Tensor(name, numpy_array)`."""
+
+    __slots__ = ("_name", "_array", "_wire", "_raw")
+
+    def __init__(self, name, numpy_array, _wire=None, _raw=None):
+        if not isinstance(name, str):
+            raise TypeError("Tensor name must be a string")
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if _raw is None:
+            if not isinstance(numpy_array, np.ndarray):
+                numpy_array = np.asarray(numpy_array)
+            _wire = _wire_dtype(numpy_array)
+        self._name = name
+        self._array = numpy_array
+        self._wire = _wire
+        self._raw = _raw
+
+    @classmethod
+    def _from_wire(cls, name, wire, shape, block):
+        """An input tensor over shared memory (BF16 stays raw bytes; numpy has no bfloat16)."""
+        if wire == "BYTES":
+            raw = _shm_array(block, (block.nbytes,), np.dtype(np.uint8), False)
+            arr = deserialize_bytes_tensor(raw).reshape(shape)
+            return cls(name, arr, wire, None)
+        if wire == "BF16":
+            raw = _shm_array(block, shape, np.dtype(np.uint16), block.writable)
+            return cls(name, None, wire, raw)
+        return cls(name, _shm_array(block, shape, _WIRE_TO_NUMPY[wire], block.writable), wire, None)
+
+    def name(self):
+        """The tensor's name."""
+        return self._name
+
+    def as_numpy(self):
+        """The tensor's data as a numpy array (a view of shared memory for inputs)."""
+        if self._wire == "BF16":
+            raise TritonModelException(
+                "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
+            )
+        return self._array
+
+    def shape(self):
+        """The shape as a list of ints."""
+        if self._raw is not None:
+            return list(self._raw.shape)
+        return list(self._array.shape)
+
+    def triton_dtype(self):
+        """Triton's data type enum value (TYPE_FP32 is 11)."""
+        return _WIRE_TO_TRITON[self._wire]
+
+    def is_cpu(self):
+        """Always True: tensors of this stub live in host memory."""
+        return True
+
+    def __repr__(self):
+        return "Tensor(name={!r}, dtype={}, shape={})".format(self._name, self._wire, self.shape())
+
+    def _wire_payload(self):
+        """(wire dtype, shape, data) for sending: bytes for BYTES, else (address, nbytes, keepalive)."""
+        if self._raw is not None:
+            arr = np.ascontiguousarray(self._raw)
+            return self._wire, list(arr.shape), (arr.__array_interface__["data"][0], arr.nbytes), arr
+        arr = self._array
+        if self._wire == "BYTES":
+            if arr.dtype != np.object_:
+                arr = arr.astype(np.object_)
+            return "BYTES", list(arr.shape), bytes(serialize_byte_tensor(arr)) if arr.size else b"", None
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        return self._wire, list(arr.shape), (arr.__array_interface__["data"][0], arr.nbytes), arr
+
+
+class InferenceRequest:
+    """One request of a batch handed to `execute`."""
+
+    __slots__ = ("_id", "_request_id", "_correlation_id", "_flags", "_timeout", "_parameters", "_inputs",
+                 "_requested", "_model_name", "_model_version")
+
+    def __init__(self, model_name="", inputs=None, requested_output_names=None, request_id="", correlation_id=0,
+                 flags=0, timeout=0, model_version=-1, parameters=None):
+        self._id = None
+        self._model_name = model_name
+        self._model_version = model_version
+        self._inputs = list(inputs or [])
+        self._requested = set(requested_output_names or [])
+        self._request_id = request_id
+        self._correlation_id = correlation_id
+        self._flags = flags
+        self._timeout = timeout
+        if parameters is None:
+            parameters = "{}"
+        elif not isinstance(parameters, str):
+            parameters = json.dumps(parameters)
+        self._parameters = parameters
+
+    @classmethod
+    def _from_wire(cls, wire, model_name, model_version):
+        rid, request_id, corr, flags, timeout_us, params, inputs, requested = wire
+        req = cls.__new__(cls)
+        req._id = rid
+        req._request_id = request_id
+        req._correlation_id = corr
+        req._flags = flags
+        req._timeout = timeout_us
+        req._parameters = params or "{}"
+        req._inputs = [Tensor._from_wire(n, d, s, b) for n, d, s, b in inputs]
+        req._requested = set(requested)
+        req._model_name = model_name
+        req._model_version = model_version
+        return req
+
+    def inputs(self):
+        """The input tensors."""
+        return self._inputs
+
+    def requested_output_names(self):
+        """Names of the outputs the client asked for."""
+        return self._requested
+
+    def request_id(self):
+        """The client's request id ("" when none was given)."""
+        return self._request_id
+
+    def correlation_id(self):
+        """The sequence correlation id (an int, or a str when the client sent a string)."""
+        return self._correlation_id
+
+    def flags(self):
+        """Request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START/END)."""
+        return self._flags
+
+    def parameters(self):
+        """The request parameters as a JSON object string."""
+        return self._parameters
+
+    def timeout(self):
+        """The request timeout in microseconds (0 for none)."""
+        return self._timeout
+
+    def model_name(self):
+        """The model this request is for."""
+        return self._model_name
+
+    def is_cancelled(self):
+        """Whether the client cancelled this request."""
+        return self._id is not None and self._id in _runtime.cancelled
+
+    def __repr__(self):
+        return "InferenceRequest(request_id={!r}, inputs={!r})".format(self._request_id, self._inputs)
+
+
+class InferenceResponse:
+    """`InferenceResponse(output_tensors=None, error=None, parameters=None)`."""
+
+    __slots__ = ("_outputs", "_error", "_parameters")
+
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        outputs = list(output_tensors) if output_tensors is not None else []
+        for t in outputs:
+            if not isinstance(t, Tensor):
+                raise TritonModelException(
+                    "InferenceResponse output_tensors must be pb_utils.Tensor objects, got {}".format(type(t).__name__)
+                )
+        if error is not None and not isinstance(error, TritonError):
+            raise TritonModelException("InferenceResponse error must be a pb_utils.TritonError")
+        self._outputs = outputs
+        self._error = error
+        if parameters is None:
+            parameters = ""
+        elif not isinstance(parameters, str):
+            parameters = json.dumps(parameters)
+        self._parameters = parameters
+
+    def output_tensors(self):
+        """The output tensors."""
+        return self._outputs
+
+    def has_error(self):
+        """True if the response carries an error."""
+        return self._error is not None
+
+    def error(self):
+        """The TritonError, or None."""
+        return self._error
+
+    def parameters(self):
+        """The response parameters as a JSON object string."""
+        return self._parameters or "{}"
+
+
+class Logger:
+    """pb_utils.Logger: log records go to the server's log with this file and line."""
+
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+    _NAMES = {0: "info", 1: "warning", 2: "error", 3: "verbose"}
+
+    @staticmethod
+    def _emit(level, message, depth):
+        frame = sys._getframe(depth)
+        _runtime.log(Logger._NAMES.get(int(level), "info"), frame.f_code.co_filename, frame.f_lineno, str(message))
+
+    @staticmethod
+    def log(message, level=0):
+        """Logs `message` at `level` (Logger.INFO by default)."""
+        Logger._emit(level, message, 2)
+
+    @staticmethod
+    def log_info(message):
+        """Logs at INFO."""
+        Logger._emit(0, message, 2)
+
+    @staticmethod
+    def log_warn(message):
+        """Logs at WARNING."""
+        Logger._emit(1, message, 2)
+
+    @staticmethod
+    def log_error(message):
+        """Logs at ERROR."""
+        Logger._emit(2, message, 2)
+
+    @staticmethod
+    def log_verbose(message):
+        """Logs at VERBOSE."""
+        Logger._emit(3, message, 2)

@@ -1,0 +1,306 @@
+//! `tritium._native`: the stub's end of the shared-memory channel, exposed to the pure-Python stub.
+//!
+//! Messages arrive as plain Python tuples; input tensors come as [`InBlock`]s whose memory the
+//! Python side wraps in numpy arrays without a copy (through `__array_interface__`). Dropping the
+//! last reference to an `InBlock` queues its release to the server. Output tensors are copied once
+//! into the stub's arena and sent as descriptors.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use tritium_ipc::{
+    CorrelationId, DataType, IpcError, LogLevel, LogRecord, Request, Response, StubChannel, StubError, Tensor,
+    TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
+};
+
+create_exception!(_native, ChannelError, PyException, "The shared-memory channel to the server failed.");
+
+fn ipc_err(e: IpcError) -> PyErr {
+    ChannelError::new_err(e.to_string())
+}
+
+/// Input tensor bytes in a server-owned segment. Its memory stays mapped while this object lives;
+/// when it is garbage collected the server is told it may reuse the bytes.
+#[pyclass(frozen, module = "tritium._native")]
+struct InBlock {
+    view: View,
+    writable: bool,
+    channel: Arc<StubChannel>,
+}
+
+#[pymethods]
+impl InBlock {
+    /// Address of the first byte.
+    #[getter]
+    fn address(&self) -> usize {
+        self.view.as_ptr() as usize
+    }
+
+    /// Length in bytes.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.view.len()
+    }
+
+    /// Whether the model may write to the bytes.
+    #[getter]
+    fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// A copy of the bytes.
+    fn tobytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.view.to_vec())
+    }
+}
+
+impl Drop for InBlock {
+    fn drop(&mut self) {
+        self.channel.release(self.view.desc);
+    }
+}
+
+/// The stub's channel to the server.
+#[pyclass(frozen, module = "tritium._native")]
+struct Channel {
+    inner: Arc<StubChannel>,
+}
+
+type PyStubError = (String, u32, Option<String>);
+
+fn stub_error(e: Option<PyStubError>) -> Option<StubError> {
+    e.map(|(message, code, traceback)| StubError { message, code, traceback })
+}
+
+fn dtype(name: &str) -> PyResult<DataType> {
+    DataType::from_wire_name(name).ok_or_else(|| PyValueError::new_err(format!("unknown tensor data type {name:?}")))
+}
+
+impl Channel {
+    fn send(&self, py: Python<'_>, msg: ToServer) -> PyResult<()> {
+        let inner = self.inner.clone();
+        py.detach(move || inner.send(&msg)).map_err(ipc_err)
+    }
+
+    fn request_to_py<'py>(&self, py: Python<'py>, r: Request) -> PyResult<Bound<'py, PyTuple>> {
+        let inputs = PyList::empty(py);
+        for t in r.inputs {
+            let (desc, writable) = match t.data {
+                TensorData::Shm { desc, writable } => (desc, writable),
+                TensorData::Cuda { .. } => {
+                    return Err(ChannelError::new_err("GPU input tensors are not supported by this stub yet"));
+                }
+            };
+            let view = self.inner.view(desc).map_err(ipc_err)?;
+            let block = Py::new(py, InBlock { view, writable, channel: self.inner.clone() })?;
+            inputs.append((t.name, t.dtype.wire_name(), PyTuple::new(py, t.shape)?, block))?;
+        }
+        let corr: Py<PyAny> = match r.correlation_id {
+            CorrelationId::None => 0u64.into_pyobject(py)?.into_any().unbind(),
+            CorrelationId::U64(v) => v.into_pyobject(py)?.into_any().unbind(),
+            CorrelationId::Str(s) => s.into_pyobject(py)?.into_any().unbind(),
+        };
+        PyTuple::new(
+            py,
+            [
+                r.id.into_pyobject(py)?.into_any(),
+                r.request_id.into_pyobject(py)?.into_any(),
+                corr.into_bound(py),
+                r.flags.into_pyobject(py)?.into_any(),
+                r.timeout_us.into_pyobject(py)?.into_any(),
+                r.parameters.into_pyobject(py)?.into_any(),
+                inputs.into_any(),
+                PyList::new(py, r.requested_outputs)?.into_any(),
+            ],
+        )
+    }
+
+    fn tensor_from_py(&self, py: Python<'_>, out: (String, String, Vec<i64>, Bound<'_, PyAny>)) -> PyResult<Tensor> {
+        let (name, dtype_name, shape, data) = out;
+        let dtype = dtype(&dtype_name)?;
+        let view = if let Ok(bytes) = data.cast::<PyBytes>() {
+            let src = bytes.as_bytes();
+            let view = self.inner.alloc(src.len() as u64).map_err(ipc_err)?;
+            view.copy_from(src);
+            view
+        } else {
+            let (address, nbytes): (usize, usize) = data.extract()?;
+            let view = self.inner.alloc(nbytes as u64).map_err(ipc_err)?;
+            if nbytes > 0 {
+                let dst = view.clone();
+                // The caller (tritium.stub) passes the address of a live, C-contiguous numpy array
+                // of `nbytes` bytes and keeps it alive for the duration of this call.
+                py.detach(move || {
+                    // SAFETY: see above; the destination was just allocated with `nbytes` bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(address as *const u8, dst.as_ptr(), nbytes) }
+                });
+            }
+            view
+        };
+        Ok(Tensor { name, dtype, shape, data: TensorData::Shm { desc: view.desc, writable: true } })
+    }
+}
+
+#[pymethods]
+impl Channel {
+    /// Attaches to the control segment and fd socket inherited from the server.
+    #[new]
+    #[pyo3(signature = (control_fd, socket_fd, spin = 2000, arena_segment = 256 << 20))]
+    fn new(control_fd: i32, socket_fd: i32, spin: u32, arena_segment: u64) -> PyResult<Self> {
+        if control_fd < 0 || socket_fd < 0 {
+            return Err(PyValueError::new_err("file descriptors must be non-negative"));
+        }
+        // SAFETY: the server hands these fds to the stub at spawn for this channel's exclusive use.
+        let (control, socket) = unsafe { (OwnedFd::from_raw_fd(control_fd), OwnedFd::from_raw_fd(socket_fd)) };
+        let wait = WaitPolicy { spin, ..WaitPolicy::default() };
+        let inner = StubChannel::connect(control, socket, wait, arena_segment).map_err(ipc_err)?;
+        Ok(Self { inner: Arc::new(inner) })
+    }
+
+    /// The pid of the server process that created the channel.
+    #[getter]
+    fn server_pid(&self) -> u32 {
+        self.inner.server_pid()
+    }
+
+    /// Waits up to `timeout_ms` for the next message; returns None on timeout. The GIL is released
+    /// while waiting. Messages are tuples whose first item names the kind.
+    fn recv<'py>(&self, py: Python<'py>, timeout_ms: u64) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let inner = self.inner.clone();
+        let msg = py.detach(move || inner.recv(Duration::from_millis(timeout_ms))).map_err(ipc_err)?;
+        let Some(msg) = msg else { return Ok(None) };
+        let t = match msg {
+            ToStub::AutoComplete { model_file, config_json } => {
+                PyTuple::new(py, ["auto_complete".into_pyobject(py)?, model_file.into_pyobject(py)?, config_json.into_pyobject(py)?])?
+            }
+            ToStub::Initialize(init) => {
+                let args = PyList::new(py, init.args)?;
+                PyTuple::new(py, ["initialize".into_pyobject(py)?.into_any(), init.model_file.into_pyobject(py)?.into_any(), args.into_any()])?
+            }
+            ToStub::Execute { batch, requests } => {
+                let reqs = PyList::empty(py);
+                for r in requests {
+                    reqs.append(self.request_to_py(py, r)?)?;
+                }
+                PyTuple::new(py, ["execute".into_pyobject(py)?.into_any(), batch.into_pyobject(py)?.into_any(), reqs.into_any()])?
+            }
+            ToStub::Cancel { request } => {
+                PyTuple::new(py, ["cancel".into_pyobject(py)?.into_any(), request.into_pyobject(py)?.into_any()])?
+            }
+            ToStub::Ping { seq } => PyTuple::new(py, ["ping".into_pyobject(py)?.into_any(), seq.into_pyobject(py)?.into_any()])?,
+            ToStub::Finalize => PyTuple::new(py, ["finalize"])?,
+            ToStub::BlsResponse { call, .. } => {
+                PyTuple::new(py, ["bls_response".into_pyobject(py)?.into_any(), call.into_pyobject(py)?.into_any()])?
+            }
+        };
+        Ok(Some(t))
+    }
+
+    /// Announces this stub to the server.
+    fn send_hello(&self, py: Python<'_>, python: String, numpy: String) -> PyResult<()> {
+        self.send(py, ToServer::Hello { protocol: PROTOCOL_VERSION, pid: std::process::id(), python, numpy })
+    }
+
+    /// Reports the outcome of `auto_complete_config`.
+    #[pyo3(signature = (config_json, error = None))]
+    fn send_auto_complete_done(&self, py: Python<'_>, config_json: Option<String>, error: Option<PyStubError>) -> PyResult<()> {
+        let result = match (stub_error(error), config_json) {
+            (Some(e), _) => Err(e),
+            (None, Some(c)) => Ok(c),
+            (None, None) => return Err(PyValueError::new_err("either config_json or error is required")),
+        };
+        self.send(py, ToServer::AutoCompleteDone(result))
+    }
+
+    /// Reports the outcome of `initialize`.
+    #[pyo3(signature = (error = None))]
+    fn send_initialize_done(&self, py: Python<'_>, error: Option<PyStubError>) -> PyResult<()> {
+        self.send(py, ToServer::InitializeDone(stub_error(error).map_or(Ok(()), Err)))
+    }
+
+    /// Reports the outcome of `finalize`.
+    #[pyo3(signature = (error = None))]
+    fn send_finalize_done(&self, py: Python<'_>, error: Option<PyStubError>) -> PyResult<()> {
+        self.send(py, ToServer::FinalizeDone(stub_error(error).map_or(Ok(()), Err)))
+    }
+
+    /// Sends one response. `outputs` holds `(name, wire_dtype, shape, data)` where `data` is either
+    /// `bytes` or `(address, nbytes)` of a live C-contiguous array that the caller keeps alive.
+    #[pyo3(signature = (request, outputs, error = None, parameters = String::new(), final_response = true))]
+    fn send_response(
+        &self,
+        py: Python<'_>,
+        request: u64,
+        outputs: Vec<(String, String, Vec<i64>, Bound<'_, PyAny>)>,
+        error: Option<PyStubError>,
+        parameters: String,
+        final_response: bool,
+    ) -> PyResult<()> {
+        let mut tensors = Vec::with_capacity(outputs.len());
+        for out in outputs {
+            match self.tensor_from_py(py, out) {
+                Ok(t) => tensors.push(t),
+                Err(e) => {
+                    for t in tensors {
+                        if let TensorData::Shm { desc, .. } = t.data {
+                            let _ = self.inner.free_own(desc);
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let response = Response { request, outputs: tensors, error: stub_error(error), parameters, final_response };
+        self.send(py, ToServer::Response(response))
+    }
+
+    /// Tells the server that `execute` returned for `batch`.
+    #[pyo3(signature = (batch, error = None))]
+    fn send_execute_done(&self, py: Python<'_>, batch: u64, error: Option<PyStubError>) -> PyResult<()> {
+        self.send(py, ToServer::ExecuteDone { batch, error: stub_error(error) })
+    }
+
+    /// Sends a `pb_utils.Logger` record.
+    fn send_log(&self, py: Python<'_>, level: &str, file: String, line: u32, message: String) -> PyResult<()> {
+        let level = match level {
+            "info" => LogLevel::Info,
+            "warning" => LogLevel::Warning,
+            "error" => LogLevel::Error,
+            "verbose" => LogLevel::Verbose,
+            other => return Err(PyValueError::new_err(format!("unknown log level {other:?}"))),
+        };
+        self.send(py, ToServer::Log(LogRecord { level, file, line, message }))
+    }
+
+    /// Answers a ping.
+    fn send_pong(&self, py: Python<'_>, seq: u64) -> PyResult<()> {
+        self.send(py, ToServer::Pong { seq })
+    }
+
+    /// Sends queued releases of input blocks now.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = self.inner.clone();
+        py.detach(move || inner.flush_releases()).map_err(ipc_err)
+    }
+
+    /// Bytes of shared memory the stub's own arena holds.
+    #[getter]
+    fn shm_bytes(&self) -> u64 {
+        self.inner.own_shm_bytes()
+    }
+}
+
+/// The native half of the tritium stub.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Channel>()?;
+    m.add_class::<InBlock>()?;
+    m.add("ChannelError", m.py().get_type::<ChannelError>())?;
+    m.add("PROTOCOL_VERSION", PROTOCOL_VERSION)?;
+    Ok(())
+}
