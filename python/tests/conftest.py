@@ -1,0 +1,6 @@
+"""Makes the in-tree `tritium` package importable whatever directory pytest runs from."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
