@@ -538,3 +538,86 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         lock(&self.arena).live_blocks()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{Request, StubError};
+
+    fn pair() -> (ServerChannel, StubChannel) {
+        let config = ChannelConfig { arena_segment: 2 << 20, ..ChannelConfig::default() };
+        let (server, fds) = ServerChannel::create("test", config).expect("create");
+        let stub = StubChannel::connect(fds.control, fds.socket, WaitPolicy::default(), 2 << 20).expect("connect");
+        (server, stub)
+    }
+
+    const T: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn messages_and_tensor_bytes_cross_in_both_directions() {
+        let (server, stub) = pair();
+        assert_eq!(server.stub_pid(), std::process::id());
+        let block = server.alloc(5).expect("alloc");
+        block.copy_from(b"hello");
+        server.send(&ToStub::Execute { batch: 1, requests: vec![Request { id: 7, ..Default::default() }] }).expect("send");
+        // The segment announcement travels ahead of the message, so the stub can resolve the block.
+        assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Execute { batch: 1, .. })));
+        assert_eq!(stub.view(block.desc).expect("view").to_vec(), b"hello");
+        stub.release(block.desc);
+        stub.send(&ToServer::ExecuteDone { batch: 1, error: None }).expect("done");
+        assert_eq!(server.live_blocks(), 1);
+        assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::ExecuteDone { batch: 1, error: None })));
+        assert_eq!(server.live_blocks(), 0, "the release arrived before the message");
+    }
+
+    #[test]
+    fn bad_descriptors_are_refused_not_followed() {
+        let (server, stub) = pair();
+        let block = stub.alloc(64).expect("alloc");
+        stub.send(&ToServer::Pong { seq: 1 }).expect("send");
+        server.recv(T).expect("recv");
+        assert!(server.view(block.desc).is_ok());
+        let cases = [
+            Descriptor { len: 3 << 20, ..block.desc },
+            Descriptor { offset: u64::MAX - 1, ..block.desc },
+            Descriptor { segment: 12345, ..block.desc },
+        ];
+        for bad in cases {
+            assert!(matches!(server.view(bad), Err(IpcError::Protocol(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_bogus_release_is_a_protocol_error() {
+        let (server, stub) = pair();
+        stub.release(Descriptor { segment: 1, offset: 4096, len: 8 });
+        stub.send(&ToServer::Pong { seq: 1 }).expect("send");
+        assert!(matches!(server.recv(T), Err(IpcError::Protocol(_))));
+    }
+
+    #[test]
+    fn large_blocks_grow_and_retire_segments() {
+        let (server, stub) = pair();
+        let big = server.alloc(8 << 20).expect("big");
+        assert!(server.own_shm_bytes() >= 8 << 20);
+        server.send(&ToStub::Ping { seq: 1 }).expect("send");
+        stub.recv(T).expect("recv");
+        stub.view(big.desc).expect("stub maps the new segment");
+        stub.release(big.desc);
+        stub.send(&ToServer::InitializeDone(Err(StubError { message: "x".into(), code: 1, traceback: None }))).expect("send");
+        server.recv(T).expect("recv");
+        assert!(server.own_shm_bytes() < 8 << 20, "the oversized segment was retired");
+        server.send(&ToStub::Ping { seq: 2 }).expect("send");
+        stub.recv(T).expect("recv");
+        assert!(stub.view(big.desc).is_err(), "the stub unmapped it too");
+    }
+
+    #[test]
+    fn close_wakes_the_peer() {
+        let (server, stub) = pair();
+        let t = std::thread::spawn(move || stub.recv(Duration::from_secs(30)).map(|m| m.is_some()));
+        std::thread::sleep(Duration::from_millis(50));
+        server.close();
+        assert!(matches!(t.join().expect("thread"), Err(IpcError::Closed)));
+    }
+}

@@ -127,7 +127,10 @@ pub fn serialize_bytes(items: &[&[u8]]) -> Vec<u8> {
 }
 
 /// Runs one request and returns (name, dtype, shape, bytes) of every output, releasing them.
-pub fn run_one(stub: &Stub, req: Request) -> Result<Vec<(String, DataType, Vec<i64>, Vec<u8>)>, String> {
+/// An output as the tests compare it: name, dtype, shape, bytes.
+pub type Output = (String, DataType, Vec<i64>, Vec<u8>);
+
+pub fn run_one(stub: &Stub, req: Request) -> Result<Vec<Output>, String> {
     let mut done = stub.execute(vec![req], Some(Duration::from_secs(60))).map_err(|e| e.to_string())?;
     if let Some(e) = done.error {
         return Err(e.to_string());
