@@ -184,11 +184,11 @@ class Stub:
                 wire, shape, data, keepalive = t._wire_payload()
                 outputs.append((t.name(), wire, shape, data))
                 keep.append(keepalive)
-            self.channel.send_response(request._id, outputs, error, response._parameters, True)
+            self.channel.send_response(request._id, outputs, error, list(response._parameters.items()), True)
         except _native.ChannelError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bad output fails this request only
-            self.channel.send_response(request._id, [], _error(exc, "Failed to send the response: "), "", True)
+            self.channel.send_response(request._id, [], _error(exc, "Failed to send the response: "), [], True)
 
     def finalize(self):
         error = None

@@ -46,6 +46,24 @@ def _wire_dtype(array):
     return wire
 
 
+def _check_parameters(parameters):
+    """Parameters as a dict of str to bool/int/str, as Triton accepts them (a dict or a JSON object string)."""
+    if parameters is None:
+        return {}
+    if isinstance(parameters, str):
+        parameters = json.loads(parameters)
+    if not isinstance(parameters, dict):
+        raise TritonModelException("Expect parameters to be a dict, found type {}".format(type(parameters)))
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException("Expect parameters keys to have type str, found type {}".format(type(key)))
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                "Expect parameters values to have type bool/int/str, found type {}".format(type(value))
+            )
+    return dict(parameters)
+
+
 class Tensor:
     """A named tensor: `Tensor(name, numpy_array)`."""
 
@@ -138,11 +156,7 @@ class InferenceRequest:
         self._correlation_id = correlation_id
         self._flags = flags
         self._timeout = timeout
-        if parameters is None:
-            parameters = "{}"
-        elif not isinstance(parameters, str):
-            parameters = json.dumps(parameters)
-        self._parameters = parameters
+        self._parameters = _check_parameters(parameters)
 
     @classmethod
     def _from_wire(cls, wire, model_name, model_version):
@@ -153,7 +167,7 @@ class InferenceRequest:
         req._correlation_id = corr
         req._flags = flags
         req._timeout = timeout_us
-        req._parameters = params or "{}"
+        req._parameters = dict(params)
         req._inputs = [Tensor._from_wire(n, d, s, b) for n, d, s, b in inputs]
         req._requested = set(requested)
         req._model_name = model_name
@@ -181,8 +195,8 @@ class InferenceRequest:
         return self._flags
 
     def parameters(self):
-        """The request parameters as a JSON object string."""
-        return self._parameters
+        """The request parameters as a compact JSON object string ("{}" when none)."""
+        return json.dumps(self._parameters, separators=(",", ":"))
 
     def timeout(self):
         """The request timeout in microseconds (0 for none)."""
@@ -216,11 +230,7 @@ class InferenceResponse:
             raise TritonModelException("InferenceResponse error must be a pb_utils.TritonError")
         self._outputs = outputs
         self._error = error
-        if parameters is None:
-            parameters = ""
-        elif not isinstance(parameters, str):
-            parameters = json.dumps(parameters)
-        self._parameters = parameters
+        self._parameters = _check_parameters(parameters)
 
     def output_tensors(self):
         """The output tensors."""
@@ -235,8 +245,8 @@ class InferenceResponse:
         return self._error
 
     def parameters(self):
-        """The response parameters as a JSON object string."""
-        return self._parameters or "{}"
+        """The response parameters as a compact JSON object string ("{}" when none)."""
+        return json.dumps(self._parameters, separators=(",", ":"))
 
 
 class Logger:

@@ -14,7 +14,7 @@ use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use tritium_ipc::{
-    CorrelationId, DataType, IpcError, LogLevel, LogRecord, Request, Response, StubChannel, StubError, Tensor,
+    CorrelationId, DataType, IpcError, Param, LogLevel, LogRecord, Request, Response, StubChannel, StubError, Tensor,
     TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
@@ -77,6 +77,44 @@ fn stub_error(e: Option<PyStubError>) -> Option<StubError> {
     e.map(|(message, code, traceback)| StubError { message, code, traceback })
 }
 
+fn params_to_py(py: Python<'_>, params: Vec<(String, Param)>) -> PyResult<Bound<'_, PyList>> {
+    let list = PyList::empty(py);
+    for (k, v) in params {
+        let v = match v {
+            Param::Bool(b) => b.into_pyobject(py)?.to_owned().into_any(),
+            Param::Int(i) => i.into_pyobject(py)?.into_any(),
+            Param::Double(d) => d.into_pyobject(py)?.into_any(),
+            Param::Str(s) => s.into_pyobject(py)?.into_any(),
+        };
+        list.append((k, v))?;
+    }
+    Ok(list)
+}
+
+fn params_from_py(items: Vec<(String, Bound<'_, PyAny>)>) -> PyResult<Vec<(String, Param)>> {
+    items
+        .into_iter()
+        .map(|(k, v)| {
+            // bool first: Python's bool is an int subclass.
+            let p = if let Ok(b) = v.cast::<pyo3::types::PyBool>() {
+                Param::Bool(b.is_true())
+            } else if let Ok(i) = v.extract::<i64>() {
+                Param::Int(i)
+            } else if let Ok(d) = v.extract::<f64>() {
+                Param::Double(d)
+            } else if let Ok(s) = v.extract::<String>() {
+                Param::Str(s)
+            } else {
+                return Err(PyValueError::new_err(format!(
+                    "Expect parameters values to have type bool/int/str, found type {}",
+                    v.get_type().str()?
+                )));
+            };
+            Ok((k, p))
+        })
+        .collect()
+}
+
 fn dtype(name: &str) -> PyResult<DataType> {
     DataType::from_wire_name(name).ok_or_else(|| PyValueError::new_err(format!("unknown tensor data type {name:?}")))
 }
@@ -113,7 +151,7 @@ impl Channel {
                 corr.into_bound(py),
                 r.flags.into_pyobject(py)?.into_any(),
                 r.timeout_us.into_pyobject(py)?.into_any(),
-                r.parameters.into_pyobject(py)?.into_any(),
+                params_to_py(py, r.parameters)?.into_any(),
                 inputs.into_any(),
                 PyList::new(py, r.requested_outputs)?.into_any(),
             ],
@@ -231,14 +269,14 @@ impl Channel {
 
     /// Sends one response. `outputs` holds `(name, wire_dtype, shape, data)` where `data` is either
     /// `bytes` or `(address, nbytes)` of a live C-contiguous array that the caller keeps alive.
-    #[pyo3(signature = (request, outputs, error = None, parameters = String::new(), final_response = true))]
+    #[pyo3(signature = (request, outputs, error = None, parameters = Vec::new(), final_response = true))]
     fn send_response(
         &self,
         py: Python<'_>,
         request: u64,
         outputs: Vec<(String, String, Vec<i64>, Bound<'_, PyAny>)>,
         error: Option<PyStubError>,
-        parameters: String,
+        parameters: Vec<(String, Bound<'_, PyAny>)>,
         final_response: bool,
     ) -> PyResult<()> {
         let mut tensors = Vec::with_capacity(outputs.len());
@@ -255,6 +293,7 @@ impl Channel {
                 }
             }
         }
+        let parameters = params_from_py(parameters)?;
         let response = Response { request, outputs: tensors, error: stub_error(error), parameters, final_response };
         self.send(py, ToServer::Response(response))
     }

@@ -287,7 +287,8 @@ class TritonPythonModel:
     let stub = model.start();
     // Output readers are threads; give them a moment.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !log_text().contains("marker-stdout-7f3a") && std::time::Instant::now() < deadline {
+    let all_there = || ["marker-stdout-7f3a", "marker-stderr-9c1d", "marker-logger-4b2e"].iter().all(|m| log_text().contains(m));
+    while !all_there() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     let log = log_text();
@@ -377,4 +378,41 @@ class TritonPythonModel:
     for part in ["\"max_batch_size\": 8", "\"name\": \"IN\"", "\"name\": \"OUT\"", "\"dynamic_batching\""] {
         assert!(json.contains(part), "{part} missing in {json}");
     }
+}
+
+#[test]
+fn parameters_reach_the_model_and_come_back() {
+    let model = Model::new(
+        "params",
+        r#"
+import json
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            p = json.loads(r.parameters())
+            out.append(pb_utils.InferenceResponse([], parameters={"echo": p["s"], "n": p["n"] + 1, "flag": not p["b"]}))
+        return out
+"#,
+    );
+    let stub = model.start();
+    let mut req = request(1, vec![]);
+    req.parameters = vec![
+        ("s".into(), tritium_ipc::Param::Str("x".into())),
+        ("n".into(), tritium_ipc::Param::Int(41)),
+        ("b".into(), tritium_ipc::Param::Bool(true)),
+    ];
+    let mut done = stub.execute(vec![req], Some(Duration::from_secs(30))).expect("execute");
+    let resp = done.responses.remove(0);
+    assert!(resp.error.is_none(), "{:?}", resp.error);
+    assert_eq!(
+        resp.parameters,
+        vec![
+            ("echo".to_string(), tritium_ipc::Param::Str("x".into())),
+            ("n".to_string(), tritium_ipc::Param::Int(42)),
+            ("flag".to_string(), tritium_ipc::Param::Bool(false)),
+        ]
+    );
 }

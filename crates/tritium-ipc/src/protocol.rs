@@ -159,8 +159,21 @@ pub enum CorrelationId {
     Str(String),
 }
 
+/// A request or response parameter value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Param {
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A floating-point number.
+    Double(f64),
+    /// A string.
+    Str(String),
+}
+
 /// One inference request, as handed to `execute`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Request {
     /// Server-assigned id, unique per stub; responses and cancellation refer to it.
     pub id: u64,
@@ -172,8 +185,8 @@ pub struct Request {
     pub flags: u32,
     /// Timeout in microseconds, 0 for none.
     pub timeout_us: u64,
-    /// Request parameters as a JSON object string.
-    pub parameters: String,
+    /// Request parameters, in the client's order.
+    pub parameters: Vec<(String, Param)>,
     /// Input tensors.
     pub inputs: Vec<Tensor>,
     /// Names of the outputs the client asked for (all outputs when empty, per Triton).
@@ -202,7 +215,7 @@ impl std::fmt::Display for StubError {
 }
 
 /// One response to a request. A non-decoupled model sends exactly one, with `final_response`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Response {
     /// The [`Request::id`] this answers.
     pub request: u64,
@@ -210,8 +223,8 @@ pub struct Response {
     pub outputs: Vec<Tensor>,
     /// An error instead of (or besides) outputs.
     pub error: Option<StubError>,
-    /// Response parameters as a JSON object string (empty for none).
-    pub parameters: String,
+    /// Response parameters set by the model.
+    pub parameters: Vec<(String, Param)>,
     /// The last response for this request.
     pub final_response: bool,
 }
@@ -249,7 +262,7 @@ pub struct Initialize {
 }
 
 /// Server -> stub messages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToStub {
     /// Run the model class's static `auto_complete_config` on a config (JSON), then exit.
     AutoComplete {
@@ -289,7 +302,7 @@ pub enum ToStub {
 }
 
 /// Stub -> server messages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToServer {
     /// First message of every stub.
     Hello {

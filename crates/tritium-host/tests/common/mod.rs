@@ -113,7 +113,7 @@ pub fn input(stub: &Stub, name: &str, dtype: DataType, shape: &[i64], bytes: &[u
 }
 
 pub fn request(id: u64, inputs: Vec<Tensor>) -> Request {
-    Request { id, request_id: format!("req-{id}"), inputs, parameters: "{}".into(), ..Default::default() }
+    Request { id, request_id: format!("req-{id}"), inputs, ..Default::default() }
 }
 
 /// Triton's serialized BYTES form.
