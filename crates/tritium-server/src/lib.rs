@@ -1,0 +1,13 @@
+//! tritium's core: the model repository, per-model queues feeding stub instances with dynamic
+//! batching, request validation, and statistics. It knows nothing of HTTP, gRPC or JSON; the
+//! frontends translate their wire formats into [`types`] and call [`Server`].
+
+mod instance;
+mod scheduler;
+mod server;
+mod stats;
+pub mod types;
+mod validate;
+
+pub use server::{parse_version, Server, ServerOptions};
+pub use types::*;

@@ -1,0 +1,522 @@
+//! The `Server` facade the frontends call: model lifecycle (load, reload, unload), request
+//! routing to a version's queue, metadata, readiness and statistics.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+use tracing::{error, info};
+use tritium_config::ModelConfig;
+use tritium_host::{Stub, StubCommand};
+use tritium_proto::inference::model_config::SchedulingChoice;
+use tritium_proto::inference::model_instance_group::Kind;
+
+use crate::instance::{self, InstanceSpec, VersionContext};
+use crate::scheduler::{Batching, Pending, Queue};
+use crate::stats::Stats;
+use crate::types::*;
+use crate::validate::{validate, wire_type};
+
+/// How the server runs models.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The model repository.
+    pub repository: PathBuf,
+    /// How to start stubs.
+    pub stub: StubCommand,
+    /// How long a stub may take to start and run `initialize`.
+    pub init_timeout: Duration,
+    /// Run the model's `auto_complete_config` (Triton's default; off with
+    /// `--disable-auto-complete-config`).
+    pub auto_complete: bool,
+    /// Server readiness requires every model to be ready.
+    pub strict_readiness: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Loading,
+    Ready,
+    Unavailable(String),
+    Unloading,
+}
+
+struct Version {
+    config: Arc<ModelConfig>,
+    config_json: String,
+    ctx: Arc<VersionContext>,
+    workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Version {
+    /// Stops taking requests, lets the instances finish what is queued, and joins them.
+    fn retire(&self) {
+        self.ctx.queue.close_gracefully();
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        for w in workers {
+            let _ = w.join();
+        }
+    }
+}
+
+struct Entry {
+    state: State,
+    /// Whether the operator wants this model loaded (false after an unload).
+    wanted: bool,
+    versions: BTreeMap<i64, Arc<Version>>,
+}
+
+struct Inner {
+    opts: ServerOptions,
+    models: RwLock<BTreeMap<String, Entry>>,
+    live: AtomicBool,
+}
+
+/// The running server: every model, its instances and queues.
+#[derive(Clone)]
+pub struct Server {
+    inner: Arc<Inner>,
+}
+
+/// Parses a version as URLs and protos carry it: empty means "the default version".
+pub fn parse_version(s: &str) -> Result<Option<i64>, InferError> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse::<i64>().map(Some).map_err(|_| InferError::invalid(format!("invalid model version '{s}': versions are integers")))
+}
+
+/// Refuses model names that could escape the repository.
+fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\\') || name.contains('\0') {
+        return Err(format!("invalid model name {name:?}: a model name is one directory name inside the repository"));
+    }
+    Ok(())
+}
+
+fn kind_name(kind: i32) -> &'static str {
+    match Kind::try_from(kind) {
+        Ok(Kind::Gpu) => "GPU",
+        Ok(Kind::Model) => "MODEL",
+        _ => "CPU",
+    }
+}
+
+impl Server {
+    /// A server with no models loaded yet.
+    pub fn new(opts: ServerOptions) -> Self {
+        Self { inner: Arc::new(Inner { opts, models: RwLock::new(BTreeMap::new()), live: AtomicBool::new(true) }) }
+    }
+
+    fn models(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
+        self.inner.models.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn models_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Entry>> {
+        self.inner.models.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The model directories in the repository, sorted.
+    pub fn repository_models(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.inner.opts.repository)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter(|e| e.path().is_dir())
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| !n.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Loads the given models concurrently; failures are logged and reported by the index.
+    pub async fn load_models(&self, names: Vec<String>) {
+        let loads = names.into_iter().map(|name| {
+            let server = self.clone();
+            async move {
+                if let Err(e) = server.load_model(&name).await {
+                    error!(model = %name, "{e}");
+                }
+            }
+        });
+        for load in loads.collect::<Vec<_>>() {
+            // Each load runs on its own thread; awaiting them in turn still loads in parallel.
+            load.await;
+        }
+    }
+
+    /// Runs one inference.
+    pub async fn infer(&self, req: InferRequest) -> Result<InferResponse, InferError> {
+        let start = Instant::now();
+        let version = self.route(&req.model, req.version)?;
+        let checked = match validate(&req, &version.config) {
+            Ok(v) => v,
+            Err(e) => {
+                version.ctx.stats.failure(start.elapsed());
+                return Err(e);
+            }
+        };
+        let (tx, rx) = oneshot::channel();
+        let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
+        if let Err(p) = version.ctx.queue.push(pending) {
+            return Err(InferError::unavailable(format!("model '{}' is unloading; retry once it is loaded again", p.req.model)));
+        }
+        rx.await.unwrap_or_else(|_| Err(InferError::internal("the model instance dropped the request without answering")))
+    }
+
+    fn route(&self, model: &str, version: Option<i64>) -> Result<Arc<Version>, InferError> {
+        let models = self.models();
+        let Some(entry) = models.get(model) else {
+            return Err(InferError::not_found(format!("Request for unknown model: '{model}' is not found")));
+        };
+        let found = match version {
+            Some(v) => entry.versions.get(&v).cloned(),
+            None => entry.versions.values().next_back().cloned(),
+        };
+        match (found, version, &entry.state) {
+            (Some(v), _, _) => Ok(v),
+            (None, Some(v), _) => Err(InferError::not_found(format!("Request for unknown model: '{model}' version {v} is not found"))),
+            (None, None, State::Unavailable(reason)) => Err(InferError::unavailable(format!(
+                "Request for unknown model: '{model}' has no available versions: {reason}"
+            ))),
+            (None, None, _) => Err(InferError::unavailable(format!("Request for unknown model: '{model}' has no available versions"))),
+        }
+    }
+
+    /// Always true while the process serves.
+    pub fn live(&self) -> bool {
+        self.inner.live.load(Ordering::Acquire)
+    }
+
+    /// Readiness: live, and (with strict readiness) every wanted model ready.
+    pub fn ready(&self) -> bool {
+        if !self.live() {
+            return false;
+        }
+        if !self.inner.opts.strict_readiness {
+            return true;
+        }
+        self.models().values().filter(|e| e.wanted).all(|e| e.state == State::Ready)
+    }
+
+    /// Server name, version and extensions.
+    pub fn metadata(&self) -> ServerMetadata {
+        ServerMetadata {
+            name: "tritium".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            extensions: ["model_repository", "model_configuration", "binary_tensor_data", "parameters", "statistics", "schedule_policy"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+
+    /// A model's metadata.
+    pub fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata, InferError> {
+        let v = self.route(name, version)?;
+        let versions = self.models().get(name).map(|e| e.versions.keys().map(i64::to_string).collect()).unwrap_or_default();
+        let c = &v.config;
+        let batch = c.max_batch_size > 0;
+        let meta = |n: &str, t: i32, dims: &[i64]| TensorMetadata {
+            name: n.to_string(),
+            datatype: wire_type(t).map_or("INVALID", DataType::wire_name).to_string(),
+            shape: if batch { std::iter::once(-1).chain(dims.iter().copied()).collect() } else { dims.to_vec() },
+        };
+        Ok(ModelMetadata {
+            name: name.to_string(),
+            versions,
+            platform: if c.platform.is_empty() { c.backend.clone() } else { c.platform.clone() },
+            inputs: c.input.iter().map(|i| meta(&i.name, i.data_type, &i.dims)).collect(),
+            outputs: c.output.iter().map(|o| meta(&o.name, o.data_type, &o.dims)).collect(),
+        })
+    }
+
+    /// A model's config as Triton's JSON (every field, defaults filled).
+    pub fn model_config_json(&self, name: &str, version: Option<i64>) -> Result<String, InferError> {
+        Ok(self.route(name, version)?.config_json.clone())
+    }
+
+    /// A model's config.
+    pub fn model_config(&self, name: &str, version: Option<i64>) -> Result<ModelConfig, InferError> {
+        Ok((*self.route(name, version)?.config).clone())
+    }
+
+    /// Whether a model (version) is ready.
+    pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
+        self.route(name, version).is_ok()
+    }
+
+    /// The repository index: every model directory, and the state of each loaded version.
+    pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        let models = self.models();
+        let mut out = Vec::new();
+        let mut names = self.repository_models();
+        names.extend(models.keys().cloned());
+        names.sort();
+        names.dedup();
+        for name in names {
+            let Some(entry) = models.get(&name) else {
+                if !ready_only {
+                    out.push(IndexEntry { name, version: String::new(), state: String::new(), reason: String::new() });
+                }
+                continue;
+            };
+            let (state, reason) = match &entry.state {
+                State::Loading => ("LOADING", String::new()),
+                State::Ready => ("READY", String::new()),
+                State::Unavailable(r) => ("UNAVAILABLE", r.clone()),
+                State::Unloading => ("UNLOADING", String::new()),
+            };
+            if ready_only && entry.state != State::Ready {
+                continue;
+            }
+            if entry.versions.is_empty() {
+                out.push(IndexEntry { name: name.clone(), version: String::new(), state: state.into(), reason });
+            } else {
+                for v in entry.versions.keys() {
+                    out.push(IndexEntry { name: name.clone(), version: v.to_string(), state: state.into(), reason: reason.clone() });
+                }
+            }
+        }
+        out
+    }
+
+    /// Loads (or reloads) a model. On reload the new versions are ready before the old ones drain.
+    pub async fn load_model(&self, name: &str) -> Result<(), InferError> {
+        check_name(name).map_err(InferError::invalid)?;
+        {
+            let mut models = self.models_mut();
+            let entry = models.entry(name.to_string()).or_insert_with(|| Entry {
+                state: State::Loading,
+                wanted: true,
+                versions: BTreeMap::new(),
+            });
+            entry.wanted = true;
+            if entry.versions.is_empty() {
+                entry.state = State::Loading;
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        let inner = self.inner.clone();
+        let model = name.to_string();
+        std::thread::Builder::new()
+            .name(format!("load-{name}"))
+            .spawn(move || {
+                let _ = tx.send(load_versions(&inner.opts, &model));
+            })
+            .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
+        let result = rx.await.unwrap_or_else(|_| Err("the loader thread died".into()));
+        let old = {
+            let mut models = self.models_mut();
+            let Some(entry) = models.get_mut(name) else { return Err(InferError::internal("model vanished while loading")) };
+            match result {
+                Ok(versions) => {
+                    entry.state = State::Ready;
+                    std::mem::replace(&mut entry.versions, versions)
+                }
+                Err(reason) => {
+                    if entry.versions.is_empty() {
+                        entry.state = State::Unavailable(reason.clone());
+                    } else {
+                        error!(model = %name, "reload failed, the previous versions keep serving: {reason}");
+                    }
+                    return Err(InferError::invalid(format!("failed to load '{name}': {reason}")));
+                }
+            }
+        };
+        retire_all(old).await;
+        info!(model = %name, "model ready");
+        Ok(())
+    }
+
+    /// Unloads a model: new requests are refused, queued ones are served, then `finalize` runs.
+    pub async fn unload_model(&self, name: &str) -> Result<(), InferError> {
+        check_name(name).map_err(InferError::invalid)?;
+        let old = {
+            let mut models = self.models_mut();
+            let Some(entry) = models.get_mut(name) else {
+                return Err(InferError::not_found(format!("failed to unload '{name}', no version is available")));
+            };
+            entry.wanted = false;
+            entry.state = State::Unloading;
+            std::mem::take(&mut entry.versions)
+        };
+        retire_all(old).await;
+        if let Some(entry) = self.models_mut().get_mut(name) {
+            if entry.state == State::Unloading {
+                entry.state = State::Unavailable("unloaded".into());
+            }
+        }
+        info!(model = %name, "model unloaded");
+        Ok(())
+    }
+
+    /// Statistics for one model (and version) or all.
+    pub fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStats>, InferError> {
+        let models = self.models();
+        let mut out = Vec::new();
+        for (model, entry) in models.iter() {
+            if name.is_some_and(|n| n != model) {
+                continue;
+            }
+            for (v, ver) in &entry.versions {
+                if version.is_some_and(|want| want != *v) {
+                    continue;
+                }
+                out.push(ver.ctx.stats.snapshot());
+            }
+        }
+        if let Some(n) = name {
+            if out.is_empty() {
+                self.route(n, version)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Requests waiting in a model's queues (all versions).
+    pub fn pending_requests(&self, name: &str) -> usize {
+        self.models().get(name).map(|e| e.versions.values().map(|v| v.ctx.queue.len()).sum()).unwrap_or(0)
+    }
+
+    /// Stops serving: every model drains its queue and finalizes its instances.
+    pub async fn shutdown(&self) {
+        self.inner.live.store(false, Ordering::Release);
+        let all: Vec<_> = {
+            let mut models = self.models_mut();
+            models.values_mut().flat_map(|e| std::mem::take(&mut e.versions)).collect()
+        };
+        retire_all(all.into_iter().collect()).await;
+    }
+}
+
+async fn retire_all(versions: BTreeMap<i64, Arc<Version>>) {
+    if versions.is_empty() {
+        return;
+    }
+    let (tx, rx) = oneshot::channel();
+    let spawned = std::thread::Builder::new().name("retire".into()).spawn(move || {
+        std::thread::scope(|s| {
+            for v in versions.values() {
+                s.spawn(|| v.retire());
+            }
+        });
+        let _ = tx.send(());
+    });
+    if spawned.is_ok() {
+        let _ = rx.await;
+    }
+}
+
+/// Finds the newest numeric version directory, for auto-completion before the policy is known.
+fn newest_version_dir(dir: &Path) -> Option<i64> {
+    std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i64>().ok()).max()
+}
+
+/// Runs the model's `auto_complete_config` in a short-lived stub.
+fn auto_complete(opts: &ServerOptions, name: &str, model_file: &Path, config: &ModelConfig) -> Result<ModelConfig, String> {
+    let stub = Stub::spawn(&opts.stub, &format!("{name}_autocomplete"), opts.init_timeout).map_err(|e| e.to_string())?;
+    let json = tritium_config::to_json(config).to_string();
+    let result = stub.auto_complete(&model_file.display().to_string(), &json, opts.init_timeout);
+    let _ = stub.finalize(Duration::from_secs(5));
+    let completed = result.map_err(|e| format!("auto_complete_config failed: {e}"))?;
+    let value: serde_json::Value = serde_json::from_str(&completed).map_err(|e| format!("auto_complete_config returned invalid JSON: {e}"))?;
+    tritium_config::from_json(&value).map_err(|e| format!("auto_complete_config returned an invalid config: {e}"))
+}
+
+/// Reads, completes and checks a model's config, then starts every instance of every version.
+fn load_versions(opts: &ServerOptions, name: &str) -> Result<BTreeMap<i64, Arc<Version>>, String> {
+    let dir = opts.repository.join(name);
+    if !dir.is_dir() {
+        return Err(format!("no model directory {} in the repository", dir.display()));
+    }
+    let from_file = tritium_config::load_config(&dir).map_err(|e| e.to_string())?;
+    let has_file = from_file.is_some();
+    let mut config = from_file.unwrap_or_else(|| ModelConfig { name: name.to_string(), backend: "python".into(), ..Default::default() });
+    if opts.auto_complete {
+        let filename = if config.default_model_filename.is_empty() { "model.py" } else { &config.default_model_filename };
+        if let Some(v) = newest_version_dir(&dir) {
+            let file = dir.join(v.to_string()).join(filename);
+            let mentions = std::fs::read_to_string(&file).map(|s| s.contains("auto_complete_config")).unwrap_or(false);
+            if !has_file || mentions {
+                config = auto_complete(opts, name, &file, &config)?;
+            }
+        }
+    }
+    tritium_config::normalize(&mut config, name).map_err(|e| e.to_string())?;
+    tritium_config::resolve_instance_groups(&mut config, &[]).map_err(|e| e.to_string())?;
+    let policy = config.version_policy.clone().unwrap_or_default();
+    let versions = tritium_config::model_versions(&dir, &policy).map_err(|e| e.to_string())?;
+    if versions.is_empty() {
+        return Err(format!("no version directory (a number, such as {}/1) holds the model", dir.display()));
+    }
+    let config = Arc::new(config);
+    let config_json = tritium_config::to_json(&config).to_string();
+    let batching = match &config.scheduling_choice {
+        Some(SchedulingChoice::DynamicBatching(db)) if config.max_batch_size > 0 => Some(Batching {
+            max_batch_size: config.max_batch_size as u64,
+            preferred: db.preferred_batch_size.iter().map(|&p| p as u64).collect(),
+            max_delay: Duration::from_micros(db.max_queue_delay_microseconds),
+        }),
+        _ => None,
+    };
+    let mut loaded = BTreeMap::new();
+    for v in versions {
+        let model_file = dir.join(v.to_string()).join(&config.default_model_filename);
+        if !model_file.is_file() {
+            return Err(format!("Python model file not found in '{}'", model_file.display()));
+        }
+        let ctx = Arc::new(VersionContext {
+            model: name.to_string(),
+            version: v,
+            model_file,
+            model_dir: dir.clone(),
+            config_json: config_json.clone(),
+            queue: Arc::new(Queue::new(batching.clone())),
+            stats: Arc::new(Stats::new(name, v)),
+            stub: opts.stub.clone(),
+            init_timeout: opts.init_timeout,
+            live_workers: AtomicUsize::new(0),
+        });
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let mut workers = Vec::new();
+        let mut expected = 0;
+        for group in &config.instance_group {
+            let devices: Vec<i32> = if group.kind == Kind::Gpu as i32 { group.gpus.clone() } else { vec![0] };
+            let mut k = 0;
+            for device_id in devices {
+                for _ in 0..group.count.max(1) {
+                    let spec = InstanceSpec { name: format!("{}_{k}", group.name), kind: kind_name(group.kind), device_id };
+                    k += 1;
+                    let w = instance::spawn(ctx.clone(), spec, ready_tx.clone()).map_err(|e| format!("cannot start an instance thread: {e}"))?;
+                    workers.push(w);
+                    expected += 1;
+                }
+            }
+        }
+        drop(ready_tx);
+        let mut failures = Vec::new();
+        for _ in 0..expected {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failures.push(e),
+                Err(_) => failures.push("an instance thread ended before reporting".into()),
+            }
+        }
+        let version = Arc::new(Version { config: config.clone(), config_json: config_json.clone(), ctx, workers: Mutex::new(workers) });
+        if !failures.is_empty() {
+            version.retire();
+            for (_, other) in std::mem::take(&mut loaded) {
+                let other: Arc<Version> = other;
+                other.retire();
+            }
+            return Err(failures.join("; "));
+        }
+        loaded.insert(v, version);
+    }
+    Ok(loaded)
+}

@@ -1,0 +1,69 @@
+//! Per-model-version statistics, recorded as Triton records them.
+
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::types::{BatchStats, ModelStats, StatDuration};
+
+fn add(s: &mut StatDuration, d: Duration) {
+    s.count += 1;
+    s.ns += d.as_nanos() as u64;
+}
+
+/// The timings of one execution, shared by every request in its batch.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExecTimes {
+    pub compute_input: Duration,
+    pub compute_infer: Duration,
+    pub compute_output: Duration,
+}
+
+/// Statistics of one model version.
+#[derive(Debug)]
+pub(crate) struct Stats(Mutex<ModelStats>);
+
+impl Stats {
+    pub(crate) fn new(name: &str, version: i64) -> Self {
+        Self(Mutex::new(ModelStats { name: name.to_string(), version: version.to_string(), ..Default::default() }))
+    }
+
+    pub(crate) fn snapshot(&self) -> ModelStats {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Records one execution of `batch_size` (the sum of the requests' batch sizes).
+    pub(crate) fn execution(&self, batch_size: u64, t: ExecTimes) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        s.execution_count += 1;
+        let pos = match s.batch_stats.iter().position(|b| b.batch_size == batch_size) {
+            Some(p) => p,
+            None => {
+                s.batch_stats.push(BatchStats { batch_size, ..Default::default() });
+                s.batch_stats.sort_by_key(|b| b.batch_size);
+                s.batch_stats.iter().position(|b| b.batch_size == batch_size).unwrap_or(0)
+            }
+        };
+        let b = &mut s.batch_stats[pos];
+        add(&mut b.compute_input, t.compute_input);
+        add(&mut b.compute_infer, t.compute_infer);
+        add(&mut b.compute_output, t.compute_output);
+    }
+
+    /// Records a request that succeeded after `total` (queue and compute included).
+    pub(crate) fn success(&self, batch_size: u64, total: Duration, queue: Duration, t: ExecTimes) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        s.inference_count += batch_size.max(1);
+        s.last_inference = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        add(&mut s.success, total);
+        add(&mut s.queue, queue);
+        add(&mut s.compute_input, t.compute_input);
+        add(&mut s.compute_infer, t.compute_infer);
+        add(&mut s.compute_output, t.compute_output);
+    }
+
+    /// Records a request that failed after `total`.
+    pub(crate) fn failure(&self, total: Duration) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        add(&mut s.fail, total);
+    }
+}

@@ -1,0 +1,249 @@
+//! The inference API the frontends use: requests, responses, errors, metadata and statistics,
+//! free of any wire format (HTTP, gRPC and JSON are the frontends' business).
+
+use bytes::Bytes;
+pub use tritium_ipc::{CorrelationId, DataType, Param as ParamValue};
+
+/// Triton's error codes, which the frontends map to HTTP statuses and gRPC codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Anything else.
+    Unknown,
+    /// A server-side failure (model code raised, a stub crashed).
+    Internal,
+    /// Unknown model, version or tensor.
+    NotFound,
+    /// The request is malformed: wrong dtype, shape, size, missing input.
+    InvalidArg,
+    /// The model exists but cannot serve now (loading, failed, unloading).
+    Unavailable,
+    /// The feature is not supported.
+    Unsupported,
+    /// Already exists.
+    AlreadyExists,
+    /// The request was cancelled.
+    Cancelled,
+}
+
+impl ErrorKind {
+    /// The numeric `pb_utils.TritonError` code.
+    pub fn from_triton_code(code: u32) -> Self {
+        match code {
+            1 => ErrorKind::Internal,
+            2 => ErrorKind::NotFound,
+            3 => ErrorKind::InvalidArg,
+            4 => ErrorKind::Unavailable,
+            5 => ErrorKind::Unsupported,
+            6 => ErrorKind::AlreadyExists,
+            7 => ErrorKind::Cancelled,
+            _ => ErrorKind::Unknown,
+        }
+    }
+}
+
+/// An error answered to a client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct InferError {
+    /// The class of error.
+    pub kind: ErrorKind,
+    /// What went wrong and, where it helps, what to do.
+    pub message: String,
+}
+
+impl InferError {
+    /// An error of `kind` with `message`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self { kind, message: message.into() }
+    }
+
+    /// `InvalidArg`.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArg, message)
+    }
+
+    /// `NotFound`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotFound, message)
+    }
+
+    /// `Unavailable`.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unavailable, message)
+    }
+
+    /// `Internal`.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+}
+
+/// An input tensor as the client sent it. `BYTES` data is in Triton's serialized form (a
+/// little-endian `u32` length before each element).
+#[derive(Debug, Clone)]
+pub struct InputTensor {
+    /// Name.
+    pub name: String,
+    /// Element type.
+    pub datatype: DataType,
+    /// Shape, batch dimension included for batching models.
+    pub shape: Vec<i64>,
+    /// The raw bytes, row-major.
+    pub data: Bytes,
+}
+
+/// One inference request.
+#[derive(Debug, Clone, Default)]
+pub struct InferRequest {
+    /// Target model.
+    pub model: String,
+    /// Target version; `None` picks the model's newest ready version.
+    pub version: Option<i64>,
+    /// The client's request id, echoed in the response.
+    pub id: String,
+    /// Inputs.
+    pub inputs: Vec<InputTensor>,
+    /// Requested outputs by name; empty asks for every output.
+    pub outputs: Vec<String>,
+    /// Request parameters (the frontend has removed its own, such as `binary_data_output`).
+    pub parameters: Vec<(String, ParamValue)>,
+    /// Sequence correlation id.
+    pub correlation_id: CorrelationId,
+    /// Triton request flags (sequence start = 1, end = 2).
+    pub flags: u32,
+    /// Timeout in microseconds, 0 for none.
+    pub timeout_us: u64,
+}
+
+/// An output tensor. `BYTES` data is in Triton's serialized form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputTensor {
+    /// Name.
+    pub name: String,
+    /// Element type.
+    pub datatype: DataType,
+    /// Shape.
+    pub shape: Vec<i64>,
+    /// The raw bytes, row-major.
+    pub data: Vec<u8>,
+}
+
+/// The response to an [`InferRequest`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct InferResponse {
+    /// Model name.
+    pub model: String,
+    /// The version that served the request.
+    pub version: i64,
+    /// The request's id.
+    pub id: String,
+    /// Outputs, in the order the model produced them, filtered to those requested.
+    pub outputs: Vec<OutputTensor>,
+    /// Response parameters set by the model.
+    pub parameters: Vec<(String, ParamValue)>,
+}
+
+/// Name, dtype and shape of a model input or output, as metadata reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorMetadata {
+    /// Name.
+    pub name: String,
+    /// KServe dtype name (`"FP32"`, `"BYTES"`).
+    pub datatype: String,
+    /// Shape with `-1` for variable dimensions, batch dimension included for batching models.
+    pub shape: Vec<i64>,
+}
+
+/// What `/v2/models/{m}` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelMetadata {
+    /// Model name.
+    pub name: String,
+    /// Versions available (as strings, as KServe has them).
+    pub versions: Vec<String>,
+    /// Platform (`"python"`).
+    pub platform: String,
+    /// Inputs.
+    pub inputs: Vec<TensorMetadata>,
+    /// Outputs.
+    pub outputs: Vec<TensorMetadata>,
+}
+
+/// What `/v2` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerMetadata {
+    /// Server name.
+    pub name: String,
+    /// Server version.
+    pub version: String,
+    /// Supported protocol extensions.
+    pub extensions: Vec<String>,
+}
+
+/// One row of the repository index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Model name.
+    pub name: String,
+    /// Version, empty when the model has none loaded.
+    pub version: String,
+    /// `READY`, `LOADING`, `UNAVAILABLE`, `UNLOADING`.
+    pub state: String,
+    /// Why it is not ready, when it is not.
+    pub reason: String,
+}
+
+/// A count and the total time of some step, as Triton's statistics report them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatDuration {
+    /// How many times.
+    pub count: u64,
+    /// Total nanoseconds.
+    pub ns: u64,
+}
+
+/// Per-model-version statistics in Triton's shape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModelStats {
+    /// Model name.
+    pub name: String,
+    /// Version, as a string.
+    pub version: String,
+    /// Milliseconds since the epoch of the last inference, 0 if none.
+    pub last_inference: u64,
+    /// Inferences performed (each request's batch size counted).
+    pub inference_count: u64,
+    /// Model executions (calls of `execute`).
+    pub execution_count: u64,
+    /// Successful requests.
+    pub success: StatDuration,
+    /// Failed requests.
+    pub fail: StatDuration,
+    /// Time in the queue.
+    pub queue: StatDuration,
+    /// Time preparing inputs.
+    pub compute_input: StatDuration,
+    /// Time in the model's `execute`.
+    pub compute_infer: StatDuration,
+    /// Time producing outputs.
+    pub compute_output: StatDuration,
+    /// Response-cache hits.
+    pub cache_hit: StatDuration,
+    /// Response-cache misses.
+    pub cache_miss: StatDuration,
+    /// Per batch size: (batch size, compute input, compute infer, compute output).
+    pub batch_stats: Vec<BatchStats>,
+}
+
+/// Statistics of executions of one batch size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchStats {
+    /// The batch size.
+    pub batch_size: u64,
+    /// Input preparation.
+    pub compute_input: StatDuration,
+    /// `execute`.
+    pub compute_infer: StatDuration,
+    /// Output handling.
+    pub compute_output: StatDuration,
+}

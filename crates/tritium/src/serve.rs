@@ -1,0 +1,182 @@
+//! `tritium serve`: flags (Triton's names where Triton has them, also read from `TRITIUM_*`),
+//! logging, the frontends, the initial model load, and graceful shutdown on SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use tokio::sync::watch;
+use tracing::{info, warn};
+use tritium_host::StubCommand;
+use tritium_server::{Server, ServerOptions};
+
+/// How models get loaded, as Triton's `--model-control-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ControlMode {
+    /// Load every model at startup; load and unload requests are refused.
+    None,
+    /// Load every model at startup and reload changed ones every `--repository-poll-secs`.
+    Poll,
+    /// Load only `--load-model` models at startup; load and unload on request.
+    Explicit,
+}
+
+/// Flags of `tritium serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The model repository directory.
+    #[arg(long, env = "TRITIUM_MODEL_REPOSITORY", alias = "model-store")]
+    model_repository: PathBuf,
+    /// Address the HTTP, gRPC and metrics endpoints listen on.
+    #[arg(long, env = "TRITIUM_HOST", default_value = "127.0.0.1")]
+    host: String,
+    /// HTTP (KServe v2 REST) port.
+    #[arg(long, env = "TRITIUM_HTTP_PORT", default_value_t = 8000)]
+    http_port: u16,
+    /// gRPC port.
+    #[arg(long, env = "TRITIUM_GRPC_PORT", default_value_t = 8001)]
+    grpc_port: u16,
+    /// Prometheus metrics port.
+    #[arg(long, env = "TRITIUM_METRICS_PORT", default_value_t = 8002)]
+    metrics_port: u16,
+    /// How models are loaded.
+    #[arg(long, env = "TRITIUM_MODEL_CONTROL_MODE", value_enum, default_value_t = ControlMode::None)]
+    model_control_mode: ControlMode,
+    /// With explicit control: a model to load at startup (repeatable; `*` loads all).
+    #[arg(long = "load-model", env = "TRITIUM_LOAD_MODEL", value_delimiter = ',')]
+    load_model: Vec<String>,
+    /// Seconds between repository scans in poll mode.
+    #[arg(long, env = "TRITIUM_REPOSITORY_POLL_SECS", default_value_t = 15)]
+    repository_poll_secs: u64,
+    /// Verbose logging level (0 = off, 1 and up = debug).
+    #[arg(long, env = "TRITIUM_LOG_VERBOSE", default_value_t = 0)]
+    log_verbose: u32,
+    /// The Python interpreter stubs run on (default: the repository's .venv, else python3).
+    #[arg(long, env = "TRITIUM_PYTHON")]
+    python: Option<PathBuf>,
+    /// The directory holding tritium's Python package (default: found next to the binary).
+    #[arg(long, env = "TRITIUM_PYTHON_PATH")]
+    python_path: Option<PathBuf>,
+    /// Seconds a stub may take to start and finish `initialize`.
+    #[arg(long, env = "TRITIUM_STUB_INIT_TIMEOUT_SECS", default_value_t = 300)]
+    stub_init_timeout_secs: u64,
+    /// Do not call the models' `auto_complete_config`.
+    #[arg(long, env = "TRITIUM_DISABLE_AUTO_COMPLETE_CONFIG")]
+    disable_auto_complete_config: bool,
+    /// Server readiness requires every model to be ready.
+    #[arg(long, env = "TRITIUM_STRICT_READINESS", default_value_t = true, action = clap::ArgAction::Set)]
+    strict_readiness: bool,
+    /// Busy-poll iterations before a wait on a stub sleeps (0 never spins).
+    #[arg(long, env = "TRITIUM_STUB_SPIN", default_value_t = 2000)]
+    stub_spin: u32,
+    /// Seconds in-flight requests get to finish at shutdown.
+    #[arg(long, env = "TRITIUM_EXIT_TIMEOUT_SECS", default_value_t = 30)]
+    exit_timeout_secs: u64,
+}
+
+/// Finds the `python/` directory holding the `tritium` package with its native module built.
+fn find_python_path(given: Option<PathBuf>) -> Result<PathBuf> {
+    let has_native = |p: &Path| p.join("tritium/_native.abi3.so").is_file();
+    if let Some(p) = given {
+        if !has_native(&p) {
+            bail!("{} has no tritium/_native.abi3.so: build it with `cargo xtask build`", p.display());
+        }
+        return Ok(p);
+    }
+    let exe = std::env::current_exe().context("locating the tritium binary")?;
+    let candidates = exe.ancestors().skip(1).take(4).flat_map(|d| [d.join("python"), d.join("share/tritium/python")]);
+    for c in candidates {
+        if has_native(&c) {
+            return Ok(c);
+        }
+    }
+    bail!("cannot find tritium's python/ directory next to {}: pass --python-path (after `cargo xtask build`)", exe.display())
+}
+
+fn init_logging(verbose: u32) {
+    let default = if verbose > 0 { "debug" } else { "info" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TRITIUM_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub(crate) fn run(args: ServeArgs) -> Result<()> {
+    init_logging(args.log_verbose);
+    let python_path = find_python_path(args.python_path.clone())?;
+    let python = args.python.clone().unwrap_or_else(|| {
+        let venv = python_path.join("../.venv/bin/python");
+        if venv.is_file() { venv } else { PathBuf::from("python3") }
+    });
+    let repository = args
+        .model_repository
+        .canonicalize()
+        .with_context(|| format!("model repository {} does not exist", args.model_repository.display()))?;
+    let opts = ServerOptions {
+        repository,
+        stub: StubCommand { python, python_path, env: Vec::new(), spin: args.stub_spin },
+        init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
+        auto_complete: !args.disable_auto_complete_config,
+        strict_readiness: args.strict_readiness,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    runtime.block_on(serve(args, opts))
+}
+
+async fn bind(host: &str, port: u16, what: &str) -> Result<tokio::net::TcpListener> {
+    let addr: SocketAddr = format!("{host}:{port}").parse().with_context(|| format!("invalid --host {host:?}"))?;
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen for {what} on {addr}: is another server using the port? (choose another with --{what}-port)"))
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!("cannot watch SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+async fn serve(args: ServeArgs, opts: ServerOptions) -> Result<()> {
+    let server = Server::new(opts);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let http = bind(&args.host, args.http_port, "http").await?;
+    info!("HTTP service on {}", http.local_addr()?);
+    let http_task = tokio::spawn(tritium_http::serve(http, server.clone().into(), stopped(stop_rx.clone())));
+
+    let initial = match args.model_control_mode {
+        ControlMode::Explicit if !args.load_model.iter().any(|m| m == "*") => args.load_model.clone(),
+        _ => server.repository_models(),
+    };
+    info!("loading {} model(s) from {}", initial.len(), args.model_repository.display());
+    let loading = {
+        let server = server.clone();
+        tokio::spawn(async move { server.load_models(initial).await })
+    };
+
+    shutdown_signal().await;
+    info!("shutting down: no new requests; in-flight requests get {}s", args.exit_timeout_secs);
+    loading.abort();
+    let _ = stop_tx.send(true);
+    let drain = async {
+        let _ = http_task.await;
+        server.shutdown().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), drain).await.is_err() {
+        warn!("exit timeout reached; stopping the remaining stubs");
+    }
+    info!("stopped");
+    Ok(())
+}
