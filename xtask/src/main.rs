@@ -3,7 +3,9 @@
 //!
 //! - `cargo xtask setup`: creates `.venv` (from `$TRITIUM_BASE_PYTHON` or `python3`) with the
 //!   packages in `python/requirements-dev.txt`.
-//! - `cargo xtask build`: builds `tritium._native` (release) into `python/tritium/`.
+//! - `cargo xtask build`: builds the `tritium` binary and `tritium._native` (release), placing the
+//!   native module into `python/tritium/`.
+//! - `cargo xtask serve [FLAGS]`: setup, build, then `tritium serve` on `examples/models`.
 //! - `cargo xtask test`: setup, build, `cargo test --workspace`, then the Python tests.
 //! - `cargo xtask bench ipc`: the IPC benchmark (floor, stub round trips, memcpy).
 
@@ -43,12 +45,61 @@ fn setup() -> Result<()> {
         run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"]).arg(&req))?;
         std::fs::write(&stamp, wanted)?;
     }
+    setup_perf_analyzer(&py)
+}
+
+/// perf_analyzer for the tests and benchmarks: the `tritonclient==2.44.0` wheel is the last one
+/// whose `perf_analyzer` runs on glibc 2.36; it needs `libb64.so.0d` (Debian's libb64-0d) and
+/// `libcudart.so.12` (the `nvidia-cuda-runtime-cu12` wheel). Installed under `.venv/perf`, with a
+/// wrapper at `.venv/bin/perf_analyzer`.
+fn setup_perf_analyzer(py: &Path) -> Result<()> {
+    let perf = root().join(".venv/perf");
+    let wrapper = root().join(".venv/bin/perf_analyzer");
+    if wrapper.exists() {
+        return Ok(());
+    }
+    if !Path::new("/lib/x86_64-linux-gnu/libb64.so.0d").exists() && !Path::new("/usr/lib/x86_64-linux-gnu/libb64.so.0d").exists() {
+        let install = || Command::new("apt-get").args(["install", "-y", "-q", "libb64-0d"]).status().map(|s| s.success()).unwrap_or(false);
+        if !install() {
+            let _ = Command::new("apt-get").args(["update", "-q"]).status();
+            if !install() {
+                eprintln!("xtask: cannot install libb64-0d (apt-get as root); perf_analyzer tests will be skipped");
+                return Ok(());
+            }
+        }
+    }
+    let dl = perf.join("download");
+    run(Command::new(py)
+        .args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:", "-d"])
+        .arg(&dl)
+        .arg("tritonclient==2.44.0"))?;
+    run(Command::new(py)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+        .arg(perf.join("cudart"))
+        .arg("nvidia-cuda-runtime-cu12==12.9.79"))?;
+    let extract = r#"
+import pathlib, sys, zipfile
+dl, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+wheel = next(dl.glob("tritonclient-2.44.0-*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    name = next(n for n in z.namelist() if n.endswith("/bin/perf_analyzer"))
+    out.write_bytes(z.read(name))
+out.chmod(0o755)
+"#;
+    run(Command::new(py).args(["-c", extract]).arg(&dl).arg(perf.join("perf_analyzer")))?;
+    let script = format!(
+        "#!/bin/sh\nLD_LIBRARY_PATH=\"{}:$LD_LIBRARY_PATH\" exec \"{}\" \"$@\"\n",
+        perf.join("cudart/nvidia/cuda_runtime/lib").display(),
+        perf.join("perf_analyzer").display()
+    );
+    std::fs::write(&wrapper, script)?;
+    run(Command::new("chmod").arg("755").arg(&wrapper))?;
     Ok(())
 }
 
 /// Builds the stub's native module and places it next to the `tritium` package.
 fn build() -> Result<()> {
-    run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--release", "-p", "tritium-native"]))?;
+    run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--release", "-p", "tritium-native", "-p", "tritium"]))?;
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
     let built = target.join("release/libtritium_native.so");
     let dest = root().join("python/tritium/_native.abi3.so");
@@ -56,6 +107,21 @@ fn build() -> Result<()> {
     let tmp = dest.with_extension("so.tmp");
     std::fs::copy(&built, &tmp).with_context(|| format!("copying {}", built.display()))?;
     std::fs::rename(&tmp, &dest)?;
+    Ok(())
+}
+
+/// Builds everything and runs the server on the examples until Ctrl-C.
+fn serve(extra: &[String]) -> Result<()> {
+    setup()?;
+    build()?;
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+    let mut cmd = Command::new(target.join("release/tritium"));
+    cmd.arg("serve").arg("--model-repository").arg(root().join("examples/models")).args(extra);
+    eprintln!("xtask: {cmd:?}");
+    let status = cmd.status().context("starting tritium")?;
+    if !status.success() {
+        bail!("tritium exited with {status}");
+    }
     Ok(())
 }
 
@@ -88,6 +154,7 @@ fn main() -> Result<()> {
         ["test"] => test(),
         ["bench", what] => bench(what),
         ["bench"] => bench("ipc"),
-        _ => bail!("usage: cargo xtask setup | build | test | bench ipc"),
+        ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        _ => bail!("usage: cargo xtask setup | build | serve [FLAGS] | test | bench ipc"),
     }
 }
