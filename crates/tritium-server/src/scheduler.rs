@@ -39,6 +39,9 @@ pub(crate) struct Batching {
 struct State {
     items: VecDeque<Pending>,
     closed: bool,
+    /// A worker is forming a batch; the others wait, so that idle instances do not split
+    /// requests that arrive together into batches of one.
+    gathering: bool,
 }
 
 /// The queue of one model version.
@@ -50,7 +53,7 @@ pub(crate) struct Queue {
 
 impl Queue {
     pub(crate) fn new(batching: Option<Batching>) -> Self {
-        Self { state: Mutex::new(State { items: VecDeque::new(), closed: false }), cv: Condvar::new(), batching }
+        Self { state: Mutex::new(State { items: VecDeque::new(), closed: false, gathering: false }), cv: Condvar::new(), batching }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -93,16 +96,29 @@ impl Queue {
     /// Blocks until there is work and returns the next batch; `None` once the queue is closed.
     pub(crate) fn next_batch(&self) -> Option<Vec<Pending>> {
         let mut st = self.lock();
-        let first = loop {
-            if let Some(p) = st.items.pop_front() {
-                break p;
+        let Some(b) = &self.batching else {
+            loop {
+                if let Some(p) = st.items.pop_front() {
+                    return Some(vec![p]);
+                }
+                if st.closed {
+                    return None;
+                }
+                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
             }
-            if st.closed {
-                return None;
+        };
+        let first = loop {
+            if !st.gathering {
+                if let Some(p) = st.items.pop_front() {
+                    break p;
+                }
+                if st.closed {
+                    return None;
+                }
             }
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
         };
-        let Some(b) = &self.batching else { return Some(vec![first]) };
+        st.gathering = true;
         let deadline = first.enqueued + b.max_delay;
         let mut size = first.batch_size.max(1);
         let mut batch = vec![first];
@@ -123,10 +139,10 @@ impl Queue {
             }
             st = self.cv.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
-        // Someone else may be able to take what this batch left behind.
-        if !st.items.is_empty() {
-            self.cv.notify_one();
-        }
+        st.gathering = false;
+        drop(st);
+        // Another worker may start the next batch with what this one left behind.
+        self.cv.notify_all();
         Some(batch)
     }
 }
@@ -190,6 +206,31 @@ mod tests {
         assert!(q.push(pending(1).0).is_ok());
         assert!(q.push(pending(1).0).is_ok());
         assert_eq!(sizes(&q.next_batch().expect("batch")), vec![1, 1]);
+    }
+
+    #[test]
+    fn idle_workers_do_not_split_a_forming_batch() {
+        let q = std::sync::Arc::new(Queue::new(Some(Batching {
+            max_batch_size: 8,
+            preferred: vec![],
+            max_delay: Duration::from_millis(200),
+        })));
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                let q = q.clone();
+                std::thread::spawn(move || q.next_batch().map(|b| b.len()))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(20));
+        for _ in 0..4 {
+            assert!(q.push(pending(1).0).is_ok());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        q.close();
+        let mut sizes: Vec<_> = workers.into_iter().map(|w| w.join().expect("worker")).collect();
+        sizes.sort();
+        assert_eq!(sizes, vec![None, None, Some(4)]);
     }
 
     #[test]

@@ -136,17 +136,19 @@ impl Server {
 
     /// Loads the given models concurrently; failures are logged and reported by the index.
     pub async fn load_models(&self, names: Vec<String>) {
-        let loads = names.into_iter().map(|name| {
-            let server = self.clone();
-            async move {
-                if let Err(e) = server.load_model(&name).await {
-                    error!(model = %name, "{e}");
-                }
-            }
-        });
-        for load in loads.collect::<Vec<_>>() {
-            // Each load runs on its own thread; awaiting them in turn still loads in parallel.
-            load.await;
+        let loads: Vec<_> = names
+            .into_iter()
+            .map(|name| {
+                let server = self.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = server.load_model(&name).await {
+                        error!(model = %name, "{e}");
+                    }
+                })
+            })
+            .collect();
+        for load in loads {
+            let _ = load.await;
         }
     }
 
