@@ -14,6 +14,8 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
+mod bench_serve;
+
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
@@ -130,7 +132,9 @@ fn test() -> Result<()> {
     build()?;
     let py = venv_python();
     run(Command::new(env!("CARGO")).current_dir(root()).env("TRITIUM_PYTHON", &py).args(["test", "--workspace", "--release"]))?;
-    run(Command::new(&py).current_dir(root().join("python")).args(["-m", "pytest", "-q", "tests"]))?;
+    // The pure-Python tests, then the end-to-end tests: the real server, real stubs, tritonclient
+    // and perf_analyzer.
+    run(Command::new(&py).current_dir(root()).args(["-m", "pytest", "-q", "python/tests", "tests"]))?;
     Ok(())
 }
 
@@ -142,6 +146,7 @@ fn bench(what: &str) -> Result<()> {
             .current_dir(root())
             .env("TRITIUM_PYTHON", venv_python())
             .args(["bench", "-p", "tritium-host", "--bench", "ipc"])),
+        "serve" => bench_serve::bench_serve(),
         other => bail!("unknown benchmark {other:?}; known: ipc"),
     }
 }

@@ -34,6 +34,8 @@ pub struct ServerOptions {
     pub auto_complete: bool,
     /// Server readiness requires every model to be ready.
     pub strict_readiness: bool,
+    /// Whether clients may load and unload models (Triton's explicit model-control mode).
+    pub explicit_control: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +65,8 @@ impl Version {
 }
 
 struct Entry {
+    /// The model directory's contents when it was last loaded (for polling).
+    fingerprint: u64,
     state: State,
     /// Whether the operator wants this model loaded (false after an unload).
     wanted: bool,
@@ -141,7 +145,7 @@ impl Server {
             .map(|name| {
                 let server = self.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = server.load_model(&name).await {
+                    if let Err(e) = server.load(&name).await {
                         error!(model = %name, "{e}");
                     }
                 })
@@ -183,10 +187,10 @@ impl Server {
         match (found, version, &entry.state) {
             (Some(v), _, _) => Ok(v),
             (None, Some(v), _) => Err(InferError::not_found(format!("Request for unknown model: '{model}' version {v} is not found"))),
-            (None, None, State::Unavailable(reason)) => Err(InferError::unavailable(format!(
+            (None, None, State::Unavailable(reason)) => Err(InferError::not_found(format!(
                 "Request for unknown model: '{model}' has no available versions: {reason}"
             ))),
-            (None, None, _) => Err(InferError::unavailable(format!("Request for unknown model: '{model}' has no available versions"))),
+            (None, None, _) => Err(InferError::not_found(format!("Request for unknown model: '{model}' has no available versions"))),
         }
     }
 
@@ -287,12 +291,58 @@ impl Server {
         out
     }
 
-    /// Loads (or reloads) a model. On reload the new versions are ready before the old ones drain.
+    /// A client's load request: refused unless model control is explicit, as in Triton.
     pub async fn load_model(&self, name: &str) -> Result<(), InferError> {
+        self.check_control()?;
+        self.load(name).await
+    }
+
+    /// A client's unload request: refused unless model control is explicit, as in Triton.
+    pub async fn unload_model(&self, name: &str) -> Result<(), InferError> {
+        self.check_control()?;
+        self.unload(name).await
+    }
+
+    fn check_control(&self) -> Result<(), InferError> {
+        if self.inner.opts.explicit_control {
+            Ok(())
+        } else {
+            Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+        }
+    }
+
+    /// Reloads models whose directory changed, loads new ones and unloads removed ones
+    /// (`--model-control-mode poll`).
+    pub async fn poll_repository(&self) {
+        let on_disk = self.repository_models();
+        let (changed, removed) = {
+            let models = self.models();
+            let changed: Vec<String> = on_disk
+                .iter()
+                .filter(|n| models.get(*n).is_none_or(|e| e.fingerprint != fingerprint(&self.inner.opts.repository.join(n))))
+                .cloned()
+                .collect();
+            let removed: Vec<String> = models.iter().filter(|(n, e)| e.wanted && !on_disk.contains(n)).map(|(n, _)| n.clone()).collect();
+            (changed, removed)
+        };
+        for name in removed {
+            info!(model = %name, "model directory removed; unloading");
+            let _ = self.unload(&name).await;
+        }
+        if !changed.is_empty() {
+            info!("repository changed: (re)loading {changed:?}");
+            self.load_models(changed).await;
+        }
+    }
+
+    /// Loads (or reloads) a model. On reload the new versions are ready before the old ones drain.
+    pub async fn load(&self, name: &str) -> Result<(), InferError> {
         check_name(name).map_err(InferError::invalid)?;
+        let print = fingerprint(&self.inner.opts.repository.join(name));
         {
             let mut models = self.models_mut();
             let entry = models.entry(name.to_string()).or_insert_with(|| Entry {
+                fingerprint: 0,
                 state: State::Loading,
                 wanted: true,
                 versions: BTreeMap::new(),
@@ -315,6 +365,7 @@ impl Server {
         let old = {
             let mut models = self.models_mut();
             let Some(entry) = models.get_mut(name) else { return Err(InferError::internal("model vanished while loading")) };
+            entry.fingerprint = print;
             match result {
                 Ok(versions) => {
                     entry.state = State::Ready;
@@ -336,7 +387,7 @@ impl Server {
     }
 
     /// Unloads a model: new requests are refused, queued ones are served, then `finalize` runs.
-    pub async fn unload_model(&self, name: &str) -> Result<(), InferError> {
+    pub async fn unload(&self, name: &str) -> Result<(), InferError> {
         check_name(name).map_err(InferError::invalid)?;
         let old = {
             let mut models = self.models_mut();
@@ -412,6 +463,32 @@ async fn retire_all(versions: BTreeMap<i64, Arc<Version>>) {
     if spawned.is_ok() {
         let _ = rx.await;
     }
+}
+
+/// A hash of every file's path, size and modification time under `dir` (caches excluded).
+fn fingerprint(dir: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let path = e.path();
+            if e.file_name() == "__pycache__" {
+                continue;
+            }
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(path);
+            } else {
+                files.push((path, meta.len(), meta.modified().ok()));
+            }
+        }
+    }
+    files.sort();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    files.hash(&mut h);
+    h.finish()
 }
 
 /// Finds the newest numeric version directory, for auto-completion before the policy is known.

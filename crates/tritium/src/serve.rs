@@ -119,6 +119,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
         auto_complete: !args.disable_auto_complete_config,
         strict_readiness: args.strict_readiness,
+        explicit_control: args.model_control_mode == ControlMode::Explicit,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     runtime.block_on(serve(args, opts))
@@ -155,6 +156,9 @@ async fn serve(args: ServeArgs, opts: ServerOptions) -> Result<()> {
     let http = bind(&args.host, args.http_port, "http").await?;
     info!("HTTP service on {}", http.local_addr()?);
     let http_task = tokio::spawn(tritium_http::serve(http, server.clone().into(), stopped(stop_rx.clone())));
+    let grpc = bind(&args.host, args.grpc_port, "grpc").await?;
+    info!("gRPC service on {}", grpc.local_addr()?);
+    let grpc_task = tokio::spawn(tritium_grpc::serve(grpc, server.clone(), stopped(stop_rx.clone())));
 
     let initial = match args.model_control_mode {
         ControlMode::Explicit if !args.load_model.iter().any(|m| m == "*") => args.load_model.clone(),
@@ -163,7 +167,16 @@ async fn serve(args: ServeArgs, opts: ServerOptions) -> Result<()> {
     info!("loading {} model(s) from {}", initial.len(), args.model_repository.display());
     let loading = {
         let server = server.clone();
-        tokio::spawn(async move { server.load_models(initial).await })
+        let poll = (args.model_control_mode == ControlMode::Poll).then(|| Duration::from_secs(args.repository_poll_secs.max(1)));
+        tokio::spawn(async move {
+            server.load_models(initial).await;
+            if let Some(every) = poll {
+                loop {
+                    tokio::time::sleep(every).await;
+                    server.poll_repository().await;
+                }
+            }
+        })
     };
 
     shutdown_signal().await;
@@ -172,6 +185,7 @@ async fn serve(args: ServeArgs, opts: ServerOptions) -> Result<()> {
     let _ = stop_tx.send(true);
     let drain = async {
         let _ = http_task.await;
+        let _ = grpc_task.await;
         server.shutdown().await;
     };
     if tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), drain).await.is_err() {

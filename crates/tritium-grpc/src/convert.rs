@@ -1,0 +1,742 @@
+//! Conversions between the `inference` protobuf messages and `tritium_server`'s types, with
+//! Triton's checks and error texts (`src/grpc/infer_handler.cc`, `src/grpc/grpc_utils.{h,cc}` and
+//! `src/classification.cc` in `triton-inference-server/server`).
+//!
+//! Everything here is a plain function of its arguments, so the whole wire mapping is unit-tested
+//! without a network; the service only moves messages in and out.
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use prost::Message;
+use tonic::{Code, Status};
+use tritium_proto::inference::infer_parameter::ParameterChoice;
+use tritium_proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
+use tritium_proto::inference::model_infer_response::InferOutputTensor;
+use tritium_proto::inference::model_metadata_response::TensorMetadata as ProtoTensorMetadata;
+use tritium_proto::inference::model_repository_parameter::ParameterChoice as RepoParam;
+use tritium_proto::inference::repository_index_response::ModelIndex;
+use tritium_proto::inference::{
+    InferBatchStatistics, InferParameter, InferStatistics, InferTensorContents, ModelInferRequest, ModelInferResponse,
+    ModelMetadataResponse, ModelRepositoryParameter, ModelStatistics, RepositoryIndexResponse, ServerMetadataResponse, StatisticDuration,
+};
+use tritium_server::{
+    parse_version, CorrelationId, DataType, ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, InputTensor,
+    ModelMetadata, ModelStats, OutputTensor, ParamValue, ServerMetadata, StatDuration, TensorMetadata,
+};
+
+/// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START`.
+pub const FLAG_SEQUENCE_START: u32 = 1;
+/// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_END`.
+pub const FLAG_SEQUENCE_END: u32 = 2;
+/// The largest message Triton's gRPC server sends or accepts (`MAX_GRPC_MESSAGE_SIZE`, `INT32_MAX`).
+pub const MAX_GRPC_MESSAGE_SIZE: usize = i32::MAX as usize;
+/// Request parameters starting with `triton_` that Triton accepts (`TRITON_RESERVED_REQUEST_PARAMS`).
+const TRITON_RESERVED_REQUEST_PARAMS: &[&str] = &["triton_enable_empty_final_response"];
+/// Triton's bound on the elements ranked for one classification (`kMaxClassificationElements`).
+const MAX_CLASSIFICATION_ELEMENTS: usize = 1_000_000;
+
+/// The gRPC status code for an error kind, as Triton's `GrpcStatusUtil::CodeToStatus`
+/// (`src/grpc/grpc_utils.cc`) maps `TRITONSERVER_Error_Code`s.
+pub fn code_for(kind: ErrorKind) -> Code {
+    match kind {
+        ErrorKind::Unknown => Code::Unknown,
+        ErrorKind::Internal => Code::Internal,
+        ErrorKind::NotFound => Code::NotFound,
+        ErrorKind::InvalidArg => Code::InvalidArgument,
+        ErrorKind::Unavailable => Code::Unavailable,
+        ErrorKind::Unsupported => Code::Unimplemented,
+        ErrorKind::AlreadyExists => Code::AlreadyExists,
+        ErrorKind::Cancelled => Code::Cancelled,
+    }
+}
+
+/// The gRPC status for an error: Triton's code, the message unchanged.
+pub fn to_status(e: InferError) -> Status {
+    Status::new(code_for(e.kind), e.message)
+}
+
+/// A parsed `ModelInfer` request: the server's request plus what only the frontend uses.
+#[derive(Debug, Clone)]
+pub struct DecodedInfer {
+    /// The request for [`tritium_server::Server::infer`].
+    pub request: InferRequest,
+    /// Outputs asked for as classifications (the `classification` output parameter): name and
+    /// the number of top classes.
+    pub classification: Vec<(String, u32)>,
+}
+
+/// What the reserved request parameters set, and the rest for the model.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestParams {
+    /// Parameters passed to the model, sorted by name (a protobuf map has no order).
+    pub parameters: Vec<(String, ParamValue)>,
+    /// From `sequence_id`.
+    pub correlation_id: CorrelationId,
+    /// From `sequence_start` and `sequence_end`.
+    pub flags: u32,
+    /// From `timeout`, in microseconds.
+    pub timeout_us: u64,
+}
+
+fn invalid(message: impl Into<String>) -> InferError {
+    InferError::invalid(message)
+}
+
+fn unsupported(message: impl Into<String>) -> InferError {
+    InferError::new(ErrorKind::Unsupported, message)
+}
+
+/// Request parameters as Triton's `SetInferenceRequestMetadata` reads them: the sequence
+/// parameters, `priority` and `timeout` are consumed (checked with Triton's texts); keys with the
+/// `triton_` prefix are refused unless Triton reserves them; every other parameter goes to the
+/// model as a bool, int64, string or double (`uint64_param` only counts for `priority`).
+pub fn request_parameters(params: &HashMap<String, InferParameter>) -> Result<RequestParams, InferError> {
+    let mut entries: Vec<(&String, &InferParameter)> = params.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out = RequestParams::default();
+    for (key, param) in entries {
+        let choice = param.parameter_choice.as_ref();
+        match key.as_str() {
+            "sequence_id" => {
+                out.correlation_id = match choice {
+                    Some(ParameterChoice::Int64Param(0)) => CorrelationId::None,
+                    // Triton passes the int64 to `TRITONSERVER_InferenceRequestSetCorrelationId(uint64_t)`.
+                    Some(ParameterChoice::Int64Param(v)) => CorrelationId::U64(*v as u64),
+                    Some(ParameterChoice::StringParam(s)) if s.is_empty() => CorrelationId::None,
+                    Some(ParameterChoice::StringParam(s)) => CorrelationId::Str(s.clone()),
+                    _ => {
+                        return Err(invalid(
+                            "invalid value type for 'sequence_id' parameter, expected int64_param or string_param.",
+                        ))
+                    }
+                }
+            }
+            "sequence_start" | "sequence_end" => {
+                let Some(ParameterChoice::BoolParam(b)) = choice else {
+                    return Err(invalid(format!("invalid value type for '{key}' parameter, expected bool_param.")));
+                };
+                if *b {
+                    out.flags |= if key == "sequence_start" { FLAG_SEQUENCE_START } else { FLAG_SEQUENCE_END };
+                }
+            }
+            "priority" => match choice {
+                Some(ParameterChoice::Int64Param(v)) if *v < 0 => {
+                    return Err(invalid("invalid value for 'priority', expected value >= 0."))
+                }
+                // Triton consumes the priority itself (it never reaches the model); tritium's
+                // scheduler has a single priority level, so it is checked and not used.
+                Some(ParameterChoice::Int64Param(_) | ParameterChoice::Uint64Param(_)) => {}
+                _ => {
+                    return Err(invalid(
+                        "invalid value type for 'priority' parameter, expected int64_param or uint64_param.",
+                    ))
+                }
+            },
+            "timeout" => {
+                let Some(ParameterChoice::Int64Param(v)) = choice else {
+                    return Err(invalid("invalid value type for 'timeout' parameter, expected int64_param."));
+                };
+                // Triton casts to uint64_t, so a negative timeout is a practically infinite one:
+                // the same as none.
+                out.timeout_us = u64::try_from(*v).unwrap_or(0);
+            }
+            k if k.starts_with("triton_") => {
+                if !TRITON_RESERVED_REQUEST_PARAMS.contains(&k) {
+                    return Err(invalid(format!(
+                        "parameter keys starting with 'triton_' are reserved for Triton usage. Only the following keys starting with 'triton_' are allowed: {}",
+                        TRITON_RESERVED_REQUEST_PARAMS.join(" ")
+                    )));
+                }
+                // `triton_enable_empty_final_response` only matters for decoupled models, which
+                // answer over a stream; it is checked and not passed to the model.
+                if !matches!(choice, Some(ParameterChoice::BoolParam(_))) {
+                    return Err(invalid(format!("invalid value type for '{k}' parameter, expected bool_param.")));
+                }
+            }
+            _ => {
+                let value = match choice {
+                    Some(ParameterChoice::Int64Param(v)) => ParamValue::Int(*v),
+                    Some(ParameterChoice::BoolParam(v)) => ParamValue::Bool(*v),
+                    Some(ParameterChoice::StringParam(v)) => ParamValue::Str(v.clone()),
+                    Some(ParameterChoice::DoubleParam(v)) => ParamValue::Double(*v),
+                    Some(ParameterChoice::Uint64Param(_)) | None => {
+                        return Err(invalid(format!(
+                            "invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
+                        )))
+                    }
+                };
+                out.parameters.push((key.clone(), value));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Model parameters as protobuf parameters (response parameters).
+pub fn parameters_to_proto(params: &[(String, ParamValue)]) -> HashMap<String, InferParameter> {
+    params
+        .iter()
+        .map(|(k, v)| {
+            let choice = match v {
+                ParamValue::Bool(b) => ParameterChoice::BoolParam(*b),
+                ParamValue::Int(i) => ParameterChoice::Int64Param(*i),
+                ParamValue::Double(d) => ParameterChoice::DoubleParam(*d),
+                ParamValue::Str(s) => ParameterChoice::StringParam(s.clone()),
+            };
+            (k.clone(), InferParameter { parameter_choice: Some(choice) })
+        })
+        .collect()
+}
+
+/// Where a tensor's data lives in client shared memory, per the `shared_memory_*` tensor
+/// parameters (Triton's `ParseSharedMemoryParams`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmRef {
+    /// `shared_memory_region`.
+    pub region: String,
+    /// `shared_memory_offset` (0 when absent).
+    pub offset: i64,
+    /// `shared_memory_byte_size`.
+    pub byte_size: i64,
+}
+
+/// Reads a tensor's `shared_memory_*` parameters with Triton's checks and texts.
+pub fn shared_memory_params(tensor: &str, params: &HashMap<String, InferParameter>) -> Result<Option<ShmRef>, InferError> {
+    let choice = |key: &str| params.get(key).map(|p| p.parameter_choice.as_ref());
+    let region = match choice("shared_memory_region") {
+        None => None,
+        Some(Some(ParameterChoice::StringParam(s))) => Some(s.clone()),
+        Some(_) => {
+            return Err(invalid(format!(
+                "invalid value type for 'shared_memory_region' parameter for tensor '{tensor}', expected string_param."
+            )))
+        }
+    };
+    let int_param = |key: &str| -> Result<Option<i64>, InferError> {
+        match choice(key) {
+            None => Ok(None),
+            Some(_) if region.is_none() => Err(invalid(format!(
+                "'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+            ))),
+            Some(Some(ParameterChoice::Int64Param(v))) => Ok(Some(*v)),
+            Some(_) => Err(invalid(format!(
+                "invalid value type for '{key}' parameter for tensor '{tensor}', expected int64_param."
+            ))),
+        }
+    };
+    let offset = int_param("shared_memory_offset")?;
+    let byte_size = int_param("shared_memory_byte_size")?;
+    let Some(region) = region else { return Ok(None) };
+    let Some(byte_size) = byte_size else {
+        return Err(invalid(format!(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{tensor}'"
+        )));
+    };
+    Ok(Some(ShmRef { region, offset: offset.unwrap_or(0), byte_size }))
+}
+
+/// The error for a tensor placed in a client shared-memory region: no region can be registered
+/// with tritium yet, so no region can be found (Triton answers `Unable to find shared memory
+/// region` for an unregistered one).
+fn shm_unsupported(shm: &ShmRef) -> InferError {
+    unsupported(format!(
+        "Unable to find shared memory region: '{}': shared memory is not supported by tritium yet; send the tensor data in the request",
+        shm.region
+    ))
+}
+
+/// Parses a KServe datatype name.
+pub fn parse_datatype(input: &str, name: &str) -> Result<DataType, InferError> {
+    DataType::from_wire_name(name).ok_or_else(|| {
+        invalid(format!(
+            "invalid datatype for input '{input}': '{name}' is not one of BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BF16, BYTES"
+        ))
+    })
+}
+
+/// Triton's `InferGRPCToInputHelper`: one typed-contents field may supply the data, and only for
+/// the datatype it carries.
+fn check_typed(input: &str, model: &str, field: DataType, dtype: DataType, supplied: bool) -> Result<(), InferError> {
+    if supplied {
+        return Err(invalid(format!(
+            "unexpected explicit tensor data for input tensor '{input}' for model '{model}', binary data was already supplied."
+        )));
+    }
+    if field != dtype {
+        return Err(invalid(format!(
+            "unexpected explicit tensor data for input tensor '{input}' for model '{model}' of type '{}', expected datatype '{}'",
+            field.wire_name(),
+            dtype.wire_name()
+        )));
+    }
+    Ok(())
+}
+
+/// Little-endian bytes of every element, each cut to `width` bytes (Triton keeps the low bytes
+/// of an `int_contents`/`uint_contents` element for 8- and 16-bit types).
+fn le_bytes<T: Copy, const N: usize>(values: &[T], width: usize, to_le: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    let width = width.min(N);
+    let mut out = Vec::with_capacity(values.len().saturating_mul(width));
+    for v in values {
+        out.extend_from_slice(&to_le(*v)[..width]);
+    }
+    out
+}
+
+/// Serializes strings as Triton's `BYTES` tensors carry them: a little-endian `u32` length
+/// before each element.
+pub fn serialize_bytes<B: AsRef<[u8]>>(input: &str, elements: &[B]) -> Result<Vec<u8>, InferError> {
+    let total = elements.iter().map(|e| e.as_ref().len().saturating_add(4)).fold(0usize, usize::saturating_add);
+    let mut out = Vec::with_capacity(total);
+    for e in elements {
+        let e = e.as_ref();
+        let len = u32::try_from(e.len())
+            .map_err(|_| invalid(format!("element of input '{input}' is {} bytes, more than a BYTES element can hold", e.len())))?;
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(e);
+    }
+    Ok(out)
+}
+
+/// The raw bytes of an input given as typed `contents`, exactly as Triton's `InferGRPCToInput`
+/// builds them: little-endian elements, `BOOL` as one byte, `INT8`/`INT16` from `int_contents`
+/// and `UINT8`/`UINT16` from `uint_contents`, `BYTES` serialized with length prefixes. `FP16` and
+/// `BF16` have no typed field and must come as raw contents.
+pub fn typed_contents(input: &str, model: &str, dtype: DataType, c: &InferTensorContents) -> Result<Vec<u8>, InferError> {
+    let mut data: Option<Vec<u8>> = None;
+    if !c.bool_contents.is_empty() {
+        check_typed(input, model, DataType::Bool, dtype, data.is_some())?;
+        data = Some(c.bool_contents.iter().map(|&b| u8::from(b)).collect());
+    }
+    if !c.int_contents.is_empty() {
+        let (field, width) = match dtype {
+            DataType::Int8 => (DataType::Int8, 1),
+            DataType::Int16 => (DataType::Int16, 2),
+            _ => (DataType::Int32, 4),
+        };
+        check_typed(input, model, field, dtype, data.is_some())?;
+        data = Some(le_bytes(&c.int_contents, width, i32::to_le_bytes));
+    }
+    if !c.int64_contents.is_empty() {
+        check_typed(input, model, DataType::Int64, dtype, data.is_some())?;
+        data = Some(le_bytes(&c.int64_contents, 8, i64::to_le_bytes));
+    }
+    if !c.uint_contents.is_empty() {
+        let (field, width) = match dtype {
+            DataType::Uint8 => (DataType::Uint8, 1),
+            DataType::Uint16 => (DataType::Uint16, 2),
+            _ => (DataType::Uint32, 4),
+        };
+        check_typed(input, model, field, dtype, data.is_some())?;
+        data = Some(le_bytes(&c.uint_contents, width, u32::to_le_bytes));
+    }
+    if !c.uint64_contents.is_empty() {
+        check_typed(input, model, DataType::Uint64, dtype, data.is_some())?;
+        data = Some(le_bytes(&c.uint64_contents, 8, u64::to_le_bytes));
+    }
+    if !c.fp32_contents.is_empty() {
+        check_typed(input, model, DataType::Fp32, dtype, data.is_some())?;
+        data = Some(le_bytes(&c.fp32_contents, 4, f32::to_le_bytes));
+    }
+    if !c.fp64_contents.is_empty() {
+        check_typed(input, model, DataType::Fp64, dtype, data.is_some())?;
+        data = Some(le_bytes(&c.fp64_contents, 8, f64::to_le_bytes));
+    }
+    if !c.bytes_contents.is_empty() {
+        check_typed(input, model, DataType::Bytes, dtype, data.is_some())?;
+        data = Some(serialize_bytes(input, &c.bytes_contents)?);
+    }
+    // Present but empty contents supply an empty tensor, as in Triton.
+    Ok(data.unwrap_or_default())
+}
+
+/// The inputs of a request with their data, taken from typed `contents` or, in order, from
+/// `raw_input_contents` (Triton's `InferGRPCToInput`). Raw contents beyond the inputs that use
+/// them are ignored, as Triton ignores them.
+pub fn decode_inputs(model: &str, inputs: Vec<InferInputTensor>, raw: &[Bytes]) -> Result<Vec<InputTensor>, InferError> {
+    // Triton adds every input (name, datatype, shape) before it reads any data.
+    let dtypes = inputs.iter().map(|io| parse_datatype(&io.name, &io.datatype)).collect::<Result<Vec<_>, _>>()?;
+    let mut out = Vec::with_capacity(inputs.len());
+    let mut raw_index = 0usize;
+    for (io, datatype) in inputs.into_iter().zip(dtypes) {
+        let name = io.name;
+        if let Some(shm) = shared_memory_params(&name, &io.parameters)? {
+            if io.contents.is_some() {
+                return Err(invalid(format!(
+                    "unexpected 'content' provided when using shared memory for input tensor '{name}' for model '{model}'"
+                )));
+            }
+            return Err(shm_unsupported(&shm));
+        }
+        let data = match &io.contents {
+            Some(_) if !raw.is_empty() => {
+                return Err(invalid(format!(
+                    "contents field must not be specified when using raw_input_contents for '{name}' for model '{model}'"
+                )))
+            }
+            Some(contents) => Bytes::from(typed_contents(&name, model, datatype, contents)?),
+            None => match raw.get(raw_index) {
+                Some(bytes) => {
+                    raw_index += 1;
+                    bytes.clone()
+                }
+                None => {
+                    return Err(invalid(format!(
+                        "unable to find data for input tensor '{name}' for model '{model}' in request."
+                    )))
+                }
+            },
+        };
+        out.push(InputTensor { name, datatype, shape: io.shape, data });
+    }
+    Ok(out)
+}
+
+/// Triton's `ParseClassificationParams`: the number of classes asked for, if any.
+pub fn classification_count(output: &InferRequestedOutputTensor) -> Result<Option<u32>, InferError> {
+    let Some(param) = output.parameters.get("classification") else { return Ok(None) };
+    let Some(ParameterChoice::Int64Param(count)) = param.parameter_choice else {
+        return Err(invalid("invalid value type for 'classification' parameter, expected int64_param"));
+    };
+    if count <= 0 {
+        return Err(invalid("invalid value for 'classification' parameter, expected >= 0"));
+    }
+    // Triton stores the count in a uint32_t.
+    Ok(Some(u32::try_from(count).unwrap_or(u32::MAX)))
+}
+
+/// The outputs a request asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestedOutputs {
+    /// Names, in the request's order (empty asks for every output).
+    pub names: Vec<String>,
+    /// Those asked for as classifications, with the number of top classes.
+    pub classification: Vec<(String, u32)>,
+}
+
+/// Requested output names in order, and those asked for as classifications (Triton's
+/// `InferAllocatorPayload`). Output shared memory is refused: no region can be registered.
+pub fn decode_outputs(outputs: &[InferRequestedOutputTensor]) -> Result<RequestedOutputs, InferError> {
+    let names = outputs.iter().map(|o| o.name.clone()).collect();
+    let mut classification = Vec::new();
+    for o in outputs {
+        let shm = shared_memory_params(&o.name, &o.parameters)?;
+        let class = classification_count(o)?;
+        if shm.is_some() && class.is_some() {
+            return Err(invalid("output can't set both 'shared_memory_region' and 'classification'"));
+        }
+        if let Some(shm) = shm {
+            return Err(shm_unsupported(&shm));
+        }
+        if let Some(k) = class {
+            classification.push((o.name.clone(), k));
+        }
+    }
+    Ok(RequestedOutputs { names, classification })
+}
+
+/// Decodes a `ModelInferRequest`, in Triton's order: version, request parameters, input
+/// datatypes, input data, output parameters.
+pub fn decode_infer_request(msg: ModelInferRequest) -> Result<DecodedInfer, InferError> {
+    let ModelInferRequest { model_name, model_version, id, parameters, inputs, outputs, raw_input_contents } = msg;
+    let version = parse_version(&model_version)?;
+    let params = request_parameters(&parameters)?;
+    let inputs = decode_inputs(&model_name, inputs, &raw_input_contents)?;
+    let RequestedOutputs { names: outputs, classification } = decode_outputs(&outputs)?;
+    Ok(DecodedInfer {
+        request: InferRequest {
+            model: model_name,
+            version,
+            id,
+            inputs,
+            outputs,
+            parameters: params.parameters,
+            correlation_id: params.correlation_id,
+            flags: params.flags,
+            timeout_us: params.timeout_us,
+        },
+        classification,
+    })
+}
+
+/// Encodes an inference response: every output with its raw contents (Triton always answers
+/// with `raw_output_contents`), outputs asked for as classifications replaced by their top
+/// classes. `batching` tells whether the model batches (its first dimension is the batch).
+pub fn encode_infer_response(
+    resp: InferResponse,
+    classification: &[(String, u32)],
+    batching: bool,
+) -> Result<ModelInferResponse, InferError> {
+    let mut out = ModelInferResponse {
+        model_name: resp.model,
+        model_version: resp.version.to_string(),
+        id: resp.id,
+        parameters: parameters_to_proto(&resp.parameters),
+        outputs: Vec::with_capacity(resp.outputs.len()),
+        raw_output_contents: Vec::with_capacity(resp.outputs.len()),
+    };
+    for output in resp.outputs {
+        let class = classification.iter().find(|(n, _)| *n == output.name).map(|&(_, k)| k);
+        let (datatype, shape, data) = match class {
+            Some(k) => {
+                let (shape, data) = classify(&output, k, batching)?;
+                (DataType::Bytes, shape, data)
+            }
+            None => (output.datatype, output.shape, output.data),
+        };
+        out.outputs.push(InferOutputTensor {
+            name: output.name,
+            datatype: datatype.wire_name().to_string(),
+            shape,
+            parameters: HashMap::new(),
+            contents: None,
+        });
+        out.raw_output_contents.push(Bytes::from(data));
+    }
+    check_response_size(out.encoded_len())?;
+    Ok(out)
+}
+
+/// Triton refuses a response larger than gRPC's message limit, with this text.
+pub fn check_response_size(size: usize) -> Result<(), InferError> {
+    if size > MAX_GRPC_MESSAGE_SIZE {
+        return Err(invalid(format!(
+            "Response has byte size {size} which exceeds gRPC's byte size limit {MAX_GRPC_MESSAGE_SIZE}."
+        )));
+    }
+    Ok(())
+}
+
+/// C++'s `std::to_string` of a floating-point value (`%f`).
+fn float_text(v: f64) -> String {
+    if v.is_nan() {
+        if v.is_sign_negative() { "-nan".into() } else { "nan".into() }
+    } else if v.is_infinite() {
+        if v < 0.0 { "-inf".into() } else { "inf".into() }
+    } else {
+        format!("{v:.6}")
+    }
+}
+
+/// The value of element `i` of a little-endian tensor for ranking, and its text as Triton's
+/// `std::to_string` writes it.
+fn class_value(dtype: DataType, e: &[u8]) -> Option<(f64, String)> {
+    fn arr<const N: usize>(e: &[u8]) -> Option<[u8; N]> {
+        e.get(..N)?.try_into().ok()
+    }
+    Some(match dtype {
+        DataType::Uint8 => (f64::from(e.first().copied()?), e.first()?.to_string()),
+        DataType::Int8 => {
+            let v = i8::from_le_bytes(arr(e)?);
+            (f64::from(v), v.to_string())
+        }
+        DataType::Uint16 => {
+            let v = u16::from_le_bytes(arr(e)?);
+            (f64::from(v), v.to_string())
+        }
+        DataType::Int16 => {
+            let v = i16::from_le_bytes(arr(e)?);
+            (f64::from(v), v.to_string())
+        }
+        DataType::Uint32 => {
+            let v = u32::from_le_bytes(arr(e)?);
+            (f64::from(v), v.to_string())
+        }
+        DataType::Int32 => {
+            let v = i32::from_le_bytes(arr(e)?);
+            (f64::from(v), v.to_string())
+        }
+        DataType::Uint64 => {
+            let v = u64::from_le_bytes(arr(e)?);
+            (v as f64, v.to_string())
+        }
+        DataType::Int64 => {
+            let v = i64::from_le_bytes(arr(e)?);
+            (v as f64, v.to_string())
+        }
+        DataType::Fp32 => {
+            let v = f64::from(f32::from_le_bytes(arr(e)?));
+            (v, float_text(v))
+        }
+        DataType::Fp64 => {
+            let v = f64::from_le_bytes(arr(e)?);
+            (v, float_text(v))
+        }
+        DataType::Bool | DataType::Fp16 | DataType::Bf16 | DataType::Bytes => return None,
+    })
+}
+
+/// Triton's classification extension (`TopkClassifications`): the top `k` elements of each
+/// batch entry as `BYTES` strings `"value:index"`, with the new shape `[batch, min(k, n)]` (no
+/// batch dimension for a non-batching model). Triton appends `:label` when the output has a
+/// label file; tritium's server API does not expose labels, so none are appended.
+pub fn classify(output: &OutputTensor, k: u32, batching: bool) -> Result<(Vec<i64>, Vec<u8>), InferError> {
+    let unsupported_type = || {
+        invalid(format!(
+            "class result not available for output due to unsupported type '{}'",
+            output.datatype.wire_name()
+        ))
+    };
+    let size = match output.datatype {
+        DataType::Bool | DataType::Fp16 | DataType::Bf16 | DataType::Bytes => return Err(unsupported_type()),
+        d => d.element_size().ok_or_else(unsupported_type)?,
+    };
+    let shape = &output.shape;
+    let batch_size = match shape.first() {
+        Some(&b) if batching => usize::try_from(b).unwrap_or(0),
+        _ => 0,
+    };
+    let inner = if batch_size == 0 { &shape[..] } else { shape.get(1..).unwrap_or(&[]) };
+    let batch1_count = inner.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
+    let Some(batch1_count) = batch1_count else {
+        return Err(InferError::internal(format!("output '{}' has an invalid shape {shape:?}", output.name)));
+    };
+    let batch1_bytes = batch1_count.saturating_mul(size);
+    let mut serialized = Vec::new();
+    let mut offset = 0usize;
+    for _ in 0..batch_size.max(1) {
+        // As Triton: a batch entry past the end of the data ranks nothing.
+        let chunk = match offset.checked_add(batch1_bytes) {
+            Some(end) if end <= output.data.len() => output.data.get(offset..end).unwrap_or(&[]),
+            _ => &[],
+        };
+        let n = chunk.len() / size;
+        if n > MAX_CLASSIFICATION_ELEMENTS {
+            return Err(invalid("classification output tensor too large"));
+        }
+        let values: Vec<(f64, String)> =
+            chunk.chunks_exact(size).map(|e| class_value(output.datatype, e).ok_or_else(unsupported_type)).collect::<Result<_, _>>()?;
+        let mut idx: Vec<usize> = (0..n).collect();
+        idx.sort_by(|&a, &b| values[b].0.partial_cmp(&values[a].0).unwrap_or(std::cmp::Ordering::Equal));
+        let take = usize::try_from(k).unwrap_or(usize::MAX);
+        let classes: Vec<String> = idx.iter().take(take).map(|&i| format!("{}:{i}", values[i].1)).collect();
+        serialized.extend(serialize_bytes(&output.name, &classes)?);
+        offset = offset.saturating_add(batch1_bytes);
+    }
+    let mut new_shape = Vec::with_capacity(2);
+    if batch_size > 0 {
+        new_shape.push(i64::try_from(batch_size).unwrap_or(i64::MAX));
+    }
+    new_shape.push(i64::try_from(batch1_count.min(usize::try_from(k).unwrap_or(usize::MAX))).unwrap_or(i64::MAX));
+    Ok((new_shape, serialized))
+}
+
+/// An error answer on a stream, as Triton writes it: the message in `error_message` and an
+/// otherwise empty `infer_response` carrying the request's id.
+pub fn stream_error(id: String, e: &InferError) -> tritium_proto::inference::ModelStreamInferResponse {
+    tritium_proto::inference::ModelStreamInferResponse {
+        error_message: e.message.clone(),
+        infer_response: Some(ModelInferResponse { id, ..Default::default() }),
+    }
+}
+
+fn duration(d: StatDuration) -> Option<StatisticDuration> {
+    Some(StatisticDuration { count: d.count, ns: d.ns })
+}
+
+/// One model version's statistics in Triton's `ModelStatistics` shape.
+pub fn statistics_to_proto(s: ModelStats) -> ModelStatistics {
+    ModelStatistics {
+        name: s.name,
+        version: s.version,
+        last_inference: s.last_inference,
+        inference_count: s.inference_count,
+        execution_count: s.execution_count,
+        inference_stats: Some(InferStatistics {
+            success: duration(s.success),
+            fail: duration(s.fail),
+            queue: duration(s.queue),
+            compute_input: duration(s.compute_input),
+            compute_infer: duration(s.compute_infer),
+            compute_output: duration(s.compute_output),
+            cache_hit: duration(s.cache_hit),
+            cache_miss: duration(s.cache_miss),
+        }),
+        batch_stats: s
+            .batch_stats
+            .iter()
+            .map(|b| InferBatchStatistics {
+                batch_size: b.batch_size,
+                compute_input: duration(b.compute_input),
+                compute_infer: duration(b.compute_infer),
+                compute_output: duration(b.compute_output),
+            })
+            .collect(),
+        memory_usage: Vec::new(),
+        response_stats: HashMap::new(),
+    }
+}
+
+/// The repository index.
+pub fn index_to_proto(entries: Vec<IndexEntry>) -> RepositoryIndexResponse {
+    RepositoryIndexResponse {
+        models: entries
+            .into_iter()
+            .map(|e| ModelIndex { name: e.name, version: e.version, state: e.state, reason: e.reason })
+            .collect(),
+    }
+}
+
+fn tensor_metadata(t: TensorMetadata) -> ProtoTensorMetadata {
+    ProtoTensorMetadata { name: t.name, datatype: t.datatype, shape: t.shape }
+}
+
+/// A model's metadata.
+pub fn model_metadata_to_proto(m: ModelMetadata) -> ModelMetadataResponse {
+    ModelMetadataResponse {
+        name: m.name,
+        versions: m.versions,
+        platform: m.platform,
+        inputs: m.inputs.into_iter().map(tensor_metadata).collect(),
+        outputs: m.outputs.into_iter().map(tensor_metadata).collect(),
+    }
+}
+
+/// The server's metadata.
+pub fn server_metadata_to_proto(m: ServerMetadata) -> ServerMetadataResponse {
+    ServerMetadataResponse { name: m.name, version: m.version, extensions: m.extensions }
+}
+
+/// Checks `RepositoryModelLoad` parameters as Triton does: `config` must be a string and
+/// `file:<path>` keys bytes; any other key is refused. tritium loads models from the repository
+/// only, so an override it cannot apply is refused rather than ignored.
+pub fn load_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> Result<(), InferError> {
+    let mut entries: Vec<(&String, &ModelRepositoryParameter)> = params.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    let mut override_key = None;
+    for (key, param) in entries {
+        let choice = param.parameter_choice.as_ref();
+        if key == "config" {
+            if !matches!(choice, Some(RepoParam::StringParam(_))) {
+                return Err(invalid(format!("invalid value type for load parameter '{key}', expected string_param.")));
+            }
+        } else if key.starts_with("file:") {
+            if !matches!(choice, Some(RepoParam::BytesParam(_))) {
+                return Err(invalid(format!("invalid value type for load parameter '{key}', expected bytes_param.")));
+            }
+        } else {
+            return Err(invalid(format!("unrecognized load parameter '{key}'.")));
+        }
+        override_key.get_or_insert(key);
+    }
+    if let Some(key) = override_key {
+        return Err(unsupported(format!(
+            "load parameter '{key}' is not supported by tritium yet: models load from the repository as they are there"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks `RepositoryModelUnload` parameters as Triton does (`unload_dependents` must be a bool;
+/// others are ignored). tritium has no ensembles, so there are never dependents to unload.
+pub fn unload_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> Result<(), InferError> {
+    match params.get("unload_dependents").map(|p| p.parameter_choice.as_ref()) {
+        None | Some(Some(RepoParam::BoolParam(_))) => Ok(()),
+        Some(_) => Err(invalid("invalid value type for 'unload_dependents' parameter, expected bool_param.")),
+    }
+}
+
+#[cfg(test)]
+#[path = "convert_tests.rs"]
+mod tests;

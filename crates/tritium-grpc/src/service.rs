@@ -1,0 +1,269 @@
+//! The `inference.GRPCInferenceService` and `grpc.health.v1.Health` implementations over a
+//! [`tritium_server::Server`]: each RPC decodes with [`crate::convert`], calls the server, and
+//! encodes the answer or the error (Triton's code, the message unchanged).
+
+use std::collections::HashMap;
+
+use tokio::sync::watch;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tritium_proto::health::health_check_response::ServingStatus;
+use tritium_proto::health::health_server::Health;
+use tritium_proto::health::{HealthCheckRequest, HealthCheckResponse};
+use tritium_proto::inference::grpc_inference_service_server::GrpcInferenceService;
+use tritium_proto::inference::*;
+use tritium_server::{parse_version, ErrorKind, InferError, Server};
+
+use crate::convert::{self, to_status, DecodedInfer};
+use crate::stream;
+
+/// Resolves when the frontend shuts down; never, for a service built without a shutdown signal.
+#[derive(Clone, Default)]
+pub(crate) struct Shutdown(Option<watch::Receiver<bool>>);
+
+impl Shutdown {
+    pub(crate) fn new(rx: watch::Receiver<bool>) -> Self {
+        Self(Some(rx))
+    }
+
+    pub(crate) async fn wait(&self) {
+        match &self.0 {
+            None => std::future::pending().await,
+            Some(rx) => {
+                let mut rx = rx.clone();
+                // A dropped sender means the frontend is gone: that is a shutdown too.
+                let _ = rx.wait_for(|down| *down).await;
+            }
+        }
+    }
+}
+
+/// Runs a decoded request and encodes the answer. Before its first await, [`Server::infer`]
+/// routes, validates and queues the request; the stream handler relies on that to keep the
+/// order of a stream's requests (see [`crate::stream`]).
+pub(crate) async fn run(server: Server, decoded: DecodedInfer) -> Result<ModelInferResponse, InferError> {
+    let DecodedInfer { request, classification } = decoded;
+    // Only the classification extension needs to know whether the model batches.
+    let batching = !classification.is_empty()
+        && server.model_config(&request.model, request.version).is_ok_and(|c| c.max_batch_size > 0);
+    let resp = server.infer(request).await?;
+    convert::encode_infer_response(resp, &classification, batching)
+}
+
+fn not_supported(what: &str) -> Status {
+    to_status(InferError::new(ErrorKind::Unsupported, format!("{what} is not supported by tritium yet")))
+}
+
+fn version(s: &str) -> Result<Option<i64>, Status> {
+    parse_version(s).map_err(to_status)
+}
+
+/// `inference.GRPCInferenceService` over a [`Server`].
+#[derive(Clone)]
+pub struct InferenceService {
+    server: Server,
+    shutdown: Shutdown,
+}
+
+impl InferenceService {
+    /// A service answering from `server`.
+    pub fn new(server: Server) -> Self {
+        Self { server, shutdown: Shutdown::default() }
+    }
+
+    pub(crate) fn with_shutdown(server: Server, shutdown: Shutdown) -> Self {
+        Self { server, shutdown }
+    }
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for InferenceService {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> Result<Response<ServerLiveResponse>, Status> {
+        Ok(Response::new(ServerLiveResponse { live: self.server.live() }))
+    }
+
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Result<Response<ServerReadyResponse>, Status> {
+        Ok(Response::new(ServerReadyResponse { ready: self.server.ready() }))
+    }
+
+    async fn model_ready(&self, req: Request<ModelReadyRequest>) -> Result<Response<ModelReadyResponse>, Status> {
+        let req = req.into_inner();
+        let v = version(&req.version)?;
+        Ok(Response::new(ModelReadyResponse { ready: self.server.model_ready(&req.name, v) }))
+    }
+
+    async fn server_metadata(&self, _: Request<ServerMetadataRequest>) -> Result<Response<ServerMetadataResponse>, Status> {
+        Ok(Response::new(convert::server_metadata_to_proto(self.server.metadata())))
+    }
+
+    async fn model_metadata(&self, req: Request<ModelMetadataRequest>) -> Result<Response<ModelMetadataResponse>, Status> {
+        let req = req.into_inner();
+        let v = version(&req.version)?;
+        let meta = self.server.model_metadata(&req.name, v).map_err(to_status)?;
+        Ok(Response::new(convert::model_metadata_to_proto(meta)))
+    }
+
+    async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
+        let decoded = convert::decode_infer_request(req.into_inner()).map_err(to_status)?;
+        let resp = run(self.server.clone(), decoded).await.map_err(to_status)?;
+        Ok(Response::new(resp))
+    }
+
+    type ModelStreamInferStream = ReceiverStream<Result<ModelStreamInferResponse, Status>>;
+
+    async fn model_stream_infer(
+        &self,
+        req: Request<Streaming<ModelInferRequest>>,
+    ) -> Result<Response<Self::ModelStreamInferStream>, Status> {
+        // Triton's `triton_grpc_error` mode: the client asks, with this header, for an inference
+        // error to end the stream with its gRPC status instead of an `error_message`.
+        let grpc_error_mode = req.metadata().get("triton_grpc_error").is_some_and(|v| v.as_bytes() == b"true");
+        let responses = stream::start(self.server.clone(), req.into_inner(), grpc_error_mode, self.shutdown.clone());
+        Ok(Response::new(responses))
+    }
+
+    async fn model_config(&self, req: Request<ModelConfigRequest>) -> Result<Response<ModelConfigResponse>, Status> {
+        let req = req.into_inner();
+        let v = version(&req.version)?;
+        let config = self.server.model_config(&req.name, v).map_err(to_status)?;
+        Ok(Response::new(ModelConfigResponse { config: Some(config) }))
+    }
+
+    async fn model_statistics(&self, req: Request<ModelStatisticsRequest>) -> Result<Response<ModelStatisticsResponse>, Status> {
+        let req = req.into_inner();
+        let v = version(&req.version)?;
+        let name = (!req.name.is_empty()).then_some(req.name.as_str());
+        let stats = self.server.statistics(name, v).map_err(to_status)?;
+        Ok(Response::new(ModelStatisticsResponse { model_stats: stats.into_iter().map(convert::statistics_to_proto).collect() }))
+    }
+
+    async fn repository_index(&self, req: Request<RepositoryIndexRequest>) -> Result<Response<RepositoryIndexResponse>, Status> {
+        let req = req.into_inner();
+        if !req.repository_name.is_empty() {
+            return Err(repository_name_unsupported());
+        }
+        Ok(Response::new(convert::index_to_proto(self.server.repository_index(req.ready))))
+    }
+
+    async fn repository_model_load(
+        &self,
+        req: Request<RepositoryModelLoadRequest>,
+    ) -> Result<Response<RepositoryModelLoadResponse>, Status> {
+        let req = req.into_inner();
+        if !req.repository_name.is_empty() {
+            return Err(repository_name_unsupported());
+        }
+        convert::load_parameters(&req.parameters).map_err(to_status)?;
+        self.server.load_model(&req.model_name).await.map_err(to_status)?;
+        Ok(Response::new(RepositoryModelLoadResponse {}))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        req: Request<RepositoryModelUnloadRequest>,
+    ) -> Result<Response<RepositoryModelUnloadResponse>, Status> {
+        let req = req.into_inner();
+        if !req.repository_name.is_empty() {
+            return Err(repository_name_unsupported());
+        }
+        convert::unload_parameters(&req.parameters).map_err(to_status)?;
+        self.server.unload_model(&req.model_name).await.map_err(to_status)?;
+        Ok(Response::new(RepositoryModelUnloadResponse {}))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        req: Request<SystemSharedMemoryStatusRequest>,
+    ) -> Result<Response<SystemSharedMemoryStatusResponse>, Status> {
+        // No region is ever registered: the full status is empty, a named one is unknown.
+        let name = req.into_inner().name;
+        if !name.is_empty() {
+            return Err(Status::not_found(format!("Unable to find system shared memory region: '{name}'")));
+        }
+        Ok(Response::new(SystemSharedMemoryStatusResponse { regions: HashMap::new() }))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        _: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
+        Err(not_supported("System shared memory over gRPC"))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        _: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<SystemSharedMemoryUnregisterResponse>, Status> {
+        // Triton answers success for a region that is not registered, and for "all" when none is.
+        Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        req: Request<CudaSharedMemoryStatusRequest>,
+    ) -> Result<Response<CudaSharedMemoryStatusResponse>, Status> {
+        let name = req.into_inner().name;
+        if !name.is_empty() {
+            return Err(Status::not_found(format!("Unable to find cuda shared memory region: '{name}'")));
+        }
+        Ok(Response::new(CudaSharedMemoryStatusResponse { regions: HashMap::new() }))
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryRegisterResponse>, Status> {
+        Err(not_supported("CUDA shared memory"))
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
+        Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
+    }
+
+    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> Result<Response<TraceSettingResponse>, Status> {
+        // Triton built without tracing answers UNAVAILABLE "the server does not support trace".
+        Err(Status::unavailable("the server does not support trace: tracing is not supported by tritium yet"))
+    }
+
+    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> Result<Response<LogSettingsResponse>, Status> {
+        // Triton built without logging answers UNAVAILABLE "the server does not support dynamic logging".
+        Err(Status::unavailable(
+            "the server does not support dynamic logging: log settings are not supported by tritium yet; use TRITIUM_LOG",
+        ))
+    }
+}
+
+fn repository_name_unsupported() -> Status {
+    to_status(InferError::new(ErrorKind::Unsupported, "'repository_name' specification is not supported"))
+}
+
+/// `grpc.health.v1.Health` over a [`Server`]: `SERVING` when the server is ready, as Triton's
+/// `Check` answers (whatever `service` names); `Watch` is not implemented, as in Triton.
+#[derive(Clone)]
+pub struct HealthService {
+    server: Server,
+}
+
+impl HealthService {
+    /// A health service answering from `server`.
+    pub fn new(server: Server) -> Self {
+        Self { server }
+    }
+}
+
+#[tonic::async_trait]
+impl Health for HealthService {
+    async fn check(&self, _: Request<HealthCheckRequest>) -> Result<Response<HealthCheckResponse>, Status> {
+        let status = if self.server.ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        Ok(Response::new(HealthCheckResponse { status: status as i32 }))
+    }
+
+    type WatchStream = ReceiverStream<Result<HealthCheckResponse, Status>>;
+
+    async fn watch(&self, _: Request<HealthCheckRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("grpc.health.v1.Health/Watch is not supported by tritium yet; use Check"))
+    }
+}

@@ -1,0 +1,1134 @@
+//! The KServe v2 inference codec: an HTTP request body (JSON, or JSON followed by binary tensor
+//! data) to an [`InferRequest`], and an [`InferResponse`] to a response body, following Triton's
+//! HTTP server (`src/http_server.cc`) field by field. Plain functions, no I/O.
+//!
+//! Request body: the first `Inference-Header-Content-Length` bytes (all of it when the header is
+//! absent) are the JSON header; the binary data of the inputs that carry
+//! `parameters.binary_data_size` follows, in input order. An explicit header length of 0 makes
+//! the whole body the raw data of the model's only input ([`decode_raw_request`]).
+//!
+//! Response body: the JSON header, then the bytes of each output returned in binary form (in
+//! output order, those of size 0 omitted). Outputs are binary when the request's `outputs` entry
+//! says `parameters.binary_data: true`, or, for outputs the request did not list,
+//! when the request has `parameters.binary_data_output: true`.
+
+use bytes::Bytes;
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::Value;
+use tritium_server::{
+    CorrelationId, DataType, InferError, InferRequest, InferResponse, InputTensor, ModelMetadata, OutputTensor, ParamValue,
+};
+
+use crate::json_out;
+
+/// Triton's `HTTP_MAX_JSON_NESTING_DEPTH`.
+pub const MAX_JSON_DEPTH: usize = 100;
+
+/// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START`.
+pub const FLAG_SEQUENCE_START: u32 = 1;
+/// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_END`.
+pub const FLAG_SEQUENCE_END: u32 = 2;
+
+/// The most elements a classification output may rank (Triton's `kMaxClassificationElements`).
+const MAX_CLASSIFICATION_ELEMENTS: usize = 1_000_000;
+
+/// How one output is to be returned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OutputFormat {
+    /// As binary data after the JSON header, rather than as a JSON `data` array.
+    pub binary: bool,
+    /// Return the top `classification` classes (as `BYTES` `"value:index"` strings) instead of
+    /// the tensor; 0 for the tensor itself.
+    pub classification: u64,
+}
+
+/// How the outputs of a request are to be returned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OutputSpecs {
+    /// The format of outputs the request did not list (`binary_data_output`).
+    pub default_binary: bool,
+    /// The outputs the request listed, with their formats.
+    pub requested: Vec<(String, OutputFormat)>,
+}
+
+impl OutputSpecs {
+    /// The format for output `name`.
+    pub fn format_for(&self, name: &str) -> OutputFormat {
+        self.requested
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, f)| *f)
+            .unwrap_or(OutputFormat { binary: self.default_binary, classification: 0 })
+    }
+
+    /// Whether any output asks for classification (the encoder then needs to know whether the
+    /// model batches).
+    pub fn wants_classification(&self) -> bool {
+        self.requested.iter().any(|(_, f)| f.classification > 0)
+    }
+}
+
+/// A decoded inference request and how its outputs are to be returned.
+#[derive(Debug, Clone)]
+pub struct DecodedRequest {
+    /// The request for the server.
+    pub request: InferRequest,
+    /// Output formats for [`encode_infer_response`].
+    pub outputs: OutputSpecs,
+}
+
+/// An encoded inference response: the JSON header and the binary output data that follows it.
+#[derive(Debug, Clone, Default)]
+pub struct EncodedResponse {
+    /// The JSON header.
+    pub json: Vec<u8>,
+    /// Binary output data, in order, to send after the header.
+    pub binary: Vec<Bytes>,
+}
+
+impl EncodedResponse {
+    /// Whether binary data follows the header: the response then has
+    /// `Content-Type: application/octet-stream` and `Inference-Header-Content-Length`.
+    pub fn has_binary(&self) -> bool {
+        !self.binary.is_empty()
+    }
+
+    /// The `Content-Type` Triton sets.
+    pub fn content_type(&self) -> &'static str {
+        if self.has_binary() {
+            "application/octet-stream"
+        } else {
+            "application/json"
+        }
+    }
+
+    /// The body length.
+    pub fn len(&self) -> usize {
+        self.json.len() + self.binary.iter().map(Bytes::len).sum::<usize>()
+    }
+
+    /// Whether the body is empty (never, for a real response).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The whole body in one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.len());
+        v.extend_from_slice(&self.json);
+        for b in &self.binary {
+            v.extend_from_slice(b);
+        }
+        v
+    }
+}
+
+/// Parses an `Inference-Header-Content-Length` value against the body length, with Triton's
+/// errors.
+pub fn parse_header_length(value: &str, body_len: usize) -> Result<usize, InferError> {
+    let n: i64 = value.trim().parse().map_err(|_| {
+        InferError::invalid(format!(
+            "Unable to parse Inference-Header-Content-Length, got: {value}; it must be the byte length of the JSON header at the start of the body"
+        ))
+    })?;
+    match usize::try_from(n) {
+        Ok(n) if n <= body_len => Ok(n),
+        _ => Err(InferError::invalid(format!("inference header size should be in range (0, {body_len}), got: {value}"))),
+    }
+}
+
+/// Request parameters in the order the client wrote them.
+struct OrderedObject(Vec<(String, Value)>);
+
+impl<'de> Deserialize<'de> for OrderedObject {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = OrderedObject;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object of parameters")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OrderedObject, A::Error> {
+                let mut v = Vec::new();
+                while let Some((k, val)) = map.next_entry::<String, Value>()? {
+                    v.push((k, val));
+                }
+                Ok(OrderedObject(v))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The top level of a request's JSON header.
+#[derive(Deserialize)]
+struct RequestHeader {
+    #[serde(default)]
+    id: Option<Value>,
+    #[serde(default)]
+    parameters: Option<OrderedObject>,
+    #[serde(default)]
+    inputs: Option<Value>,
+    #[serde(default)]
+    outputs: Option<Value>,
+}
+
+/// Marks a non-finite number literal (`NaN`, `Infinity`, `-Infinity`, which Triton's JSON
+/// parser and Python's `json`/`rapidjson` accept) that was turned into a string for serde_json.
+const NON_FINITE_MARK: char = '\u{0}';
+
+/// Rewrites bare `NaN`, `Infinity` and `-Infinity` outside strings into marked strings, or
+/// returns `None` when there are none.
+fn mark_non_finite(json: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(json.len() + 64);
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut changed = false;
+    let mut i = 0;
+    while i < json.len() {
+        let b = json[i];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else {
+            let token: Option<&[u8]> = [&b"NaN"[..], b"Infinity", b"-Infinity"].into_iter().find(|t| json[i..].starts_with(t));
+            if let Some(t) = token {
+                out.extend_from_slice(b"\"\\u0000");
+                out.extend_from_slice(t);
+                out.push(b'"');
+                i += t.len();
+                changed = true;
+                continue;
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+    changed.then_some(out)
+}
+
+/// The value of a marked non-finite literal.
+fn non_finite(v: &Value) -> Option<f64> {
+    match v.as_str()?.strip_prefix(NON_FINITE_MARK)? {
+        "NaN" => Some(f64::NAN),
+        "Infinity" => Some(f64::INFINITY),
+        "-Infinity" => Some(f64::NEG_INFINITY),
+        _ => None,
+    }
+}
+
+fn parse_header(json: &[u8]) -> Result<RequestHeader, InferError> {
+    match serde_json::from_slice(json) {
+        Ok(h) => Ok(h),
+        Err(e) => {
+            if let Some(marked) = mark_non_finite(json) {
+                if let Ok(h) = serde_json::from_slice(&marked) {
+                    return Ok(h);
+                }
+            }
+            Err(InferError::invalid(format!("failed to parse the request JSON buffer: {e}")))
+        }
+    }
+}
+
+/// A short description of a JSON value for error messages.
+fn describe(v: &Value) -> String {
+    if non_finite(v).is_some() {
+        return v.as_str().unwrap_or_default().trim_start_matches(NON_FINITE_MARK).to_string();
+    }
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) if s.chars().count() <= 32 => format!("the string {s:?}"),
+        Value::String(_) => "a string".into(),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+fn shape_string(shape: &[i64]) -> String {
+    let parts: Vec<String> = shape.iter().map(i64::to_string).collect();
+    format!("[{}]", parts.join(","))
+}
+
+/// Decodes an inference request body. `header_length` is the `Inference-Header-Content-Length`
+/// value (already checked against the body with [`parse_header_length`]), `None` when the header
+/// is absent and the whole body is JSON. Binary inputs become zero-copy slices of `body`.
+pub fn decode_infer_request(
+    model: &str,
+    version: Option<i64>,
+    body: Bytes,
+    header_length: Option<usize>,
+) -> Result<DecodedRequest, InferError> {
+    let json_len = header_length.unwrap_or(body.len());
+    if json_len == 0 || json_len > body.len() {
+        return Err(InferError::invalid(if body.is_empty() {
+            "the request body is empty: send the inference request JSON (and any binary input data after it)".to_string()
+        } else {
+            format!("inference header size should be in range (0, {}), got: {json_len}", body.len())
+        }));
+    }
+    let header = parse_header(&body[..json_len])?;
+    let binary = body.slice(json_len..);
+
+    let mut request = InferRequest { model: model.to_string(), version, ..Default::default() };
+    if let Some(id) = header.id {
+        match id {
+            Value::String(s) => request.id = s,
+            other => {
+                return Err(InferError::invalid(format!("Unable to parse 'id': expected a string, got {}", describe(&other))));
+            }
+        }
+    }
+
+    let mut outputs = OutputSpecs::default();
+    if let Some(params) = header.parameters {
+        parse_request_parameters(params.0, &mut request, &mut outputs)?;
+    }
+
+    parse_inputs(model, header.inputs, &binary, header_length.is_some(), &mut request)?;
+    if let Some(out) = header.outputs {
+        parse_outputs(out, &mut request, &mut outputs)?;
+    }
+    Ok(DecodedRequest { request, outputs })
+}
+
+fn parse_request_parameters(
+    params: Vec<(String, Value)>,
+    request: &mut InferRequest,
+    outputs: &mut OutputSpecs,
+) -> Result<(), InferError> {
+    let mut flags = 0;
+    for (key, value) in params {
+        match key.as_str() {
+            "sequence_id" => {
+                request.correlation_id = match &value {
+                    Value::Number(n) if n.as_u64().is_some() => match n.as_u64() {
+                        Some(0) | None => CorrelationId::None,
+                        Some(id) => CorrelationId::U64(id),
+                    },
+                    Value::String(s) if non_finite(&value).is_none() => {
+                        if s.is_empty() {
+                            CorrelationId::None
+                        } else {
+                            CorrelationId::Str(s.clone())
+                        }
+                    }
+                    other => {
+                        return Err(InferError::invalid(format!(
+                            "Unable to parse 'sequence_id': expected an unsigned integer or a string, got {}",
+                            describe(other)
+                        )))
+                    }
+                }
+            }
+            "sequence_start" | "sequence_end" | "binary_data_output" => {
+                let Some(b) = value.as_bool() else {
+                    return Err(InferError::invalid(format!(
+                        "Unable to parse '{key}': expected a boolean, got {}",
+                        describe(&value)
+                    )));
+                };
+                match key.as_str() {
+                    "sequence_start" if b => flags |= FLAG_SEQUENCE_START,
+                    "sequence_end" if b => flags |= FLAG_SEQUENCE_END,
+                    "binary_data_output" => outputs.default_binary = b,
+                    _ => {}
+                }
+            }
+            "priority" | "timeout" => {
+                let Some(n) = value.as_u64() else {
+                    return Err(InferError::invalid(format!(
+                        "Unable to parse '{key}': expected an unsigned integer, got {}",
+                        describe(&value)
+                    )));
+                };
+                // Triton consumes `priority` itself (it never reaches the model); tritium's
+                // scheduler has no priority levels, so it is accepted and not used.
+                if key == "timeout" {
+                    request.timeout_us = n;
+                }
+            }
+            k if k.starts_with("triton_") => {
+                return Err(InferError::invalid(
+                    "parameter keys starting with 'triton_' are reserved for Triton usage and should not be specified.",
+                ));
+            }
+            _ => {
+                let v = match &value {
+                    Value::String(s) => match non_finite(&value) {
+                        Some(f) => ParamValue::Double(f),
+                        None => ParamValue::Str(s.clone()),
+                    },
+                    Value::Bool(b) => ParamValue::Bool(*b),
+                    Value::Number(n) => match n.as_i64() {
+                        Some(i) => ParamValue::Int(i),
+                        None => ParamValue::Double(n.as_f64().unwrap_or(f64::NAN)),
+                    },
+                    _ => {
+                        return Err(InferError::invalid(format!(
+                            "parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
+                        )))
+                    }
+                };
+                request.parameters.push((key, v));
+            }
+        }
+    }
+    request.flags = flags;
+    Ok(())
+}
+
+/// The object's `parameters` member, if it is an object.
+fn params_of(obj: &serde_json::Map<String, Value>) -> Option<&serde_json::Map<String, Value>> {
+    obj.get("parameters").and_then(Value::as_object)
+}
+
+fn member_str<'a>(obj: &'a serde_json::Map<String, Value>, field: &str, what: &str) -> Result<&'a str, InferError> {
+    match obj.get(field) {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(InferError::invalid(format!(
+            "Unable to parse '{field}': expected a string for the {what}, got {}",
+            describe(other)
+        ))),
+        None => Err(InferError::invalid(format!("Unable to parse '{field}': the {what} has no '{field}' field"))),
+    }
+}
+
+/// Triton's `ValidateInputContentType`.
+fn validate_input_content(obj: &serde_json::Map<String, Value>) -> Result<(), InferError> {
+    let has_data = obj.contains_key("data");
+    let params = params_of(obj);
+    let has_binary = params.is_some_and(|p| p.contains_key("binary_data_size"));
+    let has_shm = params.is_some_and(|p| p.contains_key("shared_memory_region"));
+    let set = usize::from(has_data) + usize::from(has_binary) + usize::from(has_shm);
+    if set == 1 {
+        return Ok(());
+    }
+    let mut msg = String::from(
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But",
+    );
+    if set == 0 {
+        msg.push_str(" no field is set");
+    } else {
+        msg.push_str(" set");
+        if has_data {
+            msg.push_str(" 'data'");
+        }
+        if has_binary {
+            msg.push_str(" 'binary_data_size'");
+        }
+        if has_shm {
+            msg.push_str(" 'shared_memory_region'");
+        }
+    }
+    Err(InferError::invalid(msg))
+}
+
+fn shm_unsupported(what: &str, name: &str, region: Option<&Value>) -> InferError {
+    let region = region.and_then(Value::as_str).unwrap_or_default();
+    InferError::invalid(format!(
+        "{what} '{name}' uses shared memory region '{region}', but the shared memory extension is not supported by tritium yet: \
+         send the data in the request body instead"
+    ))
+}
+
+fn parse_inputs(
+    model: &str,
+    inputs: Option<Value>,
+    binary: &Bytes,
+    has_header_length: bool,
+    request: &mut InferRequest,
+) -> Result<(), InferError> {
+    let inputs = match inputs {
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            return Err(InferError::invalid(format!("Unable to parse 'inputs': expected an array, got {}", describe(&other))))
+        }
+        None => return Err(InferError::invalid("Unable to parse 'inputs': the request has no 'inputs' array")),
+    };
+    let mut cursor = 0usize;
+    request.inputs.reserve(inputs.len());
+    for input in &inputs {
+        let Some(obj) = input.as_object() else {
+            return Err(InferError::invalid(format!("Unable to parse 'inputs': expected an object per input, got {}", describe(input))));
+        };
+        validate_input_content(obj)?;
+        let name = member_str(obj, "name", "input")?;
+        let dtype_name = member_str(obj, "datatype", "input")?;
+        let datatype = DataType::from_wire_name(dtype_name).ok_or_else(|| {
+            InferError::invalid(format!(
+                "invalid datatype for input '{name}': '{dtype_name}' is not one of BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, FP32, FP64, BF16, BYTES"
+            ))
+        })?;
+        let shape = parse_shape(obj, name)?;
+        let params = params_of(obj);
+
+        let data = if let Some(size) = params.and_then(|p| p.get("binary_data_size")) {
+            let Some(size) = size.as_u64() else {
+                return Err(InferError::invalid(format!(
+                    "Unable to parse 'binary_data_size' of input '{name}': expected an unsigned integer, got {}",
+                    describe(size)
+                )));
+            };
+            if size == 0 {
+                Bytes::new()
+            } else {
+                if !has_header_length {
+                    return Err(InferError::invalid(format!(
+                        "input '{name}' has 'binary_data_size' {size}, but the request has no Inference-Header-Content-Length header: \
+                         binary input data must follow a JSON header whose length that header gives"
+                    )));
+                }
+                let available = binary.len() - cursor;
+                let size = usize::try_from(size).unwrap_or(usize::MAX);
+                if size > available {
+                    return Err(InferError::invalid(format!(
+                        "unexpected size for input '{name}', expecting {} additional bytes for model '{model}'",
+                        size - available
+                    )));
+                }
+                let slice = binary.slice(cursor..cursor + size);
+                cursor += size;
+                slice
+            }
+        } else if params.is_some_and(|p| p.contains_key("shared_memory_region")) {
+            return Err(shm_unsupported("input", name, params.and_then(|p| p.get("shared_memory_region"))));
+        } else {
+            let data = obj.get("data").unwrap_or(&Value::Null);
+            Bytes::from(json_input_data(name, datatype, &shape, data)?)
+        };
+        request.inputs.push(InputTensor { name: name.to_string(), datatype, shape, data });
+    }
+    if cursor != binary.len() {
+        return Err(InferError::invalid(format!(
+            "unexpected additional input data for model '{model}': {} bytes after the JSON header are not claimed by any input's 'binary_data_size'",
+            binary.len() - cursor
+        )));
+    }
+    Ok(())
+}
+
+fn parse_shape(obj: &serde_json::Map<String, Value>, name: &str) -> Result<Vec<i64>, InferError> {
+    let Some(Value::Array(dims)) = obj.get("shape") else {
+        return Err(InferError::invalid(format!("Unable to parse 'shape': input '{name}' has no 'shape' array")));
+    };
+    dims.iter()
+        .map(|d| {
+            d.as_u64().and_then(|d| i64::try_from(d).ok()).ok_or_else(|| {
+                InferError::invalid(format!(
+                    "Unable to parse 'shape' of input '{name}': dimensions must be non-negative integers, got {}",
+                    describe(d)
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The element count of a shape; an empty shape (a scalar) has one element.
+fn element_count(shape: &[i64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))
+}
+
+/// Why reading a JSON `data` array stopped.
+enum DataError {
+    TooDeep,
+    TooMany,
+    Bad { index: u64, message: String },
+}
+
+/// Walks the leaves of a (possibly nested) JSON array in order, converting each with `f`.
+fn walk<F>(v: &Value, depth: usize, count: &mut u64, expected: u64, out: &mut Vec<u8>, f: &mut F) -> Result<(), DataError>
+where
+    F: FnMut(&Value, &mut Vec<u8>) -> Result<(), String>,
+{
+    if depth >= MAX_JSON_DEPTH {
+        return Err(DataError::TooDeep);
+    }
+    match v {
+        Value::Array(items) => {
+            for item in items {
+                walk(item, depth + 1, count, expected, out, f)?;
+            }
+            Ok(())
+        }
+        leaf => {
+            if *count >= expected {
+                return Err(DataError::TooMany);
+            }
+            f(leaf, out).map_err(|message| DataError::Bad { index: *count, message })?;
+            *count += 1;
+            Ok(())
+        }
+    }
+}
+
+/// Counts the leaves of a nested array (for error messages).
+fn count_leaves(v: &Value, depth: usize) -> u64 {
+    match v {
+        Value::Array(items) if depth < MAX_JSON_DEPTH => items.iter().map(|i| count_leaves(i, depth + 1)).sum(),
+        Value::Array(_) => 0,
+        _ => 1,
+    }
+}
+
+fn int_in<T: TryFrom<i64>>(v: &Value, what: &str) -> Result<T, String> {
+    let i = v.as_i64().ok_or_else(|| format!("expected a signed integer for {what}, got {}", describe(v)))?;
+    T::try_from(i).map_err(|_| format!("{i} is out of range for {what}"))
+}
+
+fn uint_in<T: TryFrom<u64>>(v: &Value, what: &str) -> Result<T, String> {
+    let u = v.as_u64().ok_or_else(|| format!("expected an unsigned integer for {what}, got {}", describe(v)))?;
+    T::try_from(u).map_err(|_| format!("{u} is out of range for {what}"))
+}
+
+fn float_of(v: &Value, what: &str) -> Result<f64, String> {
+    v.as_f64().or_else(|| non_finite(v)).ok_or_else(|| format!("expected a number for {what}, got {}", describe(v)))
+}
+
+/// Converts an input's JSON `data` to its raw bytes (Triton's serialized form for `BYTES`).
+fn json_input_data(name: &str, dtype: DataType, shape: &[i64], data: &Value) -> Result<Vec<u8>, InferError> {
+    let Some(expected) = element_count(shape) else {
+        return Err(InferError::invalid(format!(
+            "invalid shape for input '{name}': shape {} causes total element count to exceed maximum size of {}",
+            shape_string(shape),
+            i64::MAX
+        )));
+    };
+    if expected == 0 {
+        // As Triton: a tensor with no elements has no data, whatever 'data' holds.
+        return Ok(Vec::new());
+    }
+    if !data.is_array() {
+        return Err(InferError::invalid(format!(
+            "Unable to parse 'data' of input '{name}': expected an array, got {}",
+            describe(data)
+        )));
+    }
+    match dtype {
+        DataType::Fp16 => {
+            return Err(InferError::invalid(format!(
+                "receiving FP16 data via JSON is not supported. Please use the binary data format for input {name}"
+            )))
+        }
+        DataType::Bf16 => {
+            return Err(InferError::invalid(format!(
+                "receiving BF16 data via JSON is not supported. Please use the binary data format for input {name}"
+            )))
+        }
+        _ => {}
+    }
+    // Every leaf takes at least one byte of JSON text, so this never reserves more than the
+    // body could fill, whatever the shape claims.
+    let leaves_bound = expected.min(count_leaves(data, 0));
+    let size = dtype.element_size().unwrap_or(8) as u64;
+    let mut out = Vec::with_capacity(usize::try_from(leaves_bound.saturating_mul(size)).unwrap_or(0));
+    let mut count = 0u64;
+    let what = dtype.wire_name();
+    let res = match dtype {
+        DataType::Bool => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            let b = v.as_bool().ok_or_else(|| format!("expected a boolean for BOOL, got {}", describe(v)))?;
+            o.push(u8::from(b));
+            Ok(())
+        }),
+        DataType::Uint8 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            o.push(uint_in::<u8>(v, what)?);
+            Ok(())
+        }),
+        DataType::Uint16 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            o.extend_from_slice(&uint_in::<u16>(v, what)?.to_le_bytes());
+            Ok(())
+        }),
+        DataType::Uint32 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            o.extend_from_slice(&uint_in::<u32>(v, what)?.to_le_bytes());
+            Ok(())
+        }),
+        DataType::Uint64 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            o.extend_from_slice(&uint_in::<u64>(v, what)?.to_le_bytes());
+            Ok(())
+        }),
+        DataType::Int8 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            o.extend_from_slice(&int_in::<i8>(v, what)?.to_le_bytes());
+            Ok(())
+        }),
+        DataType::Int16 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            o.extend_from_slice(&int_in::<i16>(v, what)?.to_le_bytes());
+            Ok(())
+        }),
+        DataType::Int32 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            o.extend_from_slice(&int_in::<i32>(v, what)?.to_le_bytes());
+            Ok(())
+        }),
+        DataType::Int64 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            o.extend_from_slice(&int_in::<i64>(v, what)?.to_le_bytes());
+            Ok(())
+        }),
+        DataType::Fp32 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            // As Triton: the double is narrowed to float (out-of-range values become infinite).
+            o.extend_from_slice(&(float_of(v, what)? as f32).to_le_bytes());
+            Ok(())
+        }),
+        DataType::Fp64 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            o.extend_from_slice(&float_of(v, what)?.to_le_bytes());
+            Ok(())
+        }),
+        DataType::Bytes => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+            let s = match v {
+                Value::String(s) if non_finite(v).is_none() => s,
+                _ => return Err(format!("expected a string for BYTES, got {}", describe(v))),
+            };
+            let len = u32::try_from(s.len()).map_err(|_| "a BYTES element is longer than 4 GiB".to_string())?;
+            o.extend_from_slice(&len.to_le_bytes());
+            o.extend_from_slice(s.as_bytes());
+            Ok(())
+        }),
+        DataType::Fp16 | DataType::Bf16 => Ok(()),
+    };
+    let mismatch = |got: u64| {
+        InferError::invalid(format!(
+            "Unable to parse 'data' of input '{name}': shape does not match true shape of 'data' field: shape {} has {expected} elements, but 'data' has {got}; make 'shape' and 'data' agree",
+            shape_string(shape)
+        ))
+    };
+    match res {
+        Ok(()) if count == expected => Ok(out),
+        Ok(()) => Err(mismatch(count)),
+        Err(DataError::TooMany) => Err(mismatch(count_leaves(data, 0))),
+        Err(DataError::TooDeep) => Err(InferError::invalid(format!(
+            "Unable to parse 'data' of input '{name}': JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})"
+        ))),
+        Err(DataError::Bad { index, message }) => {
+            Err(InferError::invalid(format!("Unable to parse 'data' of input '{name}': element {index}: {message}")))
+        }
+    }
+}
+
+fn parse_outputs(outputs: Value, request: &mut InferRequest, specs: &mut OutputSpecs) -> Result<(), InferError> {
+    let Value::Array(outputs) = outputs else {
+        return Err(InferError::invalid(format!("Unable to parse 'outputs': expected an array, got {}", describe(&outputs))));
+    };
+    for output in &outputs {
+        let Some(obj) = output.as_object() else {
+            return Err(InferError::invalid(format!("Unable to parse 'outputs': expected an object per output, got {}", describe(output))));
+        };
+        let params = params_of(obj);
+        // Triton's ValidateOutputParameter.
+        if let Some(p) = params.filter(|p| p.contains_key("shared_memory_region")) {
+            if p.contains_key("classification") {
+                return Err(InferError::invalid("Output can't set both 'shared_memory_region' and 'classification'"));
+            }
+            if p.get("binary_data").and_then(Value::as_bool) == Some(true) {
+                return Err(InferError::invalid("Output can't set both 'shared_memory_region' and 'binary_data'"));
+            }
+        }
+        let name = member_str(obj, "name", "output")?;
+        let mut format = OutputFormat::default();
+        if let Some(c) = params.and_then(|p| p.get("classification")) {
+            format.classification = c.as_u64().ok_or_else(|| {
+                InferError::invalid(format!(
+                    "Unable to set 'classification' of output '{name}': expected an unsigned integer, got {}",
+                    describe(c)
+                ))
+            })?;
+        }
+        if params.is_some_and(|p| p.contains_key("shared_memory_region")) {
+            return Err(shm_unsupported("output", name, params.and_then(|p| p.get("shared_memory_region"))));
+        }
+        if let Some(b) = params.and_then(|p| p.get("binary_data")) {
+            format.binary = b.as_bool().ok_or_else(|| {
+                InferError::invalid(format!("Unable to parse 'binary_data' of output '{name}': expected a boolean, got {}", describe(b)))
+            })?;
+        }
+        request.outputs.push(name.to_string());
+        specs.requested.push((name.to_string(), format));
+    }
+    Ok(())
+}
+
+/// What a raw (header length 0) request needs to know of the model's only input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawInputSpec {
+    /// Input name.
+    pub name: String,
+    /// Input type.
+    pub datatype: DataType,
+    /// The configured dims, without the batch dimension.
+    pub dims: Vec<i64>,
+    /// Whether the model batches (`max_batch_size > 0`): the request then gets batch size 1.
+    pub batching: bool,
+}
+
+/// The raw-input spec from a model's metadata and `max_batch_size`, with Triton's errors.
+pub fn raw_input_spec(model: &str, meta: &ModelMetadata, max_batch_size: i64) -> Result<RawInputSpec, InferError> {
+    let [input] = meta.inputs.as_slice() else {
+        return Err(InferError::invalid(format!(
+            "Raw request must only have 1 input (found 1) to be deduced but got {} inputs in '{model}' model configuration",
+            meta.inputs.len()
+        )));
+    };
+    let datatype = DataType::from_wire_name(&input.datatype)
+        .ok_or_else(|| InferError::internal(format!("input '{}' of model '{model}' has unknown datatype '{}'", input.name, input.datatype)))?;
+    let batching = max_batch_size > 0;
+    let dims = if batching { input.shape.get(1..).unwrap_or_default().to_vec() } else { input.shape.clone() };
+    Ok(RawInputSpec { name: input.name.clone(), datatype, dims, batching })
+}
+
+/// Decodes a raw binary request (`Inference-Header-Content-Length: 0`): the whole body is the
+/// data of the model's only input, whose shape is deduced as Triton does (one variable dimension
+/// at most; `BYTES` only for shape `[1]`, the body being one element). Outputs default to binary.
+pub fn decode_raw_request(model: &str, version: Option<i64>, body: Bytes, spec: &RawInputSpec) -> Result<DecodedRequest, InferError> {
+    let mut shape = Vec::with_capacity(spec.dims.len() + 1);
+    if spec.batching {
+        shape.push(1);
+    }
+    let mut dynamic_axis = None;
+    let mut fixed: u64 = 1;
+    for &d in &spec.dims {
+        if d < 0 {
+            if dynamic_axis.is_some() {
+                return Err(InferError::invalid(format!(
+                    "The shape of the raw input '{}' can not be deduced because there are more than one variable-sized dimension",
+                    spec.name
+                )));
+            }
+            dynamic_axis = Some(shape.len());
+        } else {
+            fixed = fixed.saturating_mul(d as u64);
+        }
+        shape.push(d);
+    }
+    let data = match spec.datatype.element_size() {
+        None => {
+            if dynamic_axis.is_some() || fixed != 1 {
+                return Err(InferError::invalid(format!(
+                    "For BYTE datatype raw input '{}', the model must have input shape [1]",
+                    spec.name
+                )));
+            }
+            let len = u32::try_from(body.len())
+                .map_err(|_| InferError::invalid("a raw BYTES input is limited to 4 GiB (one element)"))?;
+            let mut v = Vec::with_capacity(body.len() + 4);
+            v.extend_from_slice(&len.to_le_bytes());
+            v.extend_from_slice(&body);
+            Bytes::from(v)
+        }
+        Some(size) => {
+            if let Some(axis) = dynamic_axis {
+                let per = fixed.saturating_mul(size as u64).max(1);
+                shape[axis] = i64::try_from(body.len() as u64 / per).unwrap_or(i64::MAX);
+            }
+            body
+        }
+    };
+    let request = InferRequest {
+        model: model.to_string(),
+        version,
+        inputs: vec![InputTensor { name: spec.name.clone(), datatype: spec.datatype, shape, data }],
+        ..Default::default()
+    };
+    Ok(DecodedRequest { request, outputs: OutputSpecs { default_binary: true, requested: Vec::new() } })
+}
+
+/// `max_batch_size` from a model config in Triton's JSON form (0 when absent).
+pub fn max_batch_size(config_json: &str) -> i64 {
+    let Ok(v) = serde_json::from_str::<Value>(config_json) else { return 0 };
+    match v.get("max_batch_size") {
+        Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
+        Some(Value::String(s)) => s.parse().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Encodes an inference response. `batching` (whether the model's first dimension is the batch)
+/// matters only for classification outputs.
+pub fn encode_infer_response(resp: InferResponse, specs: &OutputSpecs, batching: bool) -> Result<EncodedResponse, InferError> {
+    let mut j = Vec::with_capacity(256);
+    let mut binary = Vec::new();
+    j.push(b'{');
+    if !resp.id.is_empty() {
+        json_out::key(&mut j, "id");
+        json_out::string(&mut j, resp.id.as_bytes());
+        j.push(b',');
+    }
+    json_out::key(&mut j, "model_name");
+    json_out::string(&mut j, resp.model.as_bytes());
+    j.push(b',');
+    json_out::key(&mut j, "model_version");
+    json_out::string(&mut j, resp.version.to_string().as_bytes());
+    if !resp.parameters.is_empty() {
+        j.push(b',');
+        json_out::key(&mut j, "parameters");
+        write_parameters(&mut j, &resp.parameters);
+    }
+    j.push(b',');
+    json_out::key(&mut j, "outputs");
+    j.push(b'[');
+    for (i, output) in resp.outputs.into_iter().enumerate() {
+        if i > 0 {
+            j.push(b',');
+        }
+        let format = specs.format_for(&output.name);
+        let (name, datatype, shape, data) = if format.classification > 0 {
+            let (shape, data) = classify(&output, format.classification, batching)?;
+            (output.name, DataType::Bytes, shape, data)
+        } else {
+            (output.name, output.datatype, output.shape, output.data)
+        };
+        j.push(b'{');
+        json_out::key(&mut j, "name");
+        json_out::string(&mut j, name.as_bytes());
+        j.push(b',');
+        json_out::key(&mut j, "datatype");
+        json_out::string(&mut j, datatype.wire_name().as_bytes());
+        j.push(b',');
+        json_out::key(&mut j, "shape");
+        j.push(b'[');
+        for (k, d) in shape.iter().enumerate() {
+            if k > 0 {
+                j.push(b',');
+            }
+            json_out::int(&mut j, *d);
+        }
+        j.push(b']');
+        j.push(b',');
+        if format.binary {
+            json_out::key(&mut j, "parameters");
+            j.push(b'{');
+            json_out::key(&mut j, "binary_data_size");
+            json_out::uint(&mut j, data.len() as u64);
+            j.push(b'}');
+            if !data.is_empty() {
+                binary.push(Bytes::from(data));
+            }
+        } else {
+            let Some(count) = element_count(&shape) else {
+                return Err(InferError::internal(format!("output '{name}' has an invalid shape {}", shape_string(&shape))));
+            };
+            json_out::key(&mut j, "data");
+            write_output_data(&mut j, &name, datatype, &data, count)?;
+        }
+        j.push(b'}');
+    }
+    j.extend_from_slice(b"]}");
+    Ok(EncodedResponse { json: j, binary })
+}
+
+fn write_parameters(j: &mut Vec<u8>, params: &[(String, ParamValue)]) {
+    j.push(b'{');
+    for (i, (k, v)) in params.iter().enumerate() {
+        if i > 0 {
+            j.push(b',');
+        }
+        json_out::key(j, k);
+        match v {
+            ParamValue::Bool(b) => json_out::boolean(j, *b),
+            ParamValue::Int(n) => json_out::int(j, *n),
+            ParamValue::Double(d) => json_out::double(j, *d),
+            ParamValue::Str(s) => json_out::string(j, s.as_bytes()),
+        }
+    }
+    j.push(b'}');
+}
+
+fn size_mismatch(name: &str) -> InferError {
+    InferError::internal(format!("Failed to write 'data' field: output tensor shape does not match size of output for '{name}'"))
+}
+
+/// Writes `count` elements as a JSON array, checking the size first.
+fn write_output_data(j: &mut Vec<u8>, name: &str, dtype: DataType, data: &[u8], count: u64) -> Result<(), InferError> {
+    match dtype {
+        DataType::Fp16 => {
+            return Err(InferError::invalid(
+                "sending FP16 data via JSON is not supported. Please use the binary data format for output",
+            ))
+        }
+        DataType::Bf16 => {
+            return Err(InferError::invalid(
+                "sending BF16 data via JSON is not supported. Please use the binary data format for output",
+            ))
+        }
+        _ => {}
+    }
+    if let Some(size) = dtype.element_size() {
+        if count.checked_mul(size as u64) != Some(data.len() as u64) {
+            return Err(size_mismatch(name));
+        }
+        j.reserve(data.len() / size * 4 + 2);
+    }
+    j.push(b'[');
+    fn each<const N: usize>(j: &mut Vec<u8>, data: &[u8], mut f: impl FnMut(&mut Vec<u8>, [u8; N])) {
+        for (i, c) in data.chunks_exact(N).enumerate() {
+            if i > 0 {
+                j.push(b',');
+            }
+            let mut a = [0u8; N];
+            a.copy_from_slice(c);
+            f(j, a);
+        }
+    }
+    match dtype {
+        DataType::Bool => each::<1>(j, data, |j, a| json_out::boolean(j, a[0] != 0)),
+        DataType::Uint8 => each::<1>(j, data, |j, a| json_out::uint(j, u64::from(a[0]))),
+        DataType::Uint16 => each::<2>(j, data, |j, a| json_out::uint(j, u64::from(u16::from_le_bytes(a)))),
+        DataType::Uint32 => each::<4>(j, data, |j, a| json_out::uint(j, u64::from(u32::from_le_bytes(a)))),
+        DataType::Uint64 => each::<8>(j, data, |j, a| json_out::uint(j, u64::from_le_bytes(a))),
+        DataType::Int8 => each::<1>(j, data, |j, a| json_out::int(j, i64::from(i8::from_le_bytes(a)))),
+        DataType::Int16 => each::<2>(j, data, |j, a| json_out::int(j, i64::from(i16::from_le_bytes(a)))),
+        DataType::Int32 => each::<4>(j, data, |j, a| json_out::int(j, i64::from(i32::from_le_bytes(a)))),
+        DataType::Int64 => each::<8>(j, data, |j, a| json_out::int(j, i64::from_le_bytes(a))),
+        DataType::Fp32 => each::<4>(j, data, |j, a| json_out::double(j, f64::from(f32::from_le_bytes(a)))),
+        DataType::Fp64 => each::<8>(j, data, |j, a| json_out::double(j, f64::from_le_bytes(a))),
+        DataType::Bytes => {
+            let mut rest = data;
+            for i in 0..count {
+                if i > 0 {
+                    j.push(b',');
+                }
+                let (len, tail) = rest.split_first_chunk::<4>().ok_or_else(|| size_mismatch(name))?;
+                let len = u32::from_le_bytes(*len) as usize;
+                if tail.len() < len {
+                    return Err(size_mismatch(name));
+                }
+                let (s, tail) = tail.split_at(len);
+                // As Triton: the bytes go into the JSON string unchanged, UTF-8 or not.
+                json_out::string(j, s);
+                rest = tail;
+            }
+        }
+        DataType::Fp16 | DataType::Bf16 => {}
+    }
+    j.push(b']');
+    Ok(())
+}
+
+/// Triton's classification extension: the top `k` elements of each batch entry as `BYTES`
+/// strings `"value:index"` (Triton appends `:label` when the output has a label file; tritium's
+/// server API does not expose labels yet). Returns the new shape and serialized data.
+fn classify(output: &OutputTensor, k: u64, batching: bool) -> Result<(Vec<i64>, Vec<u8>), InferError> {
+    let unsupported = || {
+        InferError::invalid(format!(
+            "class result not available for output due to unsupported type '{}'",
+            output.datatype.wire_name()
+        ))
+    };
+    let size = match output.datatype {
+        DataType::Bool | DataType::Fp16 | DataType::Bf16 | DataType::Bytes => return Err(unsupported()),
+        d => d.element_size().ok_or_else(unsupported)?,
+    };
+    let shape = &output.shape;
+    let batch_size = if batching && !shape.is_empty() { u64::try_from(shape[0]).unwrap_or(0) } else { 0 };
+    let inner = if batch_size == 0 { &shape[..] } else { &shape[1..] };
+    let batch1_count = element_count(inner)
+        .ok_or_else(|| InferError::internal(format!("output '{}' has an invalid shape {}", output.name, shape_string(shape))))?;
+    let batch1_bytes = usize::try_from(batch1_count.saturating_mul(size as u64)).unwrap_or(usize::MAX);
+    let mut serialized = Vec::new();
+    let mut offset = 0usize;
+    for _ in 0..batch_size.max(1) {
+        let chunk = match offset.checked_add(batch1_bytes) {
+            Some(end) if end <= output.data.len() => &output.data[offset..end],
+            _ => &[][..],
+        };
+        let n = chunk.len() / size;
+        if n > MAX_CLASSIFICATION_ELEMENTS {
+            return Err(InferError::invalid("classification output tensor too large"));
+        }
+        let values: Vec<(f64, String)> = chunk.chunks_exact(size).map(|c| class_value(output.datatype, c)).collect();
+        let mut idx: Vec<usize> = (0..n).collect();
+        idx.sort_by(|&a, &b| values[b].0.partial_cmp(&values[a].0).unwrap_or(std::cmp::Ordering::Equal));
+        for &i in idx.iter().take(usize::try_from(k).unwrap_or(usize::MAX)) {
+            let s = format!("{}:{i}", values[i].1);
+            serialized.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            serialized.extend_from_slice(s.as_bytes());
+        }
+        offset = offset.saturating_add(batch1_bytes);
+    }
+    let mut new_shape = Vec::with_capacity(2);
+    if batch_size > 0 {
+        new_shape.push(batch_size as i64);
+    }
+    new_shape.push(i64::try_from(k.min(batch1_count)).unwrap_or(i64::MAX));
+    Ok((new_shape, serialized))
+}
+
+/// An element's value for ranking and its text as C++'s `std::to_string` writes it.
+fn class_value(dtype: DataType, c: &[u8]) -> (f64, String) {
+    fn arr<const N: usize>(c: &[u8]) -> [u8; N] {
+        let mut a = [0u8; N];
+        a.copy_from_slice(&c[..N]);
+        a
+    }
+    fn float_text(v: f64) -> String {
+        if v.is_nan() {
+            "nan".into()
+        } else if v.is_infinite() {
+            if v > 0.0 { "inf".into() } else { "-inf".into() }
+        } else {
+            format!("{v:.6}")
+        }
+    }
+    match dtype {
+        DataType::Uint8 => (f64::from(c[0]), c[0].to_string()),
+        DataType::Int8 => (f64::from(c[0] as i8), (c[0] as i8).to_string()),
+        DataType::Uint16 => {
+            let v = u16::from_le_bytes(arr(c));
+            (f64::from(v), v.to_string())
+        }
+        DataType::Int16 => {
+            let v = i16::from_le_bytes(arr(c));
+            (f64::from(v), v.to_string())
+        }
+        DataType::Uint32 => {
+            let v = u32::from_le_bytes(arr(c));
+            (f64::from(v), v.to_string())
+        }
+        DataType::Int32 => {
+            let v = i32::from_le_bytes(arr(c));
+            (f64::from(v), v.to_string())
+        }
+        DataType::Uint64 => {
+            let v = u64::from_le_bytes(arr(c));
+            (v as f64, v.to_string())
+        }
+        DataType::Int64 => {
+            let v = i64::from_le_bytes(arr(c));
+            (v as f64, v.to_string())
+        }
+        DataType::Fp32 => {
+            let v = f64::from(f32::from_le_bytes(arr(c)));
+            (v, float_text(v))
+        }
+        DataType::Fp64 => {
+            let v = f64::from_le_bytes(arr(c));
+            (v, float_text(v))
+        }
+        DataType::Bool | DataType::Fp16 | DataType::Bf16 | DataType::Bytes => (0.0, String::new()),
+    }
+}
+
+/// Serializes strings into Triton's `BYTES` form (a little-endian `u32` length before each).
+pub fn serialize_bytes<I, T>(elements: I) -> Vec<u8>
+where
+    I: IntoIterator<Item = T>,
+    T: AsRef<[u8]>,
+{
+    let mut out = Vec::new();
+    for e in elements {
+        let e = e.as_ref();
+        out.extend_from_slice(&(e.len() as u32).to_le_bytes());
+        out.extend_from_slice(e);
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "codec_tests.rs"]
+mod tests;

@@ -1,0 +1,140 @@
+//! tritium's KServe v2 HTTP/REST frontend, compatible with Triton's HTTP server as
+//! `tritonclient.http` and `perf_analyzer -i http` use it: health, metadata, config, inference
+//! (JSON and the binary tensor data extension, gzip/deflate bodies), statistics, the model
+//! repository extension, and placeholders for the shared-memory, logging and trace extensions.
+//!
+//! [`router`] builds the axum router over a [`tritium_server::Server`]; [`serve`] runs it on a
+//! listener until a shutdown future completes. The wire codec lives in [`codec`] as plain
+//! functions.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tritium_server::{
+    InferError, InferRequest, InferResponse, IndexEntry, ModelMetadata, ModelStats, Server, ServerMetadata,
+};
+
+mod body;
+pub mod codec;
+pub mod compression;
+mod error;
+mod json_out;
+mod routes;
+
+pub use error::{error_body, status_for};
+
+/// The default limit on a request body (compressed or not): Triton accepts bodies of hundreds
+/// of MiB (its per-input limit is `--http-max-input-size`); tritium takes up to 4 GiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 30;
+
+/// Frontend options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// The largest request body accepted, before and after decompression.
+    pub max_body_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+    }
+}
+
+/// What the HTTP frontend needs from the core. [`Server`] implements it; tests and embedders
+/// may supply their own.
+pub trait Backend: Send + Sync + 'static {
+    /// Runs one inference.
+    fn infer(&self, req: InferRequest) -> impl Future<Output = Result<InferResponse, InferError>> + Send;
+    /// Liveness.
+    fn live(&self) -> bool;
+    /// Readiness.
+    fn ready(&self) -> bool;
+    /// Server metadata.
+    fn metadata(&self) -> ServerMetadata;
+    /// A model's metadata.
+    fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata, InferError>;
+    /// A model's config as Triton's JSON.
+    fn model_config_json(&self, name: &str, version: Option<i64>) -> Result<String, InferError>;
+    /// Whether a model (version) is ready.
+    fn model_ready(&self, name: &str, version: Option<i64>) -> bool;
+    /// The repository index.
+    fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry>;
+    /// Loads (or reloads) a model.
+    fn load_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send;
+    /// Unloads a model.
+    fn unload_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send;
+    /// Statistics for one model (and version) or all.
+    fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStats>, InferError>;
+}
+
+impl Backend for Server {
+    fn infer(&self, req: InferRequest) -> impl Future<Output = Result<InferResponse, InferError>> + Send {
+        Server::infer(self, req)
+    }
+    fn live(&self) -> bool {
+        Server::live(self)
+    }
+    fn ready(&self) -> bool {
+        Server::ready(self)
+    }
+    fn metadata(&self) -> ServerMetadata {
+        Server::metadata(self)
+    }
+    fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata, InferError> {
+        Server::model_metadata(self, name, version)
+    }
+    fn model_config_json(&self, name: &str, version: Option<i64>) -> Result<String, InferError> {
+        Server::model_config_json(self, name, version)
+    }
+    fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
+        Server::model_ready(self, name, version)
+    }
+    fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        Server::repository_index(self, ready_only)
+    }
+    fn load_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send {
+        Server::load_model(self, name)
+    }
+    fn unload_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send {
+        Server::unload_model(self, name)
+    }
+    fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStats>, InferError> {
+        Server::statistics(self, name, version)
+    }
+}
+
+/// The HTTP router over `server`, with default [`Options`].
+pub fn router(server: Arc<Server>) -> axum::Router {
+    routes::build(server, Options::default())
+}
+
+/// The HTTP router over any [`Backend`].
+pub fn router_with<B: Backend>(backend: Arc<B>, options: Options) -> axum::Router {
+    routes::build(backend, options)
+}
+
+/// Serves the HTTP frontend on `listener` (with `TCP_NODELAY`, as Triton) until `shutdown`
+/// completes, then finishes the requests in flight.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    server: Arc<Server>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_with(listener, server, Options::default(), shutdown).await
+}
+
+/// [`serve`] for any [`Backend`], with options.
+pub async fn serve_with<B: Backend>(
+    listener: tokio::net::TcpListener,
+    backend: Arc<B>,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("could not set TCP_NODELAY: {e}");
+        }
+    });
+    axum::serve(listener, routes::build(backend, options)).with_graceful_shutdown(shutdown).await
+}

@@ -1,0 +1,608 @@
+//! The routes of Triton's HTTP API (`HTTPAPIServer::Handle` in `src/http_server.cc`), their
+//! handlers, and the JSON shapes of their answers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::Uri;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, MethodRouter};
+use axum::Router;
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+use tritium_server::{parse_version, ErrorKind, InferError, ModelStats, StatDuration};
+
+use crate::body::ChunkBody;
+use crate::codec;
+use crate::compression::{self, Encoding};
+use crate::error::HttpError;
+use crate::{Backend, Options};
+
+/// Bodies of the small control requests (index, load, unload) are read up to this size.
+const MAX_CONTROL_BODY: usize = 64 << 20;
+
+/// JSON work larger than this runs on the blocking pool rather than on a runtime thread.
+const BLOCKING_THRESHOLD: usize = 256 << 10;
+
+const INFERENCE_HEADER_CONTENT_LENGTH: HeaderName = HeaderName::from_static("inference-header-content-length");
+
+struct AppState<B> {
+    backend: Arc<B>,
+    options: Options,
+}
+
+impl<B> Clone for AppState<B> {
+    fn clone(&self) -> Self {
+        Self { backend: self.backend.clone(), options: self.options }
+    }
+}
+
+type St<B> = State<AppState<B>>;
+type HttpResult = Result<Response, HttpError>;
+
+pub(crate) fn build<B: Backend>(backend: Arc<B>, options: Options) -> Router {
+    fn with_405<B: Backend>(m: MethodRouter<AppState<B>>) -> MethodRouter<AppState<B>> {
+        m.fallback(|| async { HttpError::method_not_allowed() })
+    }
+    let get_only = |h| with_405::<B>(h);
+
+    let mut r: Router<AppState<B>> = Router::new()
+        .route("/v2", get_only(get(server_metadata::<B>)))
+        .route("/v2/health/live", get_only(get(health_live::<B>)))
+        .route("/v2/health/ready", get_only(get(health_ready::<B>)))
+        .route("/v2/models/stats", get_only(get(all_stats::<B>)))
+        .route("/v2/logging", with_405(get(logging).post(logging)))
+        .route("/v2/trace/setting", with_405(get(trace).post(trace)))
+        .route("/v2/repository/index", with_405(post(repository_index::<B>)))
+        .route("/v2/repository/{repo}/index", with_405(post(repository_index::<B>)))
+        .route("/v2/repository/models/{model}/{action}", with_405(post(repository_control::<B>)))
+        .route("/v2/repository/{repo}/models/{model}/{action}", with_405(post(repository_control::<B>)));
+    for prefix in ["/v2/models/{model}", "/v2/models/{model}/versions/{version}"] {
+        r = r
+            .route(prefix, with_405(get(model_metadata::<B>)))
+            .route(&format!("{prefix}/ready"), with_405(get(model_ready::<B>)))
+            .route(&format!("{prefix}/config"), with_405(get(model_config::<B>)))
+            .route(&format!("{prefix}/stats"), with_405(get(model_stats::<B>)))
+            .route(&format!("{prefix}/infer"), with_405(post(infer::<B>)))
+            .route(&format!("{prefix}/generate"), with_405(post(generate)))
+            .route(&format!("{prefix}/generate_stream"), with_405(post(generate)));
+    }
+    r = r.route("/v2/models/{model}/trace/setting", with_405(get(trace).post(trace)));
+    for kind in ["systemsharedmemory", "cudasharedmemory"] {
+        for prefix in [format!("/v2/{kind}"), format!("/v2/{kind}/region/{{region}}")] {
+            r = r
+                .route(&format!("{prefix}/status"), with_405(get(shm_status)))
+                .route(&format!("{prefix}/register"), with_405(post(shm_register)))
+                .route(&format!("{prefix}/unregister"), with_405(post(shm_unregister)));
+        }
+    }
+    r.fallback(|| async { HttpError::not_found() }).with_state(AppState { backend, options })
+}
+
+/// A model name and version from the path, as Triton's model regex takes them: the version, when
+/// present, must be digits (anything else is not a route, 404).
+struct ModelRef {
+    name: String,
+    version: Option<i64>,
+}
+
+/// Path parameters, percent-decoded.
+struct Params(HashMap<String, String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for Params {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        match Path::<HashMap<String, String>>::from_request_parts(parts, state).await {
+            Ok(Path(p)) => Ok(Params(p)),
+            Err(e) => Err(HttpError::new(StatusCode::BAD_REQUEST, format!("invalid request path: {e}"))),
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ModelRef {
+    type Rejection = HttpError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, HttpError> {
+        let Params(mut p) = Params::from_request_parts(parts, state).await?;
+        let name = p.remove("model").unwrap_or_default();
+        let version = match p.remove("version") {
+            None => None,
+            Some(v) if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => parse_version(&v)?,
+            Some(_) => return Err(HttpError::not_found()),
+        };
+        Ok(ModelRef { name, version })
+    }
+}
+
+fn json_response(status: StatusCode, body: impl Into<Body>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body.into()).into_response()
+}
+
+fn json_ok<T: Serialize>(value: &T) -> HttpResult {
+    let body = serde_json::to_vec(value).map_err(|e| HttpError::from(InferError::internal(format!("failed to write JSON: {e}"))))?;
+    Ok(json_response(StatusCode::OK, body))
+}
+
+/// Runs CPU-heavy work on the blocking pool when it is large.
+async fn cpu<T, F>(heavy: bool, f: F) -> Result<T, HttpError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    if heavy {
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| HttpError::from(InferError::internal(format!("request processing task failed: {e}"))))
+    } else {
+        Ok(f())
+    }
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'a str>, HttpError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(Some)
+            .map_err(|_| HttpError::new(StatusCode::BAD_REQUEST, format!("header {name} is not valid ASCII"))),
+    }
+}
+
+/// Reads a body of at most `limit` bytes. A body that arrives in one chunk is kept as is; one
+/// that arrives in several is gathered into a single buffer sized from `Content-Length`, so a
+/// large body is held once, not twice.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, HttpError> {
+    use http_body_util::BodyExt;
+
+    let too_large = |n: &dyn std::fmt::Display| {
+        HttpError::new(
+            StatusCode::BAD_REQUEST,
+            format!("request body of {n} bytes exceeds the maximum allowed size of {limit} bytes"),
+        )
+    };
+    let declared = header_str(headers, &header::CONTENT_LENGTH)?.and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(len) = declared {
+        if len > limit as u64 {
+            return Err(too_large(&len));
+        }
+    }
+    let declared = declared.and_then(|d| usize::try_from(d).ok()).unwrap_or(0);
+    let mut body = body;
+    let mut first: Option<Bytes> = None;
+    let mut gathered: Option<bytes::BytesMut> = None;
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| HttpError::new(StatusCode::BAD_REQUEST, format!("failed to read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        total = total.saturating_add(data.len());
+        if total > limit {
+            return Err(too_large(&format!("more than {limit}")));
+        }
+        if let Some(buf) = gathered.as_mut() {
+            buf.extend_from_slice(&data);
+        } else if let Some(f) = first.take() {
+            let mut buf = bytes::BytesMut::with_capacity(declared.max(f.len() + data.len()));
+            buf.extend_from_slice(&f);
+            buf.extend_from_slice(&data);
+            gathered = Some(buf);
+        } else {
+            first = Some(data);
+        }
+    }
+    Ok(match gathered {
+        Some(buf) => buf.freeze(),
+        None => first.unwrap_or_default(),
+    })
+}
+
+// ---- health and metadata ----
+
+async fn health_live<B: Backend>(State(s): St<B>) -> StatusCode {
+    if s.backend.live() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
+}
+
+async fn health_ready<B: Backend>(State(s): St<B>) -> StatusCode {
+    if s.backend.ready() {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_REQUEST
+    }
+}
+
+#[derive(Serialize)]
+struct ServerMetadataJson<'a> {
+    name: &'a str,
+    version: &'a str,
+    extensions: &'a [String],
+}
+
+async fn server_metadata<B: Backend>(State(s): St<B>) -> HttpResult {
+    let m = s.backend.metadata();
+    json_ok(&ServerMetadataJson { name: &m.name, version: &m.version, extensions: &m.extensions })
+}
+
+#[derive(Serialize)]
+struct TensorMetadataJson<'a> {
+    name: &'a str,
+    datatype: &'a str,
+    shape: &'a [i64],
+}
+
+#[derive(Serialize)]
+struct ModelMetadataJson<'a> {
+    name: &'a str,
+    versions: &'a [String],
+    platform: &'a str,
+    inputs: Vec<TensorMetadataJson<'a>>,
+    outputs: Vec<TensorMetadataJson<'a>>,
+}
+
+async fn model_metadata<B: Backend>(State(s): St<B>, m: ModelRef) -> HttpResult {
+    if m.name.is_empty() {
+        return Err(HttpError::new(StatusCode::BAD_REQUEST, "Missing model name in ModelMetadata request"));
+    }
+    let md = s.backend.model_metadata(&m.name, m.version)?;
+    fn tensors(v: &[tritium_server::TensorMetadata]) -> Vec<TensorMetadataJson<'_>> {
+        v.iter().map(|t| TensorMetadataJson { name: &t.name, datatype: &t.datatype, shape: &t.shape }).collect()
+    }
+    json_ok(&ModelMetadataJson {
+        name: &md.name,
+        versions: &md.versions,
+        platform: &md.platform,
+        inputs: tensors(&md.inputs),
+        outputs: tensors(&md.outputs),
+    })
+}
+
+async fn model_ready<B: Backend>(State(s): St<B>, m: ModelRef) -> HttpResult {
+    if m.name.is_empty() {
+        return Err(HttpError::new(StatusCode::BAD_REQUEST, "Missing model name in ModelReady request"));
+    }
+    if s.backend.model_ready(&m.name, m.version) {
+        Ok(StatusCode::OK.into_response())
+    } else {
+        Err(HttpError::new(StatusCode::BAD_REQUEST, "Model version not ready"))
+    }
+}
+
+async fn model_config<B: Backend>(State(s): St<B>, m: ModelRef) -> HttpResult {
+    if m.name.is_empty() {
+        return Err(HttpError::new(StatusCode::BAD_REQUEST, "Missing model name in ModelConfig request"));
+    }
+    let config = s.backend.model_config_json(&m.name, m.version)?;
+    Ok(json_response(StatusCode::OK, config))
+}
+
+// ---- statistics ----
+
+#[derive(Serialize)]
+struct DurationJson {
+    count: u64,
+    ns: u64,
+}
+
+impl From<StatDuration> for DurationJson {
+    fn from(d: StatDuration) -> Self {
+        Self { count: d.count, ns: d.ns }
+    }
+}
+
+#[derive(Serialize)]
+struct InferenceStatsJson {
+    success: DurationJson,
+    fail: DurationJson,
+    queue: DurationJson,
+    compute_input: DurationJson,
+    compute_infer: DurationJson,
+    compute_output: DurationJson,
+    cache_hit: DurationJson,
+    cache_miss: DurationJson,
+}
+
+#[derive(Serialize)]
+struct BatchStatsJson {
+    batch_size: u64,
+    compute_input: DurationJson,
+    compute_infer: DurationJson,
+    compute_output: DurationJson,
+}
+
+#[derive(Serialize)]
+struct ModelStatJson {
+    name: String,
+    version: String,
+    last_inference: u64,
+    inference_count: u64,
+    execution_count: u64,
+    inference_stats: InferenceStatsJson,
+    response_stats: serde_json::Map<String, Value>,
+    batch_stats: Vec<BatchStatsJson>,
+    memory_usage: Vec<Value>,
+}
+
+#[derive(Serialize)]
+struct StatsJson {
+    model_stats: Vec<ModelStatJson>,
+}
+
+fn stats_json(stats: Vec<ModelStats>) -> StatsJson {
+    StatsJson {
+        model_stats: stats
+            .into_iter()
+            .map(|m| ModelStatJson {
+                name: m.name,
+                version: m.version,
+                last_inference: m.last_inference,
+                inference_count: m.inference_count,
+                execution_count: m.execution_count,
+                inference_stats: InferenceStatsJson {
+                    success: m.success.into(),
+                    fail: m.fail.into(),
+                    queue: m.queue.into(),
+                    compute_input: m.compute_input.into(),
+                    compute_infer: m.compute_infer.into(),
+                    compute_output: m.compute_output.into(),
+                    cache_hit: m.cache_hit.into(),
+                    cache_miss: m.cache_miss.into(),
+                },
+                response_stats: serde_json::Map::new(),
+                batch_stats: m
+                    .batch_stats
+                    .into_iter()
+                    .map(|b| BatchStatsJson {
+                        batch_size: b.batch_size,
+                        compute_input: b.compute_input.into(),
+                        compute_infer: b.compute_infer.into(),
+                        compute_output: b.compute_output.into(),
+                    })
+                    .collect(),
+                memory_usage: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+async fn all_stats<B: Backend>(State(s): St<B>) -> HttpResult {
+    json_ok(&stats_json(s.backend.statistics(None, None)?))
+}
+
+async fn model_stats<B: Backend>(State(s): St<B>, m: ModelRef) -> HttpResult {
+    json_ok(&stats_json(s.backend.statistics(Some(&m.name), m.version)?))
+}
+
+// ---- model repository ----
+
+#[derive(Serialize)]
+struct IndexEntryJson<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    version: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    state: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    reason: &'a str,
+}
+
+/// Parses an optional JSON body (empty means none).
+fn optional_json(body: &[u8]) -> Result<Option<Value>, HttpError> {
+    if body.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_slice(body)
+        .map(Some)
+        .map_err(|e| HttpError::new(StatusCode::BAD_REQUEST, format!("failed to parse the request JSON buffer: {e}")))
+}
+
+async fn repository_index<B: Backend>(State(s): St<B>, headers: HeaderMap, body: Body) -> HttpResult {
+    let body = read_body(&headers, body, MAX_CONTROL_BODY).await?;
+    let mut ready = false;
+    if let Some(v) = optional_json(&body)?.as_ref().and_then(|j| j.get("ready")) {
+        ready = v
+            .as_bool()
+            .ok_or_else(|| HttpError::new(StatusCode::BAD_REQUEST, "Invalid value for 'ready': expected a boolean"))?;
+    }
+    let index = s.backend.repository_index(ready);
+    let entries: Vec<IndexEntryJson<'_>> = index
+        .iter()
+        .map(|e| IndexEntryJson { name: &e.name, version: &e.version, state: &e.state, reason: &e.reason })
+        .collect();
+    json_ok(&entries)
+}
+
+async fn repository_control<B: Backend>(State(s): St<B>, Params(p): Params, headers: HeaderMap, body: Body) -> HttpResult {
+    let action = p.get("action").map(String::as_str).unwrap_or_default();
+    if action != "load" && action != "unload" {
+        return Err(HttpError::not_found());
+    }
+    if p.contains_key("repo") {
+        return Err(InferError::new(ErrorKind::Unsupported, "'repository_name' specification is not supported").into());
+    }
+    let model = p.get("model").cloned().unwrap_or_default();
+    let body = read_body(&headers, body, MAX_CONTROL_BODY).await?;
+    let request = optional_json(&body)?;
+    let params = request.as_ref().and_then(|r| r.get("parameters")).and_then(Value::as_object);
+    if action == "load" {
+        if let Some((key, value)) = params.into_iter().flatten().next() {
+            // Triton accepts only string parameters, 'config' and 'file:<path>'; tritium
+            // supports neither yet.
+            if !value.is_string() {
+                return Err(HttpError::new(StatusCode::BAD_REQUEST, format!("load parameter '{key}' must be a string")));
+            }
+            if key == "config" || key.starts_with("file:") {
+                return Err(InferError::new(
+                    ErrorKind::Unsupported,
+                    format!(
+                        "loading a model with a '{key}' parameter is not supported by tritium yet: put the config and files in the model repository and load the model by name"
+                    ),
+                )
+                .into());
+            }
+            return Err(HttpError::new(
+                StatusCode::BAD_REQUEST,
+                format!("unknown load parameter '{key}': the defined ones are 'config' and 'file:<path>'"),
+            ));
+        }
+        s.backend.load_model(&model).await?;
+    } else {
+        if let Some(v) = params.and_then(|p| p.get("unload_dependents")) {
+            if !v.is_boolean() {
+                return Err(HttpError::new(
+                    StatusCode::BAD_REQUEST,
+                    "Unable to parse 'unload_dependents': expected a boolean",
+                ));
+            }
+        }
+        // tritium models have no dependents (no ensembles), so `unload_dependents` changes
+        // nothing.
+        s.backend.unload_model(&model).await?;
+    }
+    Ok(json_response(StatusCode::OK, Body::empty()))
+}
+
+// ---- inference ----
+
+async fn infer<B: Backend>(State(s): St<B>, m: ModelRef, headers: HeaderMap, body: Body) -> Response {
+    match infer_inner(s, m, headers, body).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(status = %e.status, "infer failed: {}", e.message);
+            e.into_response()
+        }
+    }
+}
+
+async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap, body: Body) -> HttpResult {
+    let request_encoding = compression::request_encoding(header_str(&headers, &header::CONTENT_ENCODING)?).map_err(|e| {
+        let mut err = HttpError::from(e);
+        err.extra_header = Some((header::ACCEPT_ENCODING, HeaderValue::from_static("gzip, deflate")));
+        err
+    })?;
+    let response_encoding = compression::response_encoding(header_str(&headers, &header::ACCEPT_ENCODING)?);
+    let header_length_value = header_str(&headers, &INFERENCE_HEADER_CONTENT_LENGTH)?.map(str::to_owned);
+
+    let limit = s.options.max_body_bytes;
+    let mut body = read_body(&headers, body, limit).await?;
+    if request_encoding != Encoding::Identity {
+        let compressed = body;
+        body = cpu(compressed.len() > BLOCKING_THRESHOLD, move || compression::decompress(request_encoding, &compressed, limit))
+            .await??
+            .into();
+    }
+
+    let header_length = match &header_length_value {
+        Some(v) => Some(codec::parse_header_length(v, body.len())?),
+        None => None,
+    };
+    let (name, version) = (m.name, m.version);
+    let decoded = if header_length == Some(0) {
+        let meta = s.backend.model_metadata(&name, version)?;
+        let max_batch = s.backend.model_config_json(&name, version).map(|c| codec::max_batch_size(&c)).unwrap_or(0);
+        let spec = codec::raw_input_spec(&name, &meta, max_batch)?;
+        codec::decode_raw_request(&name, version, body, &spec)?
+    } else {
+        let json_len = header_length.unwrap_or(body.len());
+        let model = name.clone();
+        cpu(json_len > BLOCKING_THRESHOLD, move || codec::decode_infer_request(&model, version, body, header_length)).await??
+    };
+
+    let specs = decoded.outputs;
+    let response = s.backend.infer(decoded.request).await?;
+    let batching = specs.wants_classification()
+        && s.backend.model_config_json(&name, version).map(|c| codec::max_batch_size(&c) > 0).unwrap_or(false);
+
+    let json_outputs: usize = response
+        .outputs
+        .iter()
+        .filter(|o| !specs.format_for(&o.name).binary)
+        .map(|o| o.data.len())
+        .sum();
+    let encoded = cpu(json_outputs > BLOCKING_THRESHOLD / 4, move || codec::encode_infer_response(response, &specs, batching)).await??;
+
+    let mut builder = Response::builder().status(StatusCode::OK).header(header::CONTENT_TYPE, encoded.content_type());
+    if encoded.has_binary() {
+        builder = builder.header(INFERENCE_HEADER_CONTENT_LENGTH, encoded.json.len());
+    }
+    let body = if response_encoding == Encoding::Identity {
+        Body::new(ChunkBody::new(std::iter::once(Bytes::from(encoded.json)).chain(encoded.binary)))
+    } else {
+        let heavy = encoded.len() > BLOCKING_THRESHOLD;
+        let (compressed, encoded) = cpu(heavy, move || {
+            let mut parts: Vec<&[u8]> = vec![&encoded.json];
+            parts.extend(encoded.binary.iter().map(|b| &b[..]));
+            let compressed = compression::compress(response_encoding, &parts);
+            (compressed, encoded)
+        })
+        .await?;
+        match compressed {
+            Ok(c) => {
+                builder = builder.header(header::CONTENT_ENCODING, response_encoding.as_str());
+                Body::from(c)
+            }
+            Err(e) => {
+                // As Triton: a response that cannot be compressed goes out uncompressed.
+                tracing::debug!("unable to compress response: {e}");
+                Body::new(ChunkBody::new(std::iter::once(Bytes::from(encoded.json)).chain(encoded.binary)))
+            }
+        }
+    };
+    builder
+        .body(body)
+        .map_err(|e| HttpError::from(InferError::internal(format!("failed to build the response: {e}"))))
+}
+
+// ---- not supported (yet) ----
+
+fn not_supported(what: &str) -> HttpError {
+    HttpError::new(StatusCode::BAD_REQUEST, format!("{what} is not supported by tritium yet"))
+}
+
+async fn generate() -> HttpError {
+    not_supported("the generate extension (/generate, /generate_stream)")
+}
+
+async fn logging() -> HttpError {
+    not_supported("the logging extension (/v2/logging)")
+}
+
+async fn trace() -> HttpError {
+    not_supported("the trace extension (trace/setting)")
+}
+
+fn shm_kind(uri: &Uri) -> &'static str {
+    if uri.path().starts_with("/v2/cudasharedmemory") {
+        "CUDA"
+    } else {
+        "system"
+    }
+}
+
+async fn shm_status(uri: Uri, Params(p): Params) -> HttpResult {
+    match p.get("region") {
+        Some(region) => Err(HttpError::new(
+            StatusCode::NOT_FOUND,
+            format!("Unable to find {} shared memory region: '{region}'", shm_kind(&uri).to_lowercase()),
+        )),
+        None => Ok(json_response(StatusCode::OK, "[]")),
+    }
+}
+
+async fn shm_register(uri: Uri, Params(p): Params) -> HttpError {
+    let region = p.get("region").map(String::as_str).unwrap_or_default();
+    not_supported(&format!("registering {} shared memory (region '{region}')", shm_kind(&uri)))
+}
+
+async fn shm_unregister() -> Response {
+    // Nothing can be registered, so there is nothing to unregister; Triton answers success for
+    // a region that is not registered.
+    json_response(StatusCode::OK, Body::empty())
+}

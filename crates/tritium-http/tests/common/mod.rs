@@ -1,0 +1,148 @@
+//! A mock [`Backend`] shared by the integration tests: it echoes every input back as output
+//! `OUT_<name>`, fails on request for models named `err_<kind>`, and records what it was asked.
+
+#![allow(clippy::unwrap_used, dead_code, missing_docs, unreachable_pub)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use tritium_http::Backend;
+use tritium_server::{
+    BatchStats, ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, ModelMetadata, ModelStats, OutputTensor,
+    ParamValue, ServerMetadata, StatDuration, TensorMetadata,
+};
+
+#[derive(Default)]
+pub struct Mock {
+    pub not_ready: AtomicBool,
+    pub last_request: Mutex<Option<InferRequest>>,
+    pub last_index_ready: Mutex<Option<bool>>,
+    pub loads: Mutex<Vec<String>>,
+    pub infers: std::sync::atomic::AtomicU64,
+}
+
+impl Backend for Mock {
+    /// Echoes every input as output `OUT_<name>`; model names `err_<kind>` fail with that kind.
+    async fn infer(&self, req: InferRequest) -> Result<InferResponse, InferError> {
+        *self.last_request.lock().unwrap() = Some(req.clone());
+        self.infers.fetch_add(1, Ordering::SeqCst);
+        if let Some(kind) = req.model.strip_prefix("err_") {
+            let kind = match kind {
+                "notfound" => ErrorKind::NotFound,
+                "unavailable" => ErrorKind::Unavailable,
+                "unsupported" => ErrorKind::Unsupported,
+                "internal" => ErrorKind::Internal,
+                _ => ErrorKind::InvalidArg,
+            };
+            return Err(InferError::new(kind, format!("model failed: {kind:?}")));
+        }
+        Ok(InferResponse {
+            model: req.model.clone(),
+            version: req.version.unwrap_or(1),
+            id: req.id.clone(),
+            outputs: req
+                .inputs
+                .iter()
+                .map(|i| OutputTensor {
+                    name: format!("OUT_{}", i.name),
+                    datatype: i.datatype,
+                    shape: i.shape.clone(),
+                    data: i.data.to_vec(),
+                })
+                .filter(|o| req.outputs.is_empty() || req.outputs.contains(&o.name))
+                .collect(),
+            parameters: vec![("echo".into(), ParamValue::Bool(true))],
+        })
+    }
+    fn live(&self) -> bool {
+        true
+    }
+    fn ready(&self) -> bool {
+        !self.not_ready.load(Ordering::SeqCst)
+    }
+    fn metadata(&self) -> ServerMetadata {
+        ServerMetadata { name: "triton".into(), version: "2.50.0".into(), extensions: vec!["binary_tensor_data".into(), "statistics".into()] }
+    }
+    fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata, InferError> {
+        if name == "missing" {
+            return Err(InferError::not_found(format!("Request for unknown model: '{name}' is not found")));
+        }
+        Ok(ModelMetadata {
+            name: name.into(),
+            versions: vec![version.unwrap_or(1).to_string()],
+            platform: "python".into(),
+            inputs: vec![TensorMetadata { name: "IN".into(), datatype: "FP32".into(), shape: vec![-1, -1] }],
+            outputs: vec![TensorMetadata { name: "OUT_IN".into(), datatype: "FP32".into(), shape: vec![-1, -1] }],
+        })
+    }
+    fn model_config_json(&self, name: &str, _version: Option<i64>) -> Result<String, InferError> {
+        if name == "missing" {
+            return Err(InferError::not_found("no such model"));
+        }
+        Ok(format!(
+            r#"{{"name":"{name}","platform":"","backend":"python","version_policy":{{"latest":{{"num_versions":1}}}},"max_batch_size":4,"input":[{{"name":"IN","data_type":"TYPE_FP32","format":"FORMAT_NONE","dims":["-1"],"is_shape_tensor":false,"allow_ragged_batch":false,"optional":false}}],"output":[{{"name":"OUT_IN","data_type":"TYPE_FP32","dims":["-1"],"label_filename":"","is_shape_tensor":false}}],"batch_input":[],"batch_output":[],"optimization":{{"priority":"PRIORITY_DEFAULT","input_pinned_memory":{{"enable":true}},"output_pinned_memory":{{"enable":true}}}},"dynamic_batching":{{}},"instance_group":[{{"name":"{name}_0","kind":"KIND_CPU","count":1,"gpus":[],"profile":[],"passive":false,"host_policy":""}}],"default_model_filename":"model.py","cc_model_filenames":{{}},"metric_tags":{{}},"parameters":{{}},"model_warmup":[]}}"#
+        ))
+    }
+    fn model_ready(&self, name: &str, _version: Option<i64>) -> bool {
+        name != "missing"
+    }
+    fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        *self.last_index_ready.lock().unwrap() = Some(ready_only);
+        vec![
+            IndexEntry { name: "a".into(), version: "1".into(), state: "READY".into(), reason: String::new() },
+            IndexEntry { name: "b".into(), version: String::new(), state: "UNAVAILABLE".into(), reason: "unloaded".into() },
+        ]
+    }
+    async fn load_model(&self, name: &str) -> Result<(), InferError> {
+        self.loads.lock().unwrap().push(format!("load {name}"));
+        if name == "missing" {
+            return Err(InferError::invalid("failed to load 'missing', failed to poll from model repository"));
+        }
+        Ok(())
+    }
+    async fn unload_model(&self, name: &str) -> Result<(), InferError> {
+        self.loads.lock().unwrap().push(format!("unload {name}"));
+        Ok(())
+    }
+    fn statistics(&self, name: Option<&str>, _version: Option<i64>) -> Result<Vec<ModelStats>, InferError> {
+        if name == Some("missing") {
+            return Err(InferError::invalid("requested model 'missing' is not available"));
+        }
+        let d = |count, ns| StatDuration { count, ns };
+        if name == Some("perf") {
+            // Numbers that grow with the inferences served, as perf_analyzer expects.
+            let n = self.infers.load(Ordering::SeqCst);
+            return Ok(vec![ModelStats {
+                name: "perf".into(),
+                version: "1".into(),
+                last_inference: 1_700_000_000_000 + n,
+                inference_count: 2 * n,
+                execution_count: n,
+                success: d(n, 1000 * n),
+                queue: d(n, 100 * n),
+                compute_input: d(n, 10 * n),
+                compute_infer: d(n, 800 * n),
+                compute_output: d(n, 10 * n),
+                batch_stats: vec![BatchStats { batch_size: 2, compute_input: d(n, 10 * n), compute_infer: d(n, 800 * n), compute_output: d(n, 10 * n) }],
+                ..Default::default()
+            }]);
+        }
+        Ok(vec![ModelStats {
+            name: name.unwrap_or("a").into(),
+            version: "1".into(),
+            last_inference: 1_700_000_000_000,
+            inference_count: 10,
+            execution_count: 4,
+            success: d(5, 500),
+            fail: d(1, 10),
+            queue: d(5, 50),
+            compute_input: d(4, 40),
+            compute_infer: d(4, 400),
+            compute_output: d(4, 4),
+            cache_hit: d(0, 0),
+            cache_miss: d(0, 0),
+            batch_stats: vec![BatchStats { batch_size: 2, compute_input: d(2, 20), compute_infer: d(2, 200), compute_output: d(2, 2) }],
+        }])
+    }
+}
+

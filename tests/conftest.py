@@ -1,0 +1,116 @@
+"""End-to-end fixtures: a real `tritium serve` on free ports over a repository made of the
+examples and the test models, and tritonclient clients for HTTP and gRPC."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GOOD_MODELS = ["add_sub", "preprocess", "batched_scale", "caption", "echo", "whoami", "slow_batch", "no_config"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def binary():
+    path = os.environ.get("TRITIUM_BIN", os.path.join(ROOT, "target", "release", "tritium"))
+    if not os.path.exists(path):
+        pytest.fail("{} does not exist: run `cargo xtask build` (or `cargo xtask test`)".format(path))
+    return path
+
+
+class Server:
+    """A running tritium process."""
+
+    def __init__(self, repository, log_path, extra_args=()):
+        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.http_url = "127.0.0.1:{}".format(self.http_port)
+        self.grpc_url = "127.0.0.1:{}".format(self.grpc_port)
+        self.repository = repository
+        self.log_path = log_path
+        self.log = open(log_path, "w")
+        args = [
+            binary(), "serve", "--model-repository", repository,
+            "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
+            "--metrics-port", str(self.metrics_port), "--python", sys.executable,
+        ] + list(extra_args)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen("http://{}{}".format(self.http_url, path), timeout=5) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return None
+
+    def wait_models(self, models, timeout=120):
+        deadline = time.time() + timeout
+        for m in models:
+            while self.get("/v2/models/{}/ready".format(m)) != 200:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("model {} not ready; server log:\n{}".format(m, self.log_text()))
+                time.sleep(0.1)
+
+    def log_text(self):
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def repository(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repo")
+    for base in ("examples/models", "tests/models"):
+        for name in os.listdir(os.path.join(ROOT, base)):
+            shutil.copytree(os.path.join(ROOT, base, name), str(repo / name))
+    return str(repo)
+
+
+@pytest.fixture(scope="session")
+def server(repository, tmp_path_factory):
+    srv = Server(repository, str(tmp_path_factory.mktemp("log") / "tritium.log"))
+    try:
+        srv.wait_models(GOOD_MODELS)
+        yield srv
+    finally:
+        code = srv.stop()
+        assert code == 0, "tritium exited with {} on SIGTERM; log:\n{}".format(code, srv.log_text())
+
+
+@pytest.fixture(params=["http", "grpc"])
+def protocol(request):
+    return request.param
+
+
+@pytest.fixture
+def client(server, protocol):
+    """(tritonclient module, client) for the protocol under test."""
+    if protocol == "http":
+        import tritonclient.http as module
+
+        return module, module.InferenceServerClient(server.http_url)
+    import tritonclient.grpc as module
+
+    return module, module.InferenceServerClient(server.grpc_url)

@@ -1,0 +1,48 @@
+"""The example client scripts and a short perf_analyzer run, against a real tritium."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+CLIENTS = ["add_sub", "preprocess", "batched_scale", "caption"]
+
+
+@pytest.mark.parametrize("script", CLIENTS)
+def test_example_clients(server, protocol, script):
+    url = server.http_url if protocol == "http" else server.grpc_url
+    out = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "examples", "clients", script + ".py"), "--protocol", protocol, "--url", url],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def perf_analyzer():
+    path = os.path.join(os.path.dirname(sys.executable), "perf_analyzer")
+    if not os.path.exists(path):
+        path = shutil.which("perf_analyzer")
+    if not path:
+        pytest.skip("perf_analyzer is not installed (cargo xtask setup installs it as root)")
+    return path
+
+
+@pytest.mark.parametrize("proto", ["grpc", "http"])
+def test_perf_analyzer_runs_against_tritium(server, proto):
+    url = server.grpc_url if proto == "grpc" else server.http_url
+    out = subprocess.run(
+        [perf_analyzer(), "-m", "add_sub", "-u", url, "-i", proto, "--concurrency-range", "2",
+         "--measurement-interval", "1000", "--stability-percentage", "100", "--max-trials", "3"],
+        capture_output=True, text=True, timeout=180,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    m = re.search(r"Throughput: ([0-9.]+) infer/sec", text)
+    assert m and float(m.group(1)) > 0, text
+    server_side = re.search(r"queue (\d+) usec \+ compute input \d+ usec \+ compute infer (\d+) usec", text)
+    assert server_side and int(server_side.group(2)) > 0, text

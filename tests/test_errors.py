@@ -1,0 +1,106 @@
+"""Bad input gets Triton's status codes and clear messages; broken models never stop good ones."""
+
+import numpy as np
+import pytest
+
+from tritonclient.utils import InferenceServerException
+
+
+def add_sub_inputs(tc, a_type="FP32", a_shape=(4,), names=("INPUT0", "INPUT1")):
+    inputs = []
+    for name in names:
+        np_type = np.float64 if (name == "INPUT0" and a_type == "FP64") else np.float32
+        shape = list(a_shape) if name == "INPUT0" else [4]
+        t = tc.InferInput(name, shape, a_type if name == "INPUT0" else "FP32")
+        t.set_data_from_numpy(np.zeros(shape, dtype=np_type))
+        inputs.append(t)
+    return inputs
+
+
+def status(e):
+    """The status a client sees: HTTP code as a string, or the gRPC StatusCode name."""
+    return str(e.status())
+
+
+@pytest.mark.parametrize(
+    "case,expected,http_status,grpc_status",
+    [
+        ("unknown_model", "Request for unknown model: 'nope' is not found", "404", "StatusCode.NOT_FOUND"),
+        ("wrong_dtype", "inference input 'INPUT0' data-type is 'FP64', but model 'add_sub' expects 'FP32'", "400", "StatusCode.INVALID_ARGUMENT"),
+        ("wrong_shape", "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [4], got [3]", "400", "StatusCode.INVALID_ARGUMENT"),
+        ("missing_input", "expected 2 inputs but got 1 inputs for model 'add_sub'", "400", "StatusCode.INVALID_ARGUMENT"),
+        ("unknown_output", "unexpected inference output 'NOPE' for model 'add_sub'", "400", "StatusCode.INVALID_ARGUMENT"),
+        ("unknown_version", "Request for unknown model: 'add_sub' version 7 is not found", "404", "StatusCode.NOT_FOUND"),
+    ],
+)
+def test_validation_errors(client, protocol, case, expected, http_status, grpc_status):
+    tc, c = client
+    kwargs = {}
+    model = "add_sub"
+    if case == "unknown_model":
+        model, inputs = "nope", add_sub_inputs(tc)
+    elif case == "wrong_dtype":
+        inputs = add_sub_inputs(tc, a_type="FP64")
+    elif case == "wrong_shape":
+        inputs = add_sub_inputs(tc, a_shape=(3,))
+    elif case == "missing_input":
+        inputs = add_sub_inputs(tc, names=("INPUT0",))
+    elif case == "unknown_output":
+        inputs, kwargs = add_sub_inputs(tc), {"outputs": [tc.InferRequestedOutput("NOPE")]}
+    else:
+        inputs, kwargs = add_sub_inputs(tc), {"model_version": "7"}
+    with pytest.raises(InferenceServerException) as info:
+        c.infer(model, inputs, **kwargs)
+    assert expected in info.value.message(), info.value.message()
+    assert status(info.value) == (http_status if protocol == "http" else grpc_status)
+
+
+def test_broken_models_are_reported_and_others_serve(server, client, protocol):
+    tc, c = client
+    index = c.get_model_repository_index()
+    if not isinstance(index, list):
+        from google.protobuf import json_format
+
+        index = json_format.MessageToDict(index, preserving_proto_field_name=True)["models"]
+    by_name = {m["name"]: m for m in index}
+    assert by_name["add_sub"]["state"] == "READY"
+    broken = by_name["broken_config"]
+    assert broken["state"] == "UNAVAILABLE"
+    assert "broken_config/config.pbtxt:8" in broken["reason"] and "TYPE_NOT_A_TYPE" in broken["reason"], broken
+    init = by_name["broken_init"]
+    assert init["state"] == "UNAVAILABLE"
+    assert "RuntimeError: the weights file is missing" in init["reason"], init
+    assert "model.py(3): initialize" in init["reason"], init
+    with pytest.raises(InferenceServerException) as info:
+        c.infer("broken_init", add_sub_inputs(tc, names=("X",)))
+    assert "broken_init" in info.value.message()
+    # Strict readiness: a broken model makes the server not ready, but it stays live and serving.
+    assert c.is_server_live()
+    assert not c.is_server_ready()
+
+
+def test_model_errors_carry_the_traceback(client):
+    tc, c = client
+    inp = tc.InferInput("IMAGE", [1, 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[b"not an image"]], dtype=np.object_))
+    with pytest.raises(InferenceServerException) as info:
+        c.infer("preprocess", [inp])
+    assert "cannot decode image" in info.value.message()
+
+
+def test_malformed_http_bodies_get_400(server):
+    import urllib.request
+
+    for body, headers in [
+        (b"{not json", {}),
+        (b'{"inputs": [{"name": "INPUT0", "shape": [4], "datatype": "FP32", "data": [1, 2]}]}', {}),
+        (b'{"inputs": []}', {"Inference-Header-Content-Length": "999"}),
+    ]:
+        req = urllib.request.Request(
+            "http://{}/v2/models/add_sub/infer".format(server.http_url), data=body, headers=headers, method="POST"
+        )
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(req, timeout=10)
+        assert info.value.code == 400
+        assert b"error" in info.value.read()
+    assert server.proc.poll() is None
