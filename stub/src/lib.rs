@@ -196,8 +196,21 @@ impl Channel {
         // SAFETY: the server hands these fds to the stub at spawn for this channel's exclusive use.
         let (control, socket) = unsafe { (OwnedFd::from_raw_fd(control_fd), OwnedFd::from_raw_fd(socket_fd)) };
         let wait = WaitPolicy { spin, ..WaitPolicy::default() };
-        let inner = StubChannel::connect(control, socket, wait, arena_segment).map_err(ipc_err)?;
-        Ok(Self { inner: Arc::new(inner) })
+        let inner = Arc::new(StubChannel::connect(control, socket, wait, arena_segment).map_err(ipc_err)?);
+        // The heartbeat the server watches: a native thread that never takes the GIL, so a model
+        // busy in Python or C code still beats, and only a frozen process stops.
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("tritium-heartbeat".into())
+            .spawn(move || {
+                while let Some(channel) = weak.upgrade() {
+                    channel.beat();
+                    drop(channel);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            })
+            .map_err(|e| ChannelError::new_err(format!("cannot start the heartbeat thread: {e}")))?;
+        Ok(Self { inner })
     }
 
     /// The pid of the server process that created the channel.

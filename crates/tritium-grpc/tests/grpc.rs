@@ -41,9 +41,9 @@ fn temp_repo() -> PathBuf {
     dir
 }
 
-/// The stub command, if the Python side is built.
+/// The stub command (`$TRITIUM_PYTHON`, else the repo's `.venv`), if the Python side is built.
 fn stub_command() -> Option<StubCommand> {
-    let python = root().join(".venv/bin/python");
+    let python = std::env::var_os("TRITIUM_PYTHON").map(PathBuf::from).unwrap_or_else(|| root().join(".venv/bin/python"));
     let python_path = root().join("python");
     let native = std::fs::read_dir(python_path.join("tritium"))
         .ok()?
@@ -53,7 +53,7 @@ fn stub_command() -> Option<StubCommand> {
 }
 
 fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> ServerOptions {
-    ServerOptions { repository, stub, init_timeout: Duration::from_secs(60), auto_complete: false, strict_readiness, explicit_control: true }
+    ServerOptions { repository, stub, supervision: tritium_server::Supervision { init_timeout: Duration::from_secs(60), ..Default::default() }, auto_complete: false, strict_readiness, explicit_control: true }
 }
 
 fn no_stub() -> StubCommand {

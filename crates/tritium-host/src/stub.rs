@@ -16,6 +16,12 @@ use tritium_ipc::{
 
 use crate::process::{self, ChildGuard, ExitDesc, StderrTail, StubCommand};
 
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.unwatched.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// How often a wait stops to check that the stub process is alive.
 const LIVENESS_SLICE: Duration = Duration::from_millis(50);
 
@@ -105,6 +111,10 @@ pub struct Executed {
 
 /// A running stub process and its channel.
 pub struct Stub {
+    /// Why the watcher killed the process, when it did (a lost heartbeat).
+    kill_reason: Arc<Mutex<Option<String>>>,
+    /// Tells the watcher thread to stop.
+    unwatched: Arc<std::sync::atomic::AtomicBool>,
     instance: String,
     child: Mutex<ChildGuard>,
     channel: Arc<ServerChannel>,
@@ -125,6 +135,8 @@ impl Stub {
             .map_err(|source| HostError::Spawn { python: cmd.python.display().to_string(), source })?;
         span.record("pid", child.pid());
         let mut stub = Self {
+            kill_reason: Arc::new(Mutex::new(None)),
+            unwatched: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             instance: instance.to_string(),
             child: Mutex::new(child),
             channel: Arc::new(channel),
@@ -184,7 +196,61 @@ impl Stub {
     fn exited(&self, status: ExitDesc) -> HostError {
         // Give the stderr reader a moment to collect the dying words.
         std::thread::sleep(Duration::from_millis(20));
+        let status = match self.kill_reason.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            Some(reason) => ExitDesc(format!("{status}, {reason}")),
+            None => status,
+        };
         HostError::Exited { instance: self.instance.clone(), pid: self.pid(), status, stderr: self.stderr.text() }
+    }
+
+    /// Watches the process from a thread of its own: when it exits, a waiting `recv` is
+    /// interrupted at once and `on_exit` runs; when its heartbeat stops advancing for
+    /// `heartbeat_timeout` (a frozen process), it is killed. Ends when the stub is dropped.
+    pub fn watch(&self, heartbeat_timeout: Option<Duration>, on_exit: impl Fn() + Send + 'static) -> std::io::Result<()> {
+        let pid = self.pid() as libc::pid_t;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: pidfd_open just returned this fd to us.
+        let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let interrupter = self.channel.interrupter();
+        let channel = self.channel.clone();
+        let stop = self.unwatched.clone();
+        let reason = self.kill_reason.clone();
+        let span = self.span.clone();
+        std::thread::Builder::new().name(format!("watch-{}", self.instance)).spawn(move || {
+            let _enter = span.enter();
+            let mut last_beat = (channel.heartbeat(), Instant::now());
+            loop {
+                let mut pfd = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd), events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd for the duration of the call.
+                let n = unsafe { libc::poll(&mut pfd, 1, 250) };
+                if stop.load(std::sync::atomic::Ordering::Acquire) {
+                    return;
+                }
+                if n > 0 {
+                    interrupter.interrupt();
+                    on_exit();
+                    return;
+                }
+                let beat = channel.heartbeat();
+                if beat != last_beat.0 {
+                    last_beat = (beat, Instant::now());
+                } else if let Some(limit) = heartbeat_timeout {
+                    if last_beat.1.elapsed() > limit {
+                        let msg = format!("heartbeat lost for {limit:?} (the process stopped running)");
+                        tracing::error!("{msg}; killing it");
+                        *reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg);
+                        // SAFETY: plain kill of our own child; the pidfd keeps the pid from being reused.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                        last_beat.1 = Instant::now();
+                    }
+                }
+            }
+        })?;
+        Ok(())
     }
 
     fn ipc(&self, source: IpcError) -> HostError {

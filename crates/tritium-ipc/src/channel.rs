@@ -151,6 +151,24 @@ struct Rx {
     buf: Vec<u8>,
 }
 
+/// A handle that can interrupt a channel's receiver from another thread, without taking the
+/// receiver's lock (which a waiting `recv` holds).
+#[derive(Clone)]
+pub struct Interrupter {
+    control: Arc<Segment>,
+    ring: usize,
+}
+
+impl Interrupter {
+    /// Makes a waiting (and every later) `recv` on the channel fail with `IpcError::Closed` once
+    /// what was already sent is consumed. Use it when the peer process is known to be dead.
+    pub fn interrupt(&self) {
+        // SAFETY: the ring header lies at a fixed offset of the control segment, initialised at
+        // creation and kept mapped by the Arc.
+        unsafe { ring::interrupt(self.control.as_ptr().add(self.ring) as *const RingHeader) };
+    }
+}
+
 struct Tx {
     producer: Producer,
     buf: Vec<u8>,
@@ -218,6 +236,11 @@ impl ServerChannel {
         let peer_control = control.fd().try_clone_to_owned().map_err(|e| IpcError::Io("dup".into(), e))?;
         let chan = Self::assemble(Side::Server, name, config, control, ours, RING_A, RING_B)?;
         Ok((chan, PeerFds { control: peer_control, socket: theirs }))
+    }
+
+    /// A handle that interrupts this channel's `recv` from another thread.
+    pub fn interrupter(&self) -> Interrupter {
+        Interrupter { control: self.control.clone(), ring: RING_B }
     }
 
     /// The stub's heartbeat counter (advanced by a native thread in the stub).
@@ -533,6 +556,13 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         own + if self.side == Side::Server { self.control.len() } else { 0 }
     }
 
+    /// Bytes of shared memory mapped for this channel: the control segment and every arena
+    /// segment of both sides.
+    pub fn mapped_bytes(&self) -> u64 {
+        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        self.control.len() + segs.values().map(|s| s.len()).sum::<u64>()
+    }
+
     /// Live blocks in this side's arena (allocated, not yet released).
     pub fn live_blocks(&self) -> usize {
         lock(&self.arena).live_blocks()
@@ -610,6 +640,18 @@ mod tests {
         server.send(&ToStub::Ping { seq: 2 }).expect("send");
         stub.recv(T).expect("recv");
         assert!(stub.view(big.desc).is_err(), "the stub unmapped it too");
+    }
+
+    #[test]
+    fn interrupt_wakes_a_waiting_receiver() {
+        let (server, _stub) = pair();
+        let server = Arc::new(server);
+        let interrupter = server.interrupter();
+        let s2 = server.clone();
+        let t = std::thread::spawn(move || s2.recv(Duration::from_secs(30)).map(|m| m.is_some()));
+        std::thread::sleep(Duration::from_millis(50));
+        interrupter.interrupt();
+        assert!(matches!(t.join().expect("thread"), Err(IpcError::Closed)));
     }
 
     #[test]

@@ -175,6 +175,17 @@ pub(crate) unsafe fn attach(
     (Producer { ring, head, seq: 0, policy }, Consumer { ring, tail, policy })
 }
 
+/// Marks a ring closed and wakes its consumer, for when the producer is known to be gone.
+///
+/// # Safety
+/// `header` must point to a live, initialised ring header.
+pub(crate) unsafe fn interrupt(header: *const RingHeader) {
+    // SAFETY: guaranteed by the caller.
+    let h = unsafe { &*header };
+    h.closed.store(1, Ordering::Release);
+    futex::wake(&h.head, 1);
+}
+
 /// Spins, then sleeps on `word` until `ready()` holds, `closed` is set, or `timeout` passes.
 fn wait_for(
     word: &AtomicU32,

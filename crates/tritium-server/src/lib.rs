@@ -9,5 +9,6 @@ mod stats;
 pub mod types;
 mod validate;
 
+pub use instance::Supervision;
 pub use server::{parse_version, Server, ServerOptions};
 pub use types::*;

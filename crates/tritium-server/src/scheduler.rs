@@ -28,6 +28,16 @@ pub(crate) struct Pending {
     pub tx: oneshot::Sender<Result<InferResponse, InferError>>,
 }
 
+/// What a worker gets from the queue.
+pub(crate) enum Next {
+    /// Requests to execute together.
+    Batch(Vec<Pending>),
+    /// The queue is closed and empty.
+    Closed,
+    /// The worker's interruption condition holds.
+    Interrupted,
+}
+
 /// Dynamic batching settings.
 #[derive(Debug, Clone)]
 pub(crate) struct Batching {
@@ -72,6 +82,11 @@ impl Queue {
         Ok(())
     }
 
+    /// Whether the queue is closed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Requests waiting.
     pub(crate) fn len(&self) -> usize {
         self.lock().items.len()
@@ -93,27 +108,49 @@ impl Queue {
         rest
     }
 
+    /// Wakes every waiting worker, so that each re-checks its own interruption condition.
+    pub(crate) fn wake_all(&self) {
+        let _st = self.lock();
+        self.cv.notify_all();
+    }
+
     /// Blocks until there is work and returns the next batch; `None` once the queue is closed.
+    #[cfg(test)]
     pub(crate) fn next_batch(&self) -> Option<Vec<Pending>> {
+        match self.next_batch_unless(&|| false) {
+            Next::Batch(b) => Some(b),
+            Next::Closed | Next::Interrupted => None,
+        }
+    }
+
+    /// Blocks until there is work, the queue is closed, or `interrupted()` holds (checked
+    /// whenever the worker wakes; wake it with [`Queue::wake_all`]).
+    pub(crate) fn next_batch_unless(&self, interrupted: &dyn Fn() -> bool) -> Next {
         let mut st = self.lock();
         let Some(b) = &self.batching else {
             loop {
+                if interrupted() {
+                    return Next::Interrupted;
+                }
                 if let Some(p) = st.items.pop_front() {
-                    return Some(vec![p]);
+                    return Next::Batch(vec![p]);
                 }
                 if st.closed {
-                    return None;
+                    return Next::Closed;
                 }
                 st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
             }
         };
         let first = loop {
+            if interrupted() {
+                return Next::Interrupted;
+            }
             if !st.gathering {
                 if let Some(p) = st.items.pop_front() {
                     break p;
                 }
                 if st.closed {
-                    return None;
+                    return Next::Closed;
                 }
             }
             st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -143,7 +180,7 @@ impl Queue {
         drop(st);
         // Another worker may start the next batch with what this one left behind.
         self.cv.notify_all();
-        Some(batch)
+        Next::Batch(batch)
     }
 }
 

@@ -14,7 +14,7 @@ use tritium_host::{Stub, StubCommand};
 use tritium_proto::inference::model_config::SchedulingChoice;
 use tritium_proto::inference::model_instance_group::Kind;
 
-use crate::instance::{self, InstanceSpec, VersionContext};
+use crate::instance::{self, InstanceSpec, Supervision, VersionContext};
 use crate::scheduler::{Batching, Pending, Queue};
 use crate::stats::Stats;
 use crate::types::*;
@@ -27,8 +27,8 @@ pub struct ServerOptions {
     pub repository: PathBuf,
     /// How to start stubs.
     pub stub: StubCommand,
-    /// How long a stub may take to start and run `initialize`.
-    pub init_timeout: Duration,
+    /// Supervision limits (per model overridable in `parameters`).
+    pub supervision: Supervision,
     /// Run the model's `auto_complete_config` (Triton's default; off with
     /// `--disable-auto-complete-config`).
     pub auto_complete: bool,
@@ -54,6 +54,20 @@ struct Version {
 }
 
 impl Version {
+    /// Whether at least one instance serves.
+    fn any_ready(&self) -> bool {
+        self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|i| i.state() == InstanceState::Ready)
+    }
+
+    /// Why no instance serves, when none does and none will come back by itself.
+    fn failure(&self) -> Option<String> {
+        let instances = self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner());
+        instances
+            .iter()
+            .all(|i| i.state() == InstanceState::Failed)
+            .then(|| instances.iter().map(|i| format!("{}: {}", i.spec.name, i.reason())).collect::<Vec<_>>().join("; "))
+    }
+
     /// Stops taking requests, lets the instances finish what is queued, and joins them.
     fn retire(&self) {
         self.ctx.queue.close_gracefully();
@@ -207,7 +221,10 @@ impl Server {
         if !self.inner.opts.strict_readiness {
             return true;
         }
-        self.models().values().filter(|e| e.wanted).all(|e| e.state == State::Ready)
+        self.models()
+            .values()
+            .filter(|e| e.wanted)
+            .all(|e| e.state == State::Ready && e.versions.values().any(|v| v.any_ready()))
     }
 
     /// Server name, version and extensions.
@@ -251,9 +268,83 @@ impl Server {
         Ok((*self.route(name, version)?.config).clone())
     }
 
-    /// Whether a model (version) is ready.
+    /// Whether a model (version) is ready: loaded, with at least one instance ready to serve.
     pub fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
-        self.route(name, version).is_ok()
+        self.route(name, version).is_ok_and(|v| v.any_ready())
+    }
+
+    /// Every instance of every loaded model (or of one model), for the CLI and metrics.
+    pub fn instances(&self, model: Option<&str>) -> Vec<InstanceInfo> {
+        let models = self.models();
+        let mut out = Vec::new();
+        for (name, entry) in models.iter() {
+            if model.is_some_and(|m| m != name) {
+                continue;
+            }
+            for (v, ver) in &entry.versions {
+                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    out.push(i.info(name, *v));
+                }
+            }
+        }
+        out
+    }
+
+    /// Drains and restarts one instance (or every instance) of a model, and returns once they
+    /// are ready again, or says why they are not.
+    pub async fn restart(&self, model: &str, instance: Option<&str>) -> Result<(), InferError> {
+        let targets: Vec<(Arc<Version>, Arc<instance::Instance>, u64)> = {
+            let models = self.models();
+            let entry = models.get(model).ok_or_else(|| InferError::not_found(format!("Request for unknown model: '{model}' is not found")))?;
+            let mut t = Vec::new();
+            for ver in entry.versions.values() {
+                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    if instance.is_none_or(|n| n == i.spec.name) {
+                        t.push((ver.clone(), i.clone(), i.restarts()));
+                    }
+                }
+            }
+            t
+        };
+        if targets.is_empty() {
+            let name = instance.unwrap_or("");
+            return Err(InferError::not_found(format!("model '{model}' has no instance named '{name}'")));
+        }
+        for (ver, i, _) in &targets {
+            if i.state() == InstanceState::Failed {
+                return Err(InferError::unavailable(format!(
+                    "instance '{}' is failed ({}); reload the model to start it again",
+                    i.spec.name,
+                    i.reason()
+                )));
+            }
+            i.request_restart(&ver.ctx.queue);
+        }
+        let limit = targets.iter().map(|(v, _, _)| v.ctx.supervision.init_timeout).max().unwrap_or_default() + Duration::from_secs(60);
+        let deadline = Instant::now() + limit;
+        for (_, i, before) in &targets {
+            loop {
+                match i.state() {
+                    InstanceState::Ready if i.restarts() > *before => break,
+                    InstanceState::Failed => {
+                        return Err(InferError::internal(format!("instance '{}' failed to restart: {}", i.spec.name, i.reason())));
+                    }
+                    InstanceState::Stopped | InstanceState::Stopping => {
+                        return Err(InferError::unavailable(format!("instance '{}' stopped: the model is unloading", i.spec.name)));
+                    }
+                    _ if Instant::now() > deadline => {
+                        return Err(InferError::internal(format!(
+                            "instance '{}' is not ready {}s after the restart request (state {})",
+                            i.spec.name,
+                            limit.as_secs(),
+                            i.state().as_str()
+                        )));
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The repository index: every model directory, and the state of each loaded version.
@@ -283,8 +374,15 @@ impl Server {
             if entry.versions.is_empty() {
                 out.push(IndexEntry { name: name.clone(), version: String::new(), state: state.into(), reason });
             } else {
-                for v in entry.versions.keys() {
-                    out.push(IndexEntry { name: name.clone(), version: v.to_string(), state: state.into(), reason: reason.clone() });
+                for (v, ver) in &entry.versions {
+                    let (state, reason) = match ver.failure() {
+                        Some(why) => ("UNAVAILABLE", why),
+                        None => (state, reason.clone()),
+                    };
+                    if ready_only && state != "READY" {
+                        continue;
+                    }
+                    out.push(IndexEntry { name: name.clone(), version: v.to_string(), state: state.into(), reason });
                 }
             }
         }
@@ -465,6 +563,39 @@ async fn retire_all(versions: BTreeMap<i64, Arc<Version>>) {
     }
 }
 
+/// The server-wide supervision limits with the model's `parameters` overrides applied.
+fn supervision_for(base: &Supervision, config: &ModelConfig) -> Result<Supervision, String> {
+    let mut sup = base.clone();
+    let secs = |key: &str| -> Result<Option<Duration>, String> {
+        let Some(p) = config.parameters.get(key) else { return Ok(None) };
+        let v: f64 = p.string_value.trim().parse().map_err(|_| {
+            format!("parameter {key:?} must be a number of seconds, got {:?}", p.string_value)
+        })?;
+        if !(v.is_finite() && v >= 0.0) {
+            return Err(format!("parameter {key:?} must be a non-negative number of seconds, got {v}"));
+        }
+        Ok(Some(Duration::from_secs_f64(v)))
+    };
+    if let Some(d) = secs("stub_init_timeout_secs")? {
+        sup.init_timeout = d;
+    }
+    if let Some(d) = secs("execute_timeout_secs")? {
+        sup.execute_timeout = (!d.is_zero()).then_some(d);
+    }
+    if let Some(d) = secs("stub_restart_window_secs")? {
+        sup.restart_window = d;
+    }
+    if let Some(d) = secs("stub_backoff_max_secs")? {
+        sup.backoff_max = d;
+    }
+    if let Some(p) = config.parameters.get("stub_restart_limit") {
+        sup.restart_limit = p.string_value.trim().parse().map_err(|_| {
+            format!("parameter \"stub_restart_limit\" must be a whole number, got {:?}", p.string_value)
+        })?;
+    }
+    Ok(sup)
+}
+
 /// A hash of every file's path, size and modification time under `dir` (caches excluded).
 fn fingerprint(dir: &Path) -> u64 {
     use std::hash::{Hash, Hasher};
@@ -498,9 +629,10 @@ fn newest_version_dir(dir: &Path) -> Option<i64> {
 
 /// Runs the model's `auto_complete_config` in a short-lived stub.
 fn auto_complete(opts: &ServerOptions, name: &str, model_file: &Path, config: &ModelConfig) -> Result<ModelConfig, String> {
-    let stub = Stub::spawn(&opts.stub, &format!("{name}_autocomplete"), opts.init_timeout).map_err(|e| e.to_string())?;
+    let timeout = opts.supervision.init_timeout;
+    let stub = Stub::spawn(&opts.stub, &format!("{name}_autocomplete"), timeout).map_err(|e| e.to_string())?;
     let json = tritium_config::to_json(config).to_string();
-    let result = stub.auto_complete(&model_file.display().to_string(), &json, opts.init_timeout);
+    let result = stub.auto_complete(&model_file.display().to_string(), &json, timeout);
     let _ = stub.finalize(Duration::from_secs(5));
     let completed = result.map_err(|e| format!("auto_complete_config failed: {e}"))?;
     let value: serde_json::Value = serde_json::from_str(&completed).map_err(|e| format!("auto_complete_config returned invalid JSON: {e}"))?;
@@ -533,6 +665,7 @@ fn load_versions(opts: &ServerOptions, name: &str) -> Result<BTreeMap<i64, Arc<V
     if versions.is_empty() {
         return Err(format!("no version directory (a number, such as {}/1) holds the model", dir.display()));
     }
+    let supervision = supervision_for(&opts.supervision, &config)?;
     let config = Arc::new(config);
     let config_json = tritium_config::to_json(&config).to_string();
     let batching = match &config.scheduling_choice {
@@ -558,8 +691,9 @@ fn load_versions(opts: &ServerOptions, name: &str) -> Result<BTreeMap<i64, Arc<V
             queue: Arc::new(Queue::new(batching.clone())),
             stats: Arc::new(Stats::new(name, v)),
             stub: opts.stub.clone(),
-            init_timeout: opts.init_timeout,
+            supervision: supervision.clone(),
             live_workers: AtomicUsize::new(0),
+            instances: Mutex::new(Vec::new()),
         });
         let (ready_tx, ready_rx) = mpsc::channel();
         let mut workers = Vec::new();

@@ -247,3 +247,89 @@ pub struct BatchStats {
     /// Output handling.
     pub compute_output: StatDuration,
 }
+
+/// A model instance's supervisor state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InstanceState {
+    /// The stub process is being started.
+    Starting,
+    /// `initialize` is running.
+    Initializing,
+    /// Serving requests.
+    Ready,
+    /// Finishing its batch before a requested restart.
+    Draining,
+    /// The stub died; a restart follows after the backoff.
+    Crashed,
+    /// Waiting out the restart delay.
+    BackingOff,
+    /// Given up: `initialize` failed, or too many crashes.
+    Failed,
+    /// Finalizing for unload or shutdown.
+    Stopping,
+    /// Gone for good.
+    Stopped,
+}
+
+impl InstanceState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [InstanceState; 9] = [
+        InstanceState::Starting,
+        InstanceState::Initializing,
+        InstanceState::Ready,
+        InstanceState::Draining,
+        InstanceState::Crashed,
+        InstanceState::BackingOff,
+        InstanceState::Failed,
+        InstanceState::Stopping,
+        InstanceState::Stopped,
+    ];
+
+    /// Lower-case name, as the CLI and metrics print it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceState::Starting => "starting",
+            InstanceState::Initializing => "initializing",
+            InstanceState::Ready => "ready",
+            InstanceState::Draining => "draining",
+            InstanceState::Crashed => "crashed",
+            InstanceState::BackingOff => "backing_off",
+            InstanceState::Failed => "failed",
+            InstanceState::Stopping => "stopping",
+            InstanceState::Stopped => "stopped",
+        }
+    }
+}
+
+/// What the CLI and the metrics see of one model instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceInfo {
+    /// Model name.
+    pub model: String,
+    /// Model version.
+    pub version: i64,
+    /// Instance name (`add_sub_0_0`).
+    pub instance: String,
+    /// The stub's pid while it runs.
+    pub pid: Option<u32>,
+    /// Supervisor state.
+    pub state: InstanceState,
+    /// Time since the current stub started.
+    pub uptime: Option<std::time::Duration>,
+    /// Restarts so far (crashes and requested restarts).
+    pub restarts: u64,
+    /// How the last stub ended, and when.
+    pub last_exit: Option<(String, std::time::SystemTime)>,
+    /// Why the instance is failed or crashed.
+    pub reason: String,
+    /// The stub's resident memory.
+    pub rss_bytes: u64,
+    /// Shared memory mapped for the stub's channel.
+    pub shm_bytes: u64,
+    /// Requests executing now.
+    pub inflight: u64,
+    /// `execute` calls so far.
+    pub executions: u64,
+    /// How many times each state was entered.
+    pub transitions: Vec<(String, u64)>,
+}

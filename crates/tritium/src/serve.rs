@@ -10,7 +10,7 @@ use clap::{Args, ValueEnum};
 use tokio::sync::watch;
 use tracing::{info, warn};
 use tritium_host::StubCommand;
-use tritium_server::{Server, ServerOptions};
+use tritium_server::{Server, ServerOptions, Supervision};
 
 /// How models get loaded, as Triton's `--model-control-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -59,9 +59,28 @@ pub(crate) struct ServeArgs {
     /// The directory holding tritium's Python package (default: found next to the binary).
     #[arg(long, env = "TRITIUM_PYTHON_PATH")]
     python_path: Option<PathBuf>,
-    /// Seconds a stub may take to start and finish `initialize`.
+    /// Seconds a stub may take to start and finish `initialize` (per model:
+    /// `parameters { key: "stub_init_timeout_secs" ... }`).
     #[arg(long, env = "TRITIUM_STUB_INIT_TIMEOUT_SECS", default_value_t = 300)]
     stub_init_timeout_secs: u64,
+    /// Seconds one `execute` may take before its stub is killed and restarted; 0 never (per
+    /// model: `execute_timeout_secs`).
+    #[arg(long, env = "TRITIUM_EXECUTE_TIMEOUT_SECS", default_value_t = 0)]
+    execute_timeout_secs: u64,
+    /// Seconds without a heartbeat from a stub's native thread before it is killed as frozen.
+    #[arg(long, env = "TRITIUM_STUB_HEARTBEAT_TIMEOUT_SECS", default_value_t = 10)]
+    stub_heartbeat_timeout_secs: u64,
+    /// Crashes within the restart window after which an instance is marked failed (per model:
+    /// `stub_restart_limit`).
+    #[arg(long, env = "TRITIUM_STUB_RESTART_LIMIT", default_value_t = 5)]
+    stub_restart_limit: u32,
+    /// The window of `--stub-restart-limit`, in seconds (per model: `stub_restart_window_secs`).
+    #[arg(long, env = "TRITIUM_STUB_RESTART_WINDOW_SECS", default_value_t = 60)]
+    stub_restart_window_secs: u64,
+    /// Longest delay between restarts of a crashing stub, in seconds; delays start at 0.1 s and
+    /// double (per model: `stub_backoff_max_secs`).
+    #[arg(long, env = "TRITIUM_STUB_BACKOFF_MAX_SECS", default_value_t = 10)]
+    stub_backoff_max_secs: u64,
     /// Do not call the models' `auto_complete_config`.
     #[arg(long, env = "TRITIUM_DISABLE_AUTO_COMPLETE_CONFIG")]
     disable_auto_complete_config: bool,
@@ -116,7 +135,15 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     let opts = ServerOptions {
         repository,
         stub: StubCommand { python, python_path, env: Vec::new(), spin: args.stub_spin },
-        init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
+        supervision: Supervision {
+            init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
+            execute_timeout: (args.execute_timeout_secs > 0).then(|| Duration::from_secs(args.execute_timeout_secs)),
+            heartbeat_timeout: (args.stub_heartbeat_timeout_secs > 0).then(|| Duration::from_secs(args.stub_heartbeat_timeout_secs)),
+            restart_limit: args.stub_restart_limit,
+            restart_window: Duration::from_secs(args.stub_restart_window_secs),
+            backoff_max: Duration::from_secs(args.stub_backoff_max_secs),
+            ..Supervision::default()
+        },
         auto_complete: !args.disable_auto_complete_config,
         strict_readiness: args.strict_readiness,
         explicit_control: args.model_control_mode == ControlMode::Explicit,
