@@ -1,0 +1,266 @@
+"""Faults with real stubs: killed stubs under load, initialize that never returns, crash loops,
+the server killed with SIGKILL, SIGTERM with requests in flight, and a reload under load."""
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import Server
+
+SLEEPY = """
+import os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+VALUE = {value}
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            ms = int(pb_utils.get_input_tensor_by_name(r, "MS").as_numpy()[0])
+            time.sleep(ms / 1000.0)
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64)),
+                pb_utils.Tensor("VALUE", np.array([VALUE], dtype=np.int64)),
+            ]))
+        return out
+"""
+
+SLEEPY_CONFIG = """
+name: "{name}"
+backend: "python"
+input [ {{ name: "MS" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "PID" data_type: TYPE_INT64 dims: [ 1 ] }}, {{ name: "VALUE" data_type: TYPE_INT64 dims: [ 1 ] }} ]
+instance_group [ {{ count: {count}, kind: KIND_CPU }} ]
+{extra}
+"""
+
+
+def write_model(repo, name, source, config):
+    os.makedirs(os.path.join(repo, name, "1"), exist_ok=True)
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(textwrap.dedent(config))
+    with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
+        f.write(textwrap.dedent(source))
+
+
+def sleepy(repo, name="sleepy", count=1, value=1, extra=""):
+    write_model(repo, name, SLEEPY.format(value=value), SLEEPY_CONFIG.format(name=name, count=count, extra=extra))
+
+
+def call(url, model="sleepy", ms=0):
+    c = grpcclient.InferenceServerClient(url)
+    inp = grpcclient.InferInput("MS", [1], "INT32")
+    inp.set_data_from_numpy(np.array([ms], dtype=np.int32))
+    r = c.infer(model, [inp])
+    return int(r.as_numpy("PID")[0]), int(r.as_numpy("VALUE")[0])
+
+
+def index(server):
+    req = urllib.request.Request("http://{}/v2/repository/index".format(server.http_url), data=b"{}", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return {m["name"]: m for m in json.loads(r.read())}
+
+
+def wait_for(predicate, timeout=30, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+@pytest.fixture
+def start(tmp_path):
+    servers = []
+
+    def start_server(models, extra_args=()):
+        srv = Server(str(tmp_path / "repo"), str(tmp_path / "tritium-{}.log".format(len(servers))), extra_args)
+        servers.append(srv)
+        srv.wait_models(models)
+        return srv
+
+    os.makedirs(str(tmp_path / "repo"), exist_ok=True)
+    start_server.repo = str(tmp_path / "repo")
+    yield start_server
+    for srv in servers:
+        srv.stop()
+
+
+def alive(pid):
+    try:
+        with open("/proc/{}/stat".format(pid)) as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def test_kill_9_of_a_stub_under_load(start):
+    sleepy(start.repo, count=1)
+    srv = start(["sleepy"])
+    victim, _ = call(srv.grpc_url)
+    results, lock = [], threading.Lock()
+
+    def load():
+        for _ in range(40):
+            try:
+                r = ("ok", call(srv.grpc_url, ms=10)[0])
+            except InferenceServerException as e:
+                r = ("error", e.message())
+            with lock:
+                results.append(r)
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    killed_at = time.time()
+    os.kill(victim, signal.SIGKILL)
+    for t in threads:
+        t.join(120)
+    assert len(results) == 160, "every request got exactly one answer"
+    errors = [m for kind, m in results if kind == "error"]
+    for m in errors:
+        assert "exited unexpectedly" in m and "killed by signal 9" in m, m
+    assert len(errors) <= 4, "only the requests in flight on the killed stub fail: {}".format(errors)
+    pids = {p for kind, p in results if kind == "ok"}
+    new = pids - {victim}
+    assert new, "the instance came back with a new stub and the load went on"
+    assert not alive(victim)
+    assert wait_for(lambda: srv.get("/v2/models/sleepy/ready") == 200, what="model ready again")
+    print("recovered within", time.time() - killed_at, "s")
+
+
+def test_initialize_that_never_returns_times_out(start):
+    write_model(
+        start.repo,
+        "stuck",
+        "import time\nclass TritonPythonModel:\n    def initialize(self, args):\n        time.sleep(3600)\n    def execute(self, requests):\n        return []\n",
+        'name: "stuck"\nbackend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\noutput [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\nparameters { key: "stub_init_timeout_secs" value: { string_value: "1.5" } }\n',
+    )
+    sleepy(start.repo)
+    srv = start(["sleepy"])
+    stuck = wait_for(lambda: index(srv)["stuck"].get("state") == "UNAVAILABLE" and index(srv)["stuck"], what="stuck to fail")
+    reason = stuck["reason"]
+    assert "'stuck'" in reason and "within 1.5s" in reason and "stub_init_timeout_secs" in reason, reason
+    assert call(srv.grpc_url)[1] == 1, "the other model serves"
+    assert srv.proc.poll() is None
+
+
+def test_crash_loop_ends_in_failed(start):
+    write_model(
+        start.repo,
+        "crashy",
+        "import os, threading\nclass TritonPythonModel:\n    def initialize(self, args):\n        threading.Timer(0.2, os._exit, [7]).start()\n    def execute(self, requests):\n        return []\n",
+        'name: "crashy"\nbackend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\noutput [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\nparameters { key: "stub_restart_limit" value: { string_value: "2" } }\n',
+    )
+    srv = start(["crashy"])
+    entry = wait_for(lambda: index(srv)["crashy"]["state"] == "UNAVAILABLE" and index(srv)["crashy"], what="crashy to fail")
+    assert "crashed 3 times" in entry["reason"] and "exit code 7" in entry["reason"], entry
+    assert srv.get("/v2/models/crashy/ready") == 400
+    assert srv.get("/v2/health/ready") == 400
+    assert srv.get("/v2/health/live") == 200
+
+
+def children(pid):
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def test_server_killed_with_sigkill_leaves_nothing(start):
+    sleepy(start.repo, count=2)
+    shm_before = set(os.listdir("/dev/shm"))
+    srv = start(["sleepy"])
+    stubs = children(srv.proc.pid)
+    assert len(stubs) == 2, stubs
+    srv.proc.kill()
+    srv.proc.wait()
+    wait_for(lambda: not any(alive(p) for p in stubs), timeout=2, what="stubs to exit within 2 s")
+    assert set(os.listdir("/dev/shm")) - shm_before == set()
+
+
+def test_sigterm_answers_requests_in_flight(start):
+    sleepy(start.repo, count=2)
+    srv = start(["sleepy"])
+    results = []
+
+    def one():
+        try:
+            results.append(("ok", call(srv.grpc_url, ms=700)))
+        except InferenceServerException as e:
+            results.append(("error", e.message()))
+
+    threads = [threading.Thread(target=one) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    srv.proc.send_signal(signal.SIGTERM)
+    for t in threads:
+        t.join(60)
+    assert [k for k, _ in results] == ["ok"] * 4, results
+    assert srv.proc.wait(60) == 0
+    assert "stopped" in srv.log_text()
+
+
+def test_model_reloaded_under_load_without_failures(start):
+    sleepy(start.repo, count=1, value=1)
+    srv = start(["sleepy"], ["--model-control-mode", "poll", "--repository-poll-secs", "1"])
+    results, stop = [], threading.Event()
+
+    def load():
+        while not stop.is_set():
+            try:
+                results.append(("ok", call(srv.grpc_url, ms=5)[1]))
+            except InferenceServerException as e:
+                results.append(("error", e.message()))
+
+    threads = [threading.Thread(target=load) for _ in range(3)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    time.sleep(1.1)  # a different mtime second for the poller
+    sleepy(start.repo, count=1, value=2)
+    try:
+        wait_for(lambda: any(v == 2 for k, v in results[-20:] if k == "ok"), timeout=60, what="the new version to serve")
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    errors = [m for k, m in results if k == "error"]
+    assert not errors, errors[:3]
+    values = [v for _, v in results]
+    assert values[0] == 1 and values[-1] == 2
+
+
+def test_explicit_load_and_unload(start):
+    sleepy(start.repo)
+    sleepy(start.repo, name="other")
+    srv = start(["sleepy"], ["--model-control-mode", "explicit", "--load-model", "sleepy"])
+    c = httpclient.InferenceServerClient(srv.http_url)
+    assert not c.is_model_ready("other")
+    c.load_model("other")
+    assert c.is_model_ready("other")
+    c.unload_model("other")
+    assert not c.is_model_ready("other")
+    with pytest.raises(InferenceServerException):
+        c.load_model("../escape")
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    for bad in ["../escape", "a/b", ".."]:
+        with pytest.raises(InferenceServerException) as info:
+            g.load_model(bad)
+        assert "invalid model name" in info.value.message(), info.value.message()
