@@ -58,13 +58,16 @@ pub async fn serve(
     let (down_tx, down_rx) = watch::channel(false);
     let signal = service::Shutdown::new(down_rx);
     let (inference, health) =
-        build(InferenceService::with_shutdown(server.clone(), signal.clone()), HealthService::new(server));
+        build(InferenceService::with_shutdown(server.clone(), signal), HealthService::new(server));
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let tonic_signal = async move {
         shutdown.await;
         let _ = down_tx.send(true);
     };
     tonic::transport::Server::builder()
+        // gRPC's C++ core sizes HTTP/2 flow-control windows by BDP probing, so large tensors
+        // are not throttled by the 64 KiB default window; hyper's adaptive window does the same.
+        .http2_adaptive_window(Some(true))
         .add_service(inference)
         .add_service(health)
         .serve_with_incoming_shutdown(incoming, tonic_signal)

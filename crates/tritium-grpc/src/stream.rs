@@ -10,8 +10,9 @@
 //! outcome, in order, to a writer task, which waits for them one after the other and sends the
 //! answers. Errors go in `error_message` and the stream stays open; in `triton_grpc_error` mode
 //! an error from inference ends the stream with its status instead, while an error found before
-//! the request was queued still goes in `error_message`, as in Triton. Bounded channels carry
-//! back-pressure from a slow client down to the reading of requests.
+//! the request was queued (decoding, unknown model, validation) still goes in `error_message`, as
+//! in Triton. Bounded channels carry back-pressure from a slow client down to the reading of
+//! requests.
 
 use std::future::Future;
 use std::task::Poll;
@@ -21,7 +22,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tritium_proto::inference::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
-use tritium_server::{InferError, Server};
+use tritium_server::{ErrorKind, InferError, Server};
 
 use crate::convert::{self, to_status};
 use crate::service::{run, Shutdown};
@@ -35,8 +36,9 @@ type Outcome = Result<ModelInferResponse, InferError>;
 
 /// One request's outcome, in stream order.
 enum Item {
-    /// Settled when read: answered at once, or refused before it was queued.
-    Done { id: String, outcome: Outcome },
+    /// Settled when read. `queued` tells whether an error came from inference rather than
+    /// from the checks before the request was queued.
+    Done { id: String, outcome: Outcome, queued: bool },
     /// Queued and running.
     Running { id: String, task: JoinHandle<Outcome> },
     /// The stream ends with this status after the answers before it.
@@ -88,15 +90,26 @@ async fn issue(server: &Server, msg: ModelInferRequest) -> Item {
     let id = msg.id.clone();
     let decoded = match convert::decode_infer_request(msg) {
         Ok(d) => d,
-        Err(e) => return Item::Done { id, outcome: Err(e) },
+        Err(e) => return Item::Done { id, outcome: Err(e), queued: false },
     };
     let mut infer = Box::pin(run(server.clone(), decoded));
     // Poll once with this task's context: the request is queued (or refused) before the next
     // one is read. A spurious wake-up of the reader later is harmless.
     match std::future::poll_fn(|cx| Poll::Ready(infer.as_mut().poll(cx))).await {
-        Poll::Ready(outcome) => Item::Done { id, outcome },
+        Poll::Ready(outcome) => {
+            let queued = outcome.as_ref().is_err_and(|e| !refused_before_queueing(e));
+            Item::Done { id, outcome, queued }
+        }
         Poll::Pending => Item::Running { id, task: tokio::spawn(infer) },
     }
+}
+
+/// Whether an error that came at the first poll is one of the server's checks before queueing
+/// (unknown model or version, invalid request, model unloading) rather than an answer from the
+/// model, which can come that fast when this thread is descheduled right after queueing. The
+/// server's API does not say which it was; these kinds are what its checks return.
+fn refused_before_queueing(e: &InferError) -> bool {
+    matches!(e.kind, ErrorKind::InvalidArg | ErrorKind::NotFound | ErrorKind::Unavailable)
 }
 
 async fn write(
@@ -106,7 +119,7 @@ async fn write(
 ) {
     while let Some(item) = items.recv().await {
         let (id, outcome, queued) = match item {
-            Item::Done { id, outcome } => (id, outcome, false),
+            Item::Done { id, outcome, queued } => (id, outcome, queued),
             Item::Running { id, task } => {
                 let outcome = task
                     .await
@@ -128,6 +141,21 @@ async fn write(
         };
         if out.send(answer).await.is_err() {
             return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_of_the_checks_before_queueing() {
+        for kind in [ErrorKind::InvalidArg, ErrorKind::NotFound, ErrorKind::Unavailable] {
+            assert!(refused_before_queueing(&InferError::new(kind, "x")), "{kind:?}");
+        }
+        for kind in [ErrorKind::Internal, ErrorKind::Unknown, ErrorKind::Unsupported, ErrorKind::AlreadyExists, ErrorKind::Cancelled] {
+            assert!(!refused_before_queueing(&InferError::new(kind, "x")), "{kind:?}");
         }
     }
 }
