@@ -740,3 +740,45 @@ pub fn unload_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> 
 #[cfg(test)]
 #[path = "convert_tests.rs"]
 mod tests;
+
+/// The settings a `LogSettings` request changes (none: a read).
+pub fn log_update(req: &tritium_proto::inference::LogSettingsRequest) -> Result<tritium_server::LogSettingsUpdate, InferError> {
+    use tritium_proto::inference::log_settings_request::setting_value::ParameterChoice as P;
+    let mut u = tritium_server::LogSettingsUpdate::default();
+    for (key, value) in &req.settings {
+        let bad = |want: &str| InferError::invalid(format!("expect {want} for '{key}'"));
+        let choice = value.parameter_choice.as_ref();
+        match (key.as_str(), choice) {
+            ("log_file", Some(P::StringParam(v))) => u.log_file = Some(v.clone()),
+            ("log_format", Some(P::StringParam(v))) => u.log_format = Some(v.clone()),
+            ("log_info", Some(P::BoolParam(v))) => u.log_info = Some(*v),
+            ("log_warning", Some(P::BoolParam(v))) => u.log_warning = Some(*v),
+            ("log_error", Some(P::BoolParam(v))) => u.log_error = Some(*v),
+            ("log_verbose_level", Some(P::Uint32Param(v))) => u.log_verbose_level = Some(*v),
+            ("log_file" | "log_format", _) => return Err(bad("string")),
+            ("log_info" | "log_warning" | "log_error", _) => return Err(bad("boolean")),
+            ("log_verbose_level", _) => return Err(bad("unsigned integer")),
+            (other, _) => return Err(InferError::invalid(format!("Logging setting '{other}' is unknown"))),
+        }
+    }
+    Ok(u)
+}
+
+/// The settings as a `LogSettings` response.
+pub fn log_response(s: &tritium_server::LogSettings) -> tritium_proto::inference::LogSettingsResponse {
+    use tritium_proto::inference::log_settings_response::setting_value::ParameterChoice as P;
+    use tritium_proto::inference::log_settings_response::SettingValue;
+    let entry = |k: &str, p: P| (k.to_string(), SettingValue { parameter_choice: Some(p) });
+    tritium_proto::inference::LogSettingsResponse {
+        settings: [
+            entry("log_file", P::StringParam(s.log_file.clone())),
+            entry("log_info", P::BoolParam(s.log_info)),
+            entry("log_warning", P::BoolParam(s.log_warning)),
+            entry("log_error", P::BoolParam(s.log_error)),
+            entry("log_verbose_level", P::Uint32Param(s.log_verbose_level)),
+            entry("log_format", P::StringParam(s.log_format.clone())),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}

@@ -228,11 +228,15 @@ impl GrpcInferenceService for InferenceService {
         Err(Status::unavailable("the server does not support trace: tracing is not supported by tritium yet"))
     }
 
-    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> Result<Response<LogSettingsResponse>, Status> {
-        // Triton built without logging answers UNAVAILABLE "the server does not support dynamic logging".
-        Err(Status::unavailable(
-            "the server does not support dynamic logging: log settings are not supported by tritium yet; use TRITIUM_LOG",
-        ))
+    async fn log_settings(&self, request: Request<LogSettingsRequest>) -> Result<Response<LogSettingsResponse>, Status> {
+        let update = convert::log_update(&request.into_inner()).map_err(to_status)?;
+        let settings = if update == tritium_server::LogSettingsUpdate::default() {
+            self.server.log_settings()
+        } else {
+            self.server.update_log_settings(update)
+        }
+        .map_err(to_status)?;
+        Ok(Response::new(convert::log_response(&settings)))
     }
 }
 

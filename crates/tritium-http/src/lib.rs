@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use tritium_server::{
+use tritium_server::{LogSettings, LogSettingsUpdate, 
     InferError, InferRequest, InferResponse, IndexEntry, ModelMetadata, ModelStats, Server, ServerMetadata,
 };
 
@@ -65,6 +65,14 @@ pub trait Backend: Send + Sync + 'static {
     fn unload_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send;
     /// Statistics for one model (and version) or all.
     fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStats>, InferError>;
+    /// The log settings (the logging extension); unsupported unless implemented.
+    fn log_settings(&self) -> Result<LogSettings, InferError> {
+        Err(InferError::unavailable("the server does not support dynamic logging"))
+    }
+    /// Changes log settings.
+    fn update_log_settings(&self, _update: LogSettingsUpdate) -> Result<LogSettings, InferError> {
+        Err(InferError::unavailable("the server does not support dynamic logging"))
+    }
 }
 
 impl Backend for Server {
@@ -100,6 +108,12 @@ impl Backend for Server {
     }
     fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStats>, InferError> {
         Server::statistics(self, name, version)
+    }
+    fn log_settings(&self) -> Result<LogSettings, InferError> {
+        Server::log_settings(self)
+    }
+    fn update_log_settings(&self, update: LogSettingsUpdate) -> Result<LogSettings, InferError> {
+        Server::update_log_settings(self, update)
     }
 }
 

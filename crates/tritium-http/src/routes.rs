@@ -15,7 +15,7 @@ use axum::Router;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
-use tritium_server::{parse_version, ErrorKind, InferError, ModelStats, StatDuration};
+use tritium_server::{parse_version, ErrorKind, InferError, LogSettings, LogSettingsUpdate, ModelStats, StatDuration};
 
 use crate::body::ChunkBody;
 use crate::codec;
@@ -56,7 +56,7 @@ pub(crate) fn build<B: Backend>(backend: Arc<B>, options: Options) -> Router {
         .route("/v2/health/live", get_only(get(health_live::<B>)))
         .route("/v2/health/ready", get_only(get(health_ready::<B>)))
         .route("/v2/models/stats", get_only(get(all_stats::<B>)))
-        .route("/v2/logging", with_405(get(logging).post(logging)))
+        .route("/v2/logging", with_405(get(logging_get::<B>).post(logging_post::<B>)))
         .route("/v2/trace/setting", with_405(get(trace).post(trace)))
         .route("/v2/repository/index", with_405(post(repository_index::<B>)))
         .route("/v2/repository/{repo}/index", with_405(post(repository_index::<B>)))
@@ -570,8 +570,52 @@ async fn generate() -> HttpError {
     not_supported("the generate extension (/generate, /generate_stream)")
 }
 
-async fn logging() -> HttpError {
-    not_supported("the logging extension (/v2/logging)")
+fn log_settings_json(s: &LogSettings) -> Value {
+    serde_json::json!({
+        "log_file": s.log_file,
+        "log_info": s.log_info,
+        "log_warning": s.log_warning,
+        "log_error": s.log_error,
+        "log_verbose_level": s.log_verbose_level,
+        "log_format": s.log_format,
+    })
+}
+
+async fn logging_get<B: Backend>(State(s): St<B>) -> HttpResult {
+    json_ok(&log_settings_json(&s.backend.log_settings()?))
+}
+
+/// Parses a `/v2/logging` POST body: a JSON object with any of the settings, each of its type.
+pub(crate) fn parse_log_update(body: &Value) -> Result<LogSettingsUpdate, HttpError> {
+    let obj = body.as_object().ok_or_else(|| HttpError::new(StatusCode::BAD_REQUEST, "log settings must be a JSON object"))?;
+    let bad = |key: &str, want: &str| HttpError::new(StatusCode::BAD_REQUEST, format!("expect {want} for '{key}'"));
+    let mut u = LogSettingsUpdate::default();
+    for (key, value) in obj {
+        match key.as_str() {
+            "log_file" => u.log_file = Some(value.as_str().ok_or_else(|| bad(key, "string"))?.to_string()),
+            "log_info" => u.log_info = Some(value.as_bool().ok_or_else(|| bad(key, "boolean"))?),
+            "log_warning" => u.log_warning = Some(value.as_bool().ok_or_else(|| bad(key, "boolean"))?),
+            "log_error" => u.log_error = Some(value.as_bool().ok_or_else(|| bad(key, "boolean"))?),
+            "log_verbose_level" => {
+                let v = value.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(|| bad(key, "unsigned integer"))?;
+                u.log_verbose_level = Some(v);
+            }
+            "log_format" => u.log_format = Some(value.as_str().ok_or_else(|| bad(key, "string"))?.to_string()),
+            other => {
+                return Err(HttpError::new(StatusCode::BAD_REQUEST, format!("Logging setting '{other}' is unknown")));
+            }
+        }
+    }
+    Ok(u)
+}
+
+async fn logging_post<B: Backend>(State(s): St<B>, headers: HeaderMap, body: Body) -> HttpResult {
+    let body = read_body(&headers, body, MAX_CONTROL_BODY).await?;
+    let update = match optional_json(&body)? {
+        Some(v) => parse_log_update(&v)?,
+        None => LogSettingsUpdate::default(),
+    };
+    json_ok(&log_settings_json(&s.backend.update_log_settings(update)?))
 }
 
 async fn trace() -> HttpError {

@@ -89,6 +89,7 @@ struct Entry {
 
 struct Inner {
     opts: ServerOptions,
+    logging: std::sync::OnceLock<Arc<dyn LogControl>>,
     models: RwLock<BTreeMap<String, Entry>>,
     live: AtomicBool,
 }
@@ -126,7 +127,14 @@ fn kind_name(kind: i32) -> &'static str {
 impl Server {
     /// A server with no models loaded yet.
     pub fn new(opts: ServerOptions) -> Self {
-        Self { inner: Arc::new(Inner { opts, models: RwLock::new(BTreeMap::new()), live: AtomicBool::new(true) }) }
+        Self {
+            inner: Arc::new(Inner {
+                opts,
+                logging: std::sync::OnceLock::new(),
+                models: RwLock::new(BTreeMap::new()),
+                live: AtomicBool::new(true),
+            }),
+        }
     }
 
     fn models(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
@@ -208,6 +216,25 @@ impl Server {
         }
     }
 
+    /// Hands the server the process's log control, for the logging extension.
+    pub fn set_log_control(&self, control: Arc<dyn LogControl>) {
+        let _ = self.inner.logging.set(control);
+    }
+
+    fn log_control(&self) -> Result<&Arc<dyn LogControl>, InferError> {
+        self.inner.logging.get().ok_or_else(|| InferError::unavailable("the server does not support dynamic logging"))
+    }
+
+    /// The current log settings.
+    pub fn log_settings(&self) -> Result<LogSettings, InferError> {
+        Ok(self.log_control()?.get())
+    }
+
+    /// Changes log settings at run time.
+    pub fn update_log_settings(&self, update: LogSettingsUpdate) -> Result<LogSettings, InferError> {
+        self.log_control()?.update(update)
+    }
+
     /// Always true while the process serves.
     pub fn live(&self) -> bool {
         self.inner.live.load(Ordering::Acquire)
@@ -232,7 +259,7 @@ impl Server {
         ServerMetadata {
             name: "tritium".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            extensions: ["model_repository", "model_configuration", "binary_tensor_data", "parameters", "statistics", "schedule_policy"]
+            extensions: ["classification", "model_repository", "model_configuration", "binary_tensor_data", "parameters", "statistics", "schedule_policy", "logging"]
                 .map(String::from)
                 .to_vec(),
         }

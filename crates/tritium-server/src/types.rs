@@ -333,3 +333,45 @@ pub struct InstanceInfo {
     /// How many times each state was entered.
     pub transitions: Vec<(String, u64)>,
 }
+
+/// The server's log settings, as Triton's logging extension names them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogSettings {
+    /// File the log goes to; empty for stderr.
+    pub log_file: String,
+    /// Whether INFO lines are written.
+    pub log_info: bool,
+    /// Whether WARNING lines are written.
+    pub log_warning: bool,
+    /// Whether ERROR lines are written.
+    pub log_error: bool,
+    /// Verbose level: 0 off, 1 and up for debug detail.
+    pub log_verbose_level: u32,
+    /// `default`, `ISO8601` or `json`.
+    pub log_format: String,
+}
+
+/// A change of some log settings; `None` keeps the current value.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogSettingsUpdate {
+    /// See [`LogSettings::log_file`].
+    pub log_file: Option<String>,
+    /// See [`LogSettings::log_info`].
+    pub log_info: Option<bool>,
+    /// See [`LogSettings::log_warning`].
+    pub log_warning: Option<bool>,
+    /// See [`LogSettings::log_error`].
+    pub log_error: Option<bool>,
+    /// See [`LogSettings::log_verbose_level`].
+    pub log_verbose_level: Option<u32>,
+    /// See [`LogSettings::log_format`].
+    pub log_format: Option<String>,
+}
+
+/// The process's logging, which the binary owns and the frontends change through [`crate::Server`].
+pub trait LogControl: Send + Sync {
+    /// The current settings.
+    fn get(&self) -> LogSettings;
+    /// Applies `update` and returns the new settings.
+    fn update(&self, update: LogSettingsUpdate) -> Result<LogSettings, InferError>;
+}

@@ -1,5 +1,6 @@
 //! The `tritium` binary: `tritium serve` runs the server; other subcommands talk to a running one.
 
+mod logging;
 mod serve;
 
 use clap::{Parser, Subcommand};

@@ -50,9 +50,24 @@ pub(crate) struct ServeArgs {
     /// Seconds between repository scans in poll mode.
     #[arg(long, env = "TRITIUM_REPOSITORY_POLL_SECS", default_value_t = 15)]
     repository_poll_secs: u64,
-    /// Verbose logging level (0 = off, 1 and up = debug).
+    /// Verbose logging level (0 = off, 1 = debug, 2 and up = trace).
     #[arg(long, env = "TRITIUM_LOG_VERBOSE", default_value_t = 0)]
     log_verbose: u32,
+    /// Write INFO lines.
+    #[arg(long, env = "TRITIUM_LOG_INFO", default_value_t = true, action = clap::ArgAction::Set)]
+    log_info: bool,
+    /// Write WARNING lines.
+    #[arg(long, env = "TRITIUM_LOG_WARNING", default_value_t = true, action = clap::ArgAction::Set)]
+    log_warning: bool,
+    /// Write ERROR lines.
+    #[arg(long, env = "TRITIUM_LOG_ERROR", default_value_t = true, action = clap::ArgAction::Set)]
+    log_error: bool,
+    /// Log line format: default, ISO8601 or json.
+    #[arg(long, env = "TRITIUM_LOG_FORMAT", default_value = "default")]
+    log_format: String,
+    /// Write the log to this file instead of stderr.
+    #[arg(long, env = "TRITIUM_LOG_FILE", default_value = "")]
+    log_file: String,
     /// The Python interpreter stubs run on (default: the repository's .venv, else python3).
     #[arg(long, env = "TRITIUM_PYTHON")]
     python: Option<PathBuf>,
@@ -93,6 +108,10 @@ pub(crate) struct ServeArgs {
     /// Seconds in-flight requests get to finish at shutdown.
     #[arg(long, env = "TRITIUM_EXIT_TIMEOUT_SECS", default_value_t = 30)]
     exit_timeout_secs: u64,
+    /// A token that lets clients other than loopback restart stubs (`tritium restart
+    /// --admin-token`); without one, only clients on this host may.
+    #[arg(long, env = "TRITIUM_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -114,15 +133,16 @@ fn find_python_path(given: Option<PathBuf>) -> Result<PathBuf> {
     bail!("cannot find tritium's python/ directory next to {}: pass --python-path (after `cargo xtask build`)", exe.display())
 }
 
-fn init_logging(verbose: u32) {
-    let default = if verbose > 0 { "debug" } else { "info" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TRITIUM_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
-}
-
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn run(args: ServeArgs) -> Result<()> {
-    init_logging(args.log_verbose);
+    let logging = crate::logging::Logging::install(tritium_server::LogSettings {
+        log_file: args.log_file.clone(),
+        log_info: args.log_info,
+        log_warning: args.log_warning,
+        log_error: args.log_error,
+        log_verbose_level: args.log_verbose,
+        log_format: args.log_format.clone(),
+    })?;
     let python_path = find_python_path(args.python_path.clone())?;
     let python = args.python.clone().unwrap_or_else(|| {
         let venv = python_path.join("../.venv/bin/python");
@@ -149,7 +169,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         explicit_control: args.model_control_mode == ControlMode::Explicit,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
-    runtime.block_on(serve(args, opts))
+    runtime.block_on(serve(args, opts, logging))
 }
 
 async fn bind(host: &str, port: u16, what: &str) -> Result<tokio::net::TcpListener> {
@@ -174,8 +194,9 @@ async fn shutdown_signal() {
     }
 }
 
-async fn serve(args: ServeArgs, opts: ServerOptions) -> Result<()> {
+async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<crate::logging::Logging>) -> Result<()> {
     let server = Server::new(opts);
+    server.set_log_control(logging);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -185,7 +206,7 @@ async fn serve(args: ServeArgs, opts: ServerOptions) -> Result<()> {
     let http_task = tokio::spawn(tritium_http::serve(http, server.clone().into(), stopped(stop_rx.clone())));
     let grpc = bind(&args.host, args.grpc_port, "grpc").await?;
     info!("gRPC service on {}", grpc.local_addr()?);
-    let grpc_task = tokio::spawn(tritium_grpc::serve(grpc, server.clone(), stopped(stop_rx.clone())));
+    let grpc_task = tokio::spawn(tritium_grpc::serve(grpc, server.clone(), args.admin_token.clone(), stopped(stop_rx.clone())));
 
     let initial = match args.model_control_mode {
         ControlMode::Explicit if !args.load_model.iter().any(|m| m == "*") => args.load_model.clone(),

@@ -1,0 +1,70 @@
+"""Logs: pb_utils.Logger and print() reach the server log at the right level inside the
+instance's span, and the logging extension changes the settings at run time."""
+
+import re
+import time
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+
+def say(server, marker):
+    c = httpclient.InferenceServerClient(server.http_url)
+    inp = httpclient.InferInput("MARKER", [1], "BYTES")
+    inp.set_data_from_numpy(np.array([marker.encode()], dtype=np.object_))
+    c.infer("chatty", [inp])
+
+
+def log_lines(server, needle, timeout=5):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        lines = [l for l in server.log_text().splitlines() if needle in l]
+        if lines:
+            return lines
+        time.sleep(0.05)
+    return []
+
+
+def test_logger_lines_have_level_file_line_and_instance(server):
+    info = log_lines(server, "chatty-init-info")
+    assert info, server.log_text()[-2000:]
+    line = info[0]
+    assert " INFO " in line and re.search(r"chatty/1/model\.py:9\]", line), line
+    assert "model=chatty" in line and "instance=chatty_0" in line and "pid=" in line, line
+    assert " WARN " in log_lines(server, "chatty-init-warning")[0]
+    assert " ERROR " in log_lines(server, "chatty-init-error")[0]
+    assert not log_lines(server, "chatty-init-verbose", timeout=0.2), "verbose lines need --log-verbose"
+
+
+def test_print_and_stderr_are_forwarded_line_by_line(server):
+    say(server, "m1")
+    assert log_lines(server, "print:m1")
+    assert log_lines(server, "stderr:m1")
+    assert log_lines(server, "logger:m1")
+
+
+def test_logging_extension_over_http_and_grpc(server):
+    h = httpclient.InferenceServerClient(server.http_url)
+    g = grpcclient.InferenceServerClient(server.grpc_url)
+    settings = h.get_log_settings()
+    assert settings == {
+        "log_file": "", "log_info": True, "log_warning": True, "log_error": True,
+        "log_verbose_level": 0, "log_format": "default",
+    }
+    try:
+        assert h.update_log_settings({"log_info": False})["log_info"] is False
+        say(server, "hidden-m2")
+        assert log_lines(server, "logger:hidden-m2", timeout=0.5) == []
+        got = g.update_log_settings({"log_info": True, "log_verbose_level": 1}, as_json=True)
+        assert got["settings"]["log_verbose_level"]["uint32_param"] == 1
+        say(server, "shown-m3")
+        assert log_lines(server, "logger:shown-m3")
+    finally:
+        h.update_log_settings({"log_info": True, "log_verbose_level": 0})
+    bad = None
+    try:
+        h.update_log_settings({"log_format": "xml"})
+    except Exception as e:  # noqa: BLE001
+        bad = str(e)
+    assert bad and "invalid log format 'xml'" in bad
