@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GOOD_MODELS = ["add_sub", "preprocess", "batched_scale", "caption", "echo", "whoami", "slow_batch", "no_config", "chatty"]
+GOOD_MODELS = ["add_sub", "preprocess", "batched_scale", "caption", "echo", "whoami", "slow_batch", "no_config", "chatty", "metered"]
 
 
 def free_port():

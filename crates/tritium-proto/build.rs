@@ -9,6 +9,7 @@ const PROTOS: &[&str] = &[
     "proto/grpc_service.proto",
     "proto/model_config.proto",
     "proto/health.proto",
+    "proto/tritium_admin.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

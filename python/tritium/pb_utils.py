@@ -5,10 +5,11 @@ from .dtypes import *  # noqa: F401,F403
 from .dtypes import __all__ as _dtypes_all
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
+from .metrics import MetricFamily  # noqa: F401
 from .tensor import InferenceRequest, InferenceResponse, Logger, Tensor  # noqa: F401
 
 __all__ = (
     list(_dtypes_all)
     + list(_errors_all)
-    + ["ModelConfig", "using_decoupled_model_transaction_policy", "InferenceRequest", "InferenceResponse", "Logger", "Tensor"]
+    + ["ModelConfig", "using_decoupled_model_transaction_policy", "InferenceRequest", "InferenceResponse", "Logger", "Tensor", "MetricFamily"]
 )

@@ -5,16 +5,18 @@
 //! last reference to an `InBlock` queues its release to the server. Output tensors are copied once
 //! into the stub's arena and sent as descriptors.
 
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use tritium_ipc::{
-    CorrelationId, DataType, IpcError, Param, LogLevel, LogRecord, Request, Response, StubChannel, StubError, Tensor,
+    CallOp, CallResult, CorrelationId, DataType, IpcError, Param, LogLevel, LogRecord, Request, Response, StubChannel, StubError, Tensor,
     TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
@@ -69,6 +71,81 @@ impl Drop for InBlock {
 #[pyclass(frozen, module = "tritium._native")]
 struct Channel {
     inner: Arc<StubChannel>,
+    router: Arc<Router>,
+}
+
+/// Routes the server's replies to the threads waiting for them. Whoever holds `receiving`
+/// pumps the ring: the main loop in `recv`, or a thread waiting for its reply when the main loop
+/// is busy (inside `execute`). Other messages a waiting thread receives are kept for the main loop.
+#[derive(Default)]
+struct Router {
+    receiving: Mutex<()>,
+    pending: Mutex<VecDeque<ToStub>>,
+    replies: Mutex<HashMap<u64, Result<CallResult, String>>>,
+    replied: Condvar,
+    next_call: AtomicU64,
+}
+
+fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How long a call waits for the server's reply.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Router {
+    fn deliver(&self, call: u64, result: Result<CallResult, String>) {
+        guard(&self.replies).insert(call, result);
+        self.replied.notify_all();
+    }
+
+    /// The next message for the main loop, or None after `timeout`.
+    fn next(&self, channel: &StubChannel, timeout: Duration) -> Result<Option<ToStub>, IpcError> {
+        let deadline = Instant::now() + timeout;
+        let _receiving = guard(&self.receiving);
+        loop {
+            if let Some(m) = guard(&self.pending).pop_front() {
+                return Ok(Some(m));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match channel.recv(left)? {
+                Some(ToStub::Reply { call, result }) => self.deliver(call, result),
+                Some(m) => return Ok(Some(m)),
+                None => return Ok(None),
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// Sends a call and waits for its reply.
+    fn call(&self, channel: &StubChannel, op: CallOp) -> Result<CallResult, String> {
+        let id = self.next_call.fetch_add(1, Ordering::Relaxed) + 1;
+        channel.send(&ToServer::Call { call: id, op }).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        loop {
+            if let Some(r) = guard(&self.replies).remove(&id) {
+                return r;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("the server did not answer within {CALL_TIMEOUT:?}"));
+            }
+            match self.receiving.try_lock() {
+                Ok(_receiving) => match channel.recv(Duration::from_millis(10)).map_err(|e| e.to_string())? {
+                    Some(ToStub::Reply { call, result }) => self.deliver(call, result),
+                    Some(m) => guard(&self.pending).push_back(m),
+                    None => {}
+                },
+                Err(_) => {
+                    let replies = guard(&self.replies);
+                    if !replies.contains_key(&id) {
+                        let _ = self.replied.wait_timeout(replies, Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+    }
 }
 
 type PyStubError = (String, u32, Option<String>);
@@ -120,6 +197,18 @@ fn dtype(name: &str) -> PyResult<DataType> {
 }
 
 impl Channel {
+    fn call(&self, py: Python<'_>, op: CallOp) -> PyResult<CallResult> {
+        let (inner, router) = (self.inner.clone(), self.router.clone());
+        py.detach(move || router.call(&inner, op)).map_err(PyValueError::new_err)
+    }
+
+    fn call_id(&self, py: Python<'_>, op: CallOp) -> PyResult<u64> {
+        match self.call(py, op)? {
+            CallResult::Id(id) => Ok(id),
+            other => Err(ChannelError::new_err(format!("unexpected reply {other:?}"))),
+        }
+    }
+
     fn send(&self, py: Python<'_>, msg: ToServer) -> PyResult<()> {
         let inner = self.inner.clone();
         py.detach(move || inner.send(&msg)).map_err(ipc_err)
@@ -210,7 +299,7 @@ impl Channel {
                 }
             })
             .map_err(|e| ChannelError::new_err(format!("cannot start the heartbeat thread: {e}")))?;
-        Ok(Self { inner })
+        Ok(Self { inner, router: Arc::default() })
     }
 
     /// The pid of the server process that created the channel.
@@ -222,8 +311,8 @@ impl Channel {
     /// Waits up to `timeout_ms` for the next message; returns None on timeout. The GIL is released
     /// while waiting. Messages are tuples whose first item names the kind.
     fn recv<'py>(&self, py: Python<'py>, timeout_ms: u64) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let inner = self.inner.clone();
-        let msg = py.detach(move || inner.recv(Duration::from_millis(timeout_ms))).map_err(ipc_err)?;
+        let (inner, router) = (self.inner.clone(), self.router.clone());
+        let msg = py.detach(move || router.next(&inner, Duration::from_millis(timeout_ms))).map_err(ipc_err)?;
         let Some(msg) = msg else { return Ok(None) };
         let t = match msg {
             ToStub::AutoComplete { model_file, config_json } => {
@@ -245,6 +334,9 @@ impl Channel {
             }
             ToStub::Ping { seq } => PyTuple::new(py, ["ping".into_pyobject(py)?.into_any(), seq.into_pyobject(py)?.into_any()])?,
             ToStub::Finalize => PyTuple::new(py, ["finalize"])?,
+            ToStub::Reply { call, .. } => {
+                return Err(ChannelError::new_err(format!("reply to call {call} reached the main loop")));
+            }
             ToStub::BlsResponse { call, .. } => {
                 PyTuple::new(py, ["bls_response".into_pyobject(py)?.into_any(), call.into_pyobject(py)?.into_any()])?
             }
@@ -327,6 +419,40 @@ impl Channel {
             other => return Err(PyValueError::new_err(format!("unknown log level {other:?}"))),
         };
         self.send(py, ToServer::Log(LogRecord { level, file, line, message }))
+    }
+
+    /// `pb_utils.MetricFamily(...)`: returns the family id.
+    fn metric_family_new(&self, py: Python<'_>, name: String, description: String, kind: i64) -> PyResult<u64> {
+        self.call_id(py, CallOp::MetricFamilyNew { name, description, kind })
+    }
+
+    /// Releases a family.
+    fn metric_family_drop(&self, py: Python<'_>, family_id: u64) -> PyResult<()> {
+        self.call(py, CallOp::MetricFamilyDrop { id: family_id }).map(|_| ())
+    }
+
+    /// `family.Metric(labels, buckets)`: returns the metric id.
+    #[pyo3(signature = (family_id, labels, buckets = None))]
+    fn metric_new(&self, py: Python<'_>, family_id: u64, labels: Vec<(String, String)>, buckets: Option<Vec<f64>>) -> PyResult<u64> {
+        self.call_id(py, CallOp::MetricNew { family: family_id, labels, buckets })
+    }
+
+    /// Releases a metric.
+    fn metric_drop(&self, py: Python<'_>, metric_id: u64) -> PyResult<()> {
+        self.call(py, CallOp::MetricDrop { id: metric_id }).map(|_| ())
+    }
+
+    /// `increment`, `set` or `observe`.
+    fn metric_op(&self, py: Python<'_>, metric_id: u64, op: String, value: f64) -> PyResult<()> {
+        self.call(py, CallOp::MetricOp { id: metric_id, op, value }).map(|_| ())
+    }
+
+    /// `metric.value()`.
+    fn metric_value(&self, py: Python<'_>, metric_id: u64) -> PyResult<f64> {
+        match self.call(py, CallOp::MetricValue { id: metric_id })? {
+            CallResult::Value(v) => Ok(v),
+            other => Err(ChannelError::new_err(format!("unexpected reply {other:?}"))),
+        }
     }
 
     /// Answers a ping.

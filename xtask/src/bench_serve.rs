@@ -3,10 +3,12 @@
 //! Both servers serve the same temporary repository holding a copy of `examples/models/add_sub`.
 //! Triton 2.51 with its Python backend comes from the `nvidia-pytriton` wheel, installed on demand
 //! into `.venv-triton` (see `/work/shared/notes/running-triton-here.md` for why it is put together
-//! this way). For each protocol (gRPC, HTTP) and concurrency (1, 2, 4, 8) perf_analyzer measures
-//! both servers back to back, alternating which goes first, so that drift on a noisy machine hits
-//! both alike; only the ratios are meaningful. The targets: at concurrency 1 at least twice
-//! Triton's throughput, and at every concurrency more throughput and a lower p99 latency.
+//! this way). Both run for the whole benchmark. For each protocol (gRPC, HTTP) and concurrency
+//! (1, 2, 4, 8) perf_analyzer measures them in the order A B B A (which one is A alternates), and
+//! each server's two results are averaged, so that drift on a noisy machine hits both alike; only
+//! the ratios are meaningful, and only when nothing else runs (the load average is printed). The
+//! targets: at concurrency 1 at least twice Triton's throughput, and at every concurrency more
+//! throughput and a lower p99 latency.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -27,8 +29,8 @@ const CONCURRENCIES: [u32; 4] = [1, 2, 4, 8];
 const PROTOCOLS: [&str; 2] = ["grpc", "http"];
 /// perf_analyzer's window. Its stability rule (3 windows within 10% of each other) rarely holds on
 /// a small, busy machine, and then it prints no result at all; so the rule is switched off
-/// (`STABILITY_PERCENT`) and each measurement is the merge of its first 3 windows, about 13 s.
-const MEASUREMENT_MS: u32 = 4000;
+/// (`STABILITY_PERCENT`) and each measurement is the merge of its first 3 windows, about 7 s.
+const MEASUREMENT_MS: u32 = 2000;
 const STABILITY_PERCENT: u32 = 1000;
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -81,21 +83,27 @@ pub(crate) fn bench_serve() -> Result<()> {
     eprintln!("xtask: both servers ready after {:.0?}", started.elapsed());
 
     let load_before = load_average();
+    if load_before.parse::<f64>().is_ok_and(|l| l > 1.5) {
+        eprintln!("xtask: load average {load_before} before measuring: something else is running, the numbers will be noisy");
+    }
     let mut rows = Vec::new();
     for (i, (protocol, concurrency)) in
         PROTOCOLS.iter().flat_map(|p| CONCURRENCIES.iter().map(move |c| (*p, *c))).enumerate()
     {
-        let order: [usize; 2] = if i % 2 == 0 { [0, 1] } else { [1, 0] };
-        let mut results = [None, None];
+        let order: [usize; 4] = if i % 2 == 0 { [0, 1, 1, 0] } else { [1, 0, 0, 1] };
+        let mut results: [Vec<Measurement>; 2] = Default::default();
         for k in order {
             let s = &mut servers[k];
             s.check_alive()?;
             let url = format!("127.0.0.1:{}", if protocol == "grpc" { s.grpc_port } else { s.http_port });
-            eprintln!("xtask: {} {protocol} concurrency {concurrency}", s.name);
-            results[k] = Some(perf(&perf_analyzer, protocol, &url, concurrency).with_context(|| format!("measuring {}", s.name))?);
+            let m = perf(&perf_analyzer, protocol, &url, concurrency).with_context(|| format!("measuring {}", s.name))?;
+            eprintln!(
+                "xtask: {:<7} {protocol:<4} concurrency {concurrency}: {:>7.1}/s  p50 {:>5} us  p99 {:>6} us",
+                s.name, m.throughput, m.p50_us, m.p99_us
+            );
+            results[k].push(m);
         }
-        let [Some(t), Some(n)] = results else { unreachable!("both servers were measured") };
-        rows.push(Row { protocol, concurrency, tritium: t, triton: n });
+        rows.push(Row { protocol, concurrency, tritium: Measurement::mean(&results[0]), triton: Measurement::mean(&results[1]) });
     }
     for s in &mut servers {
         s.check_alive()?;
@@ -124,6 +132,19 @@ struct Measurement {
     throughput: f64,
     p50_us: u64,
     p99_us: u64,
+}
+
+impl Measurement {
+    /// The mean of each figure (for percentiles an approximation, good enough for two runs).
+    fn mean(all: &[Self]) -> Self {
+        let n = all.len().max(1) as f64;
+        let avg = |f: fn(&Self) -> f64| all.iter().map(f).sum::<f64>() / n;
+        Self {
+            throughput: avg(|m| m.throughput),
+            p50_us: avg(|m| m.p50_us as f64).round() as u64,
+            p99_us: avg(|m| m.p99_us as f64).round() as u64,
+        }
+    }
 }
 
 struct Row {

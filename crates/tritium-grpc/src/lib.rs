@@ -3,10 +3,14 @@
 //! (`src/grpc/` in `triton-inference-server/server`), so `tritonclient.grpc` and
 //! `perf_analyzer -i grpc` work unchanged.
 //!
-//! [`service`] builds the two tonic services over a [`tritium_server::Server`]; [`serve`] runs
+//! Next to them runs tritium's own `tritium.admin.Admin` ([`admin`]), which the `tritium` CLI
+//! uses to list stubs and restart them.
+//!
+//! [`service`] builds the three tonic services over a [`tritium_server::Server`]; [`serve`] runs
 //! them on a listener until a shutdown signal. [`convert`] holds the wire mapping (requests,
 //! responses, parameters, statistics, error codes) as plain functions.
 
+pub mod admin;
 pub mod convert;
 mod service;
 mod stream;
@@ -17,24 +21,27 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::codec::CompressionEncoding;
 use tonic::transport::server::TcpIncoming;
+use tritium_proto::admin::admin_server::AdminServer;
 use tritium_proto::health::health_server::HealthServer;
 use tritium_proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
 use tritium_server::Server;
 
+pub use admin::AdminService;
 pub use convert::{code_for, to_status, MAX_GRPC_MESSAGE_SIZE};
 pub use service::{HealthService, InferenceService};
 
-/// The two services of the gRPC frontend over `server`, configured as Triton's: messages up to
+/// The services of the gRPC frontend.
+pub type Services = (GrpcInferenceServiceServer<InferenceService>, HealthServer<HealthService>, AdminServer<AdminService>);
+
+/// The services of the gRPC frontend over `server`, configured as Triton's: messages up to
 /// 2 GiB each way (tonic's default is 4 MiB) and gzip or deflate compressed requests accepted
-/// (answers are sent uncompressed, as Triton's default).
-pub fn service(server: Server) -> (GrpcInferenceServiceServer<InferenceService>, HealthServer<HealthService>) {
-    build(InferenceService::new(server.clone()), HealthService::new(server))
+/// (answers are sent uncompressed, as Triton's default). `admin_token` lets peers other than
+/// loopback restart stubs (see [`admin::check_peer`]).
+pub fn service(server: Server, admin_token: Option<String>) -> Services {
+    build(InferenceService::new(server.clone()), HealthService::new(server.clone()), AdminService::new(server, admin_token))
 }
 
-fn build(
-    inference: InferenceService,
-    health: HealthService,
-) -> (GrpcInferenceServiceServer<InferenceService>, HealthServer<HealthService>) {
+fn build(inference: InferenceService, health: HealthService, admin: AdminService) -> Services {
     let inference = GrpcInferenceServiceServer::new(inference)
         .max_decoding_message_size(MAX_GRPC_MESSAGE_SIZE)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_SIZE)
@@ -43,22 +50,30 @@ fn build(
     let health = HealthServer::new(health)
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate);
-    (inference, health)
+    let admin = AdminServer::new(admin)
+        .accept_compressed(CompressionEncoding::Gzip)
+        .accept_compressed(CompressionEncoding::Deflate);
+    (inference, health, admin)
 }
 
 /// Serves the gRPC frontend on `listener` until `shutdown` resolves. Then no connection is
 /// accepted, each open `ModelStreamInfer` stream writes the answers it owes and ends with
 /// `UNAVAILABLE` ("GRPC server is shutting down ..."), and calls in flight finish before this
-/// returns. Accepted sockets get `TCP_NODELAY`, as gRPC servers set it.
+/// returns. Accepted sockets get `TCP_NODELAY`, as gRPC servers set it. `admin_token` is as in
+/// [`service`].
 pub async fn serve(
     listener: TcpListener,
     server: Server,
+    admin_token: Option<String>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (down_tx, down_rx) = watch::channel(false);
     let signal = service::Shutdown::new(down_rx);
-    let (inference, health) =
-        build(InferenceService::with_shutdown(server.clone(), signal), HealthService::new(server));
+    let (inference, health, admin) = build(
+        InferenceService::with_shutdown(server.clone(), signal),
+        HealthService::new(server.clone()),
+        AdminService::new(server, admin_token),
+    );
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let tonic_signal = async move {
         shutdown.await;
@@ -70,6 +85,7 @@ pub async fn serve(
         .http2_adaptive_window(Some(true))
         .add_service(inference)
         .add_service(health)
+        .add_service(admin)
         .serve_with_incoming_shutdown(incoming, tonic_signal)
         .await
 }

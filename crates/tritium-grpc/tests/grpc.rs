@@ -16,6 +16,8 @@ use tonic::codec::CompressionEncoding;
 use tonic::transport::Channel;
 use tonic::{Code, Request};
 use tritium_host::StubCommand;
+use tritium_proto::admin::admin_client::AdminClient;
+use tritium_proto::admin::{RestartRequest, StubsRequest};
 use tritium_proto::health::health_check_response::ServingStatus;
 use tritium_proto::health::health_client::HealthClient;
 use tritium_proto::health::HealthCheckRequest;
@@ -61,6 +63,7 @@ fn no_stub() -> StubCommand {
 }
 
 struct Running {
+    addr: std::net::SocketAddr,
     client: Client,
     health: HealthClient<Channel>,
     stop: Option<oneshot::Sender<()>>,
@@ -72,14 +75,14 @@ impl Running {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(tritium_grpc::serve(listener, server, async move {
+        let task = tokio::spawn(tritium_grpc::serve(listener, server, None, async move {
             let _ = stopped.await;
         }));
         let channel = Channel::from_shared(format!("http://{addr}")).expect("uri").connect().await.expect("connect");
         let client = GrpcInferenceServiceClient::new(channel.clone())
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
-        Self { client, health: HealthClient::new(channel), stop: Some(stop), task }
+        Self { addr, client, health: HealthClient::new(channel), stop: Some(stop), task }
     }
 
     async fn shutdown(mut self) {
@@ -201,6 +204,32 @@ async fn health_metadata_and_repository_without_models() {
         .await
         .expect_err("unknown model");
     assert_eq!(e.code(), Code::NotFound);
+
+    running.shutdown().await;
+    let _ = std::fs::remove_dir_all(repo);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_stubs_and_restart_without_models() {
+    let repo = temp_repo();
+    std::fs::create_dir_all(repo.join("on_disk")).expect("model directory");
+    let running = Running::start(Server::new(options(repo.clone(), no_stub(), false))).await;
+    let channel = Channel::from_shared(format!("http://{}", running.addr)).expect("uri").connect().await.expect("connect");
+    let mut admin = AdminClient::new(channel);
+
+    let all = admin.stubs(StubsRequest::default()).await.expect("stubs").into_inner();
+    assert!(all.stubs.is_empty());
+    // A model of the repository that is not loaded has no stubs; an unknown name is an error.
+    let none = admin.stubs(StubsRequest { model: "on_disk".into() }).await.expect("stubs of an unloaded model");
+    assert!(none.into_inner().stubs.is_empty());
+    let e = admin.stubs(StubsRequest { model: "nope".into() }).await.expect_err("unknown model");
+    assert_eq!((e.code(), e.message()), (Code::NotFound, "Request for unknown model: 'nope' is not found"));
+
+    // The test client is on loopback, so Restart is allowed and reaches the server.
+    let e = admin.restart(RestartRequest { model: "nope".into(), instance: String::new() }).await.expect_err("unknown");
+    assert_eq!(e.code(), Code::NotFound, "{}", e.message());
+    let e = admin.restart(RestartRequest::default()).await.expect_err("no model");
+    assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
 
     running.shutdown().await;
     let _ = std::fs::remove_dir_all(repo);

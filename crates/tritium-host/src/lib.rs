@@ -9,4 +9,4 @@ pub mod process;
 pub mod stub;
 
 pub use process::{ExitDesc, StubCommand};
-pub use stub::{HostError, Stub, StubInfo};
+pub use stub::{CallHandler, HostError, Stub, StubInfo};

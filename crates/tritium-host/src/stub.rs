@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Span;
 use tritium_ipc::{
-    ChannelConfig, Descriptor, Initialize, IpcError, LogLevel, Request, Response, ServerChannel, StubError, TensorData,
+    CallOp, CallResult, ChannelConfig, Descriptor, Initialize, IpcError, LogLevel, Request, Response, ServerChannel, StubError, TensorData,
     ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
@@ -109,8 +109,13 @@ pub struct Executed {
     pub error: Option<StubError>,
 }
 
+/// Answers the calls model code makes on the server (custom metrics).
+pub type CallHandler = Arc<dyn Fn(CallOp) -> Result<CallResult, String> + Send + Sync>;
+
 /// A running stub process and its channel.
 pub struct Stub {
+    /// Answers model code's calls; without one, calls get an error.
+    calls: Mutex<Option<CallHandler>>,
     /// Why the watcher killed the process, when it did (a lost heartbeat).
     kill_reason: Arc<Mutex<Option<String>>>,
     /// Tells the watcher thread to stop.
@@ -135,6 +140,7 @@ impl Stub {
             .map_err(|source| HostError::Spawn { python: cmd.python.display().to_string(), source })?;
         span.record("pid", child.pid());
         let mut stub = Self {
+            calls: Mutex::new(None),
             kill_reason: Arc::new(Mutex::new(None)),
             unwatched: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             instance: instance.to_string(),
@@ -283,6 +289,7 @@ impl Stub {
             };
             match self.channel.recv(slice).map_err(|e| self.ipc(e))? {
                 Some(ToServer::Log(record)) => self.emit_log(&record),
+                Some(ToServer::Call { call, op }) => self.answer(call, op)?,
                 Some(msg) => return Ok(msg),
                 None => {
                     let exit = self.lock_child().try_exit();
@@ -298,6 +305,36 @@ impl Stub {
                 }
             }
         }
+    }
+
+    /// Sets what answers model code's calls.
+    pub fn set_call_handler(&self, handler: CallHandler) {
+        *self.calls.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+    }
+
+    fn answer(&self, call: u64, op: CallOp) -> Result<(), HostError> {
+        let handler = self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let result = match handler {
+            Some(h) => h(op),
+            None => Err("this server does not take calls from model code here".to_string()),
+        };
+        if call != 0 {
+            self.send(&ToStub::Reply { call, result })?;
+        }
+        Ok(())
+    }
+
+    /// Handles what the stub sent while nobody waited for it (log records, calls from model
+    /// threads), without blocking. Anything else is a protocol error.
+    pub fn poll(&self) -> Result<(), HostError> {
+        while let Some(msg) = self.channel.recv(Duration::ZERO).map_err(|e| self.ipc(e))? {
+            match msg {
+                ToServer::Log(record) => self.emit_log(&record),
+                ToServer::Call { call, op } => self.answer(call, op)?,
+                other => return Err(self.protocol_error(format!("sent {other:?} while idle"))),
+            }
+        }
+        Ok(())
     }
 
     fn emit_log(&self, r: &tritium_ipc::LogRecord) {

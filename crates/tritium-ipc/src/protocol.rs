@@ -261,6 +261,66 @@ pub struct Initialize {
     pub args: Vec<(String, String)>,
 }
 
+/// A call model code makes on the server through the stub (custom metrics now; the same path
+/// carries BLS later). A call with id 0 expects no reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CallOp {
+    /// `pb_utils.MetricFamily(name, description, kind)`; kind is Triton's (0 counter, 1 gauge,
+    /// 2 histogram). Replies with the family id.
+    MetricFamilyNew {
+        /// Metric name.
+        name: String,
+        /// HELP text.
+        description: String,
+        /// Triton's kind number.
+        kind: i64,
+    },
+    /// The family object was garbage collected.
+    MetricFamilyDrop {
+        /// Family id.
+        id: u64,
+    },
+    /// `family.Metric(labels, buckets)`. Replies with the metric id.
+    MetricNew {
+        /// Family id.
+        family: u64,
+        /// Label pairs.
+        labels: Vec<(String, String)>,
+        /// Histogram bucket bounds.
+        buckets: Option<Vec<f64>>,
+    },
+    /// The metric object was garbage collected.
+    MetricDrop {
+        /// Metric id.
+        id: u64,
+    },
+    /// `increment`, `set` or `observe`.
+    MetricOp {
+        /// Metric id.
+        id: u64,
+        /// `"increment"`, `"set"` or `"observe"`.
+        op: String,
+        /// The operand.
+        value: f64,
+    },
+    /// `metric.value()`. Replies with the value.
+    MetricValue {
+        /// Metric id.
+        id: u64,
+    },
+}
+
+/// The server's answer to a [`CallOp`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum CallResult {
+    /// Done, nothing to return.
+    Done,
+    /// A new object's id.
+    Id(u64),
+    /// A value.
+    Value(f64),
+}
+
 /// Server -> stub messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToStub {
@@ -291,6 +351,13 @@ pub enum ToStub {
         call: u64,
         /// One response (several for decoupled models).
         response: Response,
+    },
+    /// The answer to a [`ToServer::Call`].
+    Reply {
+        /// The call id.
+        call: u64,
+        /// The result, or the server's error message.
+        result: Result<CallResult, String>,
     },
     /// Liveness probe; the stub answers with `Pong`.
     Ping {
@@ -342,6 +409,13 @@ pub enum ToServer {
     },
     /// A `pb_utils.Logger` record.
     Log(LogRecord),
+    /// A call on the server by model code; answered with [`ToStub::Reply`] unless `call` is 0.
+    Call {
+        /// Call id (0: no reply wanted).
+        call: u64,
+        /// What to do.
+        op: CallOp,
+    },
     /// Answer to `Ping`.
     Pong {
         /// Echoed.

@@ -1,5 +1,6 @@
 //! Triton-compatible protobuf types and gRPC code generated from `proto/`: the KServe v2
-//! `inference` package (with Triton's model configuration) and `grpc.health.v1`.
+//! `inference` package (with Triton's model configuration), `grpc.health.v1`, and tritium's own
+//! `tritium.admin` (the API the `tritium` CLI uses).
 
 /// Messages of Triton's `inference` package, with the `GRPCInferenceService` server
 /// (`grpc_inference_service_server`) and client (`grpc_inference_service_client`).
@@ -13,6 +14,13 @@ pub mod inference {
 pub mod health {
     #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
     include!(concat!(env!("OUT_DIR"), "/grpc.health.v1.rs"));
+}
+
+/// tritium's admin API (`tritium.admin.Admin`: stubs, restart): messages, server
+/// (`admin_server`) and client (`admin_client`).
+pub mod admin {
+    #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
+    include!(concat!(env!("OUT_DIR"), "/tritium.admin.rs"));
 }
 
 /// The encoded `google.protobuf.FileDescriptorSet` of every .proto file above, for

@@ -1,9 +1,9 @@
 //! The generated code and descriptors keep Triton's wire contract: service and method names,
-//! streaming flags, field numbers.
+//! streaming flags, field numbers; and the descriptor set covers tritium's admin API too.
 
 use prost::Message;
 use prost_reflect::DescriptorPool;
-use tritium_proto::{health, inference, FILE_DESCRIPTOR_SET};
+use tritium_proto::{admin, health, inference, FILE_DESCRIPTOR_SET};
 
 fn pool() -> DescriptorPool {
     DescriptorPool::decode(FILE_DESCRIPTOR_SET).expect("descriptor set decodes")
@@ -114,4 +114,21 @@ fn raw_contents_encode_as_bytes_fields() {
         request.encode_to_vec(),
         [0x0a, 1, b'm', 0x3a, 2, b'a', b'b']
     );
+}
+
+#[test]
+fn admin_service_is_in_the_descriptor_set() {
+    let pool = pool();
+    let admin_service = pool
+        .get_service_by_name("tritium.admin.Admin")
+        .expect("admin service");
+    let methods: Vec<String> = admin_service.methods().map(|m| m.name().to_owned()).collect();
+    assert_eq!(methods, ["Stubs", "Restart"]);
+    assert_eq!(admin::admin_server::SERVICE_NAME, "tritium.admin.Admin");
+    let stub = pool
+        .get_message_by_name("tritium.admin.StubInfo")
+        .expect("StubInfo");
+    let fields: Vec<(String, u32)> = stub.fields().map(|f| (f.name().to_owned(), f.number())).collect();
+    assert_eq!(fields.len(), 14);
+    assert_eq!(fields[13], ("executions".to_owned(), 14));
 }

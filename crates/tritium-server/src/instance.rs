@@ -14,8 +14,9 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use tracing::{error, info, warn};
-use tritium_host::{HostError, Stub, StubCommand};
-use tritium_ipc::{Initialize, Request, TensorData};
+use tritium_host::{CallHandler, HostError, Stub, StubCommand};
+use tritium_ipc::{CallOp, CallResult, Initialize, Request, TensorData};
+use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
 
 use crate::scheduler::{Next, Pending, Queue};
 use crate::stats::{ExecTimes, Stats};
@@ -73,6 +74,8 @@ pub(crate) struct VersionContext {
     pub live_workers: AtomicUsize,
     /// The instances, for reporting and for restart requests.
     pub instances: Mutex<Vec<Arc<Instance>>>,
+    /// The server's custom-metric registry.
+    pub metrics: CustomMetrics,
 }
 
 /// Which instance this is, as `initialize(args)` reports it.
@@ -179,6 +182,9 @@ impl Status {
 /// One instance: its supervisor status and its control flags.
 pub(crate) struct Instance {
     pub spec: InstanceSpec,
+    /// The custom metrics this instance's model code holds. It outlives stub restarts, so that
+    /// counters keep counting; it is released when the instance stops.
+    metrics: Arc<MetricsSession>,
     status: Mutex<Status>,
     /// The stub died (set by its watcher thread).
     died: AtomicBool,
@@ -189,9 +195,10 @@ pub(crate) struct Instance {
 }
 
 impl Instance {
-    fn new(spec: InstanceSpec) -> Self {
+    fn new(spec: InstanceSpec, metrics: MetricsSession) -> Self {
         Self {
             spec,
+            metrics: Arc::new(metrics),
             status: Mutex::new(Status {
                 state: InstanceState::Starting,
                 pid: None,
@@ -268,6 +275,25 @@ fn rss_of(pid: u32) -> Option<u64> {
 
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
+/// Answers model code's custom-metric calls from the instance's session.
+fn call_handler(session: Arc<MetricsSession>) -> CallHandler {
+    Arc::new(move |op| {
+        let result = match op {
+            CallOp::MetricFamilyNew { name, description, kind } => {
+                MetricKind::from_triton(kind).and_then(|k| session.family(&name, &description, k)).map(CallResult::Id)
+            }
+            CallOp::MetricFamilyDrop { id } => session.drop_family(id).map(|()| CallResult::Done),
+            CallOp::MetricNew { family, labels, buckets } => session.metric(family, labels, buckets).map(CallResult::Id),
+            CallOp::MetricDrop { id } => session.drop_metric(id).map(|()| CallResult::Done),
+            CallOp::MetricOp { id, op, value } => {
+                op.parse::<MetricOp>().and_then(|op| session.apply(id, op, value)).map(|()| CallResult::Done)
+            }
+            CallOp::MetricValue { id } => session.value(id).map(CallResult::Value),
+        };
+        result.map_err(|e| e.to_string())
+    })
+}
+
 /// How starting a stub went.
 enum Started {
     Ready(Stub),
@@ -286,6 +312,7 @@ fn start(ctx: &VersionContext, instance: &Instance) -> Started {
         Err(e) => return Started::Died(e.to_string()),
     };
     instance.on(Event::Spawned(stub.pid()));
+    stub.set_call_handler(call_handler(instance.metrics.clone()));
     let args = [
         ("model_config", ctx.config_json.clone()),
         ("model_instance_kind", spec.kind.to_string()),
@@ -324,7 +351,7 @@ fn start(ctx: &VersionContext, instance: &Instance) -> Started {
 
 /// Starts the instance's worker thread. `ready` receives the outcome of its first `initialize`.
 pub(crate) fn spawn(ctx: Arc<VersionContext>, spec: InstanceSpec, ready: mpsc::Sender<Result<(), String>>) -> std::io::Result<std::thread::JoinHandle<()>> {
-    let instance = Arc::new(Instance::new(spec));
+    let instance = Arc::new(Instance::new(spec, ctx.metrics.session()));
     ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).push(instance.clone());
     ctx.live_workers.fetch_add(1, Ordering::SeqCst);
     let name = format!("instance-{}", instance.spec.name);
@@ -471,11 +498,21 @@ fn back_off(ctx: &VersionContext, instance: &Instance, crashes: &mut VecDeque<In
     true
 }
 
+/// How often an idle worker handles what its stub sent unasked (logs and calls from model
+/// threads).
+const IDLE_POLL: Duration = Duration::from_millis(50);
+
 fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
     let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
     loop {
-        match ctx.queue.next_batch_unless(&interrupted) {
+        match ctx.queue.next_batch_unless(&interrupted, IDLE_POLL) {
             Next::Closed => return Served::Closed,
+            Next::Idle => {
+                if let Err(e) = stub.poll() {
+                    stub.kill();
+                    return Served::Died(e.to_string());
+                }
+            }
             Next::Interrupted => {
                 if instance.died.load(Ordering::Acquire) {
                     let status = stub.kill();
@@ -626,7 +663,8 @@ fn finish(ctx: &VersionContext, p: Pending, result: Result<InferResponse, InferE
     let total = p.enqueued.elapsed();
     match (&result, timing) {
         (Ok(_), Some((queue, times))) => ctx.stats.success(p.batch_size, total, queue, times),
-        _ => ctx.stats.failure(total),
+        (Err(e), timing) => ctx.stats.failure(total, e.kind, timing.is_some() || e.kind == ErrorKind::Internal),
+        (Ok(_), None) => ctx.stats.failure(total, ErrorKind::Internal, true),
     }
     let _ = p.tx.send(result);
 }

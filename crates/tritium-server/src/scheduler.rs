@@ -36,6 +36,8 @@ pub(crate) enum Next {
     Closed,
     /// The worker's interruption condition holds.
     Interrupted,
+    /// Nothing came within the idle period.
+    Idle,
 }
 
 /// Dynamic batching settings.
@@ -117,15 +119,19 @@ impl Queue {
     /// Blocks until there is work and returns the next batch; `None` once the queue is closed.
     #[cfg(test)]
     pub(crate) fn next_batch(&self) -> Option<Vec<Pending>> {
-        match self.next_batch_unless(&|| false) {
-            Next::Batch(b) => Some(b),
-            Next::Closed | Next::Interrupted => None,
+        loop {
+            match self.next_batch_unless(&|| false, Duration::from_secs(3600)) {
+                Next::Batch(b) => return Some(b),
+                Next::Closed | Next::Interrupted => return None,
+                Next::Idle => {}
+            }
         }
     }
 
-    /// Blocks until there is work, the queue is closed, or `interrupted()` holds (checked
-    /// whenever the worker wakes; wake it with [`Queue::wake_all`]).
-    pub(crate) fn next_batch_unless(&self, interrupted: &dyn Fn() -> bool) -> Next {
+    /// Blocks until there is work, the queue is closed, `interrupted()` holds (checked whenever
+    /// the worker wakes; wake it with [`Queue::wake_all`]), or `idle` passes without work.
+    pub(crate) fn next_batch_unless(&self, interrupted: &dyn Fn() -> bool, idle: Duration) -> Next {
+        let idle_until = Instant::now() + idle;
         let mut st = self.lock();
         let Some(b) = &self.batching else {
             loop {
@@ -138,7 +144,11 @@ impl Queue {
                 if st.closed {
                     return Next::Closed;
                 }
-                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                let now = Instant::now();
+                if now >= idle_until {
+                    return Next::Idle;
+                }
+                st = self.cv.wait_timeout(st, idle_until - now).unwrap_or_else(|p| p.into_inner()).0;
             }
         };
         let first = loop {
@@ -153,7 +163,11 @@ impl Queue {
                     return Next::Closed;
                 }
             }
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            if now >= idle_until {
+                return Next::Idle;
+            }
+            st = self.cv.wait_timeout(st, idle_until - now).unwrap_or_else(|p| p.into_inner()).0;
         };
         st.gathering = true;
         let deadline = first.enqueued + b.max_delay;

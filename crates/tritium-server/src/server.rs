@@ -89,6 +89,7 @@ struct Entry {
 
 struct Inner {
     opts: ServerOptions,
+    metrics: tritium_metrics::Metrics,
     logging: std::sync::OnceLock<Arc<dyn LogControl>>,
     models: RwLock<BTreeMap<String, Entry>>,
     live: AtomicBool,
@@ -130,6 +131,7 @@ impl Server {
         Self {
             inner: Arc::new(Inner {
                 opts,
+                metrics: tritium_metrics::Metrics::new(),
                 logging: std::sync::OnceLock::new(),
                 models: RwLock::new(BTreeMap::new()),
                 live: AtomicBool::new(true),
@@ -185,7 +187,7 @@ impl Server {
         let checked = match validate(&req, &version.config) {
             Ok(v) => v,
             Err(e) => {
-                version.ctx.stats.failure(start.elapsed());
+                version.ctx.stats.failure(start.elapsed(), e.kind, false);
                 return Err(e);
             }
         };
@@ -483,7 +485,7 @@ impl Server {
         std::thread::Builder::new()
             .name(format!("load-{name}"))
             .spawn(move || {
-                let _ = tx.send(load_versions(&inner.opts, &model));
+                let _ = tx.send(load_versions(&inner.opts, inner.metrics.custom(), &model));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or_else(|_| Err("the loader thread died".into()));
@@ -554,6 +556,49 @@ impl Server {
             }
         }
         Ok(out)
+    }
+
+    /// The Prometheus page: Triton's `nv_inference_*` metrics, tritium's stub metrics, and the
+    /// models' custom metrics.
+    pub fn metrics_text(&self) -> String {
+        use tritium_metrics::{FailureCounts, InstanceSnapshot, ModelSnapshot, Snapshot};
+        let mut snapshot = Snapshot::default();
+        for s in self.statistics(None, None).unwrap_or_default() {
+            let pending = self.pending_requests(&s.name) as u64;
+            snapshot.models.push(ModelSnapshot {
+                success: s.success.count,
+                failure: FailureCounts {
+                    rejected: s.fail_reasons.rejected,
+                    canceled: s.fail_reasons.canceled,
+                    backend: s.fail_reasons.backend,
+                    other: s.fail_reasons.other,
+                },
+                inference_count: s.inference_count,
+                exec_count: s.execution_count,
+                request_duration_ns: s.success.ns + s.fail.ns,
+                queue_duration_ns: s.queue.ns,
+                compute_input_duration_ns: s.compute_input.ns,
+                compute_infer_duration_ns: s.compute_infer.ns,
+                compute_output_duration_ns: s.compute_output.ns,
+                pending_requests: pending,
+                load_duration_secs: None,
+                name: s.name,
+                version: s.version,
+            });
+        }
+        for i in self.instances(None) {
+            snapshot.instances.push(InstanceSnapshot {
+                model: i.model,
+                version: i.version.to_string(),
+                instance: i.instance,
+                state: i.state.as_str().to_string(),
+                restarts: i.restarts,
+                rss_bytes: i.pid.map(|_| i.rss_bytes),
+                shm_bytes: i.shm_bytes,
+                inflight: i.inflight,
+            });
+        }
+        self.inner.metrics.render(&snapshot)
     }
 
     /// Requests waiting in a model's queues (all versions).
@@ -667,7 +712,7 @@ fn auto_complete(opts: &ServerOptions, name: &str, model_file: &Path, config: &M
 }
 
 /// Reads, completes and checks a model's config, then starts every instance of every version.
-fn load_versions(opts: &ServerOptions, name: &str) -> Result<BTreeMap<i64, Arc<Version>>, String> {
+fn load_versions(opts: &ServerOptions, metrics: &tritium_metrics::CustomMetrics, name: &str) -> Result<BTreeMap<i64, Arc<Version>>, String> {
     let dir = opts.repository.join(name);
     if !dir.is_dir() {
         return Err(format!("no model directory {} in the repository", dir.display()));
@@ -721,6 +766,7 @@ fn load_versions(opts: &ServerOptions, name: &str) -> Result<BTreeMap<i64, Arc<V
             supervision: supervision.clone(),
             live_workers: AtomicUsize::new(0),
             instances: Mutex::new(Vec::new()),
+            metrics: metrics.clone(),
         });
         let (ready_tx, ready_rx) = mpsc::channel();
         let mut workers = Vec::new();

@@ -61,9 +61,18 @@ impl Stats {
         add(&mut s.compute_output, t.compute_output);
     }
 
-    /// Records a request that failed after `total`.
-    pub(crate) fn failure(&self, total: Duration) {
+    /// Records a request that failed after `total` with an error of `kind`; `reached_model`
+    /// tells a model failure from a rejection.
+    pub(crate) fn failure(&self, total: Duration, kind: crate::types::ErrorKind, reached_model: bool) {
+        use crate::types::ErrorKind;
         let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
         add(&mut s.fail, total);
+        let r = &mut s.fail_reasons;
+        match (kind, reached_model) {
+            (ErrorKind::Cancelled, _) => r.canceled += 1,
+            (_, true) => r.backend += 1,
+            (ErrorKind::InvalidArg | ErrorKind::Unavailable | ErrorKind::NotFound, false) => r.rejected += 1,
+            _ => r.other += 1,
+        }
     }
 }

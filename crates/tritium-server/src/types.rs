@@ -219,6 +219,9 @@ pub struct ModelStats {
     pub success: StatDuration,
     /// Failed requests.
     pub fail: StatDuration,
+    /// Failed requests by Triton's reasons: rejected before reaching the model (validation,
+    /// unavailable), cancelled, failed in the model (backend), other.
+    pub fail_reasons: FailReasons,
     /// Time in the queue.
     pub queue: StatDuration,
     /// Time preparing inputs.
@@ -233,6 +236,19 @@ pub struct ModelStats {
     pub cache_miss: StatDuration,
     /// Per batch size: (batch size, compute input, compute infer, compute output).
     pub batch_stats: Vec<BatchStats>,
+}
+
+/// Failure counts by Triton's `reason` label of `nv_inference_request_failure`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FailReasons {
+    /// Refused before reaching the model.
+    pub rejected: u64,
+    /// Cancelled.
+    pub canceled: u64,
+    /// Failed in the model or its stub.
+    pub backend: u64,
+    /// Anything else.
+    pub other: u64,
 }
 
 /// Statistics of executions of one batch size.

@@ -1,7 +1,10 @@
 //! The `tritium` binary: `tritium serve` runs the server; other subcommands talk to a running one.
 
+mod cli;
 mod logging;
 mod serve;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -17,11 +20,48 @@ struct Cli {
 enum Command {
     /// Serve a model repository (Triton's layout: <repo>/<model>/config.pbtxt, <repo>/<model>/1/model.py).
     Serve(serve::ServeArgs),
+    #[command(flatten)]
+    Client(cli::Command),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Client(command) => cli::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprint!("{}", error_text(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error as the binary prints it: `tritium: ` and the reason with its causes on one line;
+/// a multi-line reason (a stub's last stderr lines) continues indented below it.
+fn error_text(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    let mut lines = text.lines();
+    let mut out = format!("tritium: {}\n", lines.next().unwrap_or("failed"));
+    for line in lines {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_print_as_one_line_then_details() {
+        let e = anyhow::anyhow!("connection refused").context("cannot reach the server at 127.0.0.1:8001");
+        assert_eq!(error_text(&e), "tritium: cannot reach the server at 127.0.0.1:8001: connection refused\n");
+        let e = anyhow::anyhow!("restart of m failed: stub died; last stderr lines:\nTraceback\nValueError");
+        assert_eq!(error_text(&e), "tritium: restart of m failed: stub died; last stderr lines:\n  Traceback\n  ValueError\n");
     }
 }

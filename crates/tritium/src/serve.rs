@@ -41,6 +41,9 @@ pub(crate) struct ServeArgs {
     /// Prometheus metrics port.
     #[arg(long, env = "TRITIUM_METRICS_PORT", default_value_t = 8002)]
     metrics_port: u16,
+    /// Serve Prometheus metrics on `--metrics-port`.
+    #[arg(long, env = "TRITIUM_ALLOW_METRICS", default_value_t = true, action = clap::ArgAction::Set)]
+    allow_metrics: bool,
     /// How models are loaded.
     #[arg(long, env = "TRITIUM_MODEL_CONTROL_MODE", value_enum, default_value_t = ControlMode::None)]
     model_control_mode: ControlMode,
@@ -207,6 +210,14 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     let grpc = bind(&args.host, args.grpc_port, "grpc").await?;
     info!("gRPC service on {}", grpc.local_addr()?);
     let grpc_task = tokio::spawn(tritium_grpc::serve(grpc, server.clone(), args.admin_token.clone(), stopped(stop_rx.clone())));
+    let metrics_task = if args.allow_metrics {
+        let listener = bind(&args.host, args.metrics_port, "metrics").await?;
+        info!("metrics on http://{}/metrics", listener.local_addr()?);
+        let server = server.clone();
+        Some(tokio::spawn(tritium_metrics::serve(listener, move || server.metrics_text(), stopped(stop_rx.clone()))))
+    } else {
+        None
+    };
 
     let initial = match args.model_control_mode {
         ControlMode::Explicit if !args.load_model.iter().any(|m| m == "*") => args.load_model.clone(),
@@ -234,6 +245,9 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     let drain = async {
         let _ = http_task.await;
         let _ = grpc_task.await;
+        if let Some(t) = metrics_task {
+            let _ = t.await;
+        }
         server.shutdown().await;
     };
     if tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), drain).await.is_err() {

@@ -1,0 +1,248 @@
+//! `tritium.admin.Admin`, the API the `tritium` CLI talks to: the stubs of the loaded models
+//! ([`Server::instances`]) and restarts ([`Server::restart`]), with the rule that decides who may
+//! restart ([`check_peer`]).
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+use tritium_proto::admin::admin_server::Admin;
+use tritium_proto::admin::{RestartRequest, RestartResponse, StubInfo, StubsRequest, StubsResponse};
+use tritium_server::{InferError, InstanceInfo, Server};
+
+use crate::convert::to_status;
+
+/// `tritium.admin.Admin` over a [`Server`].
+///
+/// `Stubs` only reads and is open to every peer, like the standard RPCs (statistics, index).
+/// `Restart` interrupts service, so it is allowed only from loopback peers (the operator on the
+/// server's host) or from peers that send the server's admin token (see [`check_peer`]).
+#[derive(Clone)]
+pub struct AdminService {
+    server: Server,
+    token: Option<Arc<str>>,
+}
+
+impl AdminService {
+    /// An admin service over `server`; `token` lets non-loopback peers restart stubs when they
+    /// send it as `authorization: Bearer <token>`. An empty token counts as none.
+    pub fn new(server: Server, token: Option<String>) -> Self {
+        Self { server, token: token.filter(|t| !t.is_empty()).map(Arc::from) }
+    }
+
+    fn authorize(&self, what: &str, peer: Option<SocketAddr>, metadata: &MetadataMap) -> Result<(), Status> {
+        let bearer = metadata.get("authorization").map(|v| v.as_bytes());
+        check_peer(peer.map(|a| a.ip()), bearer, self.token.as_deref()).map_err(|refusal| {
+            let peer = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
+            warn!(%peer, "refused {what}: {refusal:?}");
+            Status::permission_denied(refusal.message(what, &peer))
+        })
+    }
+}
+
+/// Why [`check_peer`] refused a caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The peer is not on loopback and the server has no admin token.
+    RemoteWithoutToken,
+    /// The server has an admin token and the peer sent none.
+    TokenMissing,
+    /// The peer sent a token that is not the server's.
+    TokenWrong,
+}
+
+impl Refusal {
+    /// What the refused caller is told: what happened and what to do.
+    pub fn message(self, what: &str, peer: &str) -> String {
+        match self {
+            Refusal::RemoteWithoutToken => format!(
+                "{what} is allowed only from the server's own host (loopback), and this call came from {peer}: \
+                 run the command on the server's host, or start the server with --admin-token \
+                 (TRITIUM_ADMIN_TOKEN) and pass the same token with --admin-token"
+            ),
+            Refusal::TokenMissing => format!(
+                "{what} from {peer} needs the server's admin token: pass it with --admin-token \
+                 (TRITIUM_ADMIN_TOKEN), sent as `authorization: Bearer <token>`"
+            ),
+            Refusal::TokenWrong => format!(
+                "{what} from {peer} sent an admin token that is not the server's: pass the token the \
+                 server was started with (--admin-token, TRITIUM_ADMIN_TOKEN)"
+            ),
+        }
+    }
+}
+
+/// Whether a caller may use a mutating admin call: always from loopback (127.0.0.0/8, `::1`,
+/// and IPv4-mapped loopback), otherwise only with `authorization: Bearer <token>` matching the
+/// server's `token`. An unknown peer address counts as remote.
+pub fn check_peer(peer: Option<IpAddr>, authorization: Option<&[u8]>, token: Option<&str>) -> Result<(), Refusal> {
+    if peer.is_some_and(|ip| ip.to_canonical().is_loopback()) {
+        return Ok(());
+    }
+    let Some(token) = token else {
+        return Err(Refusal::RemoteWithoutToken);
+    };
+    let Some(sent) = authorization.and_then(bearer_token) else {
+        return Err(Refusal::TokenMissing);
+    };
+    if constant_time_eq(sent, token.as_bytes()) { Ok(()) } else { Err(Refusal::TokenWrong) }
+}
+
+/// The token of an `authorization: Bearer <token>` value (the scheme is case-insensitive).
+fn bearer_token(value: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = value.split_at_checked(7)?;
+    scheme.eq_ignore_ascii_case(b"bearer ").then(|| rest.trim_ascii())
+}
+
+/// Compares without stopping at the first difference, so timing does not reveal a prefix of the
+/// token (only its length).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// One instance on the wire.
+pub fn stub_to_proto(i: InstanceInfo) -> StubInfo {
+    let (last_exit, last_exit_unix_ms) = match i.last_exit {
+        Some((why, when)) => {
+            let ms = when.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            (why, ms)
+        }
+        None => (String::new(), 0),
+    };
+    StubInfo {
+        model: i.model,
+        version: i.version,
+        instance: i.instance,
+        pid: i.pid.unwrap_or(0),
+        state: i.state.as_str().to_string(),
+        uptime_secs: i.uptime.map_or(0.0, |d| d.as_secs_f64()),
+        restarts: i.restarts,
+        last_exit,
+        last_exit_unix_ms,
+        reason: i.reason,
+        rss_bytes: i.rss_bytes,
+        shm_bytes: i.shm_bytes,
+        inflight: i.inflight,
+        executions: i.executions,
+    }
+}
+
+fn unknown_model(model: &str) -> Status {
+    to_status(InferError::not_found(format!("Request for unknown model: '{model}' is not found")))
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn stubs(&self, req: Request<StubsRequest>) -> Result<Response<StubsResponse>, Status> {
+        let model = req.into_inner().model;
+        let filter = (!model.is_empty()).then_some(model.as_str());
+        let mut stubs: Vec<StubInfo> = self.server.instances(filter).into_iter().map(stub_to_proto).collect();
+        // A model in the repository that is not loaded has no stubs; a name nobody knows is an error.
+        if stubs.is_empty() && filter.is_some() && !self.server.repository_index(false).iter().any(|e| e.name == model) {
+            return Err(unknown_model(&model));
+        }
+        stubs.sort_by(|a, b| (&a.model, a.version, &a.instance).cmp(&(&b.model, b.version, &b.instance)));
+        Ok(Response::new(StubsResponse { stubs }))
+    }
+
+    async fn restart(&self, req: Request<RestartRequest>) -> Result<Response<RestartResponse>, Status> {
+        let peer = req.remote_addr();
+        self.authorize("Restart", peer, req.metadata())?;
+        let RestartRequest { model, instance } = req.into_inner();
+        if model.is_empty() {
+            return Err(Status::invalid_argument("Restart needs a model name"));
+        }
+        let instance = (!instance.is_empty()).then_some(instance.as_str());
+        info!(model = ?model, instance = ?instance, peer = ?peer, "restart requested");
+        self.server.restart(&model, instance).await.map_err(to_status)?;
+        Ok(Response::new(RestartResponse {}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use super::*;
+
+    const LOOPBACK: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    const REMOTE: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
+
+    #[test]
+    fn loopback_is_always_allowed() {
+        for ip in [
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V4(Ipv4Addr::new(127, 0, 1, 1)),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+            IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped()),
+        ] {
+            assert_eq!(check_peer(Some(ip), None, None), Ok(()), "{ip}");
+            assert_eq!(check_peer(Some(ip), None, Some("s3cret")), Ok(()), "{ip}");
+            assert_eq!(check_peer(Some(ip), Some(b"Bearer wrong"), Some("s3cret")), Ok(()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn remote_peers_need_the_token() {
+        let v6 = Some(IpAddr::V6("2001:db8::1".parse().expect("ipv6")));
+        let mapped = Some(IpAddr::V6(Ipv4Addr::new(192, 168, 0, 7).to_ipv6_mapped()));
+        for peer in [REMOTE, v6, mapped, None] {
+            assert_eq!(check_peer(peer, None, None), Err(Refusal::RemoteWithoutToken), "{peer:?}");
+            assert_eq!(check_peer(peer, Some(b"Bearer s3cret"), None), Err(Refusal::RemoteWithoutToken), "{peer:?}");
+            assert_eq!(check_peer(peer, None, Some("s3cret")), Err(Refusal::TokenMissing), "{peer:?}");
+            assert_eq!(check_peer(peer, Some(b"Basic s3cret"), Some("s3cret")), Err(Refusal::TokenMissing), "{peer:?}");
+            assert_eq!(check_peer(peer, Some(b"Bearer"), Some("s3cret")), Err(Refusal::TokenMissing), "{peer:?}");
+            assert_eq!(check_peer(peer, Some(b"Bearer s3cre"), Some("s3cret")), Err(Refusal::TokenWrong), "{peer:?}");
+            assert_eq!(check_peer(peer, Some(b"Bearer s3cret!"), Some("s3cret")), Err(Refusal::TokenWrong), "{peer:?}");
+            assert_eq!(check_peer(peer, Some(b"Bearer s3cret"), Some("s3cret")), Ok(()), "{peer:?}");
+            assert_eq!(check_peer(peer, Some(b"bearer  s3cret "), Some("s3cret")), Ok(()), "{peer:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_say_what_to_do() {
+        let m = Refusal::RemoteWithoutToken.message("Restart", "10.1.2.3:5000");
+        assert!(m.contains("10.1.2.3:5000") && m.contains("--admin-token"), "{m}");
+        let m = Refusal::TokenMissing.message("Restart", "10.1.2.3:5000");
+        assert!(m.contains("authorization: Bearer"), "{m}");
+        assert!(Refusal::TokenWrong.message("Restart", "p").contains("not the server's"));
+        assert!(!m.contains('\n'));
+    }
+
+    #[test]
+    fn restart_from_a_remote_peer_is_denied_before_anything_happens() {
+        use tonic::transport::server::TcpConnectInfo;
+        let server = Server::new(tritium_server::ServerOptions {
+            repository: std::env::temp_dir().join("tritium-admin-test-nonexistent"),
+            stub: tritium_host::StubCommand { python: "python3".into(), python_path: ".".into(), env: Vec::new(), spin: 0 },
+            supervision: Default::default(),
+            auto_complete: false,
+            strict_readiness: true,
+            explicit_control: true,
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let call = |token: Option<&str>, peer: Option<IpAddr>, sent: Option<&str>| {
+            let service = AdminService::new(server.clone(), token.map(String::from));
+            let mut req = Request::new(RestartRequest { model: "nope".into(), instance: String::new() });
+            req.extensions_mut()
+                .insert(TcpConnectInfo { local_addr: None, remote_addr: peer.map(|ip| SocketAddr::new(ip, 40000)) });
+            if let Some(sent) = sent {
+                req.metadata_mut().insert("authorization", sent.parse().expect("metadata value"));
+            }
+            runtime.block_on(service.restart(req)).map(|_| ()).map_err(|s| (s.code(), s.message().to_string()))
+        };
+        let (code, message) = call(None, REMOTE, None).expect_err("remote without a token");
+        assert_eq!(code, tonic::Code::PermissionDenied);
+        assert!(message.contains("10.1.2.3:40000"), "{message}");
+        let (code, _) = call(Some("s3cret"), REMOTE, Some("Bearer wrong")).expect_err("wrong token");
+        assert_eq!(code, tonic::Code::PermissionDenied);
+        // Allowed callers reach the server, which does not know the model.
+        let (code, _) = call(Some("s3cret"), REMOTE, Some("Bearer s3cret")).expect_err("unknown model");
+        assert_eq!(code, tonic::Code::NotFound);
+        let (code, _) = call(None, LOOPBACK, None).expect_err("unknown model");
+        assert_eq!(code, tonic::Code::NotFound);
+    }
+}

@@ -1,0 +1,578 @@
+//! The subcommands that talk to a running server over gRPC: `stubs` and `restart` through
+//! tritium's admin API (`tritium.admin.Admin`), `models`, `load` and `unload` through the
+//! standard repository RPCs; and the formatting of their answers (tables, JSON, human units).
+
+use std::io::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{anyhow, Context, Result};
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Request, Status};
+use tritium_proto::admin::admin_client::AdminClient;
+use tritium_proto::admin::{RestartRequest, StubInfo, StubsRequest};
+use tritium_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
+use tritium_proto::inference::repository_index_response::ModelIndex;
+use tritium_proto::inference::{RepositoryIndexRequest, RepositoryModelLoadRequest, RepositoryModelUnloadRequest};
+
+/// How long a connection attempt may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a read-only call may take (restarts, loads and unloads wait as long as the server).
+const QUERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which server to talk to, and the token for admin calls.
+#[derive(Debug, Args)]
+pub(crate) struct Target {
+    /// The server's gRPC address: `host:port` or `http://host:port`.
+    #[arg(long, env = "TRITIUM_URL", default_value = "127.0.0.1:8001")]
+    url: String,
+    /// The server's admin token (`tritium serve --admin-token`), sent as `authorization: Bearer
+    /// <token>`; needed to restart stubs from another host.
+    #[arg(long, env = "TRITIUM_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+}
+
+/// The subcommands that act on a running server.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// List the stub processes of the loaded models: pid, state, uptime, restarts, last exit,
+    /// memory, requests in flight and executions.
+    Stubs {
+        /// Only this model's stubs.
+        model: Option<String>,
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Restart every instance of a model, or one instance, and wait until they are ready again.
+    /// From another host this needs the server's admin token.
+    Restart {
+        /// `MODEL` restarts every instance of the model; `MODEL/INSTANCE` one of them
+        /// (instance names as `tritium stubs` lists them, e.g. `add_sub/add_sub_0_0`).
+        #[arg(value_name = "MODEL[/INSTANCE]")]
+        name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List the models of the repository with their loaded version, state and reason.
+    Models {
+        /// Print a JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Load a model, or reload it if it is loaded (the server must run with
+    /// `--model-control-mode explicit`).
+    Load {
+        /// The model's directory name in the repository.
+        model: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Unload a model (the server must run with `--model-control-mode explicit`).
+    Unload {
+        /// The model's name.
+        model: String,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// Runs one subcommand to completion.
+pub(crate) fn run(command: Command) -> Result<()> {
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the async runtime")?;
+    let out = runtime.block_on(execute(command))?;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(out.as_bytes()).and_then(|()| stdout.flush()) {
+        // A reader that stops early (`| head`) is not an error.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to stdout"),
+        _ => Ok(()),
+    }
+}
+
+/// Runs a subcommand and returns what it prints.
+async fn execute(command: Command) -> Result<String> {
+    match command {
+        Command::Stubs { model, json, target } => {
+            let mut admin = AdminClient::new(connect(&target).await?);
+            let stubs = list_stubs(&mut admin, &target, model.as_deref().unwrap_or("")).await?;
+            let now = unix_ms(SystemTime::now());
+            Ok(if json { json_text(&stubs_json(&stubs)) } else { stubs_table(&stubs, model.as_deref(), now) })
+        }
+        Command::Restart { name, target } => {
+            let (model, instance) = match name.split_once('/') {
+                Some((m, i)) => (m.to_string(), i.to_string()),
+                None => (name.clone(), String::new()),
+            };
+            let what = format!("restart of {name}");
+            let mut admin = AdminClient::new(connect(&target).await?);
+            let before = list_stubs(&mut admin, &target, &model).await.map_err(|e| anyhow!("{what} failed: {e}"))?;
+            let req = request(&target, RestartRequest { model: model.clone(), instance: instance.clone() })?;
+            admin.restart(req).await.map_err(|s| call_error(&target, &what, s))?;
+            // The restart happened; the new pids are a courtesy.
+            let after = list_stubs(&mut admin, &target, &model).await.unwrap_or_default();
+            Ok(restart_report(&model, &instance, &before, &after))
+        }
+        Command::Models { json, target } => {
+            let mut client = GrpcInferenceServiceClient::new(connect(&target).await?);
+            let mut req = request(&target, RepositoryIndexRequest::default())?;
+            req.set_timeout(QUERY_TIMEOUT);
+            let index = client.repository_index(req).await.map_err(|s| call_error(&target, "listing models", s))?;
+            let models = index.into_inner().models;
+            Ok(if json { json_text(&models_json(&models)) } else { models_table(&models) })
+        }
+        Command::Load { model, target } => {
+            let mut client = GrpcInferenceServiceClient::new(connect(&target).await?);
+            let req = request(&target, RepositoryModelLoadRequest { model_name: model.clone(), ..Default::default() })?;
+            client.repository_model_load(req).await.map_err(|s| call_error(&target, &format!("load of {model}"), s))?;
+            Ok(format!("loaded {model}\n"))
+        }
+        Command::Unload { model, target } => {
+            let mut client = GrpcInferenceServiceClient::new(connect(&target).await?);
+            let req = request(&target, RepositoryModelUnloadRequest { model_name: model.clone(), ..Default::default() })?;
+            client
+                .repository_model_unload(req)
+                .await
+                .map_err(|s| call_error(&target, &format!("unload of {model}"), s))?;
+            Ok(format!("unloaded {model}\n"))
+        }
+    }
+}
+
+async fn connect(target: &Target) -> Result<Channel> {
+    let uri = if target.url.contains("://") { target.url.clone() } else { format!("http://{}", target.url) };
+    let endpoint = Endpoint::from_shared(uri)
+        .map_err(|e| anyhow!("invalid --url {:?}: {e} (expected host:port)", target.url))?
+        .connect_timeout(CONNECT_TIMEOUT);
+    endpoint.connect().await.map_err(|e| anyhow!("cannot reach the server at {}: {}", target.url, root_cause(&e)))
+}
+
+/// A request carrying the admin token, if one is given: every call sends it, so a server that
+/// guards more calls than `Restart` needs nothing new from the CLI.
+fn request<T>(target: &Target, message: T) -> Result<Request<T>> {
+    let mut req = Request::new(message);
+    if let Some(token) = target.admin_token.as_deref().filter(|t| !t.is_empty()) {
+        let value = format!("Bearer {token}").parse().context("--admin-token must be printable ASCII")?;
+        req.metadata_mut().insert("authorization", value);
+    }
+    Ok(req)
+}
+
+async fn list_stubs(admin: &mut AdminClient<Channel>, target: &Target, model: &str) -> Result<Vec<StubInfo>> {
+    let mut req = request(target, StubsRequest { model: model.to_string() })?;
+    req.set_timeout(QUERY_TIMEOUT);
+    let resp = admin.stubs(req).await.map_err(|s| call_error(target, "listing stubs", s))?;
+    Ok(resp.into_inner().stubs)
+}
+
+/// The innermost cause of an error, in words: `connection refused` rather than `transport error`.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    let mut current = Some(e);
+    while let Some(err) = current {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".to_string(),
+                _ => io.to_string(),
+            };
+        }
+        last = err;
+        current = err.source();
+    }
+    last.to_string()
+}
+
+/// An error for a failed call: the server's own message where it answered, what went wrong
+/// with the connection where it did not.
+fn call_error(target: &Target, what: &str, status: Status) -> anyhow::Error {
+    let message = status.message();
+    match status.code() {
+        Code::Unavailable | Code::Unknown | Code::Internal if std::error::Error::source(&status).is_some() => {
+            anyhow!("cannot reach the server at {}: {}", target.url, root_cause(&status))
+        }
+        Code::Unimplemented if message.is_empty() => anyhow!(
+            "{what} failed: the server at {} does not serve this API (is it Triton, or an older tritium?)",
+            target.url
+        ),
+        Code::DeadlineExceeded if message.is_empty() || message.contains("Timeout expired") => {
+            anyhow!("{what} failed: the server at {} did not answer within {}s", target.url, QUERY_TIMEOUT.as_secs())
+        }
+        Code::PermissionDenied => anyhow!("{what} refused: {message}"),
+        _ => anyhow!("{what} failed: {message}"),
+    }
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn json_text(v: &Value) -> String {
+    let mut s = serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string());
+    s.push('\n');
+    s
+}
+
+/// `--json` of `tritium stubs`: one object per instance; `pid` is null while no process runs,
+/// `last_exit` null until a stub has ended unexpectedly.
+fn stubs_json(stubs: &[StubInfo]) -> Value {
+    Value::Array(
+        stubs
+            .iter()
+            .map(|s| {
+                let last_exit = (!s.last_exit.is_empty())
+                    .then(|| json!({ "status": exit_status(&s.last_exit), "unix_ms": s.last_exit_unix_ms }));
+                json!({
+                    "model": s.model,
+                    "version": s.version,
+                    "instance": s.instance,
+                    "pid": (s.pid != 0).then_some(s.pid),
+                    "state": s.state,
+                    "uptime_secs": s.uptime_secs,
+                    "restarts": s.restarts,
+                    "last_exit": last_exit,
+                    "rss_bytes": s.rss_bytes,
+                    "shm_bytes": s.shm_bytes,
+                    "inflight": s.inflight,
+                    "executions": s.executions,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The table of `tritium stubs`, then the reason of each instance that has one. `now_ms` is
+/// the current time, for "how long ago".
+fn stubs_table(stubs: &[StubInfo], model: Option<&str>, now_ms: u64) -> String {
+    if stubs.is_empty() {
+        return match model {
+            Some(m) => format!("no stubs: model {m:?} is not loaded\n"),
+            None => "no stubs: no model is loaded\n".to_string(),
+        };
+    }
+    let header = [
+        "MODEL", "VERSION", "INSTANCE", "PID", "STATE", "UPTIME", "RESTARTS", "LAST EXIT", "RSS", "SHM", "INFLIGHT",
+        "EXECUTIONS",
+    ];
+    let running = |s: &StubInfo, text: String| if s.pid == 0 { "-".to_string() } else { text };
+    let rows: Vec<Vec<String>> = stubs
+        .iter()
+        .map(|s| {
+            vec![
+                s.model.clone(),
+                s.version.to_string(),
+                s.instance.clone(),
+                running(s, s.pid.to_string()),
+                s.state.clone(),
+                running(s, human_duration(Duration::from_secs_f64(s.uptime_secs.max(0.0)))),
+                s.restarts.to_string(),
+                last_exit_text(&s.last_exit, s.last_exit_unix_ms, now_ms),
+                running(s, human_bytes(s.rss_bytes)),
+                running(s, human_bytes(s.shm_bytes)),
+                s.inflight.to_string(),
+                s.executions.to_string(),
+            ]
+        })
+        .collect();
+    let mut out = table(&header, &rows);
+    let reasons: Vec<&StubInfo> = stubs.iter().filter(|s| !s.reason.trim().is_empty()).collect();
+    if !reasons.is_empty() {
+        out.push('\n');
+        for s in reasons {
+            out.push_str(&format!("{}: {}\n", s.instance, first_line(&s.reason)));
+        }
+    }
+    out
+}
+
+/// What `tritium restart` prints: one line per restarted instance with its old and new pid.
+fn restart_report(model: &str, instance: &str, before: &[StubInfo], after: &[StubInfo]) -> String {
+    let targeted = |s: &&StubInfo| instance.is_empty() || s.instance == instance;
+    let pid = |p: u32| if p == 0 { "none".to_string() } else { p.to_string() };
+    let mut out = String::new();
+    for old in before.iter().filter(targeted) {
+        let new = after.iter().find(|n| n.instance == old.instance && n.version == old.version);
+        match new {
+            Some(new) => out.push_str(&format!(
+                "restarted {model}/{}: pid {} -> {}, {}\n",
+                old.instance,
+                pid(old.pid),
+                pid(new.pid),
+                new.state
+            )),
+            None => out.push_str(&format!("restarted {model}/{}\n", old.instance)),
+        }
+    }
+    if out.is_empty() {
+        out = if instance.is_empty() { format!("restarted {model}\n") } else { format!("restarted {model}/{instance}\n") };
+    }
+    out
+}
+
+/// `--json` of `tritium models`.
+fn models_json(models: &[ModelIndex]) -> Value {
+    Value::Array(
+        models
+            .iter()
+            .map(|m| json!({ "name": m.name, "version": m.version, "state": m.state, "reason": m.reason }))
+            .collect(),
+    )
+}
+
+/// The table of `tritium models`; a model that was never loaded has no version or state.
+fn models_table(models: &[ModelIndex]) -> String {
+    if models.is_empty() {
+        return "no models in the repository\n".to_string();
+    }
+    let dash = |s: &str| if s.is_empty() { "-".to_string() } else { s.to_string() };
+    let rows: Vec<Vec<String>> = models
+        .iter()
+        .map(|m| vec![m.name.clone(), dash(&m.version), dash(&m.state), first_line(&m.reason).to_string()])
+        .collect();
+    table(&["NAME", "VERSION", "STATE", "REASON"], &rows)
+}
+
+/// Left-aligned columns two spaces apart, without trailing spaces.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (cell, w) in row.iter().zip(&widths) {
+            line.push_str(cell);
+            line.extend(std::iter::repeat_n(' ', w.saturating_sub(cell.chars().count()) + 2));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("").trim_end()
+}
+
+/// Bytes in binary units: `512 B`, `1.5 KiB`, `23 MiB` (one decimal below 10).
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut value = n as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value < 9.95 { format!("{value:.1} {}", UNITS[unit]) } else { format!("{value:.0} {}", UNITS[unit]) }
+}
+
+/// A duration to the two largest units: `42s`, `3m07s`, `5h02m`, `2d04h`.
+fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// How a stub ended, from the server's report (`stub add_sub_0_0 (pid 7) exited unexpectedly
+/// (killed by signal 9 (SIGKILL)); last stderr lines: ...`): `exit code 1`, `killed by signal 9
+/// (SIGKILL)`, or the report's first line when it names neither.
+fn exit_status(report: &str) -> String {
+    if let Some(i) = report.find("killed by signal ") {
+        let rest = &report[i..];
+        // `killed by signal N (NAME)`: up to the parenthesis that closes the name.
+        let end = rest.find(')').map_or(rest.len(), |e| e + 1);
+        return rest[..end].to_string();
+    }
+    if let Some(i) = report.find("exit code ") {
+        let rest = &report[i + "exit code ".len()..];
+        let code: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
+        if !code.is_empty() {
+            return format!("exit code {code}");
+        }
+    }
+    first_line(report).to_string()
+}
+
+/// The short form of [`exit_status`] for the table: `code 1`, `SIGKILL`, `signal 64`, or a
+/// shortened first line.
+fn short_exit(report: &str) -> String {
+    let status = exit_status(report);
+    if let Some(code) = status.strip_prefix("exit code ") {
+        return format!("code {code}");
+    }
+    if let Some(rest) = status.strip_prefix("killed by signal ") {
+        let name = rest.split_once('(').map(|(_, n)| n.trim_end_matches(')'));
+        return match name {
+            Some(n) if n.starts_with("SIG") => n.to_string(),
+            _ => format!("signal {}", rest.split_whitespace().next().unwrap_or("?")),
+        };
+    }
+    const MAX: usize = 24;
+    if status.chars().count() > MAX {
+        let short: String = status.chars().take(MAX - 1).collect();
+        format!("{short}…")
+    } else {
+        status
+    }
+}
+
+/// The LAST EXIT cell: `SIGKILL (3m07s ago)`, `code 1 (5s ago)`, or `-`.
+fn last_exit_text(report: &str, unix_ms: u64, now_ms: u64) -> String {
+    if report.is_empty() {
+        return "-".to_string();
+    }
+    let ago = Duration::from_millis(now_ms.saturating_sub(unix_ms));
+    format!("{} ({} ago)", short_exit(report), human_duration(ago))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stub(instance: &str, pid: u32) -> StubInfo {
+        StubInfo {
+            model: "add_sub".into(),
+            version: 1,
+            instance: instance.into(),
+            pid,
+            state: "ready".into(),
+            uptime_secs: 75.4,
+            restarts: 0,
+            rss_bytes: 31_457_280,
+            shm_bytes: 1 << 20,
+            executions: 12,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sizes_in_binary_units() {
+        let cases = [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.0 KiB"),
+            (1536, "1.5 KiB"),
+            (10 * 1024, "10 KiB"),
+            (31_457_280, "30 MiB"),
+            (5 * 1024 * 1024 * 1024 / 2, "2.5 GiB"),
+            (u64::MAX, "16384 PiB"),
+        ];
+        for (n, want) in cases {
+            assert_eq!(human_bytes(n), want, "{n}");
+        }
+    }
+
+    #[test]
+    fn durations_to_two_units() {
+        let cases = [(0, "0s"), (59, "59s"), (60, "1m00s"), (187, "3m07s"), (3600, "1h00m"), (18_120, "5h02m"), (187_200, "2d04h")];
+        for (s, want) in cases {
+            assert_eq!(human_duration(Duration::from_secs(s)), want, "{s}");
+        }
+        assert_eq!(human_duration(Duration::from_millis(999)), "0s");
+    }
+
+    #[test]
+    fn exits_in_words() {
+        let killed = "stub add_sub_0_0 (pid 7) exited unexpectedly (killed by signal 9 (SIGKILL)); last stderr lines:\nboom";
+        assert_eq!(exit_status(killed), "killed by signal 9 (SIGKILL)");
+        assert_eq!(short_exit(killed), "SIGKILL");
+        let exited = "stub add_sub_0_0 (pid 7) exited unexpectedly (exit code 1); last stderr lines:\nTraceback";
+        assert_eq!(exit_status(exited), "exit code 1");
+        assert_eq!(short_exit(exited), "code 1");
+        let odd = "stub x (pid 7) exited unexpectedly (killed by signal 64 (unknown))";
+        assert_eq!(short_exit(odd), "signal 64");
+        let timeout = "stub add_sub_0_0 did not execute within 5s\nmore";
+        assert_eq!(exit_status(timeout), "stub add_sub_0_0 did not execute within 5s");
+        assert_eq!(short_exit(timeout), "stub add_sub_0_0 did no…");
+        assert_eq!(last_exit_text("", 0, 1_000), "-");
+        assert_eq!(last_exit_text(killed, 1_000, 188_000), "SIGKILL (3m07s ago)");
+        // A server clock ahead of ours is "0s ago", not a wrap-around.
+        assert_eq!(last_exit_text(exited, 2_000, 1_000), "code 1 (0s ago)");
+    }
+
+    #[test]
+    fn stubs_table_and_reasons() {
+        let mut crashed = stub("add_sub_0_1", 0);
+        crashed.state = "backing_off".into();
+        crashed.restarts = 2;
+        crashed.last_exit = "stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last stderr lines:\nx".into();
+        crashed.last_exit_unix_ms = 10_000;
+        crashed.reason = crashed.last_exit.clone();
+        let out = stubs_table(&[stub("add_sub_0_0", 4242), crashed], None, 15_000);
+        let want = "\
+MODEL    VERSION  INSTANCE     PID   STATE        UPTIME  RESTARTS  LAST EXIT        RSS     SHM      INFLIGHT  EXECUTIONS
+add_sub  1        add_sub_0_0  4242  ready        1m15s   0         -                30 MiB  1.0 MiB  0         12
+add_sub  1        add_sub_0_1  -     backing_off  -       2         code 3 (5s ago)  -       -        0         12
+
+add_sub_0_1: stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last stderr lines:
+";
+        assert_eq!(out, want);
+        assert_eq!(stubs_table(&[], Some("m"), 0), "no stubs: model \"m\" is not loaded\n");
+    }
+
+    #[test]
+    fn stubs_json_keys_and_nulls() {
+        let mut crashed = stub("add_sub_0_1", 0);
+        crashed.last_exit = "stub add_sub_0_1 (pid 9) exited unexpectedly (killed by signal 9 (SIGKILL))".into();
+        crashed.last_exit_unix_ms = 1_700_000_000_000;
+        let v = stubs_json(&[stub("add_sub_0_0", 4242), crashed]);
+        let first = &v[0];
+        let mut keys: Vec<&str> = first.as_object().expect("object").keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            ["executions", "inflight", "instance", "last_exit", "model", "pid", "restarts", "rss_bytes", "shm_bytes", "state", "uptime_secs", "version"]
+        );
+        assert_eq!(first["pid"], 4242);
+        assert_eq!(first["last_exit"], Value::Null);
+        assert_eq!(v[1]["pid"], Value::Null);
+        assert_eq!(v[1]["last_exit"], json!({ "status": "killed by signal 9 (SIGKILL)", "unix_ms": 1_700_000_000_000u64 }));
+    }
+
+    #[test]
+    fn restart_report_pairs_old_and_new_pids() {
+        let before = [stub("add_sub_0_0", 10), stub("add_sub_0_1", 11)];
+        let after = [stub("add_sub_0_0", 20), stub("add_sub_0_1", 21)];
+        assert_eq!(
+            restart_report("add_sub", "", &before, &after),
+            "restarted add_sub/add_sub_0_0: pid 10 -> 20, ready\nrestarted add_sub/add_sub_0_1: pid 11 -> 21, ready\n"
+        );
+        assert_eq!(restart_report("add_sub", "add_sub_0_1", &before, &after), "restarted add_sub/add_sub_0_1: pid 11 -> 21, ready\n");
+        assert_eq!(restart_report("add_sub", "", &before, &[]), "restarted add_sub/add_sub_0_0\nrestarted add_sub/add_sub_0_1\n");
+    }
+
+    #[test]
+    fn models_table_with_dashes_for_unloaded() {
+        let models = [
+            ModelIndex { name: "add_sub".into(), version: "1".into(), state: "READY".into(), reason: String::new() },
+            ModelIndex { name: "broken".into(), version: "1".into(), state: "UNAVAILABLE".into(), reason: "bad\nstack".into() },
+            ModelIndex { name: "later".into(), ..Default::default() },
+        ];
+        assert_eq!(
+            models_table(&models),
+            "NAME     VERSION  STATE        REASON\nadd_sub  1        READY\nbroken   1        UNAVAILABLE  bad\nlater    -        -\n"
+        );
+    }
+
+    #[test]
+    fn connection_errors_name_the_root_cause() {
+        let io = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let wrapped = anyhow::Error::new(io).context("transport error");
+        assert_eq!(root_cause(wrapped.as_ref()), "connection refused");
+    }
+}

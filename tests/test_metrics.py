@@ -1,0 +1,97 @@
+"""Statistics and /metrics equal what was sent; custom metrics from model code appear on /metrics."""
+
+import re
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+
+def metrics(server):
+    with urllib.request.urlopen("http://127.0.0.1:{}/metrics".format(server.metrics_port), timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain")
+        return r.read().decode()
+
+
+def value(text, name, **labels):
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
+            if all(found.get(k) == v for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("{} {} not in /metrics:\n{}".format(name, labels, text))
+
+
+def send(client, module, x, shape=(1,)):
+    inp = module.InferInput("X", list(shape), "FP32")
+    inp.set_data_from_numpy(np.full(shape, x, dtype=np.float32))
+    return client.infer("metered", [inp])
+
+
+def test_statistics_and_metrics_count_what_was_sent(server):
+    h = httpclient.InferenceServerClient(server.http_url)
+    g = grpcclient.InferenceServerClient(server.grpc_url)
+    ok = 0
+    for i in range(5):
+        send(h, httpclient, float(i))
+        send(g, grpcclient, float(i))
+        ok += 2
+    model_errors = 0
+    for _ in range(2):
+        with pytest.raises(InferenceServerException):
+            send(h, httpclient, -1.0)
+        model_errors += 1
+    rejected = 0
+    for _ in range(3):
+        with pytest.raises(InferenceServerException):
+            send(g, grpcclient, 1.0, shape=(2,))
+        rejected += 1
+
+    stats = h.get_inference_statistics("metered")["model_stats"][0]
+    s = stats["inference_stats"]
+    assert stats["version"] == "1"
+    assert s["success"]["count"] == ok
+    assert s["fail"]["count"] == model_errors + rejected
+    assert stats["execution_count"] == ok + model_errors
+    assert stats["inference_count"] == ok
+    assert s["queue"]["count"] == ok and s["compute_infer"]["count"] == ok and s["compute_infer"]["ns"] > 0
+    assert stats["last_inference"] > 0
+    gstats = g.get_inference_statistics("metered", as_json=True)["model_stats"][0]
+    assert int(gstats["inference_stats"]["success"]["count"]) == ok
+
+    text = metrics(server)
+    labels = {"model": "metered", "version": "1"}
+    assert value(text, "nv_inference_request_success", **labels) == ok
+    assert value(text, "nv_inference_request_failure", reason="BACKEND", **labels) == model_errors
+    assert value(text, "nv_inference_request_failure", reason="REJECTED", **labels) == rejected
+    assert value(text, "nv_inference_count", **labels) == ok
+    assert value(text, "nv_inference_exec_count", **labels) == ok + model_errors
+    assert value(text, "nv_inference_compute_infer_duration_us", **labels) > 0
+    assert value(text, "nv_inference_queue_duration_us", **labels) >= 0
+    assert value(text, "nv_inference_pending_request_count", **labels) == 0
+    assert value(text, "tritium_stub_state", model="metered", state="ready") == 1
+    assert value(text, "tritium_stub_restarts_total", model="metered") == 0
+    assert value(text, "tritium_stub_rss_bytes", model="metered") > 1 << 20
+    assert value(text, "tritium_stub_shm_bytes", model="metered") > 0
+
+
+def test_custom_metrics_from_model_code(server):
+    h = httpclient.InferenceServerClient(server.http_url)
+    before = metrics(server)
+    try:
+        start = value(before, "metered_requests_total", model="metered")
+    except AssertionError:
+        start = 0.0
+    result = send(h, httpclient, 5.0)
+    count = result.as_numpy("COUNT")[0]
+    assert count == start + 1, "value() reads the counter the model increments"
+    text = metrics(server)
+    assert "# TYPE metered_requests_total counter" in text
+    assert "# HELP metered_requests_total Requests seen by the metered model" in text
+    assert value(text, "metered_requests_total", model="metered", instance="metered_0") == count
+    assert value(text, "metered_last_x", model="metered") == 5.0
+    assert value(text, "metered_x_bucket", model="metered", le="10") >= 1
+    assert value(text, "metered_x_count", model="metered") >= 1
