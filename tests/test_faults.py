@@ -264,3 +264,21 @@ def test_explicit_load_and_unload(start):
         with pytest.raises(InferenceServerException) as info:
             g.load_model(bad)
         assert "invalid model name" in info.value.message(), info.value.message()
+
+
+def test_a_second_signal_forces_the_exit(start):
+    sleepy(start.repo, count=1)
+    srv = start(["sleepy"])
+    stubs = children(srv.proc.pid)
+    t = threading.Thread(target=lambda: pytest.raises(Exception, call, srv.grpc_url, "sleepy", 20000))
+    t.start()
+    time.sleep(0.5)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert srv.proc.poll() is None, "the first signal drains: the 20 s request is still running"
+    began = time.time()
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(10) == 130
+    assert time.time() - began < 5
+    wait_for(lambda: not any(alive(p) for p in stubs), timeout=2, what="stubs to exit")
+    t.join(30)

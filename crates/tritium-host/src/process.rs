@@ -17,6 +17,9 @@ use std::sync::{Arc, Mutex};
 
 use tracing::Span;
 
+/// How long a stub gets after SIGTERM before SIGKILL.
+const TERM_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// How many stderr lines are kept for crash reports.
 const STDERR_TAIL: usize = 20;
 
@@ -79,16 +82,33 @@ impl ChildGuard {
         self.exit.clone()
     }
 
-    /// Waits for the process to end by itself for up to `timeout`, then kills it.
+    /// Waits for the process to end by itself for up to `timeout`, then sends SIGTERM and waits
+    /// a short grace period, then kills it.
     pub fn wait_or_kill(&mut self, timeout: std::time::Duration) -> ExitDesc {
+        if let Some(e) = self.wait_for(timeout) {
+            return e;
+        }
+        tracing::warn!(pid = self.pid(), "stub did not exit in {timeout:?}; sending SIGTERM");
+        // SAFETY: plain kill of our own, not yet reaped, child.
+        unsafe { libc::kill(self.pid() as libc::pid_t, libc::SIGTERM) };
+        if let Some(e) = self.wait_for(TERM_GRACE) {
+            return e;
+        }
+        tracing::warn!(pid = self.pid(), "stub ignored SIGTERM; killing it");
+        self.kill()
+    }
+
+    fn wait_for(&mut self, timeout: std::time::Duration) -> Option<ExitDesc> {
         let deadline = std::time::Instant::now() + timeout;
-        while std::time::Instant::now() < deadline {
+        loop {
             if let Some(e) = self.try_exit() {
-                return e;
+                return Some(e);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        self.kill()
     }
 
     /// Kills the process (SIGKILL) and reaps it.

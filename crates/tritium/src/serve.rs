@@ -239,7 +239,12 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     };
 
     shutdown_signal().await;
-    info!("shutting down: no new requests; in-flight requests get {}s", args.exit_timeout_secs);
+    info!("shutting down: no new requests; in-flight requests get {}s (a second signal stops at once)", args.exit_timeout_secs);
+    tokio::spawn(async {
+        shutdown_signal().await;
+        warn!("second signal: exiting now; stubs die with the server");
+        std::process::exit(130);
+    });
     loading.abort();
     let _ = stop_tx.send(true);
     let drain = async {
