@@ -732,6 +732,11 @@ fn load_versions(opts: &ServerOptions, metrics: &tritium_metrics::CustomMetrics,
     }
     tritium_config::normalize(&mut config, name).map_err(|e| e.to_string())?;
     tritium_config::resolve_instance_groups(&mut config, &[]).map_err(|e| e.to_string())?;
+    if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
+        return Err(format!(
+            "model '{name}' uses the decoupled transaction policy (model_transaction_policy {{ decoupled: true }}), which tritium does not serve yet"
+        ));
+    }
     let policy = config.version_policy.clone().unwrap_or_default();
     let versions = tritium_config::model_versions(&dir, &policy).map_err(|e| e.to_string())?;
     if versions.is_empty() {

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{anyhow, Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 use tritium_proto::admin::admin_client::AdminClient;
@@ -99,8 +100,9 @@ pub(crate) fn run(command: Command) -> Result<()> {
 async fn execute(command: Command) -> Result<String> {
     match command {
         Command::Stubs { model, json, target } => {
-            let mut admin = AdminClient::new(connect(&target).await?);
-            let stubs = list_stubs(&mut admin, &target, model.as_deref().unwrap_or("")).await?;
+            let conn = Conn::open(&target).await?;
+            let mut admin = AdminClient::new(conn.channel.clone());
+            let stubs = conn.stubs(&mut admin, model.as_deref().unwrap_or("")).await.map_err(|s| conn.error("listing stubs", s))?;
             let now = unix_ms(SystemTime::now());
             Ok(if json { json_text(&stubs_json(&stubs)) } else { stubs_table(&stubs, model.as_deref(), now) })
         }
@@ -110,64 +112,105 @@ async fn execute(command: Command) -> Result<String> {
                 None => (name.clone(), String::new()),
             };
             let what = format!("restart of {name}");
-            let mut admin = AdminClient::new(connect(&target).await?);
-            let before = list_stubs(&mut admin, &target, &model).await.map_err(|e| anyhow!("{what} failed: {e}"))?;
-            let req = request(&target, RestartRequest { model: model.clone(), instance: instance.clone() })?;
-            admin.restart(req).await.map_err(|s| call_error(&target, &what, s))?;
+            let conn = Conn::open(&target).await?;
+            let mut admin = AdminClient::new(conn.channel.clone());
+            let before = conn.stubs(&mut admin, &model).await.map_err(|s| conn.error(&what, s))?;
+            let req = conn.request(RestartRequest { model: model.clone(), instance: instance.clone() });
+            admin.restart(req).await.map_err(|s| conn.error(&what, s))?;
             // The restart happened; the new pids are a courtesy.
-            let after = list_stubs(&mut admin, &target, &model).await.unwrap_or_default();
+            let after = conn.stubs(&mut admin, &model).await.unwrap_or_default();
             Ok(restart_report(&model, &instance, &before, &after))
         }
         Command::Models { json, target } => {
-            let mut client = GrpcInferenceServiceClient::new(connect(&target).await?);
-            let mut req = request(&target, RepositoryIndexRequest::default())?;
+            let conn = Conn::open(&target).await?;
+            let mut client = GrpcInferenceServiceClient::new(conn.channel.clone());
+            let mut req = conn.request(RepositoryIndexRequest::default());
             req.set_timeout(QUERY_TIMEOUT);
-            let index = client.repository_index(req).await.map_err(|s| call_error(&target, "listing models", s))?;
+            let index = client.repository_index(req).await.map_err(|s| conn.error("listing models", s))?;
             let models = index.into_inner().models;
             Ok(if json { json_text(&models_json(&models)) } else { models_table(&models) })
         }
         Command::Load { model, target } => {
-            let mut client = GrpcInferenceServiceClient::new(connect(&target).await?);
-            let req = request(&target, RepositoryModelLoadRequest { model_name: model.clone(), ..Default::default() })?;
-            client.repository_model_load(req).await.map_err(|s| call_error(&target, &format!("load of {model}"), s))?;
+            let conn = Conn::open(&target).await?;
+            let mut client = GrpcInferenceServiceClient::new(conn.channel.clone());
+            let req = conn.request(RepositoryModelLoadRequest { model_name: model.clone(), ..Default::default() });
+            client.repository_model_load(req).await.map_err(|s| conn.error(&format!("load of {model}"), s))?;
             Ok(format!("loaded {model}\n"))
         }
         Command::Unload { model, target } => {
-            let mut client = GrpcInferenceServiceClient::new(connect(&target).await?);
-            let req = request(&target, RepositoryModelUnloadRequest { model_name: model.clone(), ..Default::default() })?;
-            client
-                .repository_model_unload(req)
-                .await
-                .map_err(|s| call_error(&target, &format!("unload of {model}"), s))?;
+            let conn = Conn::open(&target).await?;
+            let mut client = GrpcInferenceServiceClient::new(conn.channel.clone());
+            let req = conn.request(RepositoryModelUnloadRequest { model_name: model.clone(), ..Default::default() });
+            client.repository_model_unload(req).await.map_err(|s| conn.error(&format!("unload of {model}"), s))?;
             Ok(format!("unloaded {model}\n"))
         }
     }
 }
 
-async fn connect(target: &Target) -> Result<Channel> {
-    let uri = if target.url.contains("://") { target.url.clone() } else { format!("http://{}", target.url) };
-    let endpoint = Endpoint::from_shared(uri)
-        .map_err(|e| anyhow!("invalid --url {:?}: {e} (expected host:port)", target.url))?
-        .connect_timeout(CONNECT_TIMEOUT);
-    endpoint.connect().await.map_err(|e| anyhow!("cannot reach the server at {}: {}", target.url, root_cause(&e)))
+/// A connection to the server, and the admin token to send with every call.
+struct Conn {
+    channel: Channel,
+    url: String,
+    authorization: Option<AsciiMetadataValue>,
 }
 
-/// A request carrying the admin token, if one is given: every call sends it, so a server that
-/// guards more calls than `Restart` needs nothing new from the CLI.
-fn request<T>(target: &Target, message: T) -> Result<Request<T>> {
-    let mut req = Request::new(message);
-    if let Some(token) = target.admin_token.as_deref().filter(|t| !t.is_empty()) {
-        let value = format!("Bearer {token}").parse().context("--admin-token must be printable ASCII")?;
-        req.metadata_mut().insert("authorization", value);
+impl Conn {
+    /// Checks the flags and connects.
+    async fn open(target: &Target) -> Result<Self> {
+        let authorization = match target.admin_token.as_deref().filter(|t| !t.is_empty()) {
+            Some(token) => Some(
+                format!("Bearer {token}")
+                    .parse::<AsciiMetadataValue>()
+                    .map_err(|_| anyhow!("--admin-token must be printable ASCII"))?,
+            ),
+            None => None,
+        };
+        let uri = if target.url.contains("://") { target.url.clone() } else { format!("http://{}", target.url) };
+        let endpoint = Endpoint::from_shared(uri)
+            .map_err(|e| anyhow!("invalid --url {:?}: {e} (expected host:port)", target.url))?
+            .connect_timeout(CONNECT_TIMEOUT);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| anyhow!("cannot reach the server at {}: {}", target.url, root_cause(&e)))?;
+        Ok(Self { channel, url: target.url.clone(), authorization })
     }
-    Ok(req)
-}
 
-async fn list_stubs(admin: &mut AdminClient<Channel>, target: &Target, model: &str) -> Result<Vec<StubInfo>> {
-    let mut req = request(target, StubsRequest { model: model.to_string() })?;
-    req.set_timeout(QUERY_TIMEOUT);
-    let resp = admin.stubs(req).await.map_err(|s| call_error(target, "listing stubs", s))?;
-    Ok(resp.into_inner().stubs)
+    /// A request with the admin token, if one is given. Every call sends it, so a server that
+    /// guards more calls than `Restart` needs nothing new from the CLI.
+    fn request<T>(&self, message: T) -> Request<T> {
+        let mut req = Request::new(message);
+        if let Some(value) = &self.authorization {
+            req.metadata_mut().insert("authorization", value.clone());
+        }
+        req
+    }
+
+    async fn stubs(&self, admin: &mut AdminClient<Channel>, model: &str) -> Result<Vec<StubInfo>, Status> {
+        let mut req = self.request(StubsRequest { model: model.to_string() });
+        req.set_timeout(QUERY_TIMEOUT);
+        Ok(admin.stubs(req).await?.into_inner().stubs)
+    }
+
+    /// An error for a failed call: the server's own message where it answered, what went wrong
+    /// with the connection where it did not.
+    fn error(&self, what: &str, status: Status) -> anyhow::Error {
+        let message = status.message();
+        match status.code() {
+            Code::Unavailable | Code::Unknown | Code::Internal if std::error::Error::source(&status).is_some() => {
+                anyhow!("cannot reach the server at {}: {}", self.url, root_cause(&status))
+            }
+            Code::Unimplemented if message.is_empty() => anyhow!(
+                "{what} failed: the server at {} does not serve this API (is it Triton, or an older tritium?)",
+                self.url
+            ),
+            Code::DeadlineExceeded if message.is_empty() || message.contains("Timeout expired") => {
+                anyhow!("{what} failed: the server at {} did not answer within {}s", self.url, QUERY_TIMEOUT.as_secs())
+            }
+            Code::PermissionDenied => anyhow!("{what} refused: {message}"),
+            _ => anyhow!("{what} failed: {message}"),
+        }
+    }
 }
 
 /// The innermost cause of an error, in words: `connection refused` rather than `transport error`.
@@ -185,26 +228,6 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
         current = err.source();
     }
     last.to_string()
-}
-
-/// An error for a failed call: the server's own message where it answered, what went wrong
-/// with the connection where it did not.
-fn call_error(target: &Target, what: &str, status: Status) -> anyhow::Error {
-    let message = status.message();
-    match status.code() {
-        Code::Unavailable | Code::Unknown | Code::Internal if std::error::Error::source(&status).is_some() => {
-            anyhow!("cannot reach the server at {}: {}", target.url, root_cause(&status))
-        }
-        Code::Unimplemented if message.is_empty() => anyhow!(
-            "{what} failed: the server at {} does not serve this API (is it Triton, or an older tritium?)",
-            target.url
-        ),
-        Code::DeadlineExceeded if message.is_empty() || message.contains("Timeout expired") => {
-            anyhow!("{what} failed: the server at {} did not answer within {}s", target.url, QUERY_TIMEOUT.as_secs())
-        }
-        Code::PermissionDenied => anyhow!("{what} refused: {message}"),
-        _ => anyhow!("{what} failed: {message}"),
-    }
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
