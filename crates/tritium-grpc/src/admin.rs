@@ -156,7 +156,8 @@ impl Admin for AdminService {
             return Err(Status::invalid_argument("Restart needs a model name"));
         }
         let instance = (!instance.is_empty()).then_some(instance.as_str());
-        info!(model = ?model, instance = ?instance, peer = ?peer, "restart requested");
+        let peer = peer.map_or_else(|| "unknown".to_string(), |p| p.to_string());
+        info!(model = ?model, instance = ?instance, %peer, "restart requested");
         self.server.restart(&model, instance).await.map_err(to_status)?;
         Ok(Response::new(RestartResponse {}))
     }

@@ -664,6 +664,7 @@ fn statistics_in_triton_shape() {
         execution_count: 4,
         success: d(5, 500),
         fail: d(1, 10),
+        fail_reasons: Default::default(),
         queue: d(5, 50),
         compute_input: d(4, 40),
         compute_infer: d(4, 400),

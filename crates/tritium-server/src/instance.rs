@@ -432,6 +432,7 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
         if let Err(e) = watched {
             warn!("cannot watch the stub process ({e}); crashes are noticed on the next request only");
         }
+        instance.status.lock().unwrap_or_else(|p| p.into_inner()).shm_bytes = stub.channel().mapped_bytes();
         instance.on(Event::Initialized);
         if let Some(tx) = ready.take() {
             let _ = tx.send(Ok(()));

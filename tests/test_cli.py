@@ -1,0 +1,266 @@
+"""The `tritium` CLI against real servers: `stubs` (JSON and table, pids of live stub processes),
+`restart` (new pids, restart counts, errors), `models`, `load` and `unload` with explicit model
+control, connection errors, and who may restart (loopback always; other peers with the token)."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import GOOD_MODELS, ROOT, Server, binary, free_port
+
+STUB_KEYS = {
+    "model", "version", "instance", "pid", "state", "uptime_secs", "restarts", "last_exit",
+    "rss_bytes", "shm_bytes", "inflight", "executions",
+}
+TABLE_COLUMNS = [
+    "MODEL", "VERSION", "INSTANCE", "PID", "STATE", "UPTIME", "RESTARTS", "LAST EXIT", "RSS", "SHM",
+    "INFLIGHT", "EXECUTIONS",
+]
+
+
+def tritium(*args, url=None, env=None, timeout=180):
+    """Runs the CLI; returns the completed process (text output)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TRITIUM_")}
+    full_env.update(env or {})
+    cmd = [binary()] + list(args) + (["--url", url] if url else [])
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def ok(proc):
+    assert proc.returncode == 0, "exit {}; stderr: {}".format(proc.returncode, proc.stderr)
+    return proc.stdout
+
+
+def one_line_error(proc):
+    """Asserts a failure with one `tritium: ...` line on stderr and nothing on stdout; returns it."""
+    assert proc.returncode != 0, proc.stdout
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tritium: "), proc.stderr
+    return lines[0]
+
+
+def stubs(url, *args):
+    return json.loads(ok(tritium("stubs", "--json", *args, url=url)))
+
+
+def is_stub_process(pid):
+    try:
+        with open("/proc/{}/cmdline".format(pid), "rb") as f:
+            return b"tritium.stub" in f.read()
+    except OSError:
+        return False
+
+
+def parse_table(text):
+    """Rows of a CLI table as dicts, cut at the header's column starts (cells may hold spaces)."""
+    lines = text.rstrip("\n").split("\n")
+    header = lines[0]
+    names = [n for n in header.split("  ") if n.strip()]
+    starts = [header.index(n.strip()) for n in names]
+    rows = []
+    for line in lines[1:]:
+        if not line.strip():
+            break
+        cells = [line[s:e].strip() for s, e in zip(starts, starts[1:] + [None])]
+        rows.append(dict(zip([n.strip() for n in names], cells)))
+    return [n.strip() for n in names], rows
+
+
+def copy_models(tmp_path, names):
+    repo = tmp_path / "repo"
+    for name in names:
+        base = "examples/models" if os.path.isdir(os.path.join(ROOT, "examples/models", name)) else "tests/models"
+        shutil.copytree(os.path.join(ROOT, base, name), str(repo / name))
+    return str(repo)
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory):
+    """A server with an admin token, reachable on every interface, with two small models."""
+    tmp = tmp_path_factory.mktemp("guarded")
+    repo = copy_models(tmp, ["add_sub", "batched_scale"])
+    srv = Server(repo, str(tmp / "tritium.log"), ["--admin-token", "s3cret", "--host", "0.0.0.0"])
+    try:
+        srv.wait_models(["add_sub", "batched_scale"])
+        yield srv
+    finally:
+        assert srv.stop() == 0, srv.log_text()
+
+
+def test_stubs_json_lists_live_stub_processes(server):
+    all_stubs = stubs(server.grpc_url)
+    assert {s["model"] for s in all_stubs} >= set(GOOD_MODELS)
+    for s in all_stubs:
+        assert set(s) == STUB_KEYS, s
+        assert isinstance(s["version"], int) and isinstance(s["restarts"], int), s
+        if s["model"] not in GOOD_MODELS:
+            continue
+        assert s["state"] == "ready", s
+        assert isinstance(s["pid"], int) and is_stub_process(s["pid"]), s
+        assert s["uptime_secs"] > 0 and s["rss_bytes"] > 0, s
+        assert s["inflight"] == 0 and s["executions"] >= 0, s
+        assert s["last_exit"] is None or set(s["last_exit"]) == {"status", "unix_ms"}, s
+    assert len({s["pid"] for s in all_stubs if s["pid"]}) == len([s for s in all_stubs if s["pid"]])
+
+    # batched_scale has two instances; a model filter returns only that model's.
+    scale = stubs(server.grpc_url, "batched_scale")
+    assert sorted(s["instance"] for s in scale) == ["batched_scale_0_0", "batched_scale_0_1"]
+
+
+def test_stubs_table(server):
+    expected = {s["instance"]: s for s in stubs(server.grpc_url)}
+    out = ok(tritium("stubs", url=server.grpc_url))
+    columns, rows = parse_table(out)
+    assert columns == TABLE_COLUMNS, out
+    assert {r["INSTANCE"] for r in rows} == set(expected), out
+    for r in rows:
+        s = expected[r["INSTANCE"]]
+        assert r["MODEL"] == s["model"] and r["VERSION"] == str(s["version"]), out
+        assert r["PID"] == (str(s["pid"]) if s["pid"] else "-"), out
+        assert r["STATE"] == s["state"], out
+        if s["pid"]:
+            assert r["RSS"].endswith("B") and r["UPTIME"].endswith(("s", "m", "h")), out
+
+
+def test_stubs_of_an_unknown_model(server):
+    line = one_line_error(tritium("stubs", "no_such_model", url=server.grpc_url))
+    assert "no_such_model" in line and "not found" in line, line
+
+
+def test_unreachable_server():
+    port = free_port()
+    proc = tritium("stubs", url="127.0.0.1:{}".format(port))
+    assert one_line_error(proc) == "tritium: cannot reach the server at 127.0.0.1:{}: connection refused".format(port)
+    # TRITIUM_URL is the default of --url.
+    proc = tritium("models", env={"TRITIUM_URL": "127.0.0.1:{}".format(port)})
+    assert "cannot reach the server at 127.0.0.1:{}".format(port) in one_line_error(proc)
+
+
+def test_models_json_and_table(server):
+    models = json.loads(ok(tritium("models", "--json", url=server.grpc_url)))
+    for m in models:
+        assert set(m) == {"name", "version", "state", "reason"}, m
+    by_name = {m["name"]: m for m in models}
+    for name in GOOD_MODELS:
+        assert by_name[name]["state"] == "READY" and by_name[name]["version"] == "1", by_name[name]
+    assert by_name["broken_init"]["state"] == "UNAVAILABLE"
+    assert by_name["broken_init"]["reason"], by_name["broken_init"]
+
+    columns, rows = parse_table(ok(tritium("models", url=server.grpc_url)))
+    assert columns == ["NAME", "VERSION", "STATE", "REASON"]
+    assert {r["NAME"]: r["STATE"] for r in rows}["add_sub"] == "READY"
+
+
+def test_load_is_refused_without_explicit_model_control(server):
+    line = one_line_error(tritium("load", "add_sub", url=server.grpc_url))
+    assert line.startswith("tritium: load of add_sub failed: ") and "not allowed" in line, line
+
+
+def test_restart_model_from_loopback_without_token(guarded):
+    before = stubs(guarded.grpc_url, "add_sub")
+    assert len(before) == 1 and is_stub_process(before[0]["pid"])
+    out = ok(tritium("restart", "add_sub", url=guarded.grpc_url))
+    after = stubs(guarded.grpc_url, "add_sub")
+    old, new = before[0], after[0]
+    assert new["pid"] != old["pid"] and is_stub_process(new["pid"]), (old, new)
+    assert new["restarts"] == old["restarts"] + 1 and new["state"] == "ready", new
+    assert out == "restarted add_sub/add_sub_0_0: pid {} -> {}, ready\n".format(old["pid"], new["pid"])
+    # A requested restart is not an unexpected exit.
+    assert new["last_exit"] is None
+
+
+def test_restart_one_instance_with_a_wrong_token_from_loopback(guarded):
+    before = {s["instance"]: s for s in stubs(guarded.grpc_url, "batched_scale")}
+    out = ok(tritium("restart", "batched_scale/batched_scale_0_1", "--admin-token", "wrong", url=guarded.grpc_url))
+    after = {s["instance"]: s for s in stubs(guarded.grpc_url, "batched_scale")}
+    assert after["batched_scale_0_0"]["pid"] == before["batched_scale_0_0"]["pid"]
+    assert after["batched_scale_0_0"]["restarts"] == before["batched_scale_0_0"]["restarts"]
+    assert after["batched_scale_0_1"]["pid"] != before["batched_scale_0_1"]["pid"]
+    assert after["batched_scale_0_1"]["restarts"] == before["batched_scale_0_1"]["restarts"] + 1
+    assert out.startswith("restarted batched_scale/batched_scale_0_1: pid "), out
+
+
+def test_restart_errors(guarded):
+    line = one_line_error(tritium("restart", "no_such_model", url=guarded.grpc_url))
+    assert line == "tritium: restart of no_such_model failed: Request for unknown model: 'no_such_model' is not found"
+    line = one_line_error(tritium("restart", "add_sub/add_sub_9_9", url=guarded.grpc_url))
+    assert line == "tritium: restart of add_sub/add_sub_9_9 failed: model 'add_sub' has no instance named 'add_sub_9_9'"
+
+
+def non_loopback_address():
+    """An IPv4 address of this host that is not loopback, if it has one (no packet is sent)."""
+    for target in ("10.254.254.254", "192.0.2.1", "198.51.100.1"):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            try:
+                s.connect((target, 9))
+            except OSError:
+                continue
+            addr = s.getsockname()[0]
+        if not addr.startswith("127.") and addr != "0.0.0.0":
+            return addr
+    return None
+
+
+def test_restart_from_another_address_needs_the_token(guarded):
+    addr = non_loopback_address()
+    if addr is None:
+        pytest.skip("this host has no non-loopback IPv4 address (the peer check is unit-tested in tritium-grpc)")
+    url = "{}:{}".format(addr, guarded.grpc_port)
+    # Reading is open to every peer.
+    assert len(stubs(url, "add_sub")) == 1
+    line = one_line_error(tritium("restart", "add_sub", url=url))
+    assert line.startswith("tritium: restart of add_sub refused: ") and "--admin-token" in line, line
+    line = one_line_error(tritium("restart", "add_sub", "--admin-token", "wrong", url=url))
+    assert "not the server's" in line, line
+    before = stubs(url, "add_sub")[0]
+    ok(tritium("restart", "add_sub", url=url, env={"TRITIUM_ADMIN_TOKEN": "s3cret"}))
+    after = stubs(url, "add_sub")[0]
+    assert after["pid"] != before["pid"] and after["restarts"] == before["restarts"] + 1
+
+
+def wait_for(predicate, what, timeout=10):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)
+
+
+def wait_live(srv, timeout=60):
+    def live():
+        assert srv.proc.poll() is None, srv.log_text()
+        return srv.get("/v2/health/live") == 200
+
+    wait_for(live, "the server to answer", timeout)
+
+
+def test_load_and_unload_with_explicit_model_control(tmp_path):
+    repo = copy_models(tmp_path, ["add_sub", "echo"])
+    srv = Server(repo, str(tmp_path / "tritium.log"), ["--model-control-mode", "explicit"])
+    try:
+        url = srv.grpc_url
+        wait_live(srv)
+        models = json.loads(ok(tritium("models", "--json", url=url)))
+        assert {m["name"]: m["state"] for m in models} == {"add_sub": "", "echo": ""}
+        assert ok(tritium("stubs", url=url)) == "no stubs: no model is loaded\n"
+
+        assert ok(tritium("load", "add_sub", url=url)) == "loaded add_sub\n"
+        loaded = stubs(url, "add_sub")
+        assert len(loaded) == 1 and loaded[0]["state"] == "ready" and is_stub_process(loaded[0]["pid"])
+        states = {m["name"]: m["state"] for m in json.loads(ok(tritium("models", "--json", url=url)))}
+        assert states == {"add_sub": "READY", "echo": ""}
+
+        assert ok(tritium("unload", "add_sub", url=url)) == "unloaded add_sub\n"
+        assert stubs(url, "add_sub") == []
+        assert ok(tritium("stubs", "add_sub", url=url)) == 'no stubs: model "add_sub" is not loaded\n'
+        wait_for(lambda: not is_stub_process(loaded[0]["pid"]), "the unloaded stub to exit")
+
+        line = one_line_error(tritium("load", "no_such_model", url=url))
+        assert line.startswith("tritium: load of no_such_model failed: "), line
+    finally:
+        assert srv.stop() == 0, srv.log_text()
