@@ -133,24 +133,7 @@ impl Queue {
     pub(crate) fn next_batch_unless(&self, interrupted: &dyn Fn() -> bool, idle: Duration) -> Next {
         let idle_until = Instant::now() + idle;
         let mut st = self.lock();
-        let Some(b) = &self.batching else {
-            loop {
-                if interrupted() {
-                    return Next::Interrupted;
-                }
-                if let Some(p) = st.items.pop_front() {
-                    return Next::Batch(vec![p]);
-                }
-                if st.closed {
-                    return Next::Closed;
-                }
-                let now = Instant::now();
-                if now >= idle_until {
-                    return Next::Idle;
-                }
-                st = self.cv.wait_timeout(st, idle_until - now).unwrap_or_else(|p| p.into_inner()).0;
-            }
-        };
+        // Without batching nobody ever gathers, so this takes the next request at once.
         let first = loop {
             if interrupted() {
                 return Next::Interrupted;
@@ -169,6 +152,7 @@ impl Queue {
             }
             st = self.cv.wait_timeout(st, idle_until - now).unwrap_or_else(|p| p.into_inner()).0;
         };
+        let Some(b) = &self.batching else { return Next::Batch(vec![first]) };
         st.gathering = true;
         let deadline = first.enqueued + b.max_delay;
         let mut size = first.batch_size.max(1);
