@@ -204,10 +204,10 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m tritium.stub", description=__doc__)
     parser.add_argument("--control-fd", type=int, required=True, help="inherited memfd of the control segment")
     parser.add_argument("--socket-fd", type=int, required=True, help="inherited unix socket for segment fds")
-    parser.add_argument("--spin", type=int, default=2000, help="busy-poll iterations before sleeping")
+    parser.add_argument("--spin-us", type=int, default=500, help="longest busy-poll before sleeping (adaptive)")
     parser.add_argument("--arena-segment-mb", type=int, default=256, help="size of the stub's arena segments")
     opts = parser.parse_args(argv)
-    channel = _native.Channel(opts.control_fd, opts.socket_fd, opts.spin, opts.arena_segment_mb << 20)
+    channel = _native.Channel(opts.control_fd, opts.socket_fd, opts.spin_us, opts.arena_segment_mb << 20)
     _runtime.channel = channel
     Stub(channel).run()
     _runtime.channel = None

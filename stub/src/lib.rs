@@ -277,14 +277,14 @@ impl Channel {
 impl Channel {
     /// Attaches to the control segment and fd socket inherited from the server.
     #[new]
-    #[pyo3(signature = (control_fd, socket_fd, spin = 2000, arena_segment = 256 << 20))]
-    fn new(control_fd: i32, socket_fd: i32, spin: u32, arena_segment: u64) -> PyResult<Self> {
+    #[pyo3(signature = (control_fd, socket_fd, spin_us = 500, arena_segment = 256 << 20))]
+    fn new(control_fd: i32, socket_fd: i32, spin_us: u64, arena_segment: u64) -> PyResult<Self> {
         if control_fd < 0 || socket_fd < 0 {
             return Err(PyValueError::new_err("file descriptors must be non-negative"));
         }
         // SAFETY: the server hands these fds to the stub at spawn for this channel's exclusive use.
         let (control, socket) = unsafe { (OwnedFd::from_raw_fd(control_fd), OwnedFd::from_raw_fd(socket_fd)) };
-        let wait = WaitPolicy { spin, ..WaitPolicy::default() };
+        let wait = WaitPolicy { spin: Duration::from_micros(spin_us), ..WaitPolicy::default() };
         let inner = Arc::new(StubChannel::connect(control, socket, wait, arena_segment).map_err(ipc_err)?);
         // The heartbeat the server watches: a native thread that never takes the GIL, so a model
         // busy in Python or C code still beats, and only a frozen process stops.

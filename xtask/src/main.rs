@@ -8,6 +8,7 @@
 //! - `cargo xtask serve [FLAGS]`: setup, build, then `tritium serve` on `examples/models`.
 //! - `cargo xtask test`: setup, build, `cargo test --workspace`, then the Python tests.
 //! - `cargo xtask bench ipc`: the IPC benchmark (floor, stub round trips, memcpy).
+//! - `cargo xtask bench serve`: perf_analyzer against tritium and Triton 2.51 serving add_sub.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -147,7 +148,7 @@ fn bench(what: &str) -> Result<()> {
             .env("TRITIUM_PYTHON", venv_python())
             .args(["bench", "-p", "tritium-host", "--bench", "ipc"])),
         "serve" => bench_serve::bench_serve(),
-        other => bail!("unknown benchmark {other:?}; known: ipc"),
+        other => bail!("unknown benchmark {other:?}; known: ipc, serve"),
     }
 }
 
@@ -160,6 +161,6 @@ fn main() -> Result<()> {
         ["bench", what] => bench(what),
         ["bench"] => bench("ipc"),
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
-        _ => bail!("usage: cargo xtask setup | build | serve [FLAGS] | test | bench ipc"),
+        _ => bail!("usage: cargo xtask setup | build | serve [FLAGS] | test | bench ipc | bench serve"),
     }
 }

@@ -32,7 +32,8 @@ pub struct StubCommand {
     pub python_path: PathBuf,
     /// Extra environment variables for the stub.
     pub env: Vec<(OsString, OsString)>,
-    /// Busy-poll iterations before a wait sleeps (both sides).
+    /// Longest busy-poll, in microseconds, before a wait sleeps (both sides; adaptive, see
+    /// `tritium_ipc::WaitPolicy`).
     pub spin: u32,
 }
 
@@ -180,7 +181,7 @@ pub(crate) fn spawn(cmd: &StubCommand, control: OwnedFd, socket: OwnedFd, span: 
     }
     let mut command = Command::new(&cmd.python);
     command
-        .args(["-m", "tritium.stub", "--control-fd", "3", "--socket-fd", "4", "--spin"])
+        .args(["-m", "tritium.stub", "--control-fd", "3", "--socket-fd", "4", "--spin-us"])
         .arg(cmd.spin.to_string())
         .env("PYTHONPATH", pythonpath)
         .env("PYTHONUNBUFFERED", "1")

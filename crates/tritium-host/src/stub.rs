@@ -132,7 +132,8 @@ pub struct Stub {
 impl Stub {
     /// Starts a stub for `instance` and waits up to `hello_timeout` for its hello.
     pub fn spawn(cmd: &StubCommand, instance: &str, hello_timeout: Duration) -> Result<Self, HostError> {
-        let config = ChannelConfig { wait: WaitPolicy { spin: cmd.spin, ..WaitPolicy::default() }, ..ChannelConfig::default() };
+        let wait = WaitPolicy { spin: Duration::from_micros(cmd.spin.into()), ..WaitPolicy::default() };
+        let config = ChannelConfig { wait, ..ChannelConfig::default() };
         let ipc = |source| HostError::Ipc { instance: instance.to_string(), source };
         let (channel, fds) = ServerChannel::create(&format!("tritium-{instance}"), config).map_err(ipc)?;
         let span = tracing::info_span!("stub", instance = %instance, pid = tracing::field::Empty);

@@ -91,17 +91,21 @@ impl RingGeometry {
 }
 
 /// How long a waiter spins before it sleeps on the futex.
+///
+/// Spinning is adaptive: a waiter spins (for at most `spin`) only while messages have been
+/// arriving within `spin` of each other, so a busy stub answers without a futex wake-up (tens of
+/// microseconds on a virtual machine) and an idle one costs no CPU.
 #[derive(Debug, Clone, Copy)]
 pub struct WaitPolicy {
-    /// Busy-poll iterations before sleeping (0 disables spinning).
-    pub spin: u32,
+    /// Longest busy-poll before sleeping (zero disables spinning).
+    pub spin: Duration,
     /// Longest single futex sleep; waits are sliced so that callers can check on the peer.
     pub slice: Duration,
 }
 
 impl Default for WaitPolicy {
     fn default() -> Self {
-        Self { spin: 2000, slice: Duration::from_millis(100) }
+        Self { spin: Duration::from_micros(500), slice: Duration::from_millis(100) }
     }
 }
 
@@ -139,6 +143,7 @@ pub struct Producer {
     head: u32,
     seq: u32,
     policy: WaitPolicy,
+    hot: bool,
 }
 
 /// The consuming half of a ring. Exactly one exists per ring, in one process.
@@ -146,6 +151,7 @@ pub struct Consumer {
     ring: RingPtr,
     tail: u32,
     policy: WaitPolicy,
+    hot: bool,
 }
 
 /// Initialises a ring header in fresh (zeroed) shared memory.
@@ -172,7 +178,7 @@ pub(crate) unsafe fn attach(
     let h = ring.header();
     let head = h.head.load(Ordering::Acquire);
     let tail = h.tail.load(Ordering::Acquire);
-    (Producer { ring, head, seq: 0, policy }, Consumer { ring, tail, policy })
+    (Producer { ring, head, seq: 0, policy, hot: true }, Consumer { ring, tail, policy, hot: true })
 }
 
 /// Marks a ring closed and wakes its consumer, for when the producer is known to be gone.
@@ -186,22 +192,51 @@ pub(crate) unsafe fn interrupt(header: *const RingHeader) {
     futex::wake(&h.head, 1);
 }
 
-/// Spins, then sleeps on `word` until `ready()` holds, `closed` is set, or `timeout` passes.
+/// Spins (if `hot`), then sleeps on `word` until `ready()` holds, `closed` is set, or `timeout`
+/// passes. Leaves `hot` set when the wait was no longer than the spin budget.
 fn wait_for(
     word: &AtomicU32,
     waiting: &AtomicU32,
     closed: &AtomicU32,
     policy: WaitPolicy,
     timeout: Duration,
+    hot: &mut bool,
     mut ready: impl FnMut() -> bool,
 ) -> Result<(), IpcError> {
-    for _ in 0..policy.spin {
-        if ready() {
-            return Ok(());
-        }
-        std::hint::spin_loop();
+    if ready() {
+        *hot = true;
+        return Ok(());
     }
-    let deadline = Instant::now() + timeout;
+    let start = Instant::now();
+    let spin = if *hot { policy.spin.min(timeout) } else { Duration::ZERO };
+    if !spin.is_zero() {
+        let until = start + spin;
+        loop {
+            for _ in 0..64 {
+                if ready() {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
+            }
+            if Instant::now() >= until {
+                break;
+            }
+        }
+    }
+    let result = sleep_until_ready(word, waiting, closed, policy, timeout, start + timeout, &mut ready);
+    *hot = result.is_ok() && start.elapsed() <= policy.spin;
+    result
+}
+
+fn sleep_until_ready(
+    word: &AtomicU32,
+    waiting: &AtomicU32,
+    closed: &AtomicU32,
+    policy: WaitPolicy,
+    timeout: Duration,
+    deadline: Instant,
+    ready: &mut impl FnMut() -> bool,
+) -> Result<(), IpcError> {
     loop {
         let observed = word.load(Ordering::Acquire);
         waiting.store(1, Ordering::SeqCst);
@@ -246,7 +281,7 @@ impl Producer {
         let h = self.ring.header();
         let head = self.head;
         let count = geo.slot_count;
-        wait_for(&h.tail, &h.producer_waiting, &h.closed, self.policy, timeout, || {
+        wait_for(&h.tail, &h.producer_waiting, &h.closed, self.policy, timeout, &mut self.hot, || {
             count - head.wrapping_sub(h.tail.load(Ordering::Acquire)) >= need
         })?;
         self.seq = self.seq.wrapping_add(1);
@@ -290,7 +325,7 @@ impl Consumer {
     pub fn recv(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> Result<u16, IpcError> {
         let h = self.ring.header();
         let tail = self.tail;
-        match wait_for(&h.head, &h.consumer_waiting, &h.closed, self.policy, timeout, || {
+        match wait_for(&h.head, &h.consumer_waiting, &h.closed, self.policy, timeout, &mut self.hot, || {
             h.head.load(Ordering::Acquire) != tail
         }) {
             Ok(()) => {}

@@ -105,9 +105,11 @@ pub(crate) struct ServeArgs {
     /// Server readiness requires every model to be ready.
     #[arg(long, env = "TRITIUM_STRICT_READINESS", default_value_t = true, action = clap::ArgAction::Set)]
     strict_readiness: bool,
-    /// Busy-poll iterations before a wait on a stub sleeps (0 never spins).
-    #[arg(long, env = "TRITIUM_STUB_SPIN", default_value_t = 2000)]
-    stub_spin: u32,
+    /// Longest busy-poll, in microseconds, of a server thread or stub waiting for the other side
+    /// before it sleeps. Spinning is adaptive: only while messages keep arriving within this time
+    /// of each other, so idle models cost no CPU (0 never spins).
+    #[arg(long, env = "TRITIUM_STUB_SPIN_US", default_value_t = 500)]
+    stub_spin_us: u32,
     /// Seconds in-flight requests get to finish at shutdown.
     #[arg(long, env = "TRITIUM_EXIT_TIMEOUT_SECS", default_value_t = 30)]
     exit_timeout_secs: u64,
@@ -157,7 +159,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         .with_context(|| format!("model repository {} does not exist", args.model_repository.display()))?;
     let opts = ServerOptions {
         repository,
-        stub: StubCommand { python, python_path, env: Vec::new(), spin: args.stub_spin },
+        stub: StubCommand { python, python_path, env: Vec::new(), spin: args.stub_spin_us },
         supervision: Supervision {
             init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
             execute_timeout: (args.execute_timeout_secs > 0).then(|| Duration::from_secs(args.execute_timeout_secs)),

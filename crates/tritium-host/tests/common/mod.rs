@@ -25,7 +25,7 @@ pub fn stub_command() -> StubCommand {
         "tritium._native is not built: run `cargo xtask build` (or use `cargo xtask test`)"
     );
     init_logging();
-    StubCommand { python, python_path, env: Vec::new(), spin: 2000 }
+    StubCommand { python, python_path, env: Vec::new(), spin: 500 }
 }
 
 /// Everything logged by any test, for tests that look for a model's log lines.
