@@ -556,11 +556,12 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         own + if self.side == Side::Server { self.control.len() } else { 0 }
     }
 
-    /// Bytes of shared memory mapped for this channel: the control segment and every arena
-    /// segment of both sides.
-    pub fn mapped_bytes(&self) -> u64 {
+    /// Bytes of shared memory this channel really uses (pages touched so far) across the
+    /// control segment and every arena segment of both sides. Mapped address space is larger:
+    /// arena segments are reserved at 256 MiB and filled on demand.
+    pub fn shm_bytes(&self) -> u64 {
         let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
-        self.control.len() + segs.values().map(|s| s.len()).sum::<u64>()
+        self.control.allocated_bytes() + segs.values().map(|s| s.allocated_bytes()).sum::<u64>()
     }
 
     /// Live blocks in this side's arena (allocated, not yet released).

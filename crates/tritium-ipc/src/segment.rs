@@ -83,6 +83,12 @@ impl Segment {
         self.map.len() as u64
     }
 
+    /// Bytes of memory the segment really uses: the pages written so far (a memfd allocates
+    /// pages on first touch), as the kernel counts them.
+    pub fn allocated_bytes(&self) -> u64 {
+        nix::sys::stat::fstat(self.fd.as_raw_fd()).map(|st| st.st_blocks as u64 * 512).unwrap_or(0)
+    }
+
     /// Always false: segments are never empty.
     pub fn is_empty(&self) -> bool {
         self.map.len() == 0
@@ -115,6 +121,7 @@ mod tests {
         unsafe { a.as_ptr().add(100).write(42) };
         let fd = a.fd().try_clone_to_owned().expect("dup");
         let b = Segment::open(fd, 8192).expect("open");
+        assert_eq!(b.allocated_bytes(), 4096, "only the touched page is allocated");
         // SAFETY: in bounds.
         assert_eq!(unsafe { b.as_ptr().add(100).read() }, 42);
         assert!(b.range(8000, 192).is_some());

@@ -432,7 +432,7 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
         if let Err(e) = watched {
             warn!("cannot watch the stub process ({e}); crashes are noticed on the next request only");
         }
-        instance.status.lock().unwrap_or_else(|p| p.into_inner()).shm_bytes = stub.channel().mapped_bytes();
+        instance.status.lock().unwrap_or_else(|p| p.into_inner()).shm_bytes = stub.channel().shm_bytes();
         instance.on(Event::Initialized);
         if let Some(tx) = ready.take() {
             let _ = tx.send(Ok(()));
@@ -526,7 +526,7 @@ fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
                 instance.executions.fetch_add(1, Ordering::Relaxed);
                 let result = run_batch(ctx, stub, batch);
                 instance.inflight.store(0, Ordering::Relaxed);
-                instance.status.lock().unwrap_or_else(|p| p.into_inner()).shm_bytes = stub.channel().mapped_bytes();
+                instance.status.lock().unwrap_or_else(|p| p.into_inner()).shm_bytes = stub.channel().shm_bytes();
                 if let Err(e) = result {
                     error!("{e}");
                     stub.kill();
