@@ -135,6 +135,7 @@ impl Backend for Mock {
             execution_count: 4,
             success: d(5, 500),
             fail: d(1, 10),
+            fail_reasons: Default::default(),
             queue: d(5, 50),
             compute_input: d(4, 40),
             compute_infer: d(4, 400),
