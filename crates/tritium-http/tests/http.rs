@@ -209,7 +209,11 @@ async fn unsupported_extensions() {
         }
         assert_eq!(send(&app, Method::GET, &format!("/v2/{kind}/register"), &[], Body::empty()).await.status, StatusCode::METHOD_NOT_ALLOWED);
     }
-    for (method, uri) in [(Method::GET, "/v2/logging"), (Method::POST, "/v2/trace/setting"), (Method::GET, "/v2/models/m/trace/setting"), (Method::POST, "/v2/models/m/generate")] {
+    // A backend without log control answers the logging extension as Triton built without it.
+    let r = send(&app, Method::GET, "/v2/logging", &[], Body::empty()).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(r.error().contains("does not support dynamic logging"), "{}", r.error());
+    for (method, uri) in [(Method::POST, "/v2/trace/setting"), (Method::GET, "/v2/models/m/trace/setting"), (Method::POST, "/v2/models/m/generate")] {
         let r = send(&app, method, uri, &[], Body::empty()).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}");
         assert!(r.error().contains("not supported by tritium yet"));
