@@ -45,4 +45,6 @@ def test_perf_analyzer_runs_against_tritium(server, proto):
     m = re.search(r"Throughput: ([0-9.]+) infer/sec", text)
     assert m and float(m.group(1)) > 0, text
     server_side = re.search(r"queue (\d+) usec \+ compute input \d+ usec \+ compute infer (\d+) usec", text)
-    assert server_side and int(server_side.group(2)) > 0, text
+    assert server_side, text
+    queue, infer = int(server_side.group(1)), int(server_side.group(2))
+    assert queue > 0 and infer > 0, text

@@ -282,3 +282,40 @@ def test_a_second_signal_forces_the_exit(start):
     assert time.time() - began < 5
     wait_for(lambda: not any(alive(p) for p in stubs), timeout=2, what="stubs to exit")
     t.join(30)
+
+
+def test_execute_timeout_kills_and_restarts_a_stuck_stub(start):
+    sleepy(start.repo, extra='parameters { key: "execute_timeout_secs" value: { string_value: "1" } }')
+    srv = start(["sleepy"])
+    victim, _ = call(srv.grpc_url)
+    began = time.time()
+    with pytest.raises(InferenceServerException) as info:
+        call(srv.grpc_url, ms=30000)
+    assert time.time() - began < 10
+    message = info.value.message()
+    assert "did not finish execute within 1s" in message and "execute_timeout_secs" in message, message
+    pid, _ = wait_for(lambda: _try_call(srv.grpc_url), what="the restarted instance to serve")
+    assert pid != victim and not alive(victim)
+
+
+def _try_call(url):
+    try:
+        return call(url)
+    except InferenceServerException:
+        return None
+
+
+def test_a_frozen_stub_is_found_by_its_heartbeat(start):
+    sleepy(start.repo)
+    srv = start(["sleepy"], ["--stub-heartbeat-timeout-secs", "1"])
+    victim, _ = call(srv.grpc_url)
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        pid, _ = wait_for(lambda: _try_call(srv.grpc_url), timeout=30, what="a new stub after the heartbeat was lost")
+    finally:
+        try:
+            os.kill(victim, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert pid != victim
+    assert "heartbeat lost" in srv.log_text()
