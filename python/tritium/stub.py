@@ -176,14 +176,12 @@ class Stub:
             error = (err.message(), int(err.code()), None)
         requested = request._requested
         outputs = []
-        keep = []
         try:
             for t in response.output_tensors():
                 if requested and t.name() not in requested:
                     continue
-                wire, shape, data, keepalive = t._wire_payload()
+                wire, shape, data = t._wire_payload()
                 outputs.append((t.name(), wire, shape, data))
-                keep.append(keepalive)
             self.channel.send_response(request._id, outputs, error, list(response._parameters.items()), True)
         except _native.ChannelError:
             raise

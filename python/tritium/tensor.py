@@ -13,28 +13,7 @@ __all__ = ["Tensor", "InferenceRequest", "InferenceResponse", "Logger"]
 
 _NUMPY_TO_WIRE = {w.numpy_dtype: name for name, w in _WIRE_DTYPES.items() if w.numpy_dtype is not None}
 _NUMPY_TO_WIRE[np.dtype(np.object_)] = "BYTES"
-_WIRE_TO_NUMPY = {name: w.numpy_dtype for name, w in _WIRE_DTYPES.items()}
 _WIRE_TO_TRITON = {name: w.triton_type for name, w in _WIRE_DTYPES.items()}
-
-
-class _Interface:
-    """Exposes shared memory to numpy through __array_interface__; keeps the block alive as the array's base."""
-
-    __slots__ = ("__array_interface__", "block")
-
-    def __init__(self, block, shape, dtype, readonly):
-        self.block = block
-        self.__array_interface__ = {
-            "version": 3,
-            "shape": shape,
-            "typestr": dtype.str,
-            "data": (block.address, readonly),
-        }
-
-
-def _shm_array(block, shape, dtype, writable):
-    """A numpy array over a shared-memory block, without a copy."""
-    return np.asarray(_Interface(block, tuple(shape), dtype, not writable))
 
 
 def _wire_dtype(array):
@@ -84,16 +63,14 @@ class Tensor:
         self._raw = _raw
 
     @classmethod
-    def _from_wire(cls, name, wire, shape, block):
-        """An input tensor over shared memory (BF16 stays raw bytes; numpy has no bfloat16)."""
+    def _from_wire(cls, name, wire, shape, array):
+        """An input tensor over shared memory: `array` is the native numpy view of its bytes
+        (raw uint8 for BYTES, raw uint16 for BF16, which numpy cannot represent)."""
         if wire == "BYTES":
-            raw = _shm_array(block, (block.nbytes,), np.dtype(np.uint8), False)
-            arr = deserialize_bytes_tensor(raw).reshape(shape)
-            return cls(name, arr, wire, None)
+            return cls(name, deserialize_bytes_tensor(array).reshape(shape), wire, None)
         if wire == "BF16":
-            raw = _shm_array(block, shape, np.dtype(np.uint16), block.writable)
-            return cls(name, None, wire, raw)
-        return cls(name, _shm_array(block, shape, _WIRE_TO_NUMPY[wire], block.writable), wire, None)
+            return cls(name, None, wire, array)
+        return cls(name, array, wire, None)
 
     def name(self):
         """The tensor's name."""
@@ -125,18 +102,18 @@ class Tensor:
         return "Tensor(name={!r}, dtype={}, shape={})".format(self._name, self._wire, self.shape())
 
     def _wire_payload(self):
-        """(wire dtype, shape, data) for sending: bytes for BYTES, else (address, nbytes, keepalive)."""
+        """(wire dtype, shape, data) for sending: bytes for BYTES, else a C-contiguous array."""
         if self._raw is not None:
             arr = np.ascontiguousarray(self._raw)
-            return self._wire, list(arr.shape), (arr.__array_interface__["data"][0], arr.nbytes), arr
+            return self._wire, list(arr.shape), arr
         arr = self._array
         if self._wire == "BYTES":
             if arr.dtype != np.object_:
                 arr = arr.astype(np.object_)
-            return "BYTES", list(arr.shape), bytes(serialize_byte_tensor(arr)) if arr.size else b"", None
+            return "BYTES", list(arr.shape), bytes(serialize_byte_tensor(arr)) if arr.size else b""
         if not arr.flags.c_contiguous:
             arr = np.ascontiguousarray(arr)
-        return self._wire, list(arr.shape), (arr.__array_interface__["data"][0], arr.nbytes), arr
+        return self._wire, list(arr.shape), arr
 
 
 class InferenceRequest:

@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use numpy::npyffi::{npy_intp, NpyTypes, PyArrayObject, NPY_ARRAY_CARRAY, NPY_ARRAY_CARRAY_RO, NPY_TYPES, PY_ARRAY_API};
+use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
@@ -192,6 +194,71 @@ fn params_from_py(items: Vec<(String, Bound<'_, PyAny>)>) -> PyResult<Vec<(Strin
         .collect()
 }
 
+/// numpy's type number and item size for a wire dtype. `BYTES` arrive as raw `uint8` (Python
+/// deserializes them) and `BF16` as raw `uint16` (numpy has no bfloat16).
+fn npy_type(d: DataType) -> (NPY_TYPES, usize) {
+    match d {
+        DataType::Bool => (NPY_TYPES::NPY_BOOL, 1),
+        DataType::Uint8 | DataType::Bytes => (NPY_TYPES::NPY_UBYTE, 1),
+        DataType::Uint16 | DataType::Bf16 => (NPY_TYPES::NPY_USHORT, 2),
+        DataType::Uint32 => (NPY_TYPES::NPY_UINT, 4),
+        DataType::Uint64 => (NPY_TYPES::NPY_ULONG, 8),
+        DataType::Int8 => (NPY_TYPES::NPY_BYTE, 1),
+        DataType::Int16 => (NPY_TYPES::NPY_SHORT, 2),
+        DataType::Int32 => (NPY_TYPES::NPY_INT, 4),
+        DataType::Int64 => (NPY_TYPES::NPY_LONG, 8),
+        DataType::Fp16 => (NPY_TYPES::NPY_HALF, 2),
+        DataType::Fp32 => (NPY_TYPES::NPY_FLOAT, 4),
+        DataType::Fp64 => (NPY_TYPES::NPY_DOUBLE, 8),
+    }
+}
+
+/// A numpy array over an input block, without a copy: the block is the array's base, so its
+/// bytes stay mapped (and unreleased) while the array or any view of it lives.
+fn array_over<'py>(py: Python<'py>, block: Py<InBlock>, dtype: DataType, shape: &[i64], name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let (typenum, size) = npy_type(dtype);
+    let (ptr, nbytes, writable) = {
+        let b = block.get();
+        (b.view.as_ptr(), b.view.len(), b.writable)
+    };
+    let mut dims: Vec<npy_intp> =
+        if dtype == DataType::Bytes { vec![nbytes as npy_intp] } else { shape.iter().map(|&d| d as npy_intp).collect() };
+    let bytes = dims.iter().try_fold(size, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)));
+    if bytes != Some(nbytes) {
+        return Err(ChannelError::new_err(format!("input '{name}' has shape {shape:?} of {dtype:?} but {nbytes} bytes")));
+    }
+    let flags = if writable { NPY_ARRAY_CARRAY } else { NPY_ARRAY_CARRAY_RO };
+    // SAFETY: numpy's C API is initialised by PY_ARRAY_API on first use (it imports numpy); the
+    // data pointer covers `nbytes` bytes of a mapping that `block`, set as the array's base,
+    // keeps alive; DescrFromType returns a new reference that NewFromDescr steals, and
+    // SetBaseObject steals the reference `into_ptr` hands over.
+    unsafe {
+        let descr = PY_ARRAY_API.PyArray_DescrFromType(py, typenum as std::os::raw::c_int);
+        if descr.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let array = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            PY_ARRAY_API.get_type_object(py, NpyTypes::PyArray_Type),
+            descr,
+            dims.len() as std::os::raw::c_int,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            ptr.cast(),
+            flags,
+            std::ptr::null_mut(),
+        );
+        if array.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        if PY_ARRAY_API.PyArray_SetBaseObject(py, array.cast::<PyArrayObject>(), block.into_ptr()) < 0 {
+            pyo3::ffi::Py_DECREF(array);
+            return Err(PyErr::fetch(py));
+        }
+        Ok(Bound::from_owned_ptr(py, array))
+    }
+}
+
 fn dtype(name: &str) -> PyResult<DataType> {
     DataType::from_wire_name(name).ok_or_else(|| PyValueError::new_err(format!("unknown tensor data type {name:?}")))
 }
@@ -225,7 +292,8 @@ impl Channel {
             };
             let view = self.inner.view(desc).map_err(ipc_err)?;
             let block = Py::new(py, InBlock { view, writable, channel: self.inner.clone() })?;
-            inputs.append((t.name, t.dtype.wire_name(), PyTuple::new(py, t.shape)?, block))?;
+            let array = array_over(py, block, t.dtype, &t.shape, &t.name)?;
+            inputs.append((t.name, t.dtype.wire_name(), PyTuple::new(py, t.shape)?, array))?;
         }
         let corr: Py<PyAny> = match r.correlation_id {
             CorrelationId::None => 0u64.into_pyobject(py)?.into_any().unbind(),
@@ -256,12 +324,20 @@ impl Channel {
             view.copy_from(src);
             view
         } else {
-            let (address, nbytes): (usize, usize) = data.extract()?;
+            let array = data.cast::<PyUntypedArray>().map_err(|_| {
+                PyValueError::new_err(format!("output '{name}' must be bytes or a numpy array, got {}", data.get_type()))
+            })?;
+            if !array.is_c_contiguous() {
+                return Err(PyValueError::new_err(format!("output '{name}' must be C-contiguous")));
+            }
+            let nbytes = array.shape().iter().try_fold(array.dtype().itemsize(), |acc, &d| acc.checked_mul(d));
+            let nbytes = nbytes.ok_or_else(|| PyValueError::new_err(format!("output '{name}' is too large")))?;
+            // SAFETY: `array` is a live ndarray (checked by the cast) whose data pointer covers
+            // `nbytes` contiguous bytes; the Bound keeps it alive for the whole copy.
+            let address = unsafe { (*array.as_array_ptr()).data } as usize;
             let view = self.inner.alloc(nbytes as u64).map_err(ipc_err)?;
             if nbytes > 0 {
                 let dst = view.clone();
-                // The caller (tritium.stub) passes the address of a live, C-contiguous numpy array
-                // of `nbytes` bytes and keeps it alive for the duration of this call.
                 py.detach(move || {
                     // SAFETY: see above; the destination was just allocated with `nbytes` bytes.
                     unsafe { std::ptr::copy_nonoverlapping(address as *const u8, dst.as_ptr(), nbytes) }
@@ -372,8 +448,8 @@ impl Channel {
         self.send(py, ToServer::FinalizeDone(stub_error(error).map_or(Ok(()), Err)))
     }
 
-    /// Sends one response. `outputs` holds `(name, wire_dtype, shape, data)` where `data` is either
-    /// `bytes` or `(address, nbytes)` of a live C-contiguous array that the caller keeps alive.
+    /// Sends one response. `outputs` holds `(name, wire_dtype, shape, data)` where `data` is
+    /// either `bytes` (serialized BYTES) or a C-contiguous numpy array.
     #[pyo3(signature = (request, outputs, error = None, parameters = Vec::new(), final_response = true))]
     fn send_response(
         &self,
