@@ -221,6 +221,9 @@ fn wait_for(
             if Instant::now() >= until {
                 break;
             }
+            // Let any runnable thread have the core: on a busy machine spinning must not delay
+            // the threads that produce what we wait for.
+            std::thread::yield_now();
         }
     }
     let result = sleep_until_ready(word, waiting, closed, policy, timeout, start + timeout, &mut ready);
