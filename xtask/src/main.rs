@@ -13,6 +13,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod tidy;
+
 use anyhow::{bail, Context, Result};
 
 mod bench_serve;

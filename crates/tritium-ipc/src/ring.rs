@@ -78,7 +78,7 @@ impl RingGeometry {
     /// Checks the invariants the ring code relies on.
     pub fn validate(&self) -> Result<(), IpcError> {
         let ok = self.slot_size >= 128
-            && self.slot_size % 64 == 0
+            && self.slot_size.is_multiple_of(64)
             && self.slot_count.is_power_of_two()
             && self.slot_count >= 2
             && self.slot_count <= 1 << 16;

@@ -296,7 +296,7 @@ fn call_handler(session: Arc<MetricsSession>) -> CallHandler {
 
 /// How starting a stub went.
 enum Started {
-    Ready(Stub),
+    Ready(Box<Stub>),
     /// Deterministic: `initialize` raised or took too long. Not retried.
     Failed(String),
     /// The process could not start or died on the way: worth a retry after a crash.
@@ -327,7 +327,7 @@ fn start(ctx: &VersionContext, instance: &Instance) -> Started {
         args: args.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
     };
     match stub.initialize(init, sup.init_timeout) {
-        Ok(()) => Started::Ready(stub),
+        Ok(()) => Started::Ready(Box::new(stub)),
         Err(HostError::Timeout { after, .. }) => {
             stub.kill();
             Started::Failed(format!(

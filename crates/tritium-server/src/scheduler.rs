@@ -73,6 +73,7 @@ impl Queue {
     }
 
     /// Queues a request; hands it back if the queue is closed.
+    #[allow(clippy::result_large_err)] // the request is handed back, not copied
     pub(crate) fn push(&self, p: Pending) -> Result<(), Pending> {
         let mut st = self.lock();
         if st.closed {

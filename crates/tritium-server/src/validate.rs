@@ -196,7 +196,7 @@ pub(crate) fn validate(req: &InferRequest, config: &ModelConfig) -> Result<Valid
         match input.datatype.element_size() {
             None => check_bytes(&input.data, elements, &log, &input.name, model)?,
             Some(size) => {
-                let expected = elements.checked_mul(size as u64).unwrap_or(u64::MAX);
+                let expected = elements.saturating_mul(size as u64);
                 if expected != input.data.len() as u64 {
                     return Err(InferError::invalid(format!(
                         "{log}input byte size mismatch for input '{}' for model '{model}'. Expected {expected}, got {}",
