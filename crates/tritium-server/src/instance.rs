@@ -112,7 +112,6 @@ enum Event {
 }
 
 /// The supervisor's view of one instance.
-#[derive(Debug)]
 struct Status {
     state: InstanceState,
     pid: Option<u32>,
@@ -121,7 +120,8 @@ struct Status {
     last_exit: Option<(String, SystemTime)>,
     reason: String,
     transitions: BTreeMap<&'static str, u64>,
-    shm_bytes: u64,
+    /// The running stub's channel, for reporting its shared memory when asked.
+    channel: Option<Arc<tritium_ipc::ServerChannel>>,
 }
 
 impl Status {
@@ -130,7 +130,10 @@ impl Status {
         use InstanceState as S;
         let from = self.state;
         let to = match (&event, from) {
-            (Event::Spawn, _) => S::Starting,
+            (Event::Spawn, _) => {
+                self.channel = None;
+                S::Starting
+            }
             (Event::Spawned(pid), _) => {
                 self.pid = Some(*pid);
                 self.started = Some((Instant::now(), SystemTime::now()));
@@ -148,6 +151,7 @@ impl Status {
                 self.last_exit = Some((why.clone(), SystemTime::now()));
                 self.reason = why.clone();
                 self.pid = None;
+                self.channel = None;
                 self.started = None;
                 S::Crashed
             }
@@ -164,6 +168,7 @@ impl Status {
             (Event::Stopped, S::Failed) => S::Failed,
             (Event::Stopped, _) => {
                 self.pid = None;
+                self.channel = None;
                 self.started = None;
                 S::Stopped
             }
@@ -207,7 +212,7 @@ impl Instance {
                 last_exit: None,
                 reason: String::new(),
                 transitions: BTreeMap::new(),
-                shm_bytes: 0,
+                channel: None,
             }),
             died: AtomicBool::new(false),
             restart: AtomicBool::new(false),
@@ -256,7 +261,7 @@ impl Instance {
             last_exit: st.last_exit.clone(),
             reason: st.reason.clone(),
             rss_bytes,
-            shm_bytes: if st.pid.is_some() { st.shm_bytes } else { 0 },
+            shm_bytes: st.channel.as_ref().map_or(0, |c| c.shm_bytes()),
             inflight: self.inflight.load(Ordering::Relaxed),
             executions: self.executions.load(Ordering::Relaxed),
             transitions: st.transitions.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
@@ -432,7 +437,7 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
         if let Err(e) = watched {
             warn!("cannot watch the stub process ({e}); crashes are noticed on the next request only");
         }
-        instance.status.lock().unwrap_or_else(|p| p.into_inner()).shm_bytes = stub.channel().shm_bytes();
+        instance.status.lock().unwrap_or_else(|p| p.into_inner()).channel = Some(stub.channel().clone());
         instance.on(Event::Initialized);
         if let Some(tx) = ready.take() {
             let _ = tx.send(Ok(()));
@@ -526,7 +531,7 @@ fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
                 instance.executions.fetch_add(1, Ordering::Relaxed);
                 let result = run_batch(ctx, stub, batch);
                 instance.inflight.store(0, Ordering::Relaxed);
-                instance.status.lock().unwrap_or_else(|p| p.into_inner()).shm_bytes = stub.channel().shm_bytes();
+                instance.status.lock().unwrap_or_else(|p| p.into_inner()).channel = Some(stub.channel().clone());
                 if let Err(e) = result {
                     error!("{e}");
                     stub.kill();
