@@ -126,7 +126,6 @@ class Stub:
         return result
 
     def execute(self, batch, wire_requests):
-        ids = [w[0] for w in wire_requests]
         requests = [InferenceRequest._from_wire(w, self.model_name, self.model_version) for w in wire_requests]
         # The message tuple is still referenced by the caller: empty its list so that each input
         # block lives exactly as long as model code holds on to its tensor.
@@ -141,11 +140,11 @@ class Stub:
             prefix = "Failed to process the request(s) for model '{}', message: ".format(self.instance_name)
             self.channel.send_execute_done(batch, _error(exc, prefix))
             return
+        if _runtime.cancelled:
+            _runtime.cancelled.difference_update(r._id for r in requests)
         self._send_all(requests, responses)
         del requests, responses
         self.channel.send_execute_done(batch)
-        for rid in ids:
-            _runtime.cancelled.discard(rid)
 
     def _send_all(self, requests, responses):
         for request, response in zip(requests, responses):
