@@ -319,3 +319,23 @@ def test_a_frozen_stub_is_found_by_its_heartbeat(start):
             pass
     assert pid != victim
     assert "heartbeat lost" in srv.log_text()
+
+
+def test_requests_abandoned_by_their_client_are_not_executed(start):
+    sleepy(start.repo, count=1)
+    srv = start(["sleepy"])
+    busy = threading.Thread(target=call, args=(srv.grpc_url, "sleepy", 1500))
+    busy.start()
+    time.sleep(0.2)
+    impatient = grpcclient.InferenceServerClient(srv.grpc_url)
+    inp = grpcclient.InferInput("MS", [1], "INT32")
+    inp.set_data_from_numpy(np.array([0], dtype=np.int32))
+    with pytest.raises(InferenceServerException):
+        impatient.infer("sleepy", [inp], client_timeout=0.3)
+    busy.join(30)
+    call(srv.grpc_url)
+    stats = httpclient.InferenceServerClient(srv.http_url).get_inference_statistics("sleepy")["model_stats"][0]
+    assert stats["execution_count"] == 2, "the abandoned request never reached the model"
+    with urllib.request.urlopen("http://127.0.0.1:{}/metrics".format(srv.metrics_port), timeout=10) as r:
+        text = r.read().decode()
+    assert 'nv_inference_request_failure{model="sleepy",reason="CANCELED",version="1"} 1' in text, text

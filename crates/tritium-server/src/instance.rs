@@ -549,6 +549,12 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
     let mut requests = Vec::with_capacity(batch.len());
     let mut batch_size = 0;
     for p in batch {
+        if p.tx.is_closed() {
+            // The client went away while the request waited (a dropped HTTP connection, a
+            // cancelled gRPC call): do not spend the model's time on it.
+            finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, "the client cancelled the request")), None);
+            continue;
+        }
         let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
         let mut inputs = Vec::with_capacity(p.req.inputs.len());
         let mut failed = None;
