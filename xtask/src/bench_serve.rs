@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::{root, run};
+use crate::{root, run, target_dir};
 
 /// What `.venv-triton` gets; changing it reinstalls.
 const TRITON_PACKAGES: &[&str] = &["nvidia-pytriton==0.7.0", "numpy"];
@@ -38,7 +38,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(180);
 pub(crate) fn bench_serve() -> Result<()> {
     let started = Instant::now();
     let root = root();
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let target = target_dir();
     let tritium = target.join("release/tritium");
     let perf_analyzer = root.join(".venv/bin/perf_analyzer");
     if !perf_analyzer.exists() {

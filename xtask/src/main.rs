@@ -23,6 +23,11 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
+/// Cargo's target directory.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: {cmd:?}");
     let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
@@ -105,7 +110,7 @@ out.chmod(0o755)
 /// Builds the stub's native module and places it next to the `tritium` package.
 fn build() -> Result<()> {
     run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--release", "-p", "tritium-native", "-p", "tritium"]))?;
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+    let target = target_dir();
     let built = target.join("release/libtritium_native.so");
     let dest = root().join("python/tritium/_native.abi3.so");
     // Replace rather than overwrite: a running stub may have the old file mapped.
@@ -119,7 +124,7 @@ fn build() -> Result<()> {
 fn serve(extra: &[String]) -> Result<()> {
     setup()?;
     build()?;
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+    let target = target_dir();
     let mut cmd = Command::new(target.join("release/tritium"));
     cmd.arg("serve").arg("--model-repository").arg(root().join("examples/models")).args(extra);
     eprintln!("xtask: {cmd:?}");

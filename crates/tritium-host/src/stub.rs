@@ -274,7 +274,8 @@ impl Stub {
         self.channel.send(msg).map_err(|e| self.ipc(e))
     }
 
-    /// Receives the next message that is not a log record, checking the process between slices.
+    /// Receives the next message that is not a log record or a call, checking the process
+    /// between slices.
     fn recv(&self, timeout: Option<Duration>, what: &'static str) -> Result<ToServer, HostError> {
         let start = Instant::now();
         loop {
@@ -289,15 +290,17 @@ impl Stub {
                 None => LIVENESS_SLICE,
             };
             match self.channel.recv(slice).map_err(|e| self.ipc(e))? {
-                Some(ToServer::Log(record)) => self.emit_log(&record),
-                Some(ToServer::Call { call, op }) => self.answer(call, op)?,
-                Some(msg) => return Ok(msg),
+                Some(msg) => {
+                    if let Some(msg) = self.unasked(msg)? {
+                        return Ok(msg);
+                    }
+                }
                 None => {
                     let exit = self.lock_child().try_exit();
                     if let Some(status) = exit {
                         // Take whatever it managed to send before dying.
                         if let Ok(Some(msg)) = self.channel.recv(Duration::ZERO) {
-                            if !matches!(msg, ToServer::Log(_)) {
+                            if let Ok(Some(msg)) = self.unasked(msg) {
                                 return Ok(msg);
                             }
                         }
@@ -329,13 +332,22 @@ impl Stub {
     /// threads), without blocking. Anything else is a protocol error.
     pub fn poll(&self) -> Result<(), HostError> {
         while let Some(msg) = self.channel.recv(Duration::ZERO).map_err(|e| self.ipc(e))? {
-            match msg {
-                ToServer::Log(record) => self.emit_log(&record),
-                ToServer::Call { call, op } => self.answer(call, op)?,
-                other => return Err(self.protocol_error(format!("sent {other:?} while idle"))),
+            if let Some(other) = self.unasked(msg)? {
+                return Err(self.protocol_error(format!("sent {other:?} while idle")));
             }
         }
         Ok(())
+    }
+
+    /// Handles what the stub sends unasked (log records, calls from model code) and hands back
+    /// anything else.
+    fn unasked(&self, msg: ToServer) -> Result<Option<ToServer>, HostError> {
+        match msg {
+            ToServer::Log(record) => self.emit_log(&record),
+            ToServer::Call { call, op } => self.answer(call, op)?,
+            other => return Ok(Some(other)),
+        }
+        Ok(None)
     }
 
     fn emit_log(&self, r: &tritium_ipc::LogRecord) {

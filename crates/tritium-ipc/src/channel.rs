@@ -432,17 +432,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
                         }
                     }
                 }
-                if !retired.is_empty() {
-                    let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
-                    for id in &retired {
-                        segs.remove(id);
-                    }
-                    drop(segs);
-                    let mut tx = lock(&self.tx);
-                    for id in retired {
-                        self.send_control_locked(&mut tx, &Control::SegmentRemoved { id }, false)?;
-                    }
-                }
+                self.retire(&retired)?;
             }
         }
         Ok(())
@@ -508,9 +498,22 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// Frees a block of this side's that was never handed to the peer.
     pub fn free_own(&self, desc: Descriptor) -> Result<(), IpcError> {
         let retired = lock(&self.arena).free(desc)?;
-        if let Some(id) = retired {
-            self.segments.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
-            let mut tx = lock(&self.tx);
+        self.retire(retired.as_slice())
+    }
+
+    /// Unmaps segments of this side's that the arena retired and tells the peer to unmap them.
+    fn retire(&self, ids: &[u32]) -> Result<(), IpcError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            for id in ids {
+                segs.remove(id);
+            }
+        }
+        let mut tx = lock(&self.tx);
+        for &id in ids {
             self.send_control_locked(&mut tx, &Control::SegmentRemoved { id }, false)?;
         }
         Ok(())

@@ -48,7 +48,6 @@ enum State {
 
 struct Version {
     config: Arc<ModelConfig>,
-    config_json: String,
     ctx: Arc<VersionContext>,
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -289,7 +288,7 @@ impl Server {
 
     /// A model's config as Triton's JSON (every field, defaults filled).
     pub fn model_config_json(&self, name: &str, version: Option<i64>) -> Result<String, InferError> {
-        Ok(self.route(name, version)?.config_json.clone())
+        Ok(self.route(name, version)?.ctx.config_json.clone())
     }
 
     /// A model's config.
@@ -798,7 +797,7 @@ fn load_versions(opts: &ServerOptions, metrics: &tritium_metrics::CustomMetrics,
                 Err(_) => failures.push("an instance thread ended before reporting".into()),
             }
         }
-        let version = Arc::new(Version { config: config.clone(), config_json: config_json.clone(), ctx, workers: Mutex::new(workers) });
+        let version = Arc::new(Version { config: config.clone(), ctx, workers: Mutex::new(workers) });
         if !failures.is_empty() {
             version.retire();
             for (_, other) in std::mem::take(&mut loaded) {

@@ -35,12 +35,12 @@ impl Stats {
     pub(crate) fn execution(&self, batch_size: u64, t: ExecTimes) {
         let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
         s.execution_count += 1;
-        let pos = match s.batch_stats.iter().position(|b| b.batch_size == batch_size) {
-            Some(p) => p,
-            None => {
-                s.batch_stats.push(BatchStats { batch_size, ..Default::default() });
-                s.batch_stats.sort_by_key(|b| b.batch_size);
-                s.batch_stats.iter().position(|b| b.batch_size == batch_size).unwrap_or(0)
+        // Kept sorted by batch size, as Triton reports them.
+        let pos = match s.batch_stats.binary_search_by_key(&batch_size, |b| b.batch_size) {
+            Ok(p) => p,
+            Err(p) => {
+                s.batch_stats.insert(p, BatchStats { batch_size, ..Default::default() });
+                p
             }
         };
         let b = &mut s.batch_stats[pos];
