@@ -5,12 +5,8 @@ use std::{env, fs, path::PathBuf};
 
 use prost::Message;
 
-const PROTOS: &[&str] = &[
-    "proto/grpc_service.proto",
-    "proto/model_config.proto",
-    "proto/health.proto",
-    "proto/tritium_admin.proto",
-];
+const PROTOS: &[&str] =
+    &["proto/grpc_service.proto", "proto/model_config.proto", "proto/health.proto", "proto/tritium_admin.proto"];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     for proto in PROTOS {

@@ -11,15 +11,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use numpy::npyffi::{npy_intp, NpyTypes, PyArrayObject, NPY_ARRAY_CARRAY, NPY_ARRAY_CARRAY_RO, NPY_TYPES, PY_ARRAY_API};
+use numpy::npyffi::{
+    npy_intp, NpyTypes, PyArrayObject, NPY_ARRAY_CARRAY, NPY_ARRAY_CARRAY_RO, NPY_TYPES, PY_ARRAY_API,
+};
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use tritium_ipc::{
-    CallOp, CallResult, CorrelationId, DataType, IpcError, Param, LogLevel, LogRecord, Request, Response, StubChannel, StubError, Tensor,
-    TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
+    CallOp, CallResult, CorrelationId, DataType, IpcError, LogLevel, LogRecord, Param, Request, Response, StubChannel,
+    StubError, Tensor, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
 create_exception!(_native, ChannelError, PyException, "The shared-memory channel to the server failed.");
@@ -215,17 +217,28 @@ fn npy_type(d: DataType) -> (NPY_TYPES, usize) {
 
 /// A numpy array over an input block, without a copy: the block is the array's base, so its
 /// bytes stay mapped (and unreleased) while the array or any view of it lives.
-fn array_over<'py>(py: Python<'py>, block: Py<InBlock>, dtype: DataType, shape: &[i64], name: &str) -> PyResult<Bound<'py, PyAny>> {
+fn array_over<'py>(
+    py: Python<'py>,
+    block: Py<InBlock>,
+    dtype: DataType,
+    shape: &[i64],
+    name: &str,
+) -> PyResult<Bound<'py, PyAny>> {
     let (typenum, size) = npy_type(dtype);
     let (ptr, nbytes, writable) = {
         let b = block.get();
         (b.view.as_ptr(), b.view.len(), b.writable)
     };
-    let mut dims: Vec<npy_intp> =
-        if dtype == DataType::Bytes { vec![nbytes as npy_intp] } else { shape.iter().map(|&d| d as npy_intp).collect() };
+    let mut dims: Vec<npy_intp> = if dtype == DataType::Bytes {
+        vec![nbytes as npy_intp]
+    } else {
+        shape.iter().map(|&d| d as npy_intp).collect()
+    };
     let bytes = dims.iter().try_fold(size, |acc, &d| usize::try_from(d).ok().and_then(|d| acc.checked_mul(d)));
     if bytes != Some(nbytes) {
-        return Err(ChannelError::new_err(format!("input '{name}' has shape {shape:?} of {dtype:?} but {nbytes} bytes")));
+        return Err(ChannelError::new_err(format!(
+            "input '{name}' has shape {shape:?} of {dtype:?} but {nbytes} bytes"
+        )));
     }
     let flags = if writable { NPY_ARRAY_CARRAY } else { NPY_ARRAY_CARRAY_RO };
     // SAFETY: numpy's C API is initialised by PY_ARRAY_API on first use (it imports numpy); the
@@ -325,7 +338,10 @@ impl Channel {
             view
         } else {
             let array = data.cast::<PyUntypedArray>().map_err(|_| {
-                PyValueError::new_err(format!("output '{name}' must be bytes or a numpy array, got {}", data.get_type()))
+                PyValueError::new_err(format!(
+                    "output '{name}' must be bytes or a numpy array, got {}",
+                    data.get_type()
+                ))
             })?;
             if !array.is_c_contiguous() {
                 return Err(PyValueError::new_err(format!("output '{name}' must be C-contiguous")));
@@ -391,24 +407,37 @@ impl Channel {
         let msg = py.detach(move || router.next(&inner, Duration::from_millis(timeout_ms))).map_err(ipc_err)?;
         let Some(msg) = msg else { return Ok(None) };
         let t = match msg {
-            ToStub::AutoComplete { model_file, config_json } => {
-                PyTuple::new(py, ["auto_complete".into_pyobject(py)?, model_file.into_pyobject(py)?, config_json.into_pyobject(py)?])?
-            }
+            ToStub::AutoComplete { model_file, config_json } => PyTuple::new(
+                py,
+                ["auto_complete".into_pyobject(py)?, model_file.into_pyobject(py)?, config_json.into_pyobject(py)?],
+            )?,
             ToStub::Initialize(init) => {
                 let args = PyList::new(py, init.args)?;
-                PyTuple::new(py, ["initialize".into_pyobject(py)?.into_any(), init.model_file.into_pyobject(py)?.into_any(), args.into_any()])?
+                PyTuple::new(
+                    py,
+                    [
+                        "initialize".into_pyobject(py)?.into_any(),
+                        init.model_file.into_pyobject(py)?.into_any(),
+                        args.into_any(),
+                    ],
+                )?
             }
             ToStub::Execute { batch, requests } => {
                 let reqs = PyList::empty(py);
                 for r in requests {
                     reqs.append(self.request_to_py(py, r)?)?;
                 }
-                PyTuple::new(py, ["execute".into_pyobject(py)?.into_any(), batch.into_pyobject(py)?.into_any(), reqs.into_any()])?
+                PyTuple::new(
+                    py,
+                    ["execute".into_pyobject(py)?.into_any(), batch.into_pyobject(py)?.into_any(), reqs.into_any()],
+                )?
             }
             ToStub::Cancel { request } => {
                 PyTuple::new(py, ["cancel".into_pyobject(py)?.into_any(), request.into_pyobject(py)?.into_any()])?
             }
-            ToStub::Ping { seq } => PyTuple::new(py, ["ping".into_pyobject(py)?.into_any(), seq.into_pyobject(py)?.into_any()])?,
+            ToStub::Ping { seq } => {
+                PyTuple::new(py, ["ping".into_pyobject(py)?.into_any(), seq.into_pyobject(py)?.into_any()])?
+            }
             ToStub::Finalize => PyTuple::new(py, ["finalize"])?,
             ToStub::Reply { call, .. } => {
                 return Err(ChannelError::new_err(format!("reply to call {call} reached the main loop")));
@@ -427,7 +456,12 @@ impl Channel {
 
     /// Reports the outcome of `auto_complete_config`.
     #[pyo3(signature = (config_json, error = None))]
-    fn send_auto_complete_done(&self, py: Python<'_>, config_json: Option<String>, error: Option<PyStubError>) -> PyResult<()> {
+    fn send_auto_complete_done(
+        &self,
+        py: Python<'_>,
+        config_json: Option<String>,
+        error: Option<PyStubError>,
+    ) -> PyResult<()> {
         let result = match (stub_error(error), config_json) {
             (Some(e), _) => Err(e),
             (None, Some(c)) => Ok(c),
@@ -509,7 +543,13 @@ impl Channel {
 
     /// `family.Metric(labels, buckets)`: returns the metric id.
     #[pyo3(signature = (family_id, labels, buckets = None))]
-    fn metric_new(&self, py: Python<'_>, family_id: u64, labels: Vec<(String, String)>, buckets: Option<Vec<f64>>) -> PyResult<u64> {
+    fn metric_new(
+        &self,
+        py: Python<'_>,
+        family_id: u64,
+        labels: Vec<(String, String)>,
+        buckets: Option<Vec<f64>>,
+    ) -> PyResult<u64> {
         self.call_id(py, CallOp::MetricNew { family: family_id, labels, buckets })
     }
 

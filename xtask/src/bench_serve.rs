@@ -53,16 +53,24 @@ pub(crate) fn bench_serve() -> Result<()> {
 
     let [t_http, t_grpc, t_metrics, n_http, n_grpc, n_metrics] = free_ports::<6>()?;
     let mut tritium_cmd = Command::new(&tritium);
-    tritium_cmd
-        .current_dir(&root)
-        .arg("serve")
-        .arg("--model-repository")
-        .arg(&repo.0)
-        .args(["--http-port", &t_http.to_string(), "--grpc-port", &t_grpc.to_string(), "--metrics-port", &t_metrics.to_string()]);
+    tritium_cmd.current_dir(&root).arg("serve").arg("--model-repository").arg(&repo.0).args([
+        "--http-port",
+        &t_http.to_string(),
+        "--grpc-port",
+        &t_grpc.to_string(),
+        "--metrics-port",
+        &t_metrics.to_string(),
+    ]);
     let mut triton_cmd = Command::new(triton.tree.join("bin/tritonserver"));
     triton_cmd
         .current_dir(&root)
-        .env("LD_LIBRARY_PATH", join_paths([triton.libs.as_os_str(), triton.python_libdir.as_os_str()], std::env::var_os("LD_LIBRARY_PATH")))
+        .env(
+            "LD_LIBRARY_PATH",
+            join_paths(
+                [triton.libs.as_os_str(), triton.python_libdir.as_os_str()],
+                std::env::var_os("LD_LIBRARY_PATH"),
+            ),
+        )
         .env("PATH", join_paths([triton.venv_bin.as_os_str()], std::env::var_os("PATH")))
         .arg(format!("--model-repository={}", repo.0.display()))
         .arg(format!("--backend-directory={}", triton.tree.join("backends").display()))
@@ -84,7 +92,9 @@ pub(crate) fn bench_serve() -> Result<()> {
 
     let load_before = load_average();
     if load_before.parse::<f64>().is_ok_and(|l| l > 1.5) {
-        eprintln!("xtask: load average {load_before} before measuring: something else is running, the numbers will be noisy");
+        eprintln!(
+            "xtask: load average {load_before} before measuring: something else is running, the numbers will be noisy"
+        );
     }
     let mut rows = Vec::new();
     for (i, (protocol, concurrency)) in
@@ -96,14 +106,20 @@ pub(crate) fn bench_serve() -> Result<()> {
             let s = &mut servers[k];
             s.check_alive()?;
             let url = format!("127.0.0.1:{}", if protocol == "grpc" { s.grpc_port } else { s.http_port });
-            let m = perf(&perf_analyzer, protocol, &url, concurrency).with_context(|| format!("measuring {}", s.name))?;
+            let m =
+                perf(&perf_analyzer, protocol, &url, concurrency).with_context(|| format!("measuring {}", s.name))?;
             eprintln!(
                 "xtask: {:<7} {protocol:<4} concurrency {concurrency}: {:>7.1}/s  p50 {:>5} us  p99 {:>6} us",
                 s.name, m.throughput, m.p50_us, m.p99_us
             );
             results[k].push(m);
         }
-        rows.push(Row { protocol, concurrency, tritium: Measurement::mean(&results[0]), triton: Measurement::mean(&results[1]) });
+        rows.push(Row {
+            protocol,
+            concurrency,
+            tritium: Measurement::mean(&results[0]),
+            triton: Measurement::mean(&results[1]),
+        });
     }
     for s in &mut servers {
         s.check_alive()?;
@@ -164,7 +180,11 @@ impl Row {
     /// At concurrency 1 tritium must reach twice Triton's throughput, elsewhere exceed it.
     fn throughput_met(&self) -> bool {
         let ratio = self.throughput_ratio();
-        if self.concurrency == 1 { ratio >= 2.0 } else { ratio > 1.0 }
+        if self.concurrency == 1 {
+            ratio >= 2.0
+        } else {
+            ratio > 1.0
+        }
     }
     fn p99_met(&self) -> bool {
         self.tritium.p99_us < self.triton.p99_us
@@ -177,7 +197,16 @@ fn table(rows: &[Row]) -> String {
     let _ = writeln!(
         out,
         "{:<5} {:>4} | {:>10} {:>10} {:>6} | {:>15} {:>15} {:>6} | {:<12} {:<8}",
-        "proto", "conc", "tritium/s", "Triton/s", "ratio", "tritium p50/99", "Triton p50/99", "p99 x", "thr target", "p99 < Triton"
+        "proto",
+        "conc",
+        "tritium/s",
+        "Triton/s",
+        "ratio",
+        "tritium p50/99",
+        "Triton p50/99",
+        "p99 x",
+        "thr target",
+        "p99 < Triton"
     );
     let _ = writeln!(out, "{}", "-".repeat(112));
     for r in rows {
@@ -241,7 +270,10 @@ fn parse_perf(stdout: &str) -> Option<Measurement> {
 
 /// The 1-minute load average: anything else running skews the numbers of both servers.
 fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next().map(str::to_owned)).unwrap_or_else(|| "?".into())
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
 }
 
 fn tail(text: &str, lines: usize) -> String {
@@ -282,7 +314,12 @@ impl Server {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                bail!("{} not ready after {READY_TIMEOUT:?}; last lines of {}:\n{}", self.name, self.log.display(), self.log_tail());
+                bail!(
+                    "{} not ready after {READY_TIMEOUT:?}; last lines of {}:\n{}",
+                    self.name,
+                    self.log.display(),
+                    self.log_tail()
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -338,7 +375,10 @@ fn free_ports<const N: usize>() -> Result<[u16; N]> {
     Ok(ports)
 }
 
-fn join_paths<'a>(first: impl IntoIterator<Item = &'a std::ffi::OsStr>, rest: Option<std::ffi::OsString>) -> std::ffi::OsString {
+fn join_paths<'a>(
+    first: impl IntoIterator<Item = &'a std::ffi::OsStr>,
+    rest: Option<std::ffi::OsString>,
+) -> std::ffi::OsString {
     let mut parts: Vec<PathBuf> = first.into_iter().map(PathBuf::from).collect();
     if let Some(rest) = rest {
         parts.extend(std::env::split_paths(&rest));
@@ -376,7 +416,8 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
         if entry.file_type()?.is_dir() {
             copy_dir(&entry.path(), &to.join(&name))?;
         } else {
-            std::fs::copy(entry.path(), to.join(&name)).with_context(|| format!("copying {}", entry.path().display()))?;
+            std::fs::copy(entry.path(), to.join(&name))
+                .with_context(|| format!("copying {}", entry.path().display()))?;
         }
     }
     Ok(())
@@ -405,7 +446,9 @@ fn triton_env(root: &Path) -> Result<TritonEnv> {
     let stamp = venv.join(".tritium-bench-packages");
     let wanted = TRITON_PACKAGES.join("\n");
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
-        run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]).args(TRITON_PACKAGES))?;
+        run(Command::new(&py)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args(TRITON_PACKAGES))?;
         std::fs::write(&stamp, &wanted)?;
     }
     // Locates pytriton without importing it (its import pulls in much more than the server).
@@ -420,7 +463,9 @@ print(f"{sys.version_info[0]}.{sys.version_info[1]}")
         bail!("locating pytriton in {} failed: {}", venv.display(), String::from_utf8_lossy(&out.stderr));
     }
     let text = String::from_utf8(out.stdout)?;
-    let [pytriton, libdir, version] = text.lines().collect::<Vec<_>>()[..] else { bail!("unexpected probe output {text:?}") };
+    let [pytriton, libdir, version] = text.lines().collect::<Vec<_>>()[..] else {
+        bail!("unexpected probe output {text:?}")
+    };
     let pytriton = PathBuf::from(pytriton);
     let server = pytriton.join("tritonserver");
     let libs = pytriton.parent().context("pytriton has no parent directory")?.join("nvidia_pytriton.libs");
@@ -437,7 +482,8 @@ print(f"{sys.version_info[0]}.{sys.version_info[1]}")
         for part in ["bin", "backends", "caches"] {
             run(Command::new("cp").arg("-a").arg(server.join(part)).arg(tmp.join(part)))?;
         }
-        std::fs::copy(&stub, tmp.join("backends/python/triton_python_backend_stub")).context("copying the Python backend stub")?;
+        std::fs::copy(&stub, tmp.join("backends/python/triton_python_backend_stub"))
+            .context("copying the Python backend stub")?;
         let _ = std::fs::remove_dir_all(&tree);
         std::fs::rename(&tmp, &tree)?;
     }

@@ -52,7 +52,9 @@ fn setup() -> Result<()> {
     let req = root().join("python/requirements-dev.txt");
     let wanted = std::fs::read_to_string(&req).with_context(|| format!("reading {}", req.display()))?;
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
-        run(Command::new(&py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"]).arg(&req))?;
+        run(Command::new(&py)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
+            .arg(&req))?;
         std::fs::write(&stamp, wanted)?;
     }
     setup_perf_analyzer(&py)
@@ -68,8 +70,16 @@ fn setup_perf_analyzer(py: &Path) -> Result<()> {
     if wrapper.exists() {
         return Ok(());
     }
-    if !Path::new("/lib/x86_64-linux-gnu/libb64.so.0d").exists() && !Path::new("/usr/lib/x86_64-linux-gnu/libb64.so.0d").exists() {
-        let install = || Command::new("apt-get").args(["install", "-y", "-q", "libb64-0d"]).status().map(|s| s.success()).unwrap_or(false);
+    if !Path::new("/lib/x86_64-linux-gnu/libb64.so.0d").exists()
+        && !Path::new("/usr/lib/x86_64-linux-gnu/libb64.so.0d").exists()
+    {
+        let install = || {
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", "libb64-0d"])
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        };
         if !install() {
             let _ = Command::new("apt-get").args(["update", "-q"]).status();
             if !install() {
@@ -80,7 +90,16 @@ fn setup_perf_analyzer(py: &Path) -> Result<()> {
     }
     let dl = perf.join("download");
     run(Command::new(py)
-        .args(["-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:", "-d"])
+        .args([
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "-d",
+        ])
         .arg(&dl)
         .arg("tritonclient==2.44.0"))?;
     run(Command::new(py)
@@ -109,7 +128,14 @@ out.chmod(0o755)
 
 /// Builds the stub's native module and places it next to the `tritium` package.
 fn build() -> Result<()> {
-    run(Command::new(env!("CARGO")).current_dir(root()).args(["build", "--release", "-p", "tritium-native", "-p", "tritium"]))?;
+    run(Command::new(env!("CARGO")).current_dir(root()).args([
+        "build",
+        "--release",
+        "-p",
+        "tritium-native",
+        "-p",
+        "tritium",
+    ]))?;
     let target = target_dir();
     let built = target.join("release/libtritium_native.so");
     let dest = root().join("python/tritium/_native.abi3.so");
@@ -139,7 +165,11 @@ fn test() -> Result<()> {
     setup()?;
     build()?;
     let py = venv_python();
-    run(Command::new(env!("CARGO")).current_dir(root()).env("TRITIUM_PYTHON", &py).args(["test", "--workspace", "--release"]))?;
+    run(Command::new(env!("CARGO")).current_dir(root()).env("TRITIUM_PYTHON", &py).args([
+        "test",
+        "--workspace",
+        "--release",
+    ]))?;
     // The pure-Python tests, then the end-to-end tests: the real server, real stubs, tritonclient
     // and perf_analyzer.
     run(Command::new(&py).current_dir(root()).args(["-m", "pytest", "-q", "python/tests", "tests"]))?;
@@ -150,10 +180,13 @@ fn bench(what: &str) -> Result<()> {
     setup()?;
     build()?;
     match what {
-        "ipc" => run(Command::new(env!("CARGO"))
-            .current_dir(root())
-            .env("TRITIUM_PYTHON", venv_python())
-            .args(["bench", "-p", "tritium-host", "--bench", "ipc"])),
+        "ipc" => run(Command::new(env!("CARGO")).current_dir(root()).env("TRITIUM_PYTHON", venv_python()).args([
+            "bench",
+            "-p",
+            "tritium-host",
+            "--bench",
+            "ipc",
+        ])),
         "serve" => bench_serve::bench_serve(),
         other => bail!("unknown benchmark {other:?}; known: ipc, serve"),
     }

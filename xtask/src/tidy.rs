@@ -33,10 +33,8 @@ mod tests {
             files(&root().join(d), "rs", &mut all);
         }
         assert!(all.len() > 20, "found only {} files", all.len());
-        let bad: Vec<_> = all
-            .iter()
-            .filter(|p| !std::fs::read_to_string(p).unwrap_or_default().starts_with("//!"))
-            .collect();
+        let bad: Vec<_> =
+            all.iter().filter(|p| !std::fs::read_to_string(p).unwrap_or_default().starts_with("//!")).collect();
         assert!(bad.is_empty(), "files without a `//!` first line: {bad:?}");
     }
 
@@ -45,10 +43,8 @@ mod tests {
         let mut all = Vec::new();
         files(&root().join("python/tritium"), "py", &mut all);
         all.push(root().join("python/triton_python_backend_utils.py"));
-        let bad: Vec<_> = all
-            .iter()
-            .filter(|p| !std::fs::read_to_string(p).unwrap_or_default().starts_with("\"\"\""))
-            .collect();
+        let bad: Vec<_> =
+            all.iter().filter(|p| !std::fs::read_to_string(p).unwrap_or_default().starts_with("\"\"\"")).collect();
         assert!(bad.is_empty(), "modules without a docstring: {bad:?}");
     }
 

@@ -22,9 +22,7 @@ pub fn to_json(config: &ModelConfig) -> Value {
         .stringify_64_bit_integers(false)
         .use_enum_numbers(false);
     let mut message = DynamicMessage::new(model_config_descriptor());
-    message
-        .transcode_from(config)
-        .expect("ModelConfig and its descriptor come from the same .proto");
+    message.transcode_from(config).expect("ModelConfig and its descriptor come from the same .proto");
     message
         .serialize_with_options(serde_json::value::Serializer, &options)
         .expect("a ModelConfig always serializes to a serde_json::Value (map keys are strings)")
@@ -38,16 +36,9 @@ pub fn from_json(json: &Value) -> Result<ModelConfig, ConfigError> {
     let mut track = serde_path_to_error::Track::new();
     let deserializer = serde_path_to_error::Deserializer::new(json, &mut track);
     let message =
-        DynamicMessage::deserialize_with_options(model_config_descriptor(), deserializer, &options)
-            .map_err(|e| {
-                let path = track.path().to_string();
-                ConfigError::Json(if path == "." {
-                    e.to_string()
-                } else {
-                    format!("{path}: {e}")
-                })
-            })?;
-    message
-        .transcode_to::<ModelConfig>()
-        .map_err(|e| ConfigError::Json(e.to_string()))
+        DynamicMessage::deserialize_with_options(model_config_descriptor(), deserializer, &options).map_err(|e| {
+            let path = track.path().to_string();
+            ConfigError::Json(if path == "." { e.to_string() } else { format!("{path}: {e}") })
+        })?;
+    message.transcode_to::<ModelConfig>().map_err(|e| ConfigError::Json(e.to_string()))
 }

@@ -55,9 +55,8 @@ pub fn normalize(config: &mut ModelConfig, model_name: &str) -> Result<(), Confi
 
     // NormalizeModelConfig
     if config.version_policy.is_none() {
-        config.version_policy = Some(ModelVersionPolicy {
-            policy_choice: Some(PolicyChoice::Latest(Latest { num_versions: 1 })),
-        });
+        config.version_policy =
+            Some(ModelVersionPolicy { policy_choice: Some(PolicyChoice::Latest(Latest { num_versions: 1 })) });
     }
     let max_batch_size = config.max_batch_size;
     match &mut config.scheduling_choice {
@@ -79,15 +78,9 @@ pub fn normalize(config: &mut ModelConfig, model_name: &str) -> Result<(), Confi
         _ => {}
     }
     if !is_ensemble {
-        let optimization = config
-            .optimization
-            .get_or_insert_with(ModelOptimizationPolicy::default);
-        optimization
-            .input_pinned_memory
-            .get_or_insert(PinnedMemoryBuffer { enable: true });
-        optimization
-            .output_pinned_memory
-            .get_or_insert(PinnedMemoryBuffer { enable: true });
+        let optimization = config.optimization.get_or_insert_with(ModelOptimizationPolicy::default);
+        optimization.input_pinned_memory.get_or_insert(PinnedMemoryBuffer { enable: true });
+        optimization.output_pinned_memory.get_or_insert(PinnedMemoryBuffer { enable: true });
     }
 
     validate_config(config, is_ensemble)?;
@@ -131,20 +124,13 @@ pub fn resolve_instance_groups(config: &mut ModelConfig, gpus: &[i32]) -> Result
         return Ok(());
     }
     if config.instance_group.is_empty() {
-        return Err(ConfigError::Invalid(format!(
-            "must specify one or more 'instance group's for {}",
-            config.name
-        )));
+        return Err(ConfigError::Invalid(format!("must specify one or more 'instance group's for {}", config.name)));
     }
     let model = &config.name;
     for group in &mut config.instance_group {
         if group.kind == Kind::Auto as i32 {
             let all_present = group.gpus.iter().all(|gpu| gpus.contains(gpu));
-            let kind = if gpus.is_empty() || !all_present {
-                Kind::Cpu
-            } else {
-                Kind::Gpu
-            };
+            let kind = if gpus.is_empty() || !all_present { Kind::Cpu } else { Kind::Gpu };
             group.set_kind(kind);
         }
         if group.kind == Kind::Gpu as i32 && group.gpus.is_empty() {
@@ -159,14 +145,10 @@ pub fn resolve_instance_groups(config: &mut ModelConfig, gpus: &[i32]) -> Result
                 )));
             }
             Ok(Kind::Cpu) if !group.gpus.is_empty() => {
-                return Err(ConfigError::Invalid(format!(
-                    "{prefix} has kind KIND_CPU but specifies one or more GPUs"
-                )));
+                return Err(ConfigError::Invalid(format!("{prefix} has kind KIND_CPU but specifies one or more GPUs")));
             }
             Ok(Kind::Gpu) if group.gpus.is_empty() => {
-                return Err(ConfigError::Invalid(format!(
-                    "{prefix} has kind KIND_GPU but no GPUs are available"
-                )));
+                return Err(ConfigError::Invalid(format!("{prefix} has kind KIND_GPU but no GPUs are available")));
             }
             Ok(Kind::Gpu) => {
                 if let Some(gpu) = group.gpus.iter().find(|gpu| !gpus.contains(gpu)) {
@@ -180,10 +162,7 @@ pub fn resolve_instance_groups(config: &mut ModelConfig, gpus: &[i32]) -> Result
             }
             Ok(Kind::Model | Kind::Cpu) => {}
             Ok(Kind::Auto) | Err(_) => {
-                return Err(ConfigError::Invalid(format!(
-                    "{prefix} has unexpected kind {}",
-                    group.kind
-                )));
+                return Err(ConfigError::Invalid(format!("{prefix} has unexpected kind {}", group.kind)));
             }
         }
         if !group.profile.is_empty() {
@@ -204,10 +183,7 @@ fn is_ensemble_config(config: &ModelConfig) -> bool {
 /// Fills in the python backend and refuses every other one; returns whether this is an
 /// ensemble.
 fn check_backend(config: &mut ModelConfig) -> Result<bool, ConfigError> {
-    let unsupported = |requested: String| ConfigError::UnsupportedBackend {
-        model: config.name.clone(),
-        requested,
-    };
+    let unsupported = |requested: String| ConfigError::UnsupportedBackend { model: config.name.clone(), requested };
     if is_ensemble_config(config) {
         if !config.backend.is_empty() {
             return Err(ConfigError::Invalid(format!(
@@ -233,38 +209,25 @@ fn validate_config(config: &ModelConfig, is_ensemble: bool) -> Result<(), Config
     let name = &config.name;
     let invalid = |message: String| Err(ConfigError::Invalid(message));
     if config.max_batch_size < 0 {
-        return invalid(format!(
-            "'max_batch_size' must be non-negative value for {name}"
-        ));
+        return invalid(format!("'max_batch_size' must be non-negative value for {name}"));
     }
     let response_cache = config.response_cache.as_ref().is_some_and(|c| c.enable);
     match &config.scheduling_choice {
         Some(SchedulingChoice::DynamicBatching(batching)) => {
             for &size in &batching.preferred_batch_size {
                 if size <= 0 {
-                    return invalid(format!(
-                        "dynamic batching preferred size must be positive for {name}"
-                    ));
+                    return invalid(format!("dynamic batching preferred size must be positive for {name}"));
                 }
                 if size > config.max_batch_size {
-                    return invalid(format!(
-                        "dynamic batching preferred size must be <= max batch size for {name}"
-                    ));
+                    return invalid(format!("dynamic batching preferred size must be <= max batch size for {name}"));
                 }
             }
             let levels = batching.priority_levels;
             if levels != 0 {
-                if batching.default_priority_level == 0 || batching.default_priority_level > levels
-                {
-                    return invalid(format!(
-                        "default priority level must be in range [1, {levels}] for {name}"
-                    ));
+                if batching.default_priority_level == 0 || batching.default_priority_level > levels {
+                    return invalid(format!("default priority level must be in range [1, {levels}] for {name}"));
                 }
-                if batching
-                    .priority_queue_policy
-                    .keys()
-                    .any(|&level| level == 0 || level > levels)
-                {
+                if batching.priority_queue_policy.keys().any(|&level| level == 0 || level > levels) {
                     return invalid(format!(
                         "priority queue policy must have priority level in range [1, {levels}] \
                          for {name}"
@@ -278,13 +241,9 @@ fn validate_config(config: &ModelConfig, is_ensemble: bool) -> Result<(), Config
                          for {name}"
                     ));
                 }
-                let delays = batching
-                    .default_queue_policy
-                    .iter()
-                    .chain(batching.priority_queue_policy.values())
-                    .any(|policy| {
-                        policy.default_timeout_microseconds != 0
-                            && policy.timeout_action() == TimeoutAction::Delay
+                let delays =
+                    batching.default_queue_policy.iter().chain(batching.priority_queue_policy.values()).any(|policy| {
+                        policy.default_timeout_microseconds != 0 && policy.timeout_action() == TimeoutAction::Delay
                     });
                 if delays {
                     return invalid(format!(
@@ -318,9 +277,7 @@ fn validate_config(config: &ModelConfig, is_ensemble: bool) -> Result<(), Config
                         }
                     }
                 }
-                Some(StrategyChoice::Direct(direct))
-                    if !(0.0..=1.0).contains(&direct.minimum_slot_utilization) =>
-                {
+                Some(StrategyChoice::Direct(direct)) if !(0.0..=1.0).contains(&direct.minimum_slot_utilization) => {
                     return invalid(format!(
                         "sequence batching minimum slot utilization must be in range \
                          (0.0, 1.0] for {name}"
@@ -337,19 +294,13 @@ fn validate_config(config: &ModelConfig, is_ensemble: bool) -> Result<(), Config
                 ));
             }
             if !config.instance_group.is_empty() {
-                return invalid(format!(
-                    "instance group should not be specified for ensemble '{name}'"
-                ));
+                return invalid(format!("instance group should not be specified for ensemble '{name}'"));
             }
             if config.optimization.is_some() {
-                return invalid(format!(
-                    "optimization should not be specified for ensemble '{name}'"
-                ));
+                return invalid(format!("optimization should not be specified for ensemble '{name}'"));
             }
             if !config.model_warmup.is_empty() {
-                return invalid(format!(
-                    "model_warmup can not be specified for ensemble '{name}'"
-                ));
+                return invalid(format!("model_warmup can not be specified for ensemble '{name}'"));
             }
             if ensemble.step.is_empty() {
                 return invalid(format!("must specify 'step' for ensemble '{name}'"));
@@ -364,28 +315,18 @@ fn validate_config(config: &ModelConfig, is_ensemble: bool) -> Result<(), Config
                 } else {
                     continue;
                 };
-                return invalid(format!(
-                    "must specify '{missing}' in step {index} of ensemble '{name}'"
-                ));
+                return invalid(format!("must specify '{missing}' in step {index} of ensemble '{name}'"));
             }
         }
         None => {}
     }
-    if is_ensemble
-        && !matches!(
-            config.scheduling_choice,
-            Some(SchedulingChoice::EnsembleScheduling(_))
-        )
-    {
+    if is_ensemble && !matches!(config.scheduling_choice, Some(SchedulingChoice::EnsembleScheduling(_))) {
         return invalid(format!(
             "ensemble scheduling must be set for ensemble {name} whose platform is \
              {ENSEMBLE_PLATFORM}"
         ));
     }
-    let decoupled = config
-        .model_transaction_policy
-        .as_ref()
-        .is_some_and(|p| p.decoupled);
+    let decoupled = config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
     if decoupled && response_cache {
         return invalid(format!(
             "Response Cache does not currently support model {name} with 'decoupled' \
@@ -432,16 +373,13 @@ fn validate_io(config: &ModelConfig) -> Result<(), ConfigError> {
     });
     let mut seen = HashSet::new();
     for (io, format_ok) in inputs.chain(outputs) {
-        let for_model =
-            |message: String| ConfigError::Invalid(format!("{message} for {}", config.name));
+        let for_model = |message: String| ConfigError::Invalid(format!("{message} for {}", config.name));
         validate_shape(&io, config.max_batch_size).map_err(for_model)?;
         if !format_ok {
             return Err(for_model("model input NHWC/NCHW require 3 dims".to_owned()));
         }
         if io.is_shape_tensor {
-            return Err(for_model(
-                "shape tensors are only supported for TensorRT platform".to_owned(),
-            ));
+            return Err(for_model("shape tensors are only supported for TensorRT platform".to_owned()));
         }
         if !seen.insert((io.direction, io.name)) {
             return Err(ConfigError::Invalid(format!(
@@ -492,10 +430,7 @@ fn validate_shape(io: &Io<'_>, max_batch_size: i32) -> Result<(), String> {
     // on both sides, the runs between them must match ([2, 4, -1, 6] -> [8, -1, 1, 6] is
     // valid). An empty reshape (a scalar) needs dims of one element.
     let different_size = || Err(format!("{prefix} has different size for dims and reshape"));
-    match (
-        io.dims.contains(&WILDCARD_DIM),
-        reshape.contains(&WILDCARD_DIM),
-    ) {
+    match (io.dims.contains(&WILDCARD_DIM), reshape.contains(&WILDCARD_DIM)) {
         (true, true) => {
             let (dims, reshape) = (trunks(io.dims), trunks(reshape));
             if dims.len() != reshape.len() {
@@ -523,10 +458,7 @@ fn validate_shape(io: &Io<'_>, max_batch_size: i32) -> Result<(), String> {
 /// Element counts of the runs of fixed dimensions between wildcards (`None` on overflow).
 fn trunks(dims: &[i64]) -> Vec<Option<i64>> {
     dims.split(|&dim| dim == WILDCARD_DIM)
-        .map(|run| {
-            run.iter()
-                .try_fold(1_i64, |count, &dim| count.checked_mul(dim))
-        })
+        .map(|run| run.iter().try_fold(1_i64, |count, &dim| count.checked_mul(dim)))
         .collect()
 }
 

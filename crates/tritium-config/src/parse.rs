@@ -27,27 +27,17 @@ pub fn load_config(model_dir: &Path) -> Result<Option<ModelConfig>, ConfigError>
 
 /// Parses the text of a config.pbtxt; `file` only names it in errors.
 pub fn parse_config(text: &str, file: &Path) -> Result<ModelConfig, ConfigError> {
-    let message = DynamicMessage::parse_text_format(model_config_descriptor(), text)
-        .map_err(|e| parse_error(&e, text, file))?;
-    message
-        .transcode_to::<ModelConfig>()
-        .map_err(|e| ConfigError::Invalid(format!("{}: {e}", file.display())))
+    let message =
+        DynamicMessage::parse_text_format(model_config_descriptor(), text).map_err(|e| parse_error(&e, text, file))?;
+    message.transcode_to::<ModelConfig>().map_err(|e| ConfigError::Invalid(format!("{}: {e}", file.display())))
 }
 
 fn parse_error(error: &ParseError, text: &str, file: &Path) -> ConfigError {
     // The parser reports where through its miette labels; errors without one (end of input)
     // are at the end of the text.
-    let offset = error
-        .labels()
-        .and_then(|mut labels| labels.next())
-        .map_or(text.len(), |label| label.offset());
+    let offset = error.labels().and_then(|mut labels| labels.next()).map_or(text.len(), |label| label.offset());
     let (line, column) = line_column(text, offset);
-    ConfigError::Parse {
-        path: PathBuf::from(file),
-        line,
-        column,
-        message: error.to_string(),
-    }
+    ConfigError::Parse { path: PathBuf::from(file), line, column, message: error.to_string() }
 }
 
 /// 1-based line and column (in characters) of a byte offset.

@@ -14,14 +14,8 @@ use crate::ConfigError;
 /// Triton) every one, `specific` exactly the listed ones. Unlike Triton, which logs a missing
 /// specific version and loads the rest, a listed version without a directory is an error. No
 /// version at all is an error, as in Triton.
-pub fn model_versions(
-    model_dir: &Path,
-    policy: &ModelVersionPolicy,
-) -> Result<Vec<i64>, ConfigError> {
-    let io_error = |source| ConfigError::Io {
-        path: model_dir.to_path_buf(),
-        source,
-    };
+pub fn model_versions(model_dir: &Path, policy: &ModelVersionPolicy) -> Result<Vec<i64>, ConfigError> {
+    let io_error = |source| ConfigError::Io { path: model_dir.to_path_buf(), source };
     let mut present = BTreeSet::new();
     for entry in std::fs::read_dir(model_dir).map_err(io_error)? {
         let entry = entry.map_err(io_error)?;
@@ -34,10 +28,9 @@ pub fn model_versions(
         }
     }
 
-    let model = model_dir.file_name().map_or_else(
-        || model_dir.display().to_string(),
-        |name| name.to_string_lossy().into_owned(),
-    );
+    let model = model_dir
+        .file_name()
+        .map_or_else(|| model_dir.display().to_string(), |name| name.to_string_lossy().into_owned());
     let versions: Vec<i64> = match &policy.policy_choice {
         Some(PolicyChoice::Latest(latest)) => {
             let n = usize::try_from(latest.num_versions).unwrap_or(usize::MAX);

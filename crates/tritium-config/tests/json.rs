@@ -4,15 +4,12 @@ use std::path::Path;
 
 use serde_json::json;
 use tritium_config::{
-    from_json, load_config, normalize, parse_config, resolve_instance_groups, to_json, ConfigError,
-    ModelConfig,
+    from_json, load_config, normalize, parse_config, resolve_instance_groups, to_json, ConfigError, ModelConfig,
 };
 use tritium_proto::inference::{model_config::SchedulingChoice, DataType};
 
 fn fixture(name: &str) -> ModelConfig {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
     match load_config(&dir) {
         Ok(Some(config)) => config,
         other => panic!("fixture {name}: {other:?}"),
@@ -90,23 +87,14 @@ fn sixty_four_bit_integers_are_numbers_and_maps_are_objects() {
     )
     .expect("parses");
     let json = to_json(&config);
-    assert_eq!(
-        json["input"][0]["dims"],
-        json!([-1, 9_007_199_254_740_993_i64])
-    );
-    assert_eq!(
-        json["version_policy"],
-        json!({ "specific": { "versions": [1, 3] } })
-    );
+    assert_eq!(json["input"][0]["dims"], json!([-1, 9_007_199_254_740_993_i64]));
+    assert_eq!(json["version_policy"], json!({ "specific": { "versions": [1, 3] } }));
     let batching = &json["dynamic_batching"];
     assert_eq!(batching["max_queue_delay_microseconds"], json!(u64::MAX));
     assert_eq!(batching["priority_levels"], json!(2));
     assert_eq!(batching["preferred_batch_size"], json!([]));
     // JSON object keys are strings, also for map<uint64, ...>.
-    assert_eq!(
-        batching["priority_queue_policy"]["2"]["default_timeout_microseconds"],
-        json!(10)
-    );
+    assert_eq!(batching["priority_queue_policy"]["2"]["default_timeout_microseconds"], json!(10));
     assert_eq!(json["parameters"], json!({ "k": { "string_value": "v" } }));
     // Unset oneof members and messages are left out.
     assert!(json.get("sequence_batching").is_none());
@@ -117,14 +105,7 @@ fn sixty_four_bit_integers_are_numbers_and_maps_are_objects() {
 
 #[test]
 fn every_fixture_round_trips_through_json() {
-    for name in [
-        "add_sub",
-        "batched_gpu",
-        "decoupled_streaming",
-        "specific_versions",
-        "ensemble",
-        "sequence_bls",
-    ] {
+    for name in ["add_sub", "batched_gpu", "decoupled_streaming", "specific_versions", "ensemble", "sequence_bls"] {
         let config = fixture(name);
         let back = from_json(&to_json(&config)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(back, config, "{name}");
@@ -152,20 +133,14 @@ fn from_json_reads_auto_complete_output() {
         Some(SchedulingChoice::DynamicBatching(ref b))
             if b.preferred_batch_size == [2, 4] && b.max_queue_delay_microseconds == 500
     ));
-    assert_eq!(
-        config.model_transaction_policy.map(|p| p.decoupled),
-        Some(true)
-    );
+    assert_eq!(config.model_transaction_policy.map(|p| p.decoupled), Some(true));
 }
 
 #[test]
 fn from_json_refuses_what_triton_refuses() {
     for (json, reason) in [
         (json!({ "max_batch_size": 1, "bogus": true }), "bogus"),
-        (
-            json!({ "input": [{ "name": "X", "data_type": "FP32" }] }),
-            "input[0].data_type: ",
-        ),
+        (json!({ "input": [{ "name": "X", "data_type": "FP32" }] }), "input[0].data_type: "),
         (json!({ "max_batch_size": "eight" }), "max_batch_size: "),
         (json!({ "input": { "name": "X" } }), "input"),
         (json!([1, 2]), ""),
@@ -178,11 +153,7 @@ fn from_json_refuses_what_triton_refuses() {
 
 #[test]
 fn from_json_errors_say_where() {
-    let err = from_json(&json!({ "output": [{ "name": "A" }, { "name": "B", "dims": [1, "x"] }] }))
-        .expect_err("bad dims");
-    assert!(
-        err.to_string()
-            .starts_with("invalid JSON model configuration: output[1].dims[1]: "),
-        "{err}"
-    );
+    let err =
+        from_json(&json!({ "output": [{ "name": "A" }, { "name": "B", "dims": [1, "x"] }] })).expect_err("bad dims");
+    assert!(err.to_string().starts_with("invalid JSON model configuration: output[1].dims[1]: "), "{err}");
 }

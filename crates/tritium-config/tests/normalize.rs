@@ -21,9 +21,7 @@ fn normalized(text: &str, model: &str) -> Result<ModelConfig, ConfigError> {
 }
 
 fn fixture(name: &str) -> ModelConfig {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
     match load_config(&dir) {
         Ok(Some(config)) => config,
         other => panic!("fixture {name}: {other:?}"),
@@ -46,22 +44,13 @@ fn defaults_for_a_minimal_python_model() {
         Some(PolicyChoice::Latest(Latest { num_versions: 1 }))
     );
     let optimization = config.optimization.expect("optimization");
-    assert_eq!(
-        optimization.input_pinned_memory.map(|m| m.enable),
-        Some(true)
-    );
-    assert_eq!(
-        optimization.output_pinned_memory.map(|m| m.enable),
-        Some(true)
-    );
+    assert_eq!(optimization.input_pinned_memory.map(|m| m.enable), Some(true));
+    assert_eq!(optimization.output_pinned_memory.map(|m| m.enable), Some(true));
     // Triton names the group it adds after the model itself; its kind is settled by
     // resolve_instance_groups.
     assert_eq!(config.instance_group.len(), 1);
     let group = &config.instance_group[0];
-    assert_eq!(
-        (group.name.as_str(), group.kind(), group.count),
-        ("m", Kind::Auto, 1)
-    );
+    assert_eq!((group.name.as_str(), group.kind(), group.count), ("m", Kind::Auto, 1));
 }
 
 #[test]
@@ -73,23 +62,10 @@ fn written_values_are_kept() {
     };
     assert_eq!(batching.preferred_batch_size, [4, 8]);
     let optimization = config.optimization.expect("optimization");
-    assert_eq!(
-        optimization.input_pinned_memory.map(|m| m.enable),
-        Some(false)
-    );
-    assert_eq!(
-        optimization.output_pinned_memory.map(|m| m.enable),
-        Some(true)
-    );
-    let groups: Vec<_> = config
-        .instance_group
-        .iter()
-        .map(|g| (g.name.as_str(), g.kind(), g.count))
-        .collect();
-    assert_eq!(
-        groups,
-        [("batched_gpu_0", Kind::Gpu, 2), ("spare", Kind::Cpu, 1)]
-    );
+    assert_eq!(optimization.input_pinned_memory.map(|m| m.enable), Some(false));
+    assert_eq!(optimization.output_pinned_memory.map(|m| m.enable), Some(true));
+    let groups: Vec<_> = config.instance_group.iter().map(|g| (g.name.as_str(), g.kind(), g.count)).collect();
+    assert_eq!(groups, [("batched_gpu_0", Kind::Gpu, 2), ("spare", Kind::Cpu, 1)]);
 
     let mut config = fixture("decoupled_streaming");
     normalize(&mut config, "decoupled_streaming").expect("valid");
@@ -102,11 +78,7 @@ fn written_values_are_kept() {
 
 #[test]
 fn batching_defaults() {
-    let config = normalized(
-        &format!("max_batch_size: 16 dynamic_batching {{}} {IO}"),
-        "m",
-    )
-    .expect("valid");
+    let config = normalized(&format!("max_batch_size: 16 dynamic_batching {{}} {IO}"), "m").expect("valid");
     assert!(matches!(
         config.scheduling_choice,
         Some(SchedulingChoice::DynamicBatching(ref b)) if b.preferred_batch_size == [16]
@@ -146,14 +118,7 @@ fn ensembles_get_no_instance_groups() {
 
 #[test]
 fn every_fixture_is_valid() {
-    for name in [
-        "add_sub",
-        "batched_gpu",
-        "decoupled_streaming",
-        "specific_versions",
-        "ensemble",
-        "sequence_bls",
-    ] {
+    for name in ["add_sub", "batched_gpu", "decoupled_streaming", "specific_versions", "ensemble", "sequence_bls"] {
         let mut config = fixture(name);
         normalize(&mut config, name).unwrap_or_else(|e| panic!("{name}: {e}"));
         resolve_instance_groups(&mut config, &[0, 1]).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -310,10 +275,7 @@ fn refusals_with_triton_texts() {
     ];
     for (model, text, expected) in cases {
         let err = normalized(text, model).expect_err(text);
-        assert!(
-            err.to_string().contains(expected),
-            "{text}\n got: {err}\nwant: {expected}"
-        );
+        assert!(err.to_string().contains(expected), "{text}\n got: {err}\nwant: {expected}");
     }
 }
 
@@ -388,20 +350,12 @@ fn device_kinds_follow_triton() {
     ];
     for (groups, gpus, expected) in cases {
         let mut config = normalized(&format!("{groups} {IO}"), "m").expect(groups);
-        let got = resolve_instance_groups(&mut config, gpus).map(|()| {
-            config
-                .instance_group
-                .iter()
-                .map(|g| (g.kind(), g.gpus.clone()))
-                .collect::<Vec<_>>()
-        });
+        let got = resolve_instance_groups(&mut config, gpus)
+            .map(|()| config.instance_group.iter().map(|g| (g.kind(), g.gpus.clone())).collect::<Vec<_>>());
         match (got, expected) {
             (Ok(got), Ok(expected)) => assert_eq!(&got, expected, "{groups} on {gpus:?}"),
             (Err(err), Err(expected)) => {
-                assert!(
-                    err.to_string().contains(expected),
-                    "{groups} on {gpus:?}: {err}"
-                )
+                assert!(err.to_string().contains(expected), "{groups} on {gpus:?}: {err}")
             }
             (got, expected) => panic!("{groups} on {gpus:?}: got {got:?}, want {expected:?}"),
         }
@@ -413,8 +367,5 @@ fn resolve_refuses_a_config_without_groups() {
     let mut config = parse(IO);
     config.name = "m".into();
     let err = resolve_instance_groups(&mut config, &[]).expect_err("no groups");
-    assert_eq!(
-        err.to_string(),
-        "must specify one or more 'instance group's for m"
-    );
+    assert_eq!(err.to_string(), "must specify one or more 'instance group's for m");
 }

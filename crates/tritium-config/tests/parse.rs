@@ -19,9 +19,7 @@ use tritium_proto::inference::{
 };
 
 fn fixture_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 fn fixture(name: &str) -> ModelConfig {
@@ -32,21 +30,11 @@ fn fixture(name: &str) -> ModelConfig {
 }
 
 fn input(name: &str, data_type: DataType, dims: &[i64]) -> ModelInput {
-    ModelInput {
-        name: name.into(),
-        data_type: data_type as i32,
-        dims: dims.to_vec(),
-        ..Default::default()
-    }
+    ModelInput { name: name.into(), data_type: data_type as i32, dims: dims.to_vec(), ..Default::default() }
 }
 
 fn output(name: &str, data_type: DataType, dims: &[i64]) -> ModelOutput {
-    ModelOutput {
-        name: name.into(),
-        data_type: data_type as i32,
-        dims: dims.to_vec(),
-        ..Default::default()
-    }
+    ModelOutput { name: name.into(), data_type: data_type as i32, dims: dims.to_vec(), ..Default::default() }
 }
 
 #[test]
@@ -54,26 +42,14 @@ fn add_sub_lists_of_messages_without_colon() {
     let config = fixture("add_sub");
     assert_eq!(config.name, "add_sub");
     assert_eq!(config.backend, "python");
-    assert_eq!(
-        config.input,
-        [
-            input("INPUT0", DataType::TypeFp32, &[4]),
-            input("INPUT1", DataType::TypeFp32, &[4]),
-        ]
-    );
+    assert_eq!(config.input, [input("INPUT0", DataType::TypeFp32, &[4]), input("INPUT1", DataType::TypeFp32, &[4]),]);
     assert_eq!(
         config.output,
-        [
-            output("OUTPUT0", DataType::TypeFp32, &[4]),
-            output("OUTPUT1", DataType::TypeFp32, &[4]),
-        ]
+        [output("OUTPUT0", DataType::TypeFp32, &[4]), output("OUTPUT1", DataType::TypeFp32, &[4]),]
     );
     assert_eq!(config.instance_group.len(), 1);
     assert_eq!(config.instance_group[0].kind(), Kind::Cpu);
-    assert_eq!(
-        config.version_policy, None,
-        "nothing is defaulted while parsing"
-    );
+    assert_eq!(config.version_policy, None, "nothing is defaulted while parsing");
 }
 
 #[test]
@@ -85,10 +61,7 @@ fn batched_gpu_dynamic_batching_and_instance_groups() {
     assert_eq!(config.input[1].data_type(), DataType::TypeString);
     assert_eq!(config.input[1].dims, [-1]);
     assert!(config.input[1].allow_ragged_batch);
-    assert_eq!(
-        config.input[2].reshape,
-        Some(ModelTensorReshape { shape: vec![] })
-    );
+    assert_eq!(config.input[2].reshape, Some(ModelTensorReshape { shape: vec![] }));
     assert!(config.input[2].optional);
     assert_eq!(config.output[0].label_filename, "labels.txt");
     assert_eq!(config.output[0].data_type(), DataType::TypeFp16);
@@ -98,10 +71,7 @@ fn batched_gpu_dynamic_batching_and_instance_groups() {
     };
     assert_eq!(batching.preferred_batch_size, [4, 8]);
     assert_eq!(batching.max_queue_delay_microseconds, 100);
-    let policy = batching
-        .default_queue_policy
-        .as_ref()
-        .expect("queue policy");
+    let policy = batching.default_queue_policy.as_ref().expect("queue policy");
     assert_eq!(policy.timeout_action(), TimeoutAction::Delay);
     assert_eq!(policy.default_timeout_microseconds, 5_000_000);
     assert_eq!(policy.max_queue_size, 64);
@@ -109,23 +79,12 @@ fn batched_gpu_dynamic_batching_and_instance_groups() {
     let groups = &config.instance_group;
     assert_eq!(groups.len(), 2);
     assert_eq!(
-        (
-            groups[0].name.as_str(),
-            groups[0].kind(),
-            groups[0].count,
-            groups[0].gpus.as_slice()
-        ),
+        (groups[0].name.as_str(), groups[0].kind(), groups[0].count, groups[0].gpus.as_slice()),
         ("", Kind::Gpu, 2, &[0, 1][..])
     );
-    assert_eq!(
-        (groups[1].name.as_str(), groups[1].kind(), groups[1].count),
-        ("spare", Kind::Cpu, 1)
-    );
+    assert_eq!((groups[1].name.as_str(), groups[1].kind(), groups[1].count), ("spare", Kind::Cpu, 1));
     let optimization = config.optimization.as_ref().expect("optimization");
-    assert_eq!(
-        optimization.input_pinned_memory.map(|m| m.enable),
-        Some(false)
-    );
+    assert_eq!(optimization.input_pinned_memory.map(|m| m.enable), Some(false));
     assert_eq!(optimization.output_pinned_memory, None);
 }
 
@@ -134,19 +93,13 @@ fn decoupled_parameters_in_every_spelling() {
     let config = fixture("decoupled_streaming");
     assert_eq!(config.name, "", "no name in the file");
     assert_eq!(config.default_model_filename, "streamer.py");
-    assert_eq!(
-        config.model_transaction_policy.map(|p| p.decoupled),
-        Some(true)
-    );
+    assert_eq!(config.model_transaction_policy.map(|p| p.decoupled), Some(true));
     assert_eq!(config.input[1], {
         let mut max_tokens = input("MAX_TOKENS", DataType::TypeInt32, &[1]);
         max_tokens.optional = true;
         max_tokens
     });
-    assert_eq!(
-        config.output,
-        [output("TOKEN", DataType::TypeString, &[-1])]
-    );
+    assert_eq!(config.output, [output("TOKEN", DataType::TypeString, &[-1])]);
     let expected: HashMap<String, ModelParameter> = [
         ("EXECUTION_ENV_PATH", "$$TRITON_MODEL_DIRECTORY/env.tar.gz"),
         ("temperature", "0.7"),
@@ -154,14 +107,7 @@ fn decoupled_parameters_in_every_spelling() {
         ("top_p", "0.9"),
     ]
     .into_iter()
-    .map(|(k, v)| {
-        (
-            k.to_owned(),
-            ModelParameter {
-                string_value: v.to_owned(),
-            },
-        )
-    })
+    .map(|(k, v)| (k.to_owned(), ModelParameter { string_value: v.to_owned() }))
     .collect();
     assert_eq!(config.parameters, expected);
     assert_eq!(
@@ -176,17 +122,10 @@ fn specific_versions_reshape_and_warmup() {
     let config = fixture("specific_versions");
     assert_eq!(
         config.version_policy.and_then(|p| p.policy_choice),
-        Some(PolicyChoice::Specific(Specific {
-            versions: vec![1, 3]
-        }))
+        Some(PolicyChoice::Specific(Specific { versions: vec![1, 3] }))
     );
     assert_eq!(config.input[0].dims, [-1, 2]);
-    assert_eq!(
-        config.input[0].reshape,
-        Some(ModelTensorReshape {
-            shape: vec![-1, 1, 2]
-        })
-    );
+    assert_eq!(config.input[0].reshape, Some(ModelTensorReshape { shape: vec![-1, 1, 2] }));
     assert!(matches!(
         &config.scheduling_choice,
         Some(SchedulingChoice::DynamicBatching(b)) if b.preferred_batch_size.is_empty()
@@ -206,10 +145,7 @@ fn ensemble_steps_with_map_fields() {
         panic!("ensemble_scheduling expected");
     };
     let map = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|&(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
+        pairs.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())).collect()
     };
     let expected = [
         Step {
@@ -255,10 +191,7 @@ fn sequence_batching_controls_and_state() {
     assert_eq!(corrid.kind(), control::Kind::ControlSequenceCorrid);
     assert_eq!(corrid.data_type(), DataType::TypeUint64);
     let state = &batching.state[0];
-    assert_eq!(
-        (state.input_name.as_str(), state.output_name.as_str()),
-        ("STATE_IN", "STATE_OUT")
-    );
+    assert_eq!((state.input_name.as_str(), state.output_name.as_str()), ("STATE_IN", "STATE_OUT"));
     assert_eq!(state.initial_state[0].name, "zeros");
 }
 
@@ -293,55 +226,26 @@ fn parse_errors_name_file_line_column_and_reason() {
             "field 'bogus' not found for message 'inference.ModelConfig'",
         ),
         // A scalar list still needs its colon, as in protobuf's own parser.
-        (
-            "input [\n  {\n    name: \"x\"\n    dims [ 4 ]\n  }\n]\n",
-            4,
-            10,
-            "expected ':', but found '['",
-        ),
+        ("input [\n  {\n    name: \"x\"\n    dims [ 4 ]\n  }\n]\n", 4, 10, "expected ':', but found '['"),
         (
             "input [ { name: \"x\" data_type: FP32 } ]",
             1,
             32,
             "value 'FP32' was not found for enum 'inference.DataType'",
         ),
-        (
-            "max_batch_size: 8\nmax_batch_size: 4\n",
-            2,
-            17,
-            "'max_batch_size' is already set",
-        ),
-        (
-            "max_batch_size: -1.5",
-            1,
-            18,
-            "expected an integer, but found '1.5'",
-        ),
+        ("max_batch_size: 8\nmax_batch_size: 4\n", 2, 17, "'max_batch_size' is already set"),
+        ("max_batch_size: -1.5", 1, 18, "expected an integer, but found '1.5'"),
         // Unterminated: reported at the end of the input.
         ("input [ {\n  name: \"x\"\n", 3, 1, "expected"),
         ("name: \"é\" é", 1, 11, "invalid token"),
     ];
     for (text, line, column, reason) in cases {
         let err = parse_config(text, file).expect_err(text);
-        let ConfigError::Parse {
-            path,
-            line: l,
-            column: c,
-            message,
-        } = &err
-        else {
+        let ConfigError::Parse { path, line: l, column: c, message } = &err else {
             panic!("{text:?}: not a parse error: {err:?}");
         };
-        assert_eq!(
-            (path.as_path(), *l, *c),
-            (file, line, column),
-            "{text:?}: {err}"
-        );
+        assert_eq!((path.as_path(), *l, *c), (file, line, column), "{text:?}: {err}");
         assert!(message.contains(reason), "{text:?}: {message}");
-        assert!(
-            err.to_string()
-                .starts_with(&format!("/repo/m/config.pbtxt:{line}:{column}: ")),
-            "{err}"
-        );
+        assert!(err.to_string().starts_with(&format!("/repo/m/config.pbtxt:{line}:{column}: ")), "{err}");
     }
 }

@@ -20,9 +20,7 @@ fn model_dir() -> tempfile::TempDir {
 }
 
 fn policy(choice: Option<PolicyChoice>) -> ModelVersionPolicy {
-    ModelVersionPolicy {
-        policy_choice: choice,
-    }
+    ModelVersionPolicy { policy_choice: choice }
 }
 
 fn latest(n: u32) -> ModelVersionPolicy {
@@ -30,9 +28,7 @@ fn latest(n: u32) -> ModelVersionPolicy {
 }
 
 fn specific(versions: &[i64]) -> ModelVersionPolicy {
-    policy(Some(PolicyChoice::Specific(Specific {
-        versions: versions.to_vec(),
-    })))
+    policy(Some(PolicyChoice::Specific(Specific { versions: versions.to_vec() })))
 }
 
 #[test]
@@ -63,12 +59,7 @@ fn a_symlinked_version_directory_counts() {
 #[test]
 fn missing_specific_version_is_named() {
     let dir = model_dir();
-    let name = dir
-        .path()
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("utf-8 name")
-        .to_owned();
+    let name = dir.path().file_name().and_then(|n| n.to_str()).expect("utf-8 name").to_owned();
     for (versions, missing) in [(&[1, 4][..], 4), (&[5][..], 5), (&[1][..], -1)] {
         let result = model_versions(dir.path(), &specific(versions));
         if missing < 0 {
@@ -91,16 +82,10 @@ fn missing_specific_version_is_named() {
 fn no_version_at_all_is_an_error() {
     let empty = tempfile::tempdir().expect("tempdir");
     let dir = model_dir();
-    for (path, policy) in [
-        (empty.path(), latest(1)),
-        (dir.path(), latest(0)),
-        (dir.path(), specific(&[])),
-    ] {
+    for (path, policy) in [(empty.path(), latest(1)), (dir.path(), latest(0)), (dir.path(), specific(&[]))] {
         let err = model_versions(path, &policy).expect_err("no versions");
         assert!(
-            err.to_string().starts_with(
-                "at least one version must be available under the version policy of model"
-            ),
+            err.to_string().starts_with("at least one version must be available under the version policy of model"),
             "{err}"
         );
     }

@@ -88,7 +88,11 @@ pub fn check_peer(peer: Option<IpAddr>, authorization: Option<&[u8]>, token: Opt
     let Some(sent) = authorization.and_then(bearer_token) else {
         return Err(Refusal::TokenMissing);
     };
-    if constant_time_eq(sent, token.as_bytes()) { Ok(()) } else { Err(Refusal::TokenWrong) }
+    if constant_time_eq(sent, token.as_bytes()) {
+        Ok(())
+    } else {
+        Err(Refusal::TokenWrong)
+    }
 }
 
 /// The token of an `authorization: Bearer <token>` value (the scheme is case-insensitive).
@@ -141,7 +145,8 @@ impl Admin for AdminService {
         let filter = (!model.is_empty()).then_some(model.as_str());
         let mut stubs: Vec<StubInfo> = self.server.instances(filter).into_iter().map(stub_to_proto).collect();
         // A model in the repository that is not loaded has no stubs; a name nobody knows is an error.
-        if stubs.is_empty() && filter.is_some() && !self.server.repository_index(false).iter().any(|e| e.name == model) {
+        if stubs.is_empty() && filter.is_some() && !self.server.repository_index(false).iter().any(|e| e.name == model)
+        {
             return Err(unknown_model(&model));
         }
         stubs.sort_by(|a, b| (&a.model, a.version, &a.instance).cmp(&(&b.model, b.version, &b.instance)));
@@ -218,7 +223,12 @@ mod tests {
         use tonic::transport::server::TcpConnectInfo;
         let server = Server::new(tritium_server::ServerOptions {
             repository: std::env::temp_dir().join("tritium-admin-test-nonexistent"),
-            stub: tritium_host::StubCommand { python: "python3".into(), python_path: ".".into(), env: Vec::new(), spin: 0 },
+            stub: tritium_host::StubCommand {
+                python: "python3".into(),
+                python_path: ".".into(),
+                env: Vec::new(),
+                spin: 0,
+            },
             supervision: Default::default(),
             auto_complete: false,
             strict_readiness: true,

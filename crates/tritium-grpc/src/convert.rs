@@ -18,11 +18,12 @@ use tritium_proto::inference::model_repository_parameter::ParameterChoice as Rep
 use tritium_proto::inference::repository_index_response::ModelIndex;
 use tritium_proto::inference::{
     InferBatchStatistics, InferParameter, InferStatistics, InferTensorContents, ModelInferRequest, ModelInferResponse,
-    ModelMetadataResponse, ModelRepositoryParameter, ModelStatistics, RepositoryIndexResponse, ServerMetadataResponse, StatisticDuration,
+    ModelMetadataResponse, ModelRepositoryParameter, ModelStatistics, RepositoryIndexResponse, ServerMetadataResponse,
+    StatisticDuration,
 };
 use tritium_server::{
-    parse_version, CorrelationId, DataType, ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, InputTensor,
-    ModelMetadata, ModelStats, OutputTensor, ParamValue, ServerMetadata, StatDuration, TensorMetadata,
+    parse_version, CorrelationId, DataType, ErrorKind, IndexEntry, InferError, InferRequest, InferResponse,
+    InputTensor, ModelMetadata, ModelStats, OutputTensor, ParamValue, ServerMetadata, StatDuration, TensorMetadata,
 };
 
 /// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START`.
@@ -162,8 +163,8 @@ pub fn request_parameters(params: &HashMap<String, InferParameter>) -> Result<Re
                     Some(ParameterChoice::DoubleParam(v)) => ParamValue::Double(*v),
                     Some(ParameterChoice::Uint64Param(_)) | None => {
                         return Err(invalid(format!(
-                            "invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
-                        )))
+                        "invalid value type for '{key}' parameter, expected int64_param, bool_param, or string_param."
+                    )))
                     }
                 };
                 out.parameters.push((key.clone(), value));
@@ -202,7 +203,10 @@ pub struct ShmRef {
 }
 
 /// Reads a tensor's `shared_memory_*` parameters with Triton's checks and texts.
-pub fn shared_memory_params(tensor: &str, params: &HashMap<String, InferParameter>) -> Result<Option<ShmRef>, InferError> {
+pub fn shared_memory_params(
+    tensor: &str,
+    params: &HashMap<String, InferParameter>,
+) -> Result<Option<ShmRef>, InferError> {
     let choice = |key: &str| params.get(key).map(|p| p.parameter_choice.as_ref());
     let region = match choice("shared_memory_region") {
         None => None,
@@ -291,8 +295,9 @@ pub fn serialize_bytes<B: AsRef<[u8]>>(input: &str, elements: &[B]) -> Result<Ve
     let mut out = Vec::with_capacity(total);
     for e in elements {
         let e = e.as_ref();
-        let len = u32::try_from(e.len())
-            .map_err(|_| invalid(format!("element of input '{input}' is {} bytes, more than a BYTES element can hold", e.len())))?;
+        let len = u32::try_from(e.len()).map_err(|_| {
+            invalid(format!("element of input '{input}' is {} bytes, more than a BYTES element can hold", e.len()))
+        })?;
         out.extend_from_slice(&len.to_le_bytes());
         out.extend_from_slice(e);
     }
@@ -303,7 +308,12 @@ pub fn serialize_bytes<B: AsRef<[u8]>>(input: &str, elements: &[B]) -> Result<Ve
 /// builds them: little-endian elements, `BOOL` as one byte, `INT8`/`INT16` from `int_contents`
 /// and `UINT8`/`UINT16` from `uint_contents`, `BYTES` serialized with length prefixes. `FP16` and
 /// `BF16` have no typed field and must come as raw contents.
-pub fn typed_contents(input: &str, model: &str, dtype: DataType, c: &InferTensorContents) -> Result<Vec<u8>, InferError> {
+pub fn typed_contents(
+    input: &str,
+    model: &str,
+    dtype: DataType,
+    c: &InferTensorContents,
+) -> Result<Vec<u8>, InferError> {
     let mut data: Option<Vec<u8>> = None;
     if !c.bool_contents.is_empty() {
         check_typed(input, model, DataType::Bool, dtype, data.is_some())?;
@@ -354,7 +364,11 @@ pub fn typed_contents(input: &str, model: &str, dtype: DataType, c: &InferTensor
 /// The inputs of a request with their data, taken from typed `contents` or, in order, from
 /// `raw_input_contents` (Triton's `InferGRPCToInput`). Raw contents beyond the inputs that use
 /// them are ignored, as Triton ignores them.
-pub fn decode_inputs(model: &str, inputs: Vec<InferInputTensor>, raw: &[Bytes]) -> Result<Vec<InputTensor>, InferError> {
+pub fn decode_inputs(
+    model: &str,
+    inputs: Vec<InferInputTensor>,
+    raw: &[Bytes],
+) -> Result<Vec<InputTensor>, InferError> {
     // Triton adds every input (name, datatype, shape) before it reads any data.
     let dtypes = inputs.iter().map(|io| parse_datatype(&io.name, &io.datatype)).collect::<Result<Vec<_>, _>>()?;
     let mut out = Vec::with_capacity(inputs.len());
@@ -372,8 +386,8 @@ pub fn decode_inputs(model: &str, inputs: Vec<InferInputTensor>, raw: &[Bytes]) 
         let data = match &io.contents {
             Some(_) if !raw.is_empty() => {
                 return Err(invalid(format!(
-                    "contents field must not be specified when using raw_input_contents for '{name}' for model '{model}'"
-                )))
+                "contents field must not be specified when using raw_input_contents for '{name}' for model '{model}'"
+            )))
             }
             Some(contents) => Bytes::from(typed_contents(&name, model, datatype, contents)?),
             None => match raw.get(raw_index) {
@@ -511,9 +525,17 @@ pub fn check_response_size(size: usize) -> Result<(), InferError> {
 /// C++'s `std::to_string` of a floating-point value (`%f`).
 fn float_text(v: f64) -> String {
     if v.is_nan() {
-        if v.is_sign_negative() { "-nan".into() } else { "nan".into() }
+        if v.is_sign_negative() {
+            "-nan".into()
+        } else {
+            "nan".into()
+        }
     } else if v.is_infinite() {
-        if v < 0.0 { "-inf".into() } else { "inf".into() }
+        if v < 0.0 {
+            "-inf".into()
+        } else {
+            "inf".into()
+        }
     } else {
         format!("{v:.6}")
     }
@@ -605,8 +627,10 @@ pub fn classify(output: &OutputTensor, k: u32, batching: bool) -> Result<(Vec<i6
         if n > MAX_CLASSIFICATION_ELEMENTS {
             return Err(invalid("classification output tensor too large"));
         }
-        let values: Vec<(f64, String)> =
-            chunk.chunks_exact(size).map(|e| class_value(output.datatype, e).ok_or_else(unsupported_type)).collect::<Result<_, _>>()?;
+        let values: Vec<(f64, String)> = chunk
+            .chunks_exact(size)
+            .map(|e| class_value(output.datatype, e).ok_or_else(unsupported_type))
+            .collect::<Result<_, _>>()?;
         let mut idx: Vec<usize> = (0..n).collect();
         idx.sort_by(|&a, &b| values[b].0.partial_cmp(&values[a].0).unwrap_or(std::cmp::Ordering::Equal));
         let take = usize::try_from(k).unwrap_or(usize::MAX);
@@ -742,7 +766,9 @@ pub fn unload_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> 
 mod tests;
 
 /// The settings a `LogSettings` request changes (none: a read).
-pub fn log_update(req: &tritium_proto::inference::LogSettingsRequest) -> Result<tritium_server::LogSettingsUpdate, InferError> {
+pub fn log_update(
+    req: &tritium_proto::inference::LogSettingsRequest,
+) -> Result<tritium_server::LogSettingsUpdate, InferError> {
     use tritium_proto::inference::log_settings_request::setting_value::ParameterChoice as P;
     let mut u = tritium_server::LogSettingsUpdate::default();
     for (key, value) in &req.settings {

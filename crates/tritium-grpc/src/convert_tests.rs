@@ -160,7 +160,10 @@ fn mixing_raw_and_typed_is_refused() {
     );
     // Present-but-empty contents count as contents, as `has_contents()` does in Triton.
     assert_invalid(
-        decode(request(vec![input("b", "INT32", &[1]), typed("a", "INT32", &[1], Default::default())], vec![vec![0; 4]])),
+        decode(request(
+            vec![input("b", "INT32", &[1]), typed("a", "INT32", &[1], Default::default())],
+            vec![vec![0; 4]],
+        )),
         "contents field must not be specified when using raw_input_contents for 'a' for model 'm'",
     );
 }
@@ -288,7 +291,10 @@ fn typed_element_count_is_left_to_the_server() {
 fn input_shared_memory_is_checked_then_refused() {
     let shm = |list: &[(&str, P)]| InferInputTensor { parameters: params(list), ..input("x", "FP32", &[1]) };
     let e = err_of(decode(request(
-        vec![shm(&[("shared_memory_region", P::StringParam("r".into())), ("shared_memory_byte_size", P::Int64Param(4))])],
+        vec![shm(&[
+            ("shared_memory_region", P::StringParam("r".into())),
+            ("shared_memory_byte_size", P::Int64Param(4)),
+        ])],
         vec![],
     )));
     assert_eq!(e.kind, ErrorKind::Unsupported);
@@ -313,7 +319,10 @@ fn input_shared_memory_is_checked_then_refused() {
     );
     assert_invalid(
         decode(request(
-            vec![shm(&[("shared_memory_region", P::StringParam("r".into())), ("shared_memory_offset", P::StringParam("0".into()))])],
+            vec![shm(&[
+                ("shared_memory_region", P::StringParam("r".into())),
+                ("shared_memory_offset", P::StringParam("0".into())),
+            ])],
             vec![],
         )),
         "invalid value type for 'shared_memory_offset' parameter for tensor 'x', expected int64_param.",
@@ -396,15 +405,20 @@ fn sequence_parameters_of_the_wrong_type() {
         "invalid value type for 'sequence_end' parameter, expected bool_param.",
     );
     let unset: HashMap<String, InferParameter> = [("sequence_start".to_string(), InferParameter::default())].into();
-    assert_invalid(request_parameters(&unset), "invalid value type for 'sequence_start' parameter, expected bool_param.");
+    assert_invalid(
+        request_parameters(&unset),
+        "invalid value type for 'sequence_start' parameter, expected bool_param.",
+    );
 }
 
 #[test]
 fn priority_and_timeout() {
-    let p = request_parameters(&params(&[("priority", P::Uint64Param(2)), ("timeout", P::Int64Param(1500))])).expect("parses");
+    let p = request_parameters(&params(&[("priority", P::Uint64Param(2)), ("timeout", P::Int64Param(1500))]))
+        .expect("parses");
     assert_eq!(p.timeout_us, 1500);
     assert!(p.parameters.is_empty());
-    let p = request_parameters(&params(&[("priority", P::Int64Param(0)), ("timeout", P::Int64Param(-5))])).expect("parses");
+    let p =
+        request_parameters(&params(&[("priority", P::Int64Param(0)), ("timeout", P::Int64Param(-5))])).expect("parses");
     assert_eq!(p.timeout_us, 0);
     assert_invalid(
         request_parameters(&params(&[("priority", P::Int64Param(-1))])),
@@ -476,7 +490,8 @@ fn triton_prefixed_parameters() {
 fn request_fields_reach_the_server_request() {
     let mut req = request(vec![input("a", "INT32", &[2, 1])], vec![vec![0; 8]]);
     req.model_version = "3".into();
-    req.parameters = params(&[("sequence_id", P::Int64Param(9)), ("sequence_start", P::BoolParam(true)), ("p", P::Int64Param(1))]);
+    req.parameters =
+        params(&[("sequence_id", P::Int64Param(9)), ("sequence_start", P::BoolParam(true)), ("p", P::Int64Param(1))]);
     req.outputs = vec![
         InferRequestedOutputTensor { name: "B".into(), ..Default::default() },
         InferRequestedOutputTensor { name: "A".into(), ..Default::default() },
@@ -504,9 +519,11 @@ fn out(name: &str, list: &[(&str, P)]) -> InferRequestedOutputTensor {
 
 #[test]
 fn output_parameters() {
-    let RequestedOutputs { names, classification: class } =
-        decode_outputs(&[out("A", &[("classification", P::Int64Param(3))]), out("B", &[("binary_data", P::BoolParam(true))])])
-            .expect("parses");
+    let RequestedOutputs { names, classification: class } = decode_outputs(&[
+        out("A", &[("classification", P::Int64Param(3))]),
+        out("B", &[("binary_data", P::BoolParam(true))]),
+    ])
+    .expect("parses");
     assert_eq!(names, vec!["A".to_string(), "B".to_string()]);
     assert_eq!(class, vec![("A".to_string(), 3)]);
     assert_invalid(
@@ -560,7 +577,8 @@ fn response_has_raw_contents_for_every_output() {
     ]);
     let p = encode_infer_response(resp, &[], false).expect("encodes");
     assert_eq!((p.model_name.as_str(), p.model_version.as_str(), p.id.as_str()), ("m", "2", "req-1"));
-    let outs: Vec<(&str, &str, &[i64])> = p.outputs.iter().map(|o| (o.name.as_str(), o.datatype.as_str(), &o.shape[..])).collect();
+    let outs: Vec<(&str, &str, &[i64])> =
+        p.outputs.iter().map(|o| (o.name.as_str(), o.datatype.as_str(), &o.shape[..])).collect();
     assert_eq!(outs, vec![("A", "FP32", &[2i64][..]), ("S", "BYTES", &[1][..]), ("E", "INT8", &[0][..])]);
     assert!(p.outputs.iter().all(|o| o.contents.is_none() && o.parameters.is_empty()));
     assert_eq!(p.raw_output_contents.len(), 3);
@@ -623,7 +641,10 @@ fn classification_per_batch_entry() {
 fn classification_of_unsupported_types() {
     for dt in [DataType::Bool, DataType::Fp16, DataType::Bf16, DataType::Bytes] {
         let e = err_of(classify(&tensor("P", dt, &[2], vec![0; 4]), 1, false));
-        assert_eq!(e.message, format!("class result not available for output due to unsupported type '{}'", dt.wire_name()));
+        assert_eq!(
+            e.message,
+            format!("class result not available for output due to unsupported type '{}'", dt.wire_name())
+        );
     }
 }
 
@@ -671,7 +692,12 @@ fn statistics_in_triton_shape() {
         compute_output: d(4, 4),
         cache_hit: d(0, 0),
         cache_miss: d(0, 0),
-        batch_stats: vec![BatchStats { batch_size: 2, compute_input: d(2, 20), compute_infer: d(2, 200), compute_output: d(2, 2) }],
+        batch_stats: vec![BatchStats {
+            batch_size: 2,
+            compute_input: d(2, 20),
+            compute_infer: d(2, 200),
+            compute_output: d(2, 2),
+        }],
     };
     let p = statistics_to_proto(s);
     assert_eq!((p.name.as_str(), p.version.as_str()), ("m", "1"));
@@ -689,7 +715,10 @@ fn statistics_in_triton_shape() {
     assert_eq!(p.batch_stats.len(), 1);
     let b = &p.batch_stats[0];
     assert_eq!(b.batch_size, 2);
-    assert_eq!((pair(b.compute_input), pair(b.compute_infer), pair(b.compute_output)), (Some((2, 20)), Some((2, 200)), Some((2, 2))));
+    assert_eq!(
+        (pair(b.compute_input), pair(b.compute_infer), pair(b.compute_output)),
+        (Some((2, 20)), Some((2, 200)), Some((2, 2)))
+    );
 }
 
 #[test]
@@ -698,7 +727,8 @@ fn index_rows() {
         IndexEntry { name: "a".into(), version: "1".into(), state: "READY".into(), reason: String::new() },
         IndexEntry { name: "b".into(), version: String::new(), state: "UNAVAILABLE".into(), reason: "boom".into() },
     ]);
-    let rows: Vec<_> = p.models.iter().map(|m| (m.name.as_str(), m.version.as_str(), m.state.as_str(), m.reason.as_str())).collect();
+    let rows: Vec<_> =
+        p.models.iter().map(|m| (m.name.as_str(), m.version.as_str(), m.state.as_str(), m.reason.as_str())).collect();
     assert_eq!(rows, vec![("a", "1", "READY", ""), ("b", "", "UNAVAILABLE", "boom")]);
 }
 
@@ -713,14 +743,20 @@ fn metadata() {
     });
     assert_eq!(m.versions, vec!["1", "2"]);
     assert_eq!(m.platform, "python");
-    assert_eq!((m.inputs[0].name.as_str(), m.inputs[0].datatype.as_str(), &m.inputs[0].shape[..]), ("I", "FP32", &[-1i64, 4][..]));
+    assert_eq!(
+        (m.inputs[0].name.as_str(), m.inputs[0].datatype.as_str(), &m.inputs[0].shape[..]),
+        ("I", "FP32", &[-1i64, 4][..])
+    );
     assert_eq!(m.outputs[0].datatype, "BYTES");
     let s = server_metadata_to_proto(tritium_server::ServerMetadata {
         name: "tritium".into(),
         version: "0.1.0".into(),
         extensions: vec!["statistics".into()],
     });
-    assert_eq!((s.name.as_str(), s.version.as_str(), &s.extensions[..]), ("tritium", "0.1.0", &["statistics".to_string()][..]));
+    assert_eq!(
+        (s.name.as_str(), s.version.as_str(), &s.extensions[..]),
+        ("tritium", "0.1.0", &["statistics".to_string()][..])
+    );
 }
 
 // ---------------------------------------------------------------- repository parameters

@@ -31,14 +31,19 @@ pub use convert::{code_for, to_status, MAX_GRPC_MESSAGE_SIZE};
 pub use service::{HealthService, InferenceService};
 
 /// The services of the gRPC frontend.
-pub type Services = (GrpcInferenceServiceServer<InferenceService>, HealthServer<HealthService>, AdminServer<AdminService>);
+pub type Services =
+    (GrpcInferenceServiceServer<InferenceService>, HealthServer<HealthService>, AdminServer<AdminService>);
 
 /// The services of the gRPC frontend over `server`, configured as Triton's: messages up to
 /// 2 GiB each way (tonic's default is 4 MiB) and gzip or deflate compressed requests accepted
 /// (answers are sent uncompressed, as Triton's default). `admin_token` lets peers other than
 /// loopback restart stubs (see [`admin::check_peer`]).
 pub fn service(server: Server, admin_token: Option<String>) -> Services {
-    build(InferenceService::new(server.clone()), HealthService::new(server.clone()), AdminService::new(server, admin_token))
+    build(
+        InferenceService::new(server.clone()),
+        HealthService::new(server.clone()),
+        AdminService::new(server, admin_token),
+    )
 }
 
 fn build(inference: InferenceService, health: HealthService, admin: AdminService) -> Services {

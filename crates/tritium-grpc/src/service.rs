@@ -92,11 +92,17 @@ impl GrpcInferenceService for InferenceService {
         Ok(Response::new(ModelReadyResponse { ready: self.server.model_ready(&req.name, v) }))
     }
 
-    async fn server_metadata(&self, _: Request<ServerMetadataRequest>) -> Result<Response<ServerMetadataResponse>, Status> {
+    async fn server_metadata(
+        &self,
+        _: Request<ServerMetadataRequest>,
+    ) -> Result<Response<ServerMetadataResponse>, Status> {
         Ok(Response::new(convert::server_metadata_to_proto(self.server.metadata())))
     }
 
-    async fn model_metadata(&self, req: Request<ModelMetadataRequest>) -> Result<Response<ModelMetadataResponse>, Status> {
+    async fn model_metadata(
+        &self,
+        req: Request<ModelMetadataRequest>,
+    ) -> Result<Response<ModelMetadataResponse>, Status> {
         let req = req.into_inner();
         let v = version(&req.version)?;
         let meta = self.server.model_metadata(&req.name, v).map_err(to_status)?;
@@ -129,15 +135,23 @@ impl GrpcInferenceService for InferenceService {
         Ok(Response::new(ModelConfigResponse { config: Some(config) }))
     }
 
-    async fn model_statistics(&self, req: Request<ModelStatisticsRequest>) -> Result<Response<ModelStatisticsResponse>, Status> {
+    async fn model_statistics(
+        &self,
+        req: Request<ModelStatisticsRequest>,
+    ) -> Result<Response<ModelStatisticsResponse>, Status> {
         let req = req.into_inner();
         let v = version(&req.version)?;
         let name = (!req.name.is_empty()).then_some(req.name.as_str());
         let stats = self.server.statistics(name, v).map_err(to_status)?;
-        Ok(Response::new(ModelStatisticsResponse { model_stats: stats.into_iter().map(convert::statistics_to_proto).collect() }))
+        Ok(Response::new(ModelStatisticsResponse {
+            model_stats: stats.into_iter().map(convert::statistics_to_proto).collect(),
+        }))
     }
 
-    async fn repository_index(&self, req: Request<RepositoryIndexRequest>) -> Result<Response<RepositoryIndexResponse>, Status> {
+    async fn repository_index(
+        &self,
+        req: Request<RepositoryIndexRequest>,
+    ) -> Result<Response<RepositoryIndexResponse>, Status> {
         let req = req.into_inner();
         if !req.repository_name.is_empty() {
             return Err(repository_name_unsupported());
@@ -228,7 +242,10 @@ impl GrpcInferenceService for InferenceService {
         Err(Status::unavailable("the server does not support trace: tracing is not supported by tritium yet"))
     }
 
-    async fn log_settings(&self, request: Request<LogSettingsRequest>) -> Result<Response<LogSettingsResponse>, Status> {
+    async fn log_settings(
+        &self,
+        request: Request<LogSettingsRequest>,
+    ) -> Result<Response<LogSettingsResponse>, Status> {
         let update = convert::log_update(&request.into_inner()).map_err(to_status)?;
         let settings = if update == tritium_server::LogSettingsUpdate::default() {
             self.server.log_settings()

@@ -59,7 +59,12 @@ pub(crate) fn start(
     ReceiverStream::new(out_rx)
 }
 
-async fn read(server: Server, mut inbound: Streaming<ModelInferRequest>, items: mpsc::Sender<Item>, shutdown: Shutdown) {
+async fn read(
+    server: Server,
+    mut inbound: Streaming<ModelInferRequest>,
+    items: mpsc::Sender<Item>,
+    shutdown: Shutdown,
+) {
     loop {
         let next = tokio::select! {
             biased;
@@ -121,9 +126,8 @@ async fn write(
         let (id, outcome, queued) = match item {
             Item::Done { id, outcome, queued } => (id, outcome, queued),
             Item::Running { id, task } => {
-                let outcome = task
-                    .await
-                    .unwrap_or_else(|e| Err(InferError::internal(format!("the inference task failed: {e}"))));
+                let outcome =
+                    task.await.unwrap_or_else(|e| Err(InferError::internal(format!("the inference task failed: {e}"))));
                 (id, outcome, true)
             }
             Item::End(status) => {
@@ -154,7 +158,13 @@ mod tests {
         for kind in [ErrorKind::InvalidArg, ErrorKind::NotFound, ErrorKind::Unavailable] {
             assert!(refused_before_queueing(&InferError::new(kind, "x")), "{kind:?}");
         }
-        for kind in [ErrorKind::Internal, ErrorKind::Unknown, ErrorKind::Unsupported, ErrorKind::AlreadyExists, ErrorKind::Cancelled] {
+        for kind in [
+            ErrorKind::Internal,
+            ErrorKind::Unknown,
+            ErrorKind::Unsupported,
+            ErrorKind::AlreadyExists,
+            ErrorKind::Cancelled,
+        ] {
             assert!(!refused_before_queueing(&InferError::new(kind, "x")), "{kind:?}");
         }
     }

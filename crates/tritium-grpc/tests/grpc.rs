@@ -37,7 +37,11 @@ fn root() -> PathBuf {
 /// A fresh directory under the system temp dir.
 fn temp_repo() -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("tritium-grpc-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let dir = std::env::temp_dir().join(format!(
+        "tritium-grpc-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create temp repository");
     dir
@@ -45,7 +49,8 @@ fn temp_repo() -> PathBuf {
 
 /// The stub command (`$TRITIUM_PYTHON`, else the repo's `.venv`), if the Python side is built.
 fn stub_command() -> Option<StubCommand> {
-    let python = std::env::var_os("TRITIUM_PYTHON").map(PathBuf::from).unwrap_or_else(|| root().join(".venv/bin/python"));
+    let python =
+        std::env::var_os("TRITIUM_PYTHON").map(PathBuf::from).unwrap_or_else(|| root().join(".venv/bin/python"));
     let python_path = root().join("python");
     let native = std::fs::read_dir(python_path.join("tritium"))
         .ok()?
@@ -55,7 +60,14 @@ fn stub_command() -> Option<StubCommand> {
 }
 
 fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> ServerOptions {
-    ServerOptions { repository, stub, supervision: tritium_server::Supervision { init_timeout: Duration::from_secs(60), ..Default::default() }, auto_complete: false, strict_readiness, explicit_control: true }
+    ServerOptions {
+        repository,
+        stub,
+        supervision: tritium_server::Supervision { init_timeout: Duration::from_secs(60), ..Default::default() },
+        auto_complete: false,
+        strict_readiness,
+        explicit_control: true,
+    }
 }
 
 fn no_stub() -> StubCommand {
@@ -89,7 +101,8 @@ impl Running {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let done = tokio::time::timeout(Duration::from_secs(20), self.task).await.expect("serve returns after shutdown");
+        let done =
+            tokio::time::timeout(Duration::from_secs(20), self.task).await.expect("serve returns after shutdown");
         done.expect("serve task").expect("serve result");
     }
 }
@@ -167,15 +180,21 @@ async fn health_metadata_and_repository_without_models() {
     assert_eq!(meta.name, "tritium");
     assert!(meta.extensions.iter().any(|e| e == "statistics"), "{:?}", meta.extensions);
 
-    let ready = c.model_ready(ModelReadyRequest { name: "nope".into(), version: String::new() }).await.expect("model ready");
+    let ready =
+        c.model_ready(ModelReadyRequest { name: "nope".into(), version: String::new() }).await.expect("model ready");
     assert!(!ready.into_inner().ready);
-    let bad = c.model_ready(ModelReadyRequest { name: "nope".into(), version: "x".into() }).await.expect_err("bad version");
+    let bad =
+        c.model_ready(ModelReadyRequest { name: "nope".into(), version: "x".into() }).await.expect_err("bad version");
     assert_eq!(bad.code(), Code::InvalidArgument);
 
-    let e = c.model_metadata(ModelMetadataRequest { name: "nope".into(), version: String::new() }).await.expect_err("unknown");
+    let e = c
+        .model_metadata(ModelMetadataRequest { name: "nope".into(), version: String::new() })
+        .await
+        .expect_err("unknown");
     assert_eq!(e.code(), Code::NotFound);
     assert_eq!(e.message(), "Request for unknown model: 'nope' is not found");
-    let e = c.model_config(ModelConfigRequest { name: "nope".into(), version: String::new() }).await.expect_err("unknown");
+    let e =
+        c.model_config(ModelConfigRequest { name: "nope".into(), version: String::new() }).await.expect_err("unknown");
     assert_eq!(e.code(), Code::NotFound);
 
     let index = c.repository_index(RepositoryIndexRequest::default()).await.expect("index").into_inner();
@@ -192,7 +211,10 @@ async fn health_metadata_and_repository_without_models() {
         .expect_err("no such model directory");
     assert_eq!(e.code(), Code::InvalidArgument, "{}", e.message());
     let e = c
-        .repository_model_unload(RepositoryModelUnloadRequest { model_name: "never_loaded".into(), ..Default::default() })
+        .repository_model_unload(RepositoryModelUnloadRequest {
+            model_name: "never_loaded".into(),
+            ..Default::default()
+        })
         .await
         .expect_err("unknown model");
     assert_eq!(e.code(), Code::NotFound, "{}", e.message());
@@ -214,7 +236,8 @@ async fn admin_stubs_and_restart_without_models() {
     let repo = temp_repo();
     std::fs::create_dir_all(repo.join("on_disk")).expect("model directory");
     let running = Running::start(Server::new(options(repo.clone(), no_stub(), false))).await;
-    let channel = Channel::from_shared(format!("http://{}", running.addr)).expect("uri").connect().await.expect("connect");
+    let channel =
+        Channel::from_shared(format!("http://{}", running.addr)).expect("uri").connect().await.expect("connect");
     let mut admin = AdminClient::new(channel);
 
     let all = admin.stubs(StubsRequest::default()).await.expect("stubs").into_inner();
@@ -249,13 +272,20 @@ async fn shared_memory_trace_and_log_rpcs() {
         .expect_err("unknown region");
     assert_eq!((e.code(), e.message()), (Code::NotFound, "Unable to find system shared memory region: 'r'"));
     let e = c
-        .system_shared_memory_register(SystemSharedMemoryRegisterRequest { name: "r".into(), key: "/k".into(), offset: 0, byte_size: 64 })
+        .system_shared_memory_register(SystemSharedMemoryRegisterRequest {
+            name: "r".into(),
+            key: "/k".into(),
+            offset: 0,
+            byte_size: 64,
+        })
         .await
         .expect_err("register");
     assert_eq!(e.code(), Code::Unimplemented);
     assert!(e.message().contains("not supported by tritium yet"), "{}", e.message());
     c.system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest::default()).await.expect("unregister all");
-    c.system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest { name: "r".into() }).await.expect("unregister");
+    c.system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest { name: "r".into() })
+        .await
+        .expect("unregister");
 
     let s = c.cuda_shared_memory_status(CudaSharedMemoryStatusRequest::default()).await.expect("status");
     assert!(s.into_inner().regions.is_empty());
@@ -307,7 +337,10 @@ async fn infer_errors_large_and_compressed_messages() {
     let e = c.model_infer(mixed).await.expect_err("mixed contents");
     assert_eq!(
         (e.code(), e.message()),
-        (Code::InvalidArgument, "contents field must not be specified when using raw_input_contents for 'Y' for model 'nope'")
+        (
+            Code::InvalidArgument,
+            "contents field must not be specified when using raw_input_contents for 'Y' for model 'nope'"
+        )
     );
 
     let mut version = unknown_model_request("v");
@@ -355,7 +388,10 @@ async fn stream_errors_stay_in_order_and_keep_the_stream_open() {
             got,
             vec![
                 ("first".to_string(), "Request for unknown model: 'nope' is not found".to_string()),
-                ("bad-decode".to_string(), "unable to find data for input tensor 'X' for model 'nope' in request.".to_string()),
+                (
+                    "bad-decode".to_string(),
+                    "unable to find data for input tensor 'X' for model 'nope' in request.".to_string()
+                ),
                 ("third".to_string(), "Request for unknown model: 'nope' is not found".to_string()),
             ],
             "grpc_error_mode {grpc_error_mode}"
@@ -573,9 +609,11 @@ async fn inference_through_real_stubs() {
     let s = &stats.model_stats[0];
     assert_eq!((s.name.as_str(), s.version.as_str()), ("add_sub", "1"));
     assert!(s.inference_stats.as_ref().and_then(|i| i.success).is_some_and(|d| d.count >= 3), "{s:?}");
-    let config = c.model_config(ModelConfigRequest { name: "add_sub".into(), version: String::new() }).await.expect("config");
+    let config =
+        c.model_config(ModelConfigRequest { name: "add_sub".into(), version: String::new() }).await.expect("config");
     assert_eq!(config.into_inner().config.map(|c| c.name), Some("add_sub".to_string()));
-    let meta = c.model_metadata(ModelMetadataRequest { name: "probe".into(), version: "1".into() }).await.expect("metadata");
+    let meta =
+        c.model_metadata(ModelMetadataRequest { name: "probe".into(), version: "1".into() }).await.expect("metadata");
     let meta = meta.into_inner();
     assert_eq!(meta.versions, vec!["1"]);
     assert_eq!(meta.outputs.iter().map(|o| o.datatype.as_str()).collect::<Vec<_>>(), vec!["INT32", "BYTES"]);
@@ -584,7 +622,8 @@ async fn inference_through_real_stubs() {
     c.repository_model_unload(RepositoryModelUnloadRequest { model_name: "add_sub".into(), ..Default::default() })
         .await
         .expect("unload");
-    let ready = c.model_ready(ModelReadyRequest { name: "add_sub".into(), version: String::new() }).await.expect("ready");
+    let ready =
+        c.model_ready(ModelReadyRequest { name: "add_sub".into(), version: String::new() }).await.expect("ready");
     assert!(!ready.into_inner().ready);
 
     running.shutdown().await;

@@ -30,7 +30,14 @@ fn futex(word: &AtomicU32, op: i32, val: u32) {
 fn futex_floor(rounds: u32) -> Duration {
     // SAFETY: a fresh shared anonymous mapping of one page, used as one AtomicU32.
     let mem = unsafe {
-        libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0)
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
     };
     assert_ne!(mem, libc::MAP_FAILED);
     // SAFETY: the mapping is page-aligned, zeroed, and lives until the end of this function.
@@ -132,7 +139,8 @@ fn main() {
     println!("tritium IPC benchmark (median of each; one run)");
     println!("{:<44}{}", "futex round trip, 2 processes (floor)", us(floor));
     let mut ok = true;
-    for (label, len, rounds) in [("16 x f32", 64usize, 20_000usize), ("1 MiB", 1 << 20, 500), ("64 MiB", 64 << 20, 30)] {
+    for (label, len, rounds) in [("16 x f32", 64usize, 20_000usize), ("1 MiB", 1 << 20, 500), ("64 MiB", 64 << 20, 30)]
+    {
         let (exec, full) = execute_times(&stub, len, rounds);
         let copy = memcpy_time(len, rounds.min(200));
         println!("{:<44}{}", format!("memcpy {label}"), us(copy));

@@ -173,7 +173,12 @@ fn forward_lines(reader: impl Read + Send + 'static, span: Span, stderr: Option<
 }
 
 /// Starts `python -m tritium.stub` with the channel's fds as 3 and 4.
-pub(crate) fn spawn(cmd: &StubCommand, control: OwnedFd, socket: OwnedFd, span: Span) -> std::io::Result<(ChildGuard, StderrTail)> {
+pub(crate) fn spawn(
+    cmd: &StubCommand,
+    control: OwnedFd,
+    socket: OwnedFd,
+    span: Span,
+) -> std::io::Result<(ChildGuard, StderrTail)> {
     let mut pythonpath = OsString::from(cmd.python_path.as_os_str());
     if let Some(existing) = std::env::var_os("PYTHONPATH") {
         pythonpath.push(":");

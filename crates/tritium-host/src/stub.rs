@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use tracing::Span;
 use tritium_ipc::{
-    CallOp, CallResult, ChannelConfig, Descriptor, Initialize, IpcError, LogLevel, Request, Response, ServerChannel, StubError, TensorData,
-    ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
+    CallOp, CallResult, ChannelConfig, Descriptor, Initialize, IpcError, LogLevel, Request, Response, ServerChannel,
+    StubError, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
 use crate::process::{self, ChildGuard, ExitDesc, StderrTail, StubCommand};
@@ -213,7 +213,11 @@ impl Stub {
     /// Watches the process from a thread of its own: when it exits, a waiting `recv` is
     /// interrupted at once and `on_exit` runs; when its heartbeat stops advancing for
     /// `heartbeat_timeout` (a frozen process), it is killed. Ends when the stub is dropped.
-    pub fn watch(&self, heartbeat_timeout: Option<Duration>, on_exit: impl Fn() + Send + 'static) -> std::io::Result<()> {
+    pub fn watch(
+        &self,
+        heartbeat_timeout: Option<Duration>,
+        on_exit: impl Fn() + Send + 'static,
+    ) -> std::io::Result<()> {
         let pid = self.pid() as libc::pid_t;
         // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
@@ -231,7 +235,8 @@ impl Stub {
             let _enter = span.enter();
             let mut last_beat = (channel.heartbeat(), Instant::now());
             loop {
-                let mut pfd = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd), events: libc::POLLIN, revents: 0 };
+                let mut pfd =
+                    libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd), events: libc::POLLIN, revents: 0 };
                 // SAFETY: one valid pollfd for the duration of the call.
                 let n = unsafe { libc::poll(&mut pfd, 1, 250) };
                 if stop.load(std::sync::atomic::Ordering::Acquire) {
@@ -423,7 +428,9 @@ impl Stub {
     pub fn output(&self, data: &TensorData) -> Result<View, HostError> {
         match data {
             TensorData::Shm { desc, .. } => self.channel.view(*desc).map_err(|e| self.ipc(e)),
-            TensorData::Cuda { .. } => Err(self.protocol_error("sent a GPU tensor, which this server does not take yet".into())),
+            TensorData::Cuda { .. } => {
+                Err(self.protocol_error("sent a GPU tensor, which this server does not take yet".into()))
+            }
         }
     }
 

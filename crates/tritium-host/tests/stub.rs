@@ -105,7 +105,8 @@ class TritonPythonModel:
     let stub = model.start();
     let x: Vec<f32> = (0..6).map(|i| i as f32).collect();
     let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let outs = run_one(&stub, request(1, vec![input(&stub, "X", DataType::Fp32, &[2, 3], &bytes, false)])).expect("run");
+    let outs =
+        run_one(&stub, request(1, vec![input(&stub, "X", DataType::Fp32, &[2, 3], &bytes, false)])).expect("run");
     let f32s = |b: &[u8]| b.chunks(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<_>>();
     assert_eq!((outs[0].2.clone(), f32s(&outs[0].3)), (vec![3, 2], vec![0., 3., 1., 4., 2., 5.]));
     assert_eq!((outs[1].2.clone(), f32s(&outs[1].3)), (vec![2], vec![1., 4.]));
@@ -133,10 +134,12 @@ class TritonPythonModel:
     );
     let stub = model.start();
     let bytes: Vec<u8> = [4.0f32, 8.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let outs = run_one(&stub, request(1, vec![input(&stub, "IMG", DataType::Fp32, &[2], &bytes, true)])).expect("writable");
+    let outs =
+        run_one(&stub, request(1, vec![input(&stub, "IMG", DataType::Fp32, &[2], &bytes, true)])).expect("writable");
     let halved: Vec<u8> = [2.0f32, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
     assert_eq!(outs[0].3, halved);
-    let err = run_one(&stub, request(2, vec![input(&stub, "IMG", DataType::Fp32, &[2], &bytes, false)])).expect_err("read-only");
+    let err = run_one(&stub, request(2, vec![input(&stub, "IMG", DataType::Fp32, &[2], &bytes, false)]))
+        .expect_err("read-only");
     assert!(err.contains("read-only"), "{err}");
     assert!(err.contains("Failed to process the request(s) for model 'inplace_0_0'"), "{err}");
 }
@@ -189,7 +192,12 @@ class TritonPythonModel:
     );
     let stub = model.start();
     let err = run_one(&stub, request(1, vec![])).expect_err("must fail");
-    assert!(err.contains("Failed to process the request(s) for model 'raises_0_0', message: ZeroDivisionError: division by zero"), "{err}");
+    assert!(
+        err.contains(
+            "Failed to process the request(s) for model 'raises_0_0', message: ZeroDivisionError: division by zero"
+        ),
+        "{err}"
+    );
     assert!(err.contains("model.py(6): helper"), "{err}");
     // The stub survives and serves the next batch.
     assert!(run_one(&stub, request(2, vec![])).is_err());
@@ -199,11 +207,17 @@ class TritonPythonModel:
 fn wrong_responses_are_clear_errors() {
     let cases = [
         ("return []", "InferenceRequest(s) size is:1, and InferenceResponse(s) size is:0"),
-        ("return ['x']", "Expected an 'InferenceResponse' object in the execute function return list, found type '<class 'str'>'"),
+        (
+            "return ['x']",
+            "Expected an 'InferenceResponse' object in the execute function return list, found type '<class 'str'>'",
+        ),
         ("return (1,)", "Expected a list in the execute return, found type '<class 'tuple'>'"),
     ];
     for (body, expected) in cases {
-        let model = Model::new("wrong", &format!("class TritonPythonModel:\n    def execute(self, requests):\n        {body}\n"));
+        let model = Model::new(
+            "wrong",
+            &format!("class TritonPythonModel:\n    def execute(self, requests):\n        {body}\n"),
+        );
         let stub = model.start();
         let err = run_one(&stub, request(1, vec![])).expect_err(body);
         assert!(err.contains(expected), "{body}: {err}");
@@ -230,7 +244,9 @@ class TritonPythonModel:
 "#,
     );
     let stub = model.start();
-    let done = stub.execute(vec![request(1, vec![]), request(2, vec![]), request(3, vec![])], Some(Duration::from_secs(30))).expect("execute");
+    let done = stub
+        .execute(vec![request(1, vec![]), request(2, vec![]), request(3, vec![])], Some(Duration::from_secs(30)))
+        .expect("execute");
     assert!(done.error.is_none());
     assert_eq!(done.responses.len(), 3);
     for r in &done.responses {
@@ -247,7 +263,10 @@ class TritonPythonModel:
 
 #[test]
 fn initialize_exception_is_reported_with_its_traceback() {
-    let model = Model::new("badinit", "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('weights missing')\n");
+    let model = Model::new(
+        "badinit",
+        "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError('weights missing')\n",
+    );
     let stub = model.spawn();
     let err = stub.initialize(model.init("{}"), Duration::from_secs(30)).expect_err("must fail");
     let text = err.to_string();
@@ -287,7 +306,8 @@ class TritonPythonModel:
     let stub = model.start();
     // Output readers are threads; give them a moment.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let all_there = || ["marker-stdout-7f3a", "marker-stderr-9c1d", "marker-logger-4b2e"].iter().all(|m| log_text().contains(m));
+    let all_there =
+        || ["marker-stdout-7f3a", "marker-stderr-9c1d", "marker-logger-4b2e"].iter().all(|m| log_text().contains(m));
     while !all_there() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -326,7 +346,8 @@ class TritonPythonModel:
 "#,
     );
     let stub = model.start();
-    let outs = run_one(&stub, request(1, vec![input(&stub, "X", DataType::Bf16, &[3], &[0u8; 6], false)])).expect("run");
+    let outs =
+        run_one(&stub, request(1, vec![input(&stub, "X", DataType::Bf16, &[3], &[0u8; 6], false)])).expect("run");
     assert!(String::from_utf8_lossy(&outs[0].3).contains("Tensor dtype is BF16 and cannot be converted to NumPy"));
     assert_eq!(outs[1].3, 14i32.to_le_bytes());
     assert_eq!(outs[2].3, 3i64.to_le_bytes());
@@ -374,7 +395,8 @@ class TritonPythonModel:
 "#,
     );
     let stub = model.spawn();
-    let json = stub.auto_complete(&model.file(), r#"{"name": "auto"}"#, Duration::from_secs(30)).expect("auto-complete");
+    let json =
+        stub.auto_complete(&model.file(), r#"{"name": "auto"}"#, Duration::from_secs(30)).expect("auto-complete");
     for part in ["\"max_batch_size\": 8", "\"name\": \"IN\"", "\"name\": \"OUT\"", "\"dynamic_batching\""] {
         assert!(json.contains(part), "{part} missing in {json}");
     }

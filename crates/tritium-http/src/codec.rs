@@ -17,7 +17,8 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 use tritium_server::{
-    CorrelationId, DataType, InferError, InferRequest, InferResponse, InputTensor, ModelMetadata, OutputTensor, ParamValue,
+    CorrelationId, DataType, InferError, InferRequest, InferResponse, InputTensor, ModelMetadata, OutputTensor,
+    ParamValue,
 };
 
 use crate::json_out;
@@ -134,7 +135,9 @@ pub fn parse_header_length(value: &str, body_len: usize) -> Result<usize, InferE
     })?;
     match usize::try_from(n) {
         Ok(n) if n <= body_len => Ok(n),
-        _ => Err(InferError::invalid(format!("inference header size should be in range (0, {body_len}), got: {value}"))),
+        _ => {
+            Err(InferError::invalid(format!("inference header size should be in range (0, {body_len}), got: {value}")))
+        }
     }
 }
 
@@ -199,7 +202,8 @@ fn mark_non_finite(json: &[u8]) -> Option<Vec<u8>> {
         } else if b == b'"' {
             in_string = true;
         } else {
-            let token: Option<&[u8]> = [&b"NaN"[..], b"Infinity", b"-Infinity"].into_iter().find(|t| json[i..].starts_with(t));
+            let token: Option<&[u8]> =
+                [&b"NaN"[..], b"Infinity", b"-Infinity"].into_iter().find(|t| json[i..].starts_with(t));
             if let Some(t) = token {
                 out.extend_from_slice(b"\"\\u0000");
                 out.extend_from_slice(t);
@@ -272,7 +276,8 @@ pub fn decode_infer_request(
     let json_len = header_length.unwrap_or(body.len());
     if json_len == 0 || json_len > body.len() {
         return Err(InferError::invalid(if body.is_empty() {
-            "the request body is empty: send the inference request JSON (and any binary input data after it)".to_string()
+            "the request body is empty: send the inference request JSON (and any binary input data after it)"
+                .to_string()
         } else {
             format!("inference header size should be in range (0, {}), got: {json_len}", body.len())
         }));
@@ -285,7 +290,10 @@ pub fn decode_infer_request(
         match id {
             Value::String(s) => request.id = s,
             other => {
-                return Err(InferError::invalid(format!("Unable to parse 'id': expected a string, got {}", describe(&other))));
+                return Err(InferError::invalid(format!(
+                    "Unable to parse 'id': expected a string, got {}",
+                    describe(&other)
+                )));
             }
         }
     }
@@ -452,7 +460,10 @@ fn parse_inputs(
     let inputs = match inputs {
         Some(Value::Array(a)) => a,
         Some(other) => {
-            return Err(InferError::invalid(format!("Unable to parse 'inputs': expected an array, got {}", describe(&other))))
+            return Err(InferError::invalid(format!(
+                "Unable to parse 'inputs': expected an array, got {}",
+                describe(&other)
+            )))
         }
         None => return Err(InferError::invalid("Unable to parse 'inputs': the request has no 'inputs' array")),
     };
@@ -460,7 +471,10 @@ fn parse_inputs(
     request.inputs.reserve(inputs.len());
     for input in &inputs {
         let Some(obj) = input.as_object() else {
-            return Err(InferError::invalid(format!("Unable to parse 'inputs': expected an object per input, got {}", describe(input))));
+            return Err(InferError::invalid(format!(
+                "Unable to parse 'inputs': expected an object per input, got {}",
+                describe(input)
+            )));
         };
         validate_input_content(obj)?;
         let name = member_str(obj, "name", "input")?;
@@ -547,7 +561,14 @@ enum DataError {
 }
 
 /// Walks the leaves of a (possibly nested) JSON array in order, converting each with `f`.
-fn walk<F>(v: &Value, depth: usize, count: &mut u64, expected: u64, out: &mut Vec<u8>, f: &mut F) -> Result<(), DataError>
+fn walk<F>(
+    v: &Value,
+    depth: usize,
+    count: &mut u64,
+    expected: u64,
+    out: &mut Vec<u8>,
+    f: &mut F,
+) -> Result<(), DataError>
 where
     F: FnMut(&Value, &mut Vec<u8>) -> Result<(), String>,
 {
@@ -714,11 +735,17 @@ fn json_input_data(name: &str, dtype: DataType, shape: &[i64], data: &Value) -> 
 
 fn parse_outputs(outputs: Value, request: &mut InferRequest, specs: &mut OutputSpecs) -> Result<(), InferError> {
     let Value::Array(outputs) = outputs else {
-        return Err(InferError::invalid(format!("Unable to parse 'outputs': expected an array, got {}", describe(&outputs))));
+        return Err(InferError::invalid(format!(
+            "Unable to parse 'outputs': expected an array, got {}",
+            describe(&outputs)
+        )));
     };
     for output in &outputs {
         let Some(obj) = output.as_object() else {
-            return Err(InferError::invalid(format!("Unable to parse 'outputs': expected an object per output, got {}", describe(output))));
+            return Err(InferError::invalid(format!(
+                "Unable to parse 'outputs': expected an object per output, got {}",
+                describe(output)
+            )));
         };
         let params = params_of(obj);
         // Triton's ValidateOutputParameter.
@@ -745,7 +772,10 @@ fn parse_outputs(outputs: Value, request: &mut InferRequest, specs: &mut OutputS
         }
         if let Some(b) = params.and_then(|p| p.get("binary_data")) {
             format.binary = b.as_bool().ok_or_else(|| {
-                InferError::invalid(format!("Unable to parse 'binary_data' of output '{name}': expected a boolean, got {}", describe(b)))
+                InferError::invalid(format!(
+                    "Unable to parse 'binary_data' of output '{name}': expected a boolean, got {}",
+                    describe(b)
+                ))
             })?;
         }
         request.outputs.push(name.to_string());
@@ -775,8 +805,12 @@ pub fn raw_input_spec(model: &str, meta: &ModelMetadata, max_batch_size: i64) ->
             meta.inputs.len()
         )));
     };
-    let datatype = DataType::from_wire_name(&input.datatype)
-        .ok_or_else(|| InferError::internal(format!("input '{}' of model '{model}' has unknown datatype '{}'", input.name, input.datatype)))?;
+    let datatype = DataType::from_wire_name(&input.datatype).ok_or_else(|| {
+        InferError::internal(format!(
+            "input '{}' of model '{model}' has unknown datatype '{}'",
+            input.name, input.datatype
+        ))
+    })?;
     let batching = max_batch_size > 0;
     let dims = if batching { input.shape.get(1..).unwrap_or_default().to_vec() } else { input.shape.clone() };
     Ok(RawInputSpec { name: input.name.clone(), datatype, dims, batching })
@@ -785,7 +819,12 @@ pub fn raw_input_spec(model: &str, meta: &ModelMetadata, max_batch_size: i64) ->
 /// Decodes a raw binary request (`Inference-Header-Content-Length: 0`): the whole body is the
 /// data of the model's only input, whose shape is deduced as Triton does (one variable dimension
 /// at most; `BYTES` only for shape `[1]`, the body being one element). Outputs default to binary.
-pub fn decode_raw_request(model: &str, version: Option<i64>, body: Bytes, spec: &RawInputSpec) -> Result<DecodedRequest, InferError> {
+pub fn decode_raw_request(
+    model: &str,
+    version: Option<i64>,
+    body: Bytes,
+    spec: &RawInputSpec,
+) -> Result<DecodedRequest, InferError> {
     let mut shape = Vec::with_capacity(spec.dims.len() + 1);
     if spec.batching {
         shape.push(1);
@@ -850,7 +889,11 @@ pub fn max_batch_size(config_json: &str) -> i64 {
 
 /// Encodes an inference response. `batching` (whether the model's first dimension is the batch)
 /// matters only for classification outputs.
-pub fn encode_infer_response(resp: InferResponse, specs: &OutputSpecs, batching: bool) -> Result<EncodedResponse, InferError> {
+pub fn encode_infer_response(
+    resp: InferResponse,
+    specs: &OutputSpecs,
+    batching: bool,
+) -> Result<EncodedResponse, InferError> {
     let mut j = Vec::with_capacity(256);
     let mut binary = Vec::new();
     j.push(b'{');
@@ -911,7 +954,10 @@ pub fn encode_infer_response(resp: InferResponse, specs: &OutputSpecs, batching:
             }
         } else {
             let Some(count) = element_count(&shape) else {
-                return Err(InferError::internal(format!("output '{name}' has an invalid shape {}", shape_string(&shape))));
+                return Err(InferError::internal(format!(
+                    "output '{name}' has an invalid shape {}",
+                    shape_string(&shape)
+                )));
             };
             json_out::key(&mut j, "data");
             write_output_data(&mut j, &name, datatype, &data, count)?;
@@ -940,7 +986,9 @@ fn write_parameters(j: &mut Vec<u8>, params: &[(String, ParamValue)]) {
 }
 
 fn size_mismatch(name: &str) -> InferError {
-    InferError::internal(format!("Failed to write 'data' field: output tensor shape does not match size of output for '{name}'"))
+    InferError::internal(format!(
+        "Failed to write 'data' field: output tensor shape does not match size of output for '{name}'"
+    ))
 }
 
 /// Writes `count` elements as a JSON array, checking the size first.
@@ -1027,8 +1075,9 @@ fn classify(output: &OutputTensor, k: u64, batching: bool) -> Result<(Vec<i64>, 
     let shape = &output.shape;
     let batch_size = if batching && !shape.is_empty() { u64::try_from(shape[0]).unwrap_or(0) } else { 0 };
     let inner = if batch_size == 0 { &shape[..] } else { &shape[1..] };
-    let batch1_count = element_count(inner)
-        .ok_or_else(|| InferError::internal(format!("output '{}' has an invalid shape {}", output.name, shape_string(shape))))?;
+    let batch1_count = element_count(inner).ok_or_else(|| {
+        InferError::internal(format!("output '{}' has an invalid shape {}", output.name, shape_string(shape)))
+    })?;
     let batch1_bytes = usize::try_from(batch1_count.saturating_mul(size as u64)).unwrap_or(usize::MAX);
     let mut serialized = Vec::new();
     let mut offset = 0usize;
@@ -1070,7 +1119,11 @@ fn class_value(dtype: DataType, c: &[u8]) -> (f64, String) {
         if v.is_nan() {
             "nan".into()
         } else if v.is_infinite() {
-            if v > 0.0 { "inf".into() } else { "-inf".into() }
+            if v > 0.0 {
+                "inf".into()
+            } else {
+                "-inf".into()
+            }
         } else {
             format!("{v:.6}")
         }

@@ -52,7 +52,10 @@ fn json_inputs_of_every_dtype() {
     assert_eq!(input_bytes("BOOL", json!([3]), json!([true, false, true])), vec![1, 0, 1]);
     assert_eq!(input_bytes("UINT8", json!([2]), json!([0, 255])), vec![0, 255]);
     assert_eq!(input_bytes("UINT16", json!([2]), json!([1, 65535])), le(&[1u16, 65535], |v| v.to_le_bytes()));
-    assert_eq!(input_bytes("UINT32", json!([2]), json!([7, 4294967295u64])), le(&[7u32, u32::MAX], |v| v.to_le_bytes()));
+    assert_eq!(
+        input_bytes("UINT32", json!([2]), json!([7, 4294967295u64])),
+        le(&[7u32, u32::MAX], |v| v.to_le_bytes())
+    );
     assert_eq!(input_bytes("UINT64", json!([1]), json!([u64::MAX])), u64::MAX.to_le_bytes().to_vec());
     assert_eq!(input_bytes("INT8", json!([2]), json!([-128, 127])), le(&[-128i8, 127], |v| v.to_le_bytes()));
     assert_eq!(input_bytes("INT16", json!([2]), json!([-32768, 5])), le(&[-32768i16, 5], |v| v.to_le_bytes()));
@@ -74,10 +77,7 @@ fn nested_lists_are_flattened_in_row_major_order() {
     assert_eq!(nested, le(&[1i32, 2, 3, 4, 5, 6], |v| v.to_le_bytes()));
     // As Triton, only the leaf count is checked, not the nesting.
     assert_eq!(input_bytes("INT32", json!([2, 3]), json!([[1], [2, 3, [4, 5]], 6])), flat);
-    assert_eq!(
-        input_bytes("BYTES", json!([2, 1]), json!([["a"], ["ü"]])),
-        serialize_bytes(["a", "ü"])
-    );
+    assert_eq!(input_bytes("BYTES", json!([2, 1]), json!([["a"], ["ü"]])), serialize_bytes(["a", "ü"]));
 }
 
 #[test]
@@ -213,13 +213,17 @@ fn malformed_requests() {
         e.message,
         "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', 'shared_memory_region' in 'parameters'. But no field is set"
     );
-    let e = decode_err(json!({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [1], "parameters": {"binary_data_size": 4}}]}));
+    let e = decode_err(
+        json!({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "data": [1], "parameters": {"binary_data_size": 4}}]}),
+    );
     assert!(e.message.ends_with("But set 'data' 'binary_data_size'"), "{}", e.message);
     let e = decode_err(json!({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [-1], "data": [1]}]}));
     assert!(e.message.starts_with("Unable to parse 'shape' of input 'IN'"), "{}", e.message);
     let e = decode_err(json!({"inputs": [{"datatype": "INT32", "shape": [1], "data": [1]}]}));
     assert!(e.message.starts_with("Unable to parse 'name'"), "{}", e.message);
-    let e = decode_err(json!({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [4294967296u64, 4294967296u64], "data": [1]}]}));
+    let e = decode_err(
+        json!({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [4294967296u64, 4294967296u64], "data": [1]}]}),
+    );
     assert!(e.message.contains("causes total element count to exceed maximum size"), "{}", e.message);
 
     let mut deep = json!([1]);
@@ -233,7 +237,9 @@ fn malformed_requests() {
 
 #[test]
 fn shared_memory_is_refused_clearly() {
-    let e = decode_err(json!({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "parameters": {"shared_memory_region": "r0", "shared_memory_byte_size": 4}}]}));
+    let e = decode_err(
+        json!({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "parameters": {"shared_memory_region": "r0", "shared_memory_byte_size": 4}}]}),
+    );
     assert!(e.message.contains("input 'IN' uses shared memory region 'r0'"), "{}", e.message);
     assert!(e.message.contains("not supported by tritium yet"), "{}", e.message);
     let mut req = one_input("INT32", json!([1]), json!([1]));
@@ -263,7 +269,8 @@ fn non_finite_json_numbers() {
     let mut body = one_input("FP32", json!([3]), json!([0])).to_string();
     body = body.replace("[0]", "[NaN, Infinity, -Infinity]");
     let d = decode_infer_request("m", None, Bytes::from(body), None).unwrap();
-    let v: Vec<f32> = d.request.inputs[0].data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let v: Vec<f32> =
+        d.request.inputs[0].data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     assert!(v[0].is_nan());
     assert_eq!(&v[1..], &[f32::INFINITY, f32::NEG_INFINITY]);
     // Inside strings the words are left alone; for integer types they are an error.
@@ -275,8 +282,19 @@ fn non_finite_json_numbers() {
 #[test]
 fn binary_inputs_of_every_dtype_are_zero_copy_slices() {
     let dtypes = [
-        ("BOOL", 1), ("UINT8", 1), ("UINT16", 2), ("UINT32", 4), ("UINT64", 8), ("INT8", 1), ("INT16", 2),
-        ("INT32", 4), ("INT64", 8), ("FP16", 2), ("BF16", 2), ("FP32", 4), ("FP64", 8),
+        ("BOOL", 1),
+        ("UINT8", 1),
+        ("UINT16", 2),
+        ("UINT32", 4),
+        ("UINT64", 8),
+        ("INT8", 1),
+        ("INT16", 2),
+        ("INT32", 4),
+        ("INT64", 8),
+        ("FP16", 2),
+        ("BF16", 2),
+        ("FP32", 4),
+        ("FP64", 8),
     ];
     let mut inputs = Vec::new();
     let mut blobs: Vec<Vec<u8>> = Vec::new();
@@ -286,7 +304,9 @@ fn binary_inputs_of_every_dtype_are_zero_copy_slices() {
         blobs.push(blob);
     }
     let strings = serialize_bytes([&b"\xff\x00raw"[..], b"", "ü".as_bytes()]);
-    inputs.push(json!({"name": "S", "datatype": "BYTES", "shape": [3], "parameters": {"binary_data_size": strings.len()}}));
+    inputs.push(
+        json!({"name": "S", "datatype": "BYTES", "shape": [3], "parameters": {"binary_data_size": strings.len()}}),
+    );
     blobs.push(strings);
     // A JSON input in between binary ones does not consume binary data.
     inputs.insert(3, json!({"name": "J", "datatype": "INT16", "shape": [1], "data": [7]}));
@@ -322,9 +342,13 @@ fn binary_sizes_must_match_the_body() {
     let e = decode_json(header).unwrap_err();
     assert!(e.message.contains("has no Inference-Header-Content-Length header"), "{}", e.message);
     // binary_data_size 0 needs neither.
-    let d = decode_ok(json!({"inputs": [{"name": "E", "datatype": "FP32", "shape": [0], "parameters": {"binary_data_size": 0}}]}));
+    let d = decode_ok(
+        json!({"inputs": [{"name": "E", "datatype": "FP32", "shape": [0], "parameters": {"binary_data_size": 0}}]}),
+    );
     assert!(d.request.inputs[0].data.is_empty());
-    let e = decode_err(json!({"inputs": [{"name": "E", "datatype": "FP32", "shape": [1], "parameters": {"binary_data_size": "4"}}]}));
+    let e = decode_err(
+        json!({"inputs": [{"name": "E", "datatype": "FP32", "shape": [1], "parameters": {"binary_data_size": "4"}}]}),
+    );
     assert!(e.message.starts_with("Unable to parse 'binary_data_size' of input 'E'"), "{}", e.message);
 }
 
@@ -335,8 +359,14 @@ fn header_length_parsing() {
     assert_eq!(parse_header_length("0", 20).unwrap(), 0);
     let e = parse_header_length("abc", 20).unwrap_err();
     assert!(e.message.starts_with("Unable to parse Inference-Header-Content-Length, got: abc"), "{}", e.message);
-    assert_eq!(parse_header_length("21", 20).unwrap_err().message, "inference header size should be in range (0, 20), got: 21");
-    assert_eq!(parse_header_length("-1", 20).unwrap_err().message, "inference header size should be in range (0, 20), got: -1");
+    assert_eq!(
+        parse_header_length("21", 20).unwrap_err().message,
+        "inference header size should be in range (0, 20), got: 21"
+    );
+    assert_eq!(
+        parse_header_length("-1", 20).unwrap_err().message,
+        "inference header size should be in range (0, 20), got: -1"
+    );
     // A header length that cuts the JSON short is a JSON error.
     let (body, hlen) = binary_body(one_input("INT32", json!([1]), json!([1])), &[]);
     let e = decode_infer_request("m", None, body, Some(hlen - 3)).unwrap_err();
@@ -458,7 +488,10 @@ fn binary_and_json_outputs_mixed() {
     // Zero-size binary outputs report their size but add no buffer.
     assert_eq!(enc.binary, vec![Bytes::from(a.clone()), Bytes::from(c.clone())]);
     let v: Value = serde_json::from_slice(&enc.json).unwrap();
-    assert_eq!(v["outputs"][0], json!({"name": "A", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}}));
+    assert_eq!(
+        v["outputs"][0],
+        json!({"name": "A", "datatype": "FP32", "shape": [2], "parameters": {"binary_data_size": 8}})
+    );
     assert_eq!(v["outputs"][1], json!({"name": "B", "datatype": "INT8", "shape": [1], "data": [-1]}));
     assert_eq!(v["outputs"][2]["parameters"]["binary_data_size"], 0);
     assert_eq!(v["outputs"][3]["parameters"]["binary_data_size"], c.len());
@@ -480,19 +513,31 @@ fn output_edge_cases() {
     let e = encode_infer_response(half(), &OutputSpecs::default(), false).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArg);
     assert_eq!(e.message, "sending FP16 data via JSON is not supported. Please use the binary data format for output");
-    let e = encode_infer_response(response(vec![out("H", DataType::Bf16, vec![1], vec![0, 0])]), &OutputSpecs::default(), false)
-        .unwrap_err();
+    let e = encode_infer_response(
+        response(vec![out("H", DataType::Bf16, vec![1], vec![0, 0])]),
+        &OutputSpecs::default(),
+        false,
+    )
+    .unwrap_err();
     assert!(e.message.starts_with("sending BF16 data via JSON is not supported"));
     let specs = OutputSpecs { default_binary: true, requested: vec![] };
     assert!(encode_infer_response(half(), &specs, false).unwrap().has_binary());
 
     // Sizes that disagree with the shape are a server error.
-    let e = encode_infer_response(response(vec![out("O", DataType::Fp32, vec![2], vec![0; 4])]), &OutputSpecs::default(), false)
-        .unwrap_err();
+    let e = encode_infer_response(
+        response(vec![out("O", DataType::Fp32, vec![2], vec![0; 4])]),
+        &OutputSpecs::default(),
+        false,
+    )
+    .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal);
     assert_eq!(e.message, "Failed to write 'data' field: output tensor shape does not match size of output for 'O'");
-    let e = encode_infer_response(response(vec![out("S", DataType::Bytes, vec![2], serialize_bytes(["a"]))]), &OutputSpecs::default(), false)
-        .unwrap_err();
+    let e = encode_infer_response(
+        response(vec![out("S", DataType::Bytes, vec![2], serialize_bytes(["a"]))]),
+        &OutputSpecs::default(),
+        false,
+    )
+    .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal);
 
     // Non-UTF-8 BYTES go into the JSON unchanged, as Triton writes them.
@@ -507,7 +552,12 @@ fn output_edge_cases() {
 
     // Non-finite floats use rapidjson's tokens.
     let enc = encode_infer_response(
-        response(vec![out("F", DataType::Fp32, vec![3], le(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY], |v| v.to_le_bytes()))]),
+        response(vec![out(
+            "F",
+            DataType::Fp32,
+            vec![3],
+            le(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY], |v| v.to_le_bytes()),
+        )]),
         &OutputSpecs::default(),
         false,
     )
@@ -523,26 +573,47 @@ fn classification_outputs() {
         requested: vec![("P".into(), OutputFormat { binary, classification: 2 })],
     };
     // Non-batching model: one ranking over the whole tensor; ties keep index order.
-    let enc = encode_infer_response(response(vec![out("P", DataType::Fp32, vec![4], probs.clone())]), &specs(false), false).unwrap();
+    let enc =
+        encode_infer_response(response(vec![out("P", DataType::Fp32, vec![4], probs.clone())]), &specs(false), false)
+            .unwrap();
     let v: Value = serde_json::from_slice(&enc.json).unwrap();
-    assert_eq!(v["outputs"][0], json!({"name": "P", "datatype": "BYTES", "shape": [2], "data": ["0.700000:1", "0.700000:3"]}));
+    assert_eq!(
+        v["outputs"][0],
+        json!({"name": "P", "datatype": "BYTES", "shape": [2], "data": ["0.700000:1", "0.700000:3"]})
+    );
 
     // Batching model: one ranking per batch entry; binary form is serialized BYTES.
-    let enc = encode_infer_response(response(vec![out("P", DataType::Fp32, vec![2, 2], probs.clone())]), &specs(true), true).unwrap();
+    let enc =
+        encode_infer_response(response(vec![out("P", DataType::Fp32, vec![2, 2], probs.clone())]), &specs(true), true)
+            .unwrap();
     let v: Value = serde_json::from_slice(&enc.json).unwrap();
     assert_eq!(v["outputs"][0]["shape"], json!([2, 2]));
-    assert_eq!(enc.binary, vec![Bytes::from(serialize_bytes(["0.700000:1", "0.100000:0", "0.700000:1", "0.200000:0"]))]);
+    assert_eq!(
+        enc.binary,
+        vec![Bytes::from(serialize_bytes(["0.700000:1", "0.100000:0", "0.700000:1", "0.200000:0"]))]
+    );
 
     // k larger than the classes: all of them.
-    let big = OutputSpecs { default_binary: false, requested: vec![("I".into(), OutputFormat { binary: false, classification: 10 })] };
-    let enc = encode_infer_response(response(vec![out("I", DataType::Int32, vec![3], le(&[5i32, -1, 9], |v| v.to_le_bytes()))]), &big, false)
-        .unwrap();
+    let big = OutputSpecs {
+        default_binary: false,
+        requested: vec![("I".into(), OutputFormat { binary: false, classification: 10 })],
+    };
+    let enc = encode_infer_response(
+        response(vec![out("I", DataType::Int32, vec![3], le(&[5i32, -1, 9], |v| v.to_le_bytes()))]),
+        &big,
+        false,
+    )
+    .unwrap();
     let v: Value = serde_json::from_slice(&enc.json).unwrap();
     assert_eq!(v["outputs"][0]["shape"], json!([3]));
     assert_eq!(v["outputs"][0]["data"], json!(["9:2", "5:0", "-1:1"]));
 
-    let e = encode_infer_response(response(vec![out("P", DataType::Bytes, vec![1], serialize_bytes(["a"]))]), &specs(false), false)
-        .unwrap_err();
+    let e = encode_infer_response(
+        response(vec![out("P", DataType::Bytes, vec![1], serialize_bytes(["a"]))]),
+        &specs(false),
+        false,
+    )
+    .unwrap_err();
     assert_eq!(e.message, "class result not available for output due to unsupported type 'BYTES'");
 }
 
@@ -583,7 +654,10 @@ fn raw_binary_requests() {
     let e = decode_raw_request("m", None, Bytes::new(), &spec).unwrap_err();
     assert!(e.message.contains("more than one variable-sized dimension"), "{}", e.message);
     let e = raw_input_spec("m", &meta(vec![("A", "INT8", vec![1]), ("B", "INT8", vec![1])]), 0).unwrap_err();
-    assert_eq!(e.message, "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'm' model configuration");
+    assert_eq!(
+        e.message,
+        "Raw request must only have 1 input (found 1) to be deduced but got 2 inputs in 'm' model configuration"
+    );
 }
 
 #[test]

@@ -99,7 +99,8 @@ pub fn decompress(encoding: Encoding, data: &[u8], limit: usize) -> Result<Vec<u
         return Ok(data.to_vec());
     }
     let is_gzip = data.starts_with(&[0x1f, 0x8b]);
-    let reader: Box<dyn Read + '_> = if is_gzip { Box::new(MultiGzDecoder::new(data)) } else { Box::new(ZlibDecoder::new(data)) };
+    let reader: Box<dyn Read + '_> =
+        if is_gzip { Box::new(MultiGzDecoder::new(data)) } else { Box::new(ZlibDecoder::new(data)) };
     let mut out = Vec::with_capacity(data.len().saturating_mul(2).min(limit));
     let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
     reader.take(cap).read_to_end(&mut out).map_err(|e| {

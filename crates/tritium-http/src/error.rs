@@ -11,7 +11,9 @@ pub fn status_for(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::Unsupported => StatusCode::NOT_IMPLEMENTED,
-        ErrorKind::Unknown | ErrorKind::InvalidArg | ErrorKind::AlreadyExists | ErrorKind::Cancelled => StatusCode::BAD_REQUEST,
+        ErrorKind::Unknown | ErrorKind::InvalidArg | ErrorKind::AlreadyExists | ErrorKind::Cancelled => {
+            StatusCode::BAD_REQUEST
+        }
     }
 }
 
@@ -52,7 +54,8 @@ impl From<InferError> for HttpError {
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
-        let mut resp = (self.status, [(header::CONTENT_TYPE, "application/json")], error_body(&self.message)).into_response();
+        let mut resp =
+            (self.status, [(header::CONTENT_TYPE, "application/json")], error_body(&self.message)).into_response();
         if let Some((name, value)) = self.extra_header {
             resp.headers_mut().insert(name, value);
         }

@@ -107,6 +107,9 @@ mod tests {
         int(&mut out, -5);
         out.push(b',');
         uint(&mut out, u64::MAX);
-        assert_eq!(String::from_utf8(out).expect("utf8"), "1.0,0.10000000149011612,NaN,-Infinity,-5,18446744073709551615");
+        assert_eq!(
+            String::from_utf8(out).expect("utf8"),
+            "1.0,0.10000000149011612,NaN,-Infinity,-5,18446744073709551615"
+        );
     }
 }

@@ -10,8 +10,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use tritium_server::{LogSettings, LogSettingsUpdate, 
-    InferError, InferRequest, InferResponse, IndexEntry, ModelMetadata, ModelStats, Server, ServerMetadata,
+use tritium_server::{
+    IndexEntry, InferError, InferRequest, InferResponse, LogSettings, LogSettingsUpdate, ModelMetadata, ModelStats,
+    Server, ServerMetadata,
 };
 
 mod body;

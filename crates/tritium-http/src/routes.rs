@@ -125,7 +125,8 @@ fn json_response(status: StatusCode, body: impl Into<Body>) -> Response {
 }
 
 fn json_ok<T: Serialize>(value: &T) -> HttpResult {
-    let body = serde_json::to_vec(value).map_err(|e| HttpError::from(InferError::internal(format!("failed to write JSON: {e}"))))?;
+    let body = serde_json::to_vec(value)
+        .map_err(|e| HttpError::from(InferError::internal(format!("failed to write JSON: {e}"))))?;
     Ok(json_response(StatusCode::OK, body))
 }
 
@@ -178,7 +179,8 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
     let mut gathered: Option<bytes::BytesMut> = None;
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| HttpError::new(StatusCode::BAD_REQUEST, format!("failed to read the request body: {e}")))?;
+        let frame = frame
+            .map_err(|e| HttpError::new(StatusCode::BAD_REQUEST, format!("failed to read the request body: {e}")))?;
         let Ok(data) = frame.into_data() else { continue };
         total = total.saturating_add(data.len());
         if total > limit {
@@ -419,7 +421,12 @@ async fn repository_index<B: Backend>(State(s): St<B>, headers: HeaderMap, body:
     json_ok(&entries)
 }
 
-async fn repository_control<B: Backend>(State(s): St<B>, Params(p): Params, headers: HeaderMap, body: Body) -> HttpResult {
+async fn repository_control<B: Backend>(
+    State(s): St<B>,
+    Params(p): Params,
+    headers: HeaderMap,
+    body: Body,
+) -> HttpResult {
     let action = p.get("action").map(String::as_str).unwrap_or_default();
     if action != "load" && action != "unload" {
         return Err(HttpError::not_found());
@@ -436,7 +443,10 @@ async fn repository_control<B: Backend>(State(s): St<B>, Params(p): Params, head
             // Triton accepts only string parameters, 'config' and 'file:<path>'; tritium
             // supports neither yet.
             if !value.is_string() {
-                return Err(HttpError::new(StatusCode::BAD_REQUEST, format!("load parameter '{key}' must be a string")));
+                return Err(HttpError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("load parameter '{key}' must be a string"),
+                ));
             }
             if key == "config" || key.starts_with("file:") {
                 return Err(InferError::new(
@@ -482,11 +492,12 @@ async fn infer<B: Backend>(State(s): St<B>, m: ModelRef, headers: HeaderMap, bod
 }
 
 async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap, body: Body) -> HttpResult {
-    let request_encoding = compression::request_encoding(header_str(&headers, &header::CONTENT_ENCODING)?).map_err(|e| {
-        let mut err = HttpError::from(e);
-        err.extra_header = Some((header::ACCEPT_ENCODING, HeaderValue::from_static("gzip, deflate")));
-        err
-    })?;
+    let request_encoding =
+        compression::request_encoding(header_str(&headers, &header::CONTENT_ENCODING)?).map_err(|e| {
+            let mut err = HttpError::from(e);
+            err.extra_header = Some((header::ACCEPT_ENCODING, HeaderValue::from_static("gzip, deflate")));
+            err
+        })?;
     let response_encoding = compression::response_encoding(header_str(&headers, &header::ACCEPT_ENCODING)?);
     let header_length_value = header_str(&headers, &INFERENCE_HEADER_CONTENT_LENGTH)?.map(str::to_owned);
 
@@ -494,9 +505,11 @@ async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap
     let mut body = read_body(&headers, body, limit).await?;
     if request_encoding != Encoding::Identity {
         let compressed = body;
-        body = cpu(compressed.len() > BLOCKING_THRESHOLD, move || compression::decompress(request_encoding, &compressed, limit))
-            .await??
-            .into();
+        body = cpu(compressed.len() > BLOCKING_THRESHOLD, move || {
+            compression::decompress(request_encoding, &compressed, limit)
+        })
+        .await??
+        .into();
     }
 
     let header_length = match &header_length_value {
@@ -512,7 +525,8 @@ async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap
     } else {
         let json_len = header_length.unwrap_or(body.len());
         let model = name.clone();
-        cpu(json_len > BLOCKING_THRESHOLD, move || codec::decode_infer_request(&model, version, body, header_length)).await??
+        cpu(json_len > BLOCKING_THRESHOLD, move || codec::decode_infer_request(&model, version, body, header_length))
+            .await??
     };
 
     let specs = decoded.outputs;
@@ -520,13 +534,11 @@ async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap
     let batching = specs.wants_classification()
         && s.backend.model_config_json(&name, version).map(|c| codec::max_batch_size(&c) > 0).unwrap_or(false);
 
-    let json_outputs: usize = response
-        .outputs
-        .iter()
-        .filter(|o| !specs.format_for(&o.name).binary)
-        .map(|o| o.data.len())
-        .sum();
-    let encoded = cpu(json_outputs > BLOCKING_THRESHOLD / 4, move || codec::encode_infer_response(response, &specs, batching)).await??;
+    let json_outputs: usize =
+        response.outputs.iter().filter(|o| !specs.format_for(&o.name).binary).map(|o| o.data.len()).sum();
+    let encoded =
+        cpu(json_outputs > BLOCKING_THRESHOLD / 4, move || codec::encode_infer_response(response, &specs, batching))
+            .await??;
 
     let mut builder = Response::builder().status(StatusCode::OK).header(header::CONTENT_TYPE, encoded.content_type());
     if encoded.has_binary() {
@@ -555,9 +567,7 @@ async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap
             }
         }
     };
-    builder
-        .body(body)
-        .map_err(|e| HttpError::from(InferError::internal(format!("failed to build the response: {e}"))))
+    builder.body(body).map_err(|e| HttpError::from(InferError::internal(format!("failed to build the response: {e}"))))
 }
 
 // ---- not supported (yet) ----
@@ -587,7 +597,9 @@ async fn logging_get<B: Backend>(State(s): St<B>) -> HttpResult {
 
 /// Parses a `/v2/logging` POST body: a JSON object with any of the settings, each of its type.
 pub(crate) fn parse_log_update(body: &Value) -> Result<LogSettingsUpdate, HttpError> {
-    let obj = body.as_object().ok_or_else(|| HttpError::new(StatusCode::BAD_REQUEST, "log settings must be a JSON object"))?;
+    let obj = body
+        .as_object()
+        .ok_or_else(|| HttpError::new(StatusCode::BAD_REQUEST, "log settings must be a JSON object"))?;
     let bad = |key: &str, want: &str| HttpError::new(StatusCode::BAD_REQUEST, format!("expect {want} for '{key}'"));
     let mut u = LogSettingsUpdate::default();
     for (key, value) in obj {
@@ -597,7 +609,8 @@ pub(crate) fn parse_log_update(body: &Value) -> Result<LogSettingsUpdate, HttpEr
             "log_warning" => u.log_warning = Some(value.as_bool().ok_or_else(|| bad(key, "boolean"))?),
             "log_error" => u.log_error = Some(value.as_bool().ok_or_else(|| bad(key, "boolean"))?),
             "log_verbose_level" => {
-                let v = value.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(|| bad(key, "unsigned integer"))?;
+                let v =
+                    value.as_u64().and_then(|v| u32::try_from(v).ok()).ok_or_else(|| bad(key, "unsigned integer"))?;
                 u.log_verbose_level = Some(v);
             }
             "log_format" => u.log_format = Some(value.as_str().ok_or_else(|| bad(key, "string"))?.to_string()),

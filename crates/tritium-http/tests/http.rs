@@ -34,7 +34,8 @@ struct Resp {
 
 impl Resp {
     fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", String::from_utf8_lossy(&self.body)))
     }
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(|v| v.to_str().unwrap())
@@ -74,13 +75,23 @@ async fn health_and_server_metadata() {
     let r = get(&app, "/v2").await;
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(r.header("content-type"), Some("application/json"));
-    assert_eq!(&r.body[..], br#"{"name":"triton","version":"2.50.0","extensions":["binary_tensor_data","statistics"]}"#);
+    assert_eq!(
+        &r.body[..],
+        br#"{"name":"triton","version":"2.50.0","extensions":["binary_tensor_data","statistics"]}"#
+    );
 }
 
 #[tokio::test]
 async fn unknown_routes_and_methods() {
     let (_, app) = app();
-    for uri in ["/v2/nothing", "/v2/", "/v3", "/v2/models/m/versions/abc", "/v2/models/m/versions/1/trace/setting", "/v2/models/m/bogus"] {
+    for uri in [
+        "/v2/nothing",
+        "/v2/",
+        "/v3",
+        "/v2/models/m/versions/abc",
+        "/v2/models/m/versions/1/trace/setting",
+        "/v2/models/m/bogus",
+    ] {
         let r = get(&app, uri).await;
         assert_eq!(r.status, StatusCode::NOT_FOUND, "{uri}");
         assert_eq!(r.error(), "Not Found");
@@ -168,13 +179,18 @@ async fn repository_extension() {
     send(&app, Method::POST, "/v2/repository/index", &[], r#"{"ready": true}"#).await;
     assert_eq!(*mock.last_index_ready.lock().unwrap(), Some(true));
     let r = send(&app, Method::POST, "/v2/repository/index", &[], r#"{"ready": "yes"}"#).await;
-    assert_eq!((r.status, r.error()), (StatusCode::BAD_REQUEST, "Invalid value for 'ready': expected a boolean".into()));
+    assert_eq!(
+        (r.status, r.error()),
+        (StatusCode::BAD_REQUEST, "Invalid value for 'ready': expected a boolean".into())
+    );
     let r = send(&app, Method::POST, "/v2/repository/index", &[], "{bad").await;
     assert!(r.error().starts_with("failed to parse the request JSON buffer"));
 
     let r = send(&app, Method::POST, "/v2/repository/models/a/load", &[], Body::empty()).await;
     assert_eq!((r.status, r.body.len()), (StatusCode::OK, 0));
-    let r = send(&app, Method::POST, "/v2/repository/models/a/unload", &[], r#"{"parameters":{"unload_dependents":true}}"#).await;
+    let r =
+        send(&app, Method::POST, "/v2/repository/models/a/unload", &[], r#"{"parameters":{"unload_dependents":true}}"#)
+            .await;
     assert_eq!(r.status, StatusCode::OK);
     let r = send(&app, Method::POST, "/v2/repository/models/missing/load", &[], Body::empty()).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
@@ -184,10 +200,15 @@ async fn repository_extension() {
     let r = send(&app, Method::POST, "/v2/repository/models/a/load", &[], r#"{"parameters":{"config":"{}"}}"#).await;
     assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED);
     assert!(r.error().contains("not supported by tritium yet"));
-    let r = send(&app, Method::POST, "/v2/repository/models/a/unload", &[], r#"{"parameters":{"unload_dependents":1}}"#).await;
+    let r =
+        send(&app, Method::POST, "/v2/repository/models/a/unload", &[], r#"{"parameters":{"unload_dependents":1}}"#)
+            .await;
     assert_eq!(r.error(), "Unable to parse 'unload_dependents': expected a boolean");
     let r = send(&app, Method::POST, "/v2/repository/myrepo/models/a/load", &[], Body::empty()).await;
-    assert_eq!((r.status, r.error()), (StatusCode::NOT_IMPLEMENTED, "'repository_name' specification is not supported".into()));
+    assert_eq!(
+        (r.status, r.error()),
+        (StatusCode::NOT_IMPLEMENTED, "'repository_name' specification is not supported".into())
+    );
     let r = send(&app, Method::POST, "/v2/repository/models/a/reload", &[], Body::empty()).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
 }
@@ -201,19 +222,28 @@ async fn unsupported_extensions() {
         let r = get(&app, &format!("/v2/{kind}/region/r0/status")).await;
         assert_eq!(r.status, StatusCode::NOT_FOUND);
         assert!(r.error().starts_with("Unable to find"));
-        let r = send(&app, Method::POST, &format!("/v2/{kind}/region/r0/register"), &[], r#"{"key":"/k","byte_size":8}"#).await;
+        let r =
+            send(&app, Method::POST, &format!("/v2/{kind}/region/r0/register"), &[], r#"{"key":"/k","byte_size":8}"#)
+                .await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
         assert!(r.error().contains("is not supported by tritium yet"), "{}", r.error());
         for uri in [format!("/v2/{kind}/unregister"), format!("/v2/{kind}/region/r0/unregister")] {
             assert_eq!(send(&app, Method::POST, &uri, &[], Body::empty()).await.status, StatusCode::OK);
         }
-        assert_eq!(send(&app, Method::GET, &format!("/v2/{kind}/register"), &[], Body::empty()).await.status, StatusCode::METHOD_NOT_ALLOWED);
+        assert_eq!(
+            send(&app, Method::GET, &format!("/v2/{kind}/register"), &[], Body::empty()).await.status,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
     }
     // A backend without log control answers the logging extension as Triton built without it.
     let r = send(&app, Method::GET, "/v2/logging", &[], Body::empty()).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.error().contains("does not support dynamic logging"), "{}", r.error());
-    for (method, uri) in [(Method::POST, "/v2/trace/setting"), (Method::GET, "/v2/models/m/trace/setting"), (Method::POST, "/v2/models/m/generate")] {
+    for (method, uri) in [
+        (Method::POST, "/v2/trace/setting"),
+        (Method::GET, "/v2/models/m/trace/setting"),
+        (Method::POST, "/v2/models/m/generate"),
+    ] {
         let r = send(&app, method, uri, &[], Body::empty()).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}");
         assert!(r.error().contains("not supported by tritium yet"));
@@ -245,7 +275,14 @@ async fn infer_json() {
         "inputs": [{"name": "IN", "datatype": "FP32", "shape": [1, 2], "data": [[1.5, 2.5]]},
                    {"name": "S", "datatype": "BYTES", "shape": [1], "data": ["ünï"]}]
     });
-    let r = send(&app, Method::POST, "/v2/models/simple/versions/2/infer", &[("content-type", "application/json")], body.to_string()).await;
+    let r = send(
+        &app,
+        Method::POST,
+        "/v2/models/simple/versions/2/infer",
+        &[("content-type", "application/json")],
+        body.to_string(),
+    )
+    .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.header("content-type"), Some("application/json"));
     assert!(r.header("inference-header-content-length").is_none());
@@ -293,7 +330,10 @@ async fn infer_binary_like_tritonclient() {
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     assert_eq!(r.header("content-type"), Some("application/octet-stream"));
     let (json, binary) = split(&r);
-    assert_eq!(json["outputs"][0], json!({"name": "OUT_A", "datatype": "FP32", "shape": [2, 2], "parameters": {"binary_data_size": 16}}));
+    assert_eq!(
+        json["outputs"][0],
+        json!({"name": "OUT_A", "datatype": "FP32", "shape": [2, 2], "parameters": {"binary_data_size": 16}})
+    );
     assert_eq!(json["outputs"][1]["parameters"]["binary_data_size"], s.len());
     assert_eq!(json["outputs"][2], json!({"name": "OUT_J", "datatype": "INT64", "shape": [1], "data": [9]}));
     assert_eq!(&binary[..], &[a, s].concat()[..]);
@@ -320,7 +360,11 @@ async fn infer_compressed_bodies() {
             &app,
             Method::POST,
             "/v2/models/simple/infer",
-            &[("inference-header-content-length", &len), ("content-encoding", enc.as_str()), ("accept-encoding", enc.as_str())],
+            &[
+                ("inference-header-content-length", &len),
+                ("content-encoding", enc.as_str()),
+                ("accept-encoding", enc.as_str()),
+            ],
             packed,
         )
         .await;
@@ -336,7 +380,8 @@ async fn infer_compressed_bodies() {
     }
     // JSON responses are compressed too; without Accept-Encoding nothing is.
     let req = json!({"inputs": [{"name": "I", "datatype": "INT32", "shape": [1], "data": [1]}]}).to_string();
-    let r = send(&app, Method::POST, "/v2/models/simple/infer", &[("accept-encoding", "br, gzip;q=0.5")], req.clone()).await;
+    let r = send(&app, Method::POST, "/v2/models/simple/infer", &[("accept-encoding", "br, gzip;q=0.5")], req.clone())
+        .await;
     assert_eq!(r.header("content-encoding"), Some("gzip"));
     assert_eq!(r.header("content-type"), Some("application/json"));
     let v: Value = serde_json::from_slice(&decompress(Encoding::Gzip, &r.body, 1 << 20).unwrap()).unwrap();
@@ -364,7 +409,9 @@ async fn infer_errors() {
         ("err_internal", StatusCode::INTERNAL_SERVER_ERROR),
         ("err_invalid", StatusCode::BAD_REQUEST),
     ] {
-        let r = send(&app, Method::POST, &format!("/v2/models/{model}/infer"), &[("accept-encoding", "gzip")], req.clone()).await;
+        let r =
+            send(&app, Method::POST, &format!("/v2/models/{model}/infer"), &[("accept-encoding", "gzip")], req.clone())
+                .await;
         assert_eq!(r.status, status, "{model}");
         assert!(r.error().starts_with("model failed"));
         assert!(r.header("content-encoding").is_none(), "errors are not compressed");
@@ -373,7 +420,8 @@ async fn infer_errors() {
     let r = send(&app, Method::POST, "/v2/models/m/infer", &[], bad).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.error().contains("shape does not match true shape"));
-    let r = send(&app, Method::POST, "/v2/models/m/infer", &[("inference-header-content-length", "999")], req.clone()).await;
+    let r = send(&app, Method::POST, "/v2/models/m/infer", &[("inference-header-content-length", "999")], req.clone())
+        .await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.error().starts_with("inference header size should be in range (0, "));
     let r = send(&app, Method::POST, "/v2/models/m/infer", &[], Body::empty()).await;
@@ -384,7 +432,9 @@ async fn infer_errors() {
 async fn infer_raw_binary() {
     let (mock, app) = app();
     let data: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let r = send(&app, Method::POST, "/v2/models/simple/infer", &[("inference-header-content-length", "0")], data.clone()).await;
+    let r =
+        send(&app, Method::POST, "/v2/models/simple/infer", &[("inference-header-content-length", "0")], data.clone())
+            .await;
     assert_eq!(r.status, StatusCode::OK, "{:?}", r.body);
     let (json, binary) = split(&r);
     assert_eq!(json["outputs"][0]["shape"], json!([1, 3]));
@@ -419,7 +469,8 @@ fn serves_over_tcp_and_shuts_down() {
     }));
 
     let a: Vec<u8> = [7i32, 8].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let header = json!({"inputs": [{"name": "A", "datatype": "INT32", "shape": [2], "parameters": {"binary_data_size": 8}}]});
+    let header =
+        json!({"inputs": [{"name": "A", "datatype": "INT32", "shape": [2], "parameters": {"binary_data_size": 8}}]});
     let (body, len) = binary_request(header, &[&a]);
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
     stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
@@ -476,7 +527,8 @@ fn large_binary_bodies_over_tcp() {
     let head = String::from_utf8_lossy(&resp[..split_at]).to_lowercase();
     assert!(head.starts_with("http/1.1 200 ok"), "{head}");
     assert!(head.contains("content-type: application/octet-stream"), "{head}");
-    let hlen: usize = head.split("inference-header-content-length: ").nth(1).unwrap().split("\r\n").next().unwrap().parse().unwrap();
+    let hlen: usize =
+        head.split("inference-header-content-length: ").nth(1).unwrap().split("\r\n").next().unwrap().parse().unwrap();
     assert!(head.contains(&format!("content-length: {}", hlen + a.len())), "{head}");
     let payload = &resp[split_at..];
     let json: Value = serde_json::from_slice(&payload[..hlen]).unwrap();

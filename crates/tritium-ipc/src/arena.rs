@@ -127,7 +127,13 @@ impl Arena {
     /// An empty arena; segments of `default_size` bytes (or larger, for one large block) are
     /// created on demand. `name` shows up in `/proc/PID/fd` for the memfds.
     pub fn new(side: Side, name: &str, default_size: u64) -> Self {
-        Self { side, name: name.to_string(), default_size: round_up(default_size.max(1 << 20), 2 << 20).unwrap_or(2 << 20), next_id: 1, segments: BTreeMap::new() }
+        Self {
+            side,
+            name: name.to_string(),
+            default_size: round_up(default_size.max(1 << 20), 2 << 20).unwrap_or(2 << 20),
+            next_id: 1,
+            segments: BTreeMap::new(),
+        }
     }
 
     /// Allocates `len` bytes (at least one aligned unit), creating a segment if none has room.
@@ -157,7 +163,11 @@ impl Arena {
         let mut live = HashMap::new();
         live.insert(off, rounded);
         self.segments.insert(id, OwnSegment { seg: seg.clone(), free, live });
-        Ok(Allocation { desc: Descriptor { segment: id, offset: off, len }, segment: seg.clone(), created: Some((id, seg)) })
+        Ok(Allocation {
+            desc: Descriptor { segment: id, offset: off, len },
+            segment: seg.clone(),
+            created: Some((id, seg)),
+        })
     }
 
     /// Frees a block of this arena. Returns the id of a segment that became empty and should be

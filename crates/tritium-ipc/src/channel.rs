@@ -226,13 +226,8 @@ impl ServerChannel {
             ring::init_header(base.add(RING_A) as *mut RingHeader);
             ring::init_header(base.add(RING_B) as *mut RingHeader);
         }
-        let (ours, theirs) = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )
-        .map_err(|e| IpcError::os("socketpair", e))?;
+        let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+            .map_err(|e| IpcError::os("socketpair", e))?;
         let peer_control = control.fd().try_clone_to_owned().map_err(|e| IpcError::Io("dup".into(), e))?;
         let chan = Self::assemble(Side::Server, name, config, control, ours, RING_A, RING_B)?;
         Ok((chan, PeerFds { control: peer_control, socket: theirs }))
@@ -251,7 +246,12 @@ impl ServerChannel {
 
 impl StubChannel {
     /// Attaches to a control segment and fd socket inherited from the server, checking the header.
-    pub fn connect(control_fd: OwnedFd, socket: OwnedFd, wait: WaitPolicy, arena_segment: u64) -> Result<Self, IpcError> {
+    pub fn connect(
+        control_fd: OwnedFd,
+        socket: OwnedFd,
+        wait: WaitPolicy,
+        arena_segment: u64,
+    ) -> Result<Self, IpcError> {
         let stat = nix::sys::stat::fstat(control_fd.as_raw_fd()).map_err(|e| IpcError::os("fstat", e))?;
         let len = stat.st_size as u64;
         if len < SLOTS as u64 {
@@ -303,8 +303,10 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         // SAFETY: the control segment was created or checked for this geometry above, and the Arc
         // stored in the channel keeps it mapped for as long as the rings are used.
         let (producer, consumer) = unsafe {
-            let (p, _) = ring::attach(base.add(tx_ring) as *const RingHeader, base.add(slots_of(tx_ring)), geo, config.wait);
-            let (_, c) = ring::attach(base.add(rx_ring) as *const RingHeader, base.add(slots_of(rx_ring)), geo, config.wait);
+            let (p, _) =
+                ring::attach(base.add(tx_ring) as *const RingHeader, base.add(slots_of(tx_ring)), geo, config.wait);
+            let (_, c) =
+                ring::attach(base.add(rx_ring) as *const RingHeader, base.add(slots_of(rx_ring)), geo, config.wait);
             (p, c)
         };
         Ok(Self {
@@ -593,7 +595,9 @@ mod tests {
         assert_eq!(server.stub_pid(), std::process::id());
         let block = server.alloc(5).expect("alloc");
         block.copy_from(b"hello");
-        server.send(&ToStub::Execute { batch: 1, requests: vec![Request { id: 7, ..Default::default() }] }).expect("send");
+        server
+            .send(&ToStub::Execute { batch: 1, requests: vec![Request { id: 7, ..Default::default() }] })
+            .expect("send");
         // The segment announcement travels ahead of the message, so the stub can resolve the block.
         assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Execute { batch: 1, .. })));
         assert_eq!(stub.view(block.desc).expect("view").to_vec(), b"hello");
@@ -638,7 +642,8 @@ mod tests {
         stub.recv(T).expect("recv");
         stub.view(big.desc).expect("stub maps the new segment");
         stub.release(big.desc);
-        stub.send(&ToServer::InitializeDone(Err(StubError { message: "x".into(), code: 1, traceback: None }))).expect("send");
+        stub.send(&ToServer::InitializeDone(Err(StubError { message: "x".into(), code: 1, traceback: None })))
+            .expect("send");
         server.recv(T).expect("recv");
         assert!(server.own_shm_bytes() < 8 << 20, "the oversized segment was retired");
         server.send(&ToStub::Ping { seq: 2 }).expect("send");

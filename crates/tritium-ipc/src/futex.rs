@@ -60,8 +60,8 @@ pub(crate) fn wake(word: &AtomicU32, count: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::sync::atomic::Ordering;
+    use std::sync::Arc;
 
     #[test]
     fn wait_times_out_when_nobody_wakes() {

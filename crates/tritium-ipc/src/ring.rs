@@ -344,8 +344,7 @@ impl Consumer {
         let mut first = [0u8; SLOT_HEADER_SIZE];
         // SAFETY: the slot lies inside the ring and was published (Acquire on head above).
         unsafe { std::ptr::copy_nonoverlapping(self.ring.slot(tail), first.as_mut_ptr(), SLOT_HEADER_SIZE) };
-        let header = SlotHeader::read_from_bytes(&first)
-            .map_err(|_| IpcError::Protocol("short slot header".into()))?;
+        let header = SlotHeader::read_from_bytes(&first).map_err(|_| IpcError::Protocol("short slot header".into()))?;
         let per = geo.payload();
         let len = header.len as usize;
         let need = len.div_ceil(per).max(1);

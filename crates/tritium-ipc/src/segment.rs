@@ -24,8 +24,8 @@ impl Segment {
         if len == 0 {
             return Err(IpcError::Protocol("a segment cannot be empty".into()));
         }
-        let cname = CString::new(name.replace('\0', "_"))
-            .map_err(|_| IpcError::Protocol("segment name with NUL".into()))?;
+        let cname =
+            CString::new(name.replace('\0', "_")).map_err(|_| IpcError::Protocol("segment name with NUL".into()))?;
         // The fd is close-on-exec; the spawner hands it to the stub explicitly.
         let fd = memfd_create(&cname, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)
             .map_err(|e| IpcError::os("memfd_create", e))?;
@@ -34,11 +34,7 @@ impl Segment {
         // (a truncated memfd turns reads of the mapping into SIGBUS).
         // SAFETY: plain fcntl on an fd we own.
         let rc = unsafe {
-            libc::fcntl(
-                fd.as_raw_fd(),
-                libc::F_ADD_SEALS,
-                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL,
-            )
+            libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL)
         };
         if rc == -1 {
             return Err(IpcError::Io("sealing a memfd".into(), std::io::Error::last_os_error()));
@@ -66,10 +62,8 @@ impl Segment {
 
     fn map(fd: OwnedFd, len: u64) -> Result<Self, IpcError> {
         let len_usize = usize::try_from(len).map_err(|_| IpcError::Protocol("segment too large".into()))?;
-        let map = MmapOptions::new()
-            .len(len_usize)
-            .map_raw(&fd)
-            .map_err(|e| IpcError::Io("mmap of a segment".into(), e))?;
+        let map =
+            MmapOptions::new().len(len_usize).map_raw(&fd).map_err(|e| IpcError::Io("mmap of a segment".into(), e))?;
         Ok(Self { fd, map })
     }
 

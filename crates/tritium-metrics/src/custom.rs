@@ -22,9 +22,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::text::{
-    is_valid_label_name, is_valid_metric_name, push_help, push_label_value, push_value,
-};
+use crate::text::{is_valid_label_name, is_valid_metric_name, push_help, push_label_value, push_value};
 
 /// The kind of a custom metric family; the discriminants are Triton's (`MetricKind` in
 /// python_backend `src/pb_utils.h`, exposed to Python as `MetricFamily.COUNTER` etc.).
@@ -151,9 +149,7 @@ pub enum MetricError {
     )]
     InvalidLabelName(String),
     /// `le` is the bucket label of histograms and cannot be one of their labels.
-    #[error(
-        "Invalid label name 'le': a histogram uses 'le' for its bucket bounds; rename the label"
-    )]
+    #[error("Invalid label name 'le': a histogram uses 'le' for its bucket bounds; rename the label")]
     ReservedLabel,
     /// The same label name appears twice (prometheus-cpp: "Duplicate label name").
     #[error("Duplicate label name '{0}': give each label once")]
@@ -254,11 +250,7 @@ struct Histogram {
 impl Histogram {
     fn observe(&mut self, value: f64) {
         // Prometheus buckets are `le` (less or equal); NaN lands in +Inf only.
-        let index = self
-            .bounds
-            .iter()
-            .position(|bound| value <= *bound)
-            .unwrap_or(self.bounds.len());
+        let index = self.bounds.iter().position(|bound| value <= *bound).unwrap_or(self.bounds.len());
         if let Some(slot) = self.counts.get_mut(index) {
             *slot += 1;
         }
@@ -282,9 +274,7 @@ impl Registry {
     }
 
     fn series_mut(&mut self, metric: u64) -> Result<&mut Series, MetricError> {
-        self.series
-            .get_mut(&metric)
-            .ok_or(MetricError::UnknownMetric(metric))
+        self.series.get_mut(&metric).ok_or(MetricError::UnknownMetric(metric))
     }
 }
 
@@ -306,10 +296,7 @@ impl CustomMetrics {
 
     /// An empty registry that also refuses the given family names (the server's own metrics).
     pub fn with_reserved_names(reserved: &[&'static str]) -> Self {
-        Self {
-            inner: Arc::default(),
-            reserved: reserved.into(),
-        }
+        Self { inner: Arc::default(), reserved: reserved.into() }
     }
 
     fn lock(&self) -> MutexGuard<'_, Registry> {
@@ -318,12 +305,7 @@ impl CustomMetrics {
 
     /// Creates the family `name`, or takes one more reference to it if it exists with the same
     /// kind; returns its id. Triton keeps the first description when they differ.
-    pub fn family(
-        &self,
-        name: &str,
-        description: &str,
-        kind: MetricKind,
-    ) -> Result<u64, MetricError> {
+    pub fn family(&self, name: &str, description: &str, kind: MetricKind) -> Result<u64, MetricError> {
         if !is_valid_metric_name(name) {
             return Err(MetricError::InvalidName(name.to_owned()));
         }
@@ -371,10 +353,7 @@ impl CustomMetrics {
     /// is refused while the family still has metrics.
     pub fn drop_family(&self, family: u64) -> Result<(), MetricError> {
         let mut registry = self.lock();
-        let entry = registry
-            .families
-            .get_mut(&family)
-            .ok_or(MetricError::UnknownFamily(family))?;
+        let entry = registry.families.get_mut(&family).ok_or(MetricError::UnknownFamily(family))?;
         if entry.refs <= 1 {
             if !entry.members.is_empty() {
                 return Err(MetricError::FamilyInUse);
@@ -398,10 +377,7 @@ impl CustomMetrics {
         buckets: Option<Vec<f64>>,
     ) -> Result<u64, MetricError> {
         let mut registry = self.lock();
-        let entry = registry
-            .families
-            .get(&family)
-            .ok_or(MetricError::UnknownFamily(family))?;
+        let entry = registry.families.get(&family).ok_or(MetricError::UnknownFamily(family))?;
         let kind = entry.kind;
         // Triton's order: the buckets' presence, then the label names, then (tritium only)
         // the bucket bounds themselves.
@@ -430,28 +406,16 @@ impl CustomMetrics {
             return Ok(id);
         }
         let value = match bounds {
-            Some(bounds) => Value::Histogram(Histogram {
-                counts: vec![0; bounds.len() + 1],
-                bounds,
-                sum: 0.0,
-                count: 0,
-            }),
+            Some(bounds) => {
+                Value::Histogram(Histogram { counts: vec![0; bounds.len() + 1], bounds, sum: 0.0, count: 0 })
+            }
             None => Value::Scalar(0.0),
         };
         let id = registry.new_id();
         if let Some(entry) = registry.families.get_mut(&family) {
             entry.members.insert(labels.clone(), id);
         }
-        registry.series.insert(
-            id,
-            Series {
-                family,
-                labels,
-                kind,
-                refs: 1,
-                value,
-            },
-        );
+        registry.series.insert(id, Series { family, labels, kind, refs: 1, value });
         Ok(id)
     }
 
@@ -490,10 +454,7 @@ impl CustomMetrics {
                 *current += value;
                 Ok(())
             }
-            (kind, _) => Err(MetricError::Unsupported {
-                kind,
-                op: "Increment",
-            }),
+            (kind, _) => Err(MetricError::Unsupported { kind, op: "Increment" }),
         }
     }
 
@@ -519,10 +480,7 @@ impl CustomMetrics {
                 histogram.observe(value);
                 Ok(())
             }
-            (kind, _) => Err(MetricError::Unsupported {
-                kind,
-                op: "Observe",
-            }),
+            (kind, _) => Err(MetricError::Unsupported { kind, op: "Observe" }),
         }
     }
 
@@ -538,27 +496,17 @@ impl CustomMetrics {
     /// The value of a counter or gauge; histograms have none (as in Triton).
     pub fn value(&self, metric: u64) -> Result<f64, MetricError> {
         let registry = self.lock();
-        let series = registry
-            .series
-            .get(&metric)
-            .ok_or(MetricError::UnknownMetric(metric))?;
+        let series = registry.series.get(&metric).ok_or(MetricError::UnknownMetric(metric))?;
         match &series.value {
             Value::Scalar(value) => Ok(*value),
-            Value::Histogram(_) => Err(MetricError::Unsupported {
-                kind: series.kind,
-                op: "Value",
-            }),
+            Value::Histogram(_) => Err(MetricError::Unsupported { kind: series.kind, op: "Value" }),
         }
     }
 
     /// The kind of a family.
     pub fn family_kind(&self, family: u64) -> Result<MetricKind, MetricError> {
         let registry = self.lock();
-        registry
-            .families
-            .get(&family)
-            .map(|f| f.kind)
-            .ok_or(MetricError::UnknownFamily(family))
+        registry.families.get(&family).map(|f| f.kind).ok_or(MetricError::UnknownFamily(family))
     }
 
     /// Prometheus text for every family that has metrics: HELP (when the description is not
@@ -573,11 +521,8 @@ impl CustomMetrics {
     /// [`render`](Self::render), appending to `out`.
     pub fn render_to(&self, out: &mut String) {
         let registry = self.lock();
-        let mut families: Vec<&Family> = registry
-            .families
-            .values()
-            .filter(|family| !family.members.is_empty())
-            .collect();
+        let mut families: Vec<&Family> =
+            registry.families.values().filter(|family| !family.members.is_empty()).collect();
         families.sort_by(|a, b| a.name.cmp(&b.name));
         for family in families {
             if !family.description.is_empty() {
@@ -604,14 +549,7 @@ impl CustomMetrics {
                         let mut cumulative = 0u64;
                         for (bound, count) in histogram.bounds.iter().zip(&histogram.counts) {
                             cumulative += count;
-                            push_sample(
-                                out,
-                                &family.name,
-                                "_bucket",
-                                &series.labels,
-                                Some(*bound),
-                                cumulative as f64,
-                            );
+                            push_sample(out, &family.name, "_bucket", &series.labels, Some(*bound), cumulative as f64);
                         }
                         push_sample(
                             out,
@@ -621,22 +559,8 @@ impl CustomMetrics {
                             Some(f64::INFINITY),
                             histogram.count as f64,
                         );
-                        push_sample(
-                            out,
-                            &family.name,
-                            "_sum",
-                            &series.labels,
-                            None,
-                            histogram.sum,
-                        );
-                        push_sample(
-                            out,
-                            &family.name,
-                            "_count",
-                            &series.labels,
-                            None,
-                            histogram.count as f64,
-                        );
+                        push_sample(out, &family.name, "_sum", &series.labels, None, histogram.sum);
+                        push_sample(out, &family.name, "_count", &series.labels, None, histogram.count as f64);
                     }
                 }
             }
@@ -646,21 +570,11 @@ impl CustomMetrics {
     /// A session for one stub: the references it takes are tracked and released when it is
     /// dropped, so a stub that dies leaves nothing behind.
     pub fn session(&self) -> MetricsSession {
-        MetricsSession {
-            registry: self.clone(),
-            held: Mutex::default(),
-        }
+        MetricsSession { registry: self.clone(), held: Mutex::default() }
     }
 }
 
-fn push_sample(
-    out: &mut String,
-    name: &str,
-    suffix: &str,
-    labels: &Labels,
-    le: Option<f64>,
-    value: f64,
-) {
+fn push_sample(out: &mut String, name: &str, suffix: &str, labels: &Labels, le: Option<f64>, value: f64) {
     out.push_str(name);
     out.push_str(suffix);
     if !labels.is_empty() || le.is_some() {
@@ -708,10 +622,7 @@ fn check_labels(mut labels: Labels, kind: MetricKind) -> Result<Labels, MetricEr
 }
 
 fn check_buckets(buckets: Vec<f64>) -> Result<Vec<f64>, MetricError> {
-    let invalid = |reason| MetricError::InvalidBuckets {
-        buckets: buckets.clone(),
-        reason,
-    };
+    let invalid = |reason| MetricError::InvalidBuckets { buckets: buckets.clone(), reason };
     let mut bounds = buckets.clone();
     if bounds.last() == Some(&f64::INFINITY) {
         bounds.pop();
@@ -720,9 +631,7 @@ fn check_buckets(buckets: Vec<f64>) -> Result<Vec<f64>, MetricError> {
         return Err(invalid("a bound is NaN"));
     }
     if bounds.iter().any(|bound| bound.is_infinite()) {
-        return Err(invalid(
-            "only the last bound may be infinite, and only +Inf",
-        ));
+        return Err(invalid("only the last bound may be infinite, and only +Inf"));
     }
     if bounds.windows(2).any(|pair| pair[0] >= pair[1]) {
         return Err(invalid("the bounds are not strictly increasing"));
@@ -762,12 +671,7 @@ impl MetricsSession {
     }
 
     /// [`CustomMetrics::family`], held by this session.
-    pub fn family(
-        &self,
-        name: &str,
-        description: &str,
-        kind: MetricKind,
-    ) -> Result<u64, MetricError> {
+    pub fn family(&self, name: &str, description: &str, kind: MetricKind) -> Result<u64, MetricError> {
         let mut held = self.held();
         let id = self.registry.family(name, description, kind)?;
         *held.families.entry(id).or_insert(0) += 1;
@@ -778,10 +682,7 @@ impl MetricsSession {
     /// is refused while this session still holds metrics of the family (Triton's rule).
     pub fn drop_family(&self, family: u64) -> Result<(), MetricError> {
         let mut held = self.held();
-        let count = *held
-            .families
-            .get(&family)
-            .ok_or(MetricError::UnknownFamily(family))?;
+        let count = *held.families.get(&family).ok_or(MetricError::UnknownFamily(family))?;
         if count == 1 && held.metrics.values().any(|(owner, _)| *owner == family) {
             return Err(MetricError::FamilyInUse);
         }
@@ -813,10 +714,7 @@ impl MetricsSession {
     /// [`CustomMetrics::drop_metric`] for a metric this session holds.
     pub fn drop_metric(&self, metric: u64) -> Result<(), MetricError> {
         let mut held = self.held();
-        let (_, count) = *held
-            .metrics
-            .get(&metric)
-            .ok_or(MetricError::UnknownMetric(metric))?;
+        let (_, count) = *held.metrics.get(&metric).ok_or(MetricError::UnknownMetric(metric))?;
         self.registry.drop_metric(metric)?;
         if count == 1 {
             held.metrics.remove(&metric);
@@ -889,10 +787,7 @@ mod tests {
     use super::*;
 
     fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
     }
 
     fn registry() -> CustomMetrics {
@@ -906,15 +801,9 @@ mod tests {
         assert_eq!(MetricKind::try_from(2), Ok(MetricKind::Histogram));
         let error = MetricKind::from_triton(3).unwrap_err();
         assert_eq!(error, MetricError::UnknownKind(3));
-        assert!(
-            error.to_string().starts_with("Unknown metric kind 3"),
-            "{error}"
-        );
+        assert!(error.to_string().starts_with("Unknown metric kind 3"), "{error}");
         assert_eq!(MetricKind::Counter as i64, 0);
-        assert_eq!(
-            MetricKind::Histogram.triton_name(),
-            "TRITONSERVER_METRIC_KIND_HISTOGRAM"
-        );
+        assert_eq!(MetricKind::Histogram.triton_name(), "TRITONSERVER_METRIC_KIND_HISTOGRAM");
     }
 
     #[test]
@@ -923,21 +812,14 @@ mod tests {
         assert_eq!("set".parse(), Ok(MetricOp::Set));
         assert_eq!("observe".parse(), Ok(MetricOp::Observe));
         let error = "value".parse::<MetricOp>().unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "Unknown metric operation 'value': expected 'increment', 'set' or 'observe'"
-        );
+        assert_eq!(error.to_string(), "Unknown metric operation 'value': expected 'increment', 'set' or 'observe'");
     }
 
     #[test]
     fn same_name_and_kind_share_a_family() {
         let r = registry();
-        let a = r
-            .family("requests_total", "Requests", MetricKind::Counter)
-            .unwrap();
-        let b = r
-            .family("requests_total", "Requests", MetricKind::Counter)
-            .unwrap();
+        let a = r.family("requests_total", "Requests", MetricKind::Counter).unwrap();
+        let b = r.family("requests_total", "Requests", MetricKind::Counter).unwrap();
         assert_eq!(a, b);
         // Two references: one drop leaves the family, the second removes it.
         r.drop_family(a).unwrap();
@@ -950,15 +832,8 @@ mod tests {
     #[test]
     fn same_name_other_kind_is_refused_with_tritons_text() {
         let r = registry();
-        r.family(
-            "diff_kind_test",
-            "diff kind description",
-            MetricKind::Counter,
-        )
-        .unwrap();
-        let error = r
-            .family("diff_kind_test", "diff kind description", MetricKind::Gauge)
-            .unwrap_err();
+        r.family("diff_kind_test", "diff kind description", MetricKind::Counter).unwrap();
+        let error = r.family("diff_kind_test", "diff kind description", MetricKind::Gauge).unwrap_err();
         assert_eq!(
             error,
             MetricError::KindMismatch {
@@ -977,62 +852,26 @@ mod tests {
     #[test]
     fn same_name_other_description_keeps_the_first_as_triton_does() {
         let r = registry();
-        let a = r
-            .family(
-                "diff_description_test",
-                "first description",
-                MetricKind::Counter,
-            )
-            .unwrap();
-        let b = r
-            .family(
-                "diff_description_test",
-                "second description",
-                MetricKind::Counter,
-            )
-            .unwrap();
+        let a = r.family("diff_description_test", "first description", MetricKind::Counter).unwrap();
+        let b = r.family("diff_description_test", "second description", MetricKind::Counter).unwrap();
         assert_eq!(a, b);
         r.metric(b, vec![], None).unwrap();
         let text = r.render();
-        assert!(
-            text.contains("# HELP diff_description_test first description\n"),
-            "{text}"
-        );
+        assert!(text.contains("# HELP diff_description_test first description\n"), "{text}");
         assert!(!text.contains("second description"), "{text}");
     }
 
     #[test]
     fn invalid_and_reserved_names_are_refused() {
         let r = registry();
-        for bad in [
-            "",
-            "9lives",
-            "has-dash",
-            "has space",
-            "__reserved",
-            "dotted.name",
-            "ünïcode",
-        ] {
+        for bad in ["", "9lives", "has-dash", "has space", "__reserved", "dotted.name", "ünïcode"] {
             let error = r.family(bad, "d", MetricKind::Gauge).unwrap_err();
             assert_eq!(error, MetricError::InvalidName(bad.into()));
-            assert!(
-                error
-                    .to_string()
-                    .starts_with(&format!("Invalid metric name '{bad}'")),
-                "{error}"
-            );
+            assert!(error.to_string().starts_with(&format!("Invalid metric name '{bad}'")), "{error}");
         }
-        let error = r
-            .family("nv_inference_count", "d", MetricKind::Counter)
-            .unwrap_err();
-        assert_eq!(
-            error,
-            MetricError::ReservedName("nv_inference_count".into())
-        );
-        assert!(
-            error.to_string().contains("server's own metrics"),
-            "{error}"
-        );
+        let error = r.family("nv_inference_count", "d", MetricKind::Counter).unwrap_err();
+        assert_eq!(error, MetricError::ReservedName("nv_inference_count".into()));
+        assert!(error.to_string().contains("server's own metrics"), "{error}");
         for ok in ["a", "_a", ":a", "ns:sub_metric1"] {
             r.family(ok, "d", MetricKind::Gauge).unwrap();
         }
@@ -1041,27 +880,9 @@ mod tests {
     #[test]
     fn same_labels_share_a_metric_in_any_order() {
         let r = registry();
-        let f = r
-            .family(
-                "dupe_metric_test",
-                "dupe metric description",
-                MetricKind::Counter,
-            )
-            .unwrap();
-        let m1 = r
-            .metric(
-                f,
-                labels(&[("example1", "label1"), ("example2", "label2")]),
-                None,
-            )
-            .unwrap();
-        let m2 = r
-            .metric(
-                f,
-                labels(&[("example2", "label2"), ("example1", "label1")]),
-                None,
-            )
-            .unwrap();
+        let f = r.family("dupe_metric_test", "dupe metric description", MetricKind::Counter).unwrap();
+        let m1 = r.metric(f, labels(&[("example1", "label1"), ("example2", "label2")]), None).unwrap();
+        let m2 = r.metric(f, labels(&[("example2", "label2"), ("example1", "label1")]), None).unwrap();
         assert_eq!(m1, m2);
         r.increment(m1, 7.5).unwrap();
         assert_eq!(r.value(m2), Ok(7.5));
@@ -1081,27 +902,14 @@ mod tests {
         let gauge = r.family("g", "d", MetricKind::Gauge).unwrap();
         let histogram = r.family("h", "d", MetricKind::Histogram).unwrap();
         let error = r.metric(counter, vec![], Some(vec![1.0])).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "Unexpected args found in counter Metric constructor."
-        );
+        assert_eq!(error.to_string(), "Unexpected args found in counter Metric constructor.");
         let error = r.metric(gauge, vec![], Some(vec![])).unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "Unexpected args found in gauge Metric constructor."
-        );
+        assert_eq!(error.to_string(), "Unexpected args found in gauge Metric constructor.");
         let error = r.metric(histogram, vec![], None).unwrap_err();
         assert_eq!(error, MetricError::MissingBuckets);
-        assert!(
-            error
-                .to_string()
-                .starts_with("Bucket boundaries not found in Metric args."),
-            "{error}"
-        );
+        assert!(error.to_string().starts_with("Bucket boundaries not found in Metric args."), "{error}");
         // Buckets are checked before labels, as in Triton.
-        let error = r
-            .metric(counter, labels(&[("bad-label", "v")]), Some(vec![1.0]))
-            .unwrap_err();
+        let error = r.metric(counter, labels(&[("bad-label", "v")]), Some(vec![1.0])).unwrap_err();
         assert_eq!(error, MetricError::UnexpectedBuckets(MetricKind::Counter));
         // Empty buckets are allowed (only +Inf), as in Triton.
         r.metric(histogram, vec![], Some(vec![])).unwrap();
@@ -1115,24 +923,12 @@ mod tests {
             (vec![1.0, 0.5], "the bounds are not strictly increasing"),
             (vec![1.0, 1.0], "the bounds are not strictly increasing"),
             (vec![f64::NAN], "a bound is NaN"),
-            (
-                vec![f64::NEG_INFINITY, 1.0],
-                "only the last bound may be infinite, and only +Inf",
-            ),
-            (
-                vec![f64::INFINITY, 1.0],
-                "only the last bound may be infinite, and only +Inf",
-            ),
+            (vec![f64::NEG_INFINITY, 1.0], "only the last bound may be infinite, and only +Inf"),
+            (vec![f64::INFINITY, 1.0], "only the last bound may be infinite, and only +Inf"),
         ] {
             let error = r.metric(h, vec![], Some(buckets.clone())).unwrap_err();
-            assert!(
-                matches!(&error, MetricError::InvalidBuckets { reason: r, .. } if *r == reason),
-                "{error}"
-            );
-            assert!(
-                error.to_string().starts_with("Invalid histogram buckets"),
-                "{error}"
-            );
+            assert!(matches!(&error, MetricError::InvalidBuckets { reason: r, .. } if *r == reason), "{error}");
+            assert!(error.to_string().starts_with("Invalid histogram buckets"), "{error}");
         }
         // A last +Inf is implied and accepted.
         let m = r.metric(h, vec![], Some(vec![1.0, f64::INFINITY])).unwrap();
@@ -1149,54 +945,22 @@ mod tests {
         for bad in ["", "1a", "a-b", "a:b", "__name__"] {
             let error = r.metric(c, labels(&[(bad, "v")]), None).unwrap_err();
             assert_eq!(error, MetricError::InvalidLabelName(bad.into()));
-            assert!(
-                error
-                    .to_string()
-                    .starts_with(&format!("Invalid label name '{bad}'")),
-                "{error}"
-            );
+            assert!(error.to_string().starts_with(&format!("Invalid label name '{bad}'")), "{error}");
         }
-        let error = r
-            .metric(c, labels(&[("a", "1"), ("a", "2")]), None)
-            .unwrap_err();
+        let error = r.metric(c, labels(&[("a", "1"), ("a", "2")]), None).unwrap_err();
         assert_eq!(error, MetricError::DuplicateLabel("a".into()));
-        assert!(
-            error.to_string().starts_with("Duplicate label name 'a'"),
-            "{error}"
-        );
-        assert_eq!(
-            r.metric(h, labels(&[("le", "1")]), Some(vec![1.0])),
-            Err(MetricError::ReservedLabel)
-        );
+        assert!(error.to_string().starts_with("Duplicate label name 'a'"), "{error}");
+        assert_eq!(r.metric(h, labels(&[("le", "1")]), Some(vec![1.0])), Err(MetricError::ReservedLabel));
         // `le` is an ordinary label on counters; any label value is fine.
-        r.metric(
-            c,
-            labels(&[("le", "1"), ("v", "any \"value\"\n\\ ünïcode")]),
-            None,
-        )
-        .unwrap();
+        r.metric(c, labels(&[("le", "1"), ("v", "any \"value\"\n\\ ünïcode")]), None).unwrap();
     }
 
     #[test]
     fn operations_follow_the_kind_with_tritons_texts() {
         let r = registry();
-        let c = r
-            .metric(
-                r.family("c", "d", MetricKind::Counter).unwrap(),
-                vec![],
-                None,
-            )
-            .unwrap();
-        let g = r
-            .metric(r.family("g", "d", MetricKind::Gauge).unwrap(), vec![], None)
-            .unwrap();
-        let h = r
-            .metric(
-                r.family("h", "d", MetricKind::Histogram).unwrap(),
-                vec![],
-                Some(vec![1.0]),
-            )
-            .unwrap();
+        let c = r.metric(r.family("c", "d", MetricKind::Counter).unwrap(), vec![], None).unwrap();
+        let g = r.metric(r.family("g", "d", MetricKind::Gauge).unwrap(), vec![], None).unwrap();
+        let h = r.metric(r.family("h", "d", MetricKind::Histogram).unwrap(), vec![], Some(vec![1.0])).unwrap();
 
         r.increment(c, 2.5).unwrap();
         r.increment(c, 0.0).unwrap();
@@ -1208,10 +972,7 @@ mod tests {
         );
         assert_eq!(r.increment(c, f64::NAN), Err(MetricError::NanIncrement));
         assert_eq!(r.value(c), Ok(2.5));
-        assert_eq!(
-            r.set(c, 1.0).unwrap_err().to_string(),
-            "TRITONSERVER_METRIC_KIND_COUNTER does not support Set"
-        );
+        assert_eq!(r.set(c, 1.0).unwrap_err().to_string(), "TRITONSERVER_METRIC_KIND_COUNTER does not support Set");
         assert_eq!(
             r.observe(c, 1.0).unwrap_err().to_string(),
             "TRITONSERVER_METRIC_KIND_COUNTER does not support Observe"
@@ -1230,14 +991,8 @@ mod tests {
             r.increment(h, 1.0).unwrap_err().to_string(),
             "TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Increment"
         );
-        assert_eq!(
-            r.set(h, 1.0).unwrap_err().to_string(),
-            "TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Set"
-        );
-        assert_eq!(
-            r.value(h).unwrap_err().to_string(),
-            "TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Value"
-        );
+        assert_eq!(r.set(h, 1.0).unwrap_err().to_string(), "TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Set");
+        assert_eq!(r.value(h).unwrap_err().to_string(), "TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Value");
 
         r.apply(c, MetricOp::Increment, 1.0).unwrap();
         r.apply(g, MetricOp::Set, 4.0).unwrap();
@@ -1249,9 +1004,7 @@ mod tests {
     #[test]
     fn drops_are_refcounted_and_ids_never_reused() {
         let r = registry();
-        let f = r
-            .family("requests", "Requests", MetricKind::Counter)
-            .unwrap();
+        let f = r.family("requests", "Requests", MetricKind::Counter).unwrap();
         let m = r.metric(f, labels(&[("k", "v")]), None).unwrap();
         assert_eq!(r.metric(f, labels(&[("k", "v")]), None), Ok(m));
         r.increment(m, 1.0).unwrap();
@@ -1273,10 +1026,7 @@ mod tests {
         // A family without metrics is not rendered.
         assert_eq!(r.render(), "");
         r.drop_family(f).unwrap();
-        assert_eq!(
-            r.metric(f, vec![], None),
-            Err(MetricError::UnknownFamily(f))
-        );
+        assert_eq!(r.metric(f, vec![], None), Err(MetricError::UnknownFamily(f)));
 
         // Created again: new ids, fresh values, and the name is free for another kind.
         let g = r.family("requests", "Requests", MetricKind::Gauge).unwrap();
@@ -1285,44 +1035,21 @@ mod tests {
         assert_ne!(m2, m);
         assert_eq!(r.value(m2), Ok(0.0));
         let error = r.value(12345).unwrap_err();
-        assert!(
-            error.to_string().starts_with("Unknown metric id 12345"),
-            "{error}"
-        );
+        assert!(error.to_string().starts_with("Unknown metric id 12345"), "{error}");
     }
 
     #[test]
     fn render_is_exact() {
         let r = registry();
         let c = r
-            .family(
-                "requests_process_latency_ns",
-                "Cumulative time spent\nprocessing \\ requests",
-                MetricKind::Counter,
-            )
+            .family("requests_process_latency_ns", "Cumulative time spent\nprocessing \\ requests", MetricKind::Counter)
             .unwrap();
         let g = r.family("queue_depth", "", MetricKind::Gauge).unwrap();
-        let h = r
-            .family("latency_seconds", "Latency", MetricKind::Histogram)
-            .unwrap();
-        let c1 = r
-            .metric(
-                c,
-                labels(&[("version", "1"), ("model", "custom_metrics")]),
-                None,
-            )
-            .unwrap();
-        let c2 = r
-            .metric(c, labels(&[("model", "a \"quoted\"\nname\\")]), None)
-            .unwrap();
+        let h = r.family("latency_seconds", "Latency", MetricKind::Histogram).unwrap();
+        let c1 = r.metric(c, labels(&[("version", "1"), ("model", "custom_metrics")]), None).unwrap();
+        let c2 = r.metric(c, labels(&[("model", "a \"quoted\"\nname\\")]), None).unwrap();
         let g1 = r.metric(g, vec![], None).unwrap();
-        let h1 = r
-            .metric(
-                h,
-                labels(&[("model", "m")]),
-                Some(vec![0.1, 1.0, 2.5, 5.0, 10.0]),
-            )
-            .unwrap();
+        let h1 = r.metric(h, labels(&[("model", "m")]), Some(vec![0.1, 1.0, 2.5, 5.0, 10.0])).unwrap();
         r.increment(c1, 1500.0).unwrap();
         r.increment(c2, 0.25).unwrap();
         r.set(g1, -3.0).unwrap();
@@ -1367,13 +1094,8 @@ mod tests {
         let text = r.render();
         let bucket = |le: &str| -> u64 {
             let prefix = format!("h_bucket{{le=\"{le}\"}} ");
-            let line = text
-                .lines()
-                .find(|line| line.starts_with(&prefix))
-                .unwrap_or_default();
-            line[prefix.len().min(line.len())..]
-                .parse()
-                .unwrap_or(u64::MAX)
+            let line = text.lines().find(|line| line.starts_with(&prefix)).unwrap_or_default();
+            line[prefix.len().min(line.len())..].parse().unwrap_or(u64::MAX)
         };
         // le is inclusive; NaN only counts in +Inf.
         assert_eq!(bucket("1"), 3);
@@ -1382,10 +1104,7 @@ mod tests {
         assert_eq!(bucket("+Inf"), 10);
         assert!(text.contains("h_count 10\n"), "{text}");
         assert!(text.contains("h_sum NaN\n"), "{text}");
-        let counts: Vec<u64> = ["1", "2", "3", "+Inf"]
-            .iter()
-            .map(|le| bucket(le))
-            .collect();
+        let counts: Vec<u64> = ["1", "2", "3", "+Inf"].iter().map(|le| bucket(le)).collect();
         assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
     }
 
@@ -1434,10 +1153,7 @@ mod tests {
         assert_eq!(b.value(ma), Err(MetricError::UnknownMetric(ma)));
         assert_eq!(b.drop_metric(ma), Err(MetricError::UnknownMetric(ma)));
         let other = a.family("only_a", "A", MetricKind::Counter).unwrap();
-        assert_eq!(
-            b.metric(other, vec![], None),
-            Err(MetricError::UnknownFamily(other))
-        );
+        assert_eq!(b.metric(other, vec![], None), Err(MetricError::UnknownFamily(other)));
         assert_eq!(b.drop_family(other), Err(MetricError::UnknownFamily(other)));
         // Triton's rule, per session: a's family cannot go while a holds metrics of it.
         assert_eq!(a.drop_family(fa), Err(MetricError::FamilyInUse));
@@ -1445,11 +1161,7 @@ mod tests {
         b.apply(mb, MetricOp::Increment, 5.0).unwrap();
         assert_eq!(b.value(mb), Ok(5.0));
         let text = r.render();
-        assert!(
-            text.contains("shared{instance=\"0\"} 1\n")
-                && text.contains("shared{instance=\"1\"} 5\n"),
-            "{text}"
-        );
+        assert!(text.contains("shared{instance=\"0\"} 1\n") && text.contains("shared{instance=\"1\"} 5\n"), "{text}");
 
         drop(a); // the stub died: its metric and its references go
         let text = r.render();

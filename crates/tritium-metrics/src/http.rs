@@ -31,15 +31,8 @@ where
                 async move { metrics_response(render).await }
             }),
         )
-        .fallback(|| async {
-            (
-                StatusCode::NOT_FOUND,
-                "Not Found: the metrics are at /metrics\n",
-            )
-        });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+        .fallback(|| async { (StatusCode::NOT_FOUND, "Not Found: the metrics are at /metrics\n") });
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
 async fn metrics_response<R>(render: Arc<R>) -> Response
@@ -50,11 +43,7 @@ where
         Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
         Err(error) => {
             tracing::error!(%error, "rendering /metrics failed");
-            (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("rendering the metrics failed: {error}\n"),
-            )
-                .into_response()
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("rendering the metrics failed: {error}\n")).into_response()
         }
     }
 }
@@ -67,8 +56,7 @@ mod tests {
 
     async fn request(addr: std::net::SocketAddr, method: &str, path: &str) -> String {
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let request =
-            format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        let request = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
         stream.write_all(request.as_bytes()).await.unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).await.unwrap();
@@ -93,41 +81,23 @@ mod tests {
         let response = request(addr, "GET", "/metrics").await;
         assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
         assert!(
-            response
-                .to_ascii_lowercase()
-                .contains("content-type: text/plain; version=0.0.4; charset=utf-8\r\n"),
+            response.to_ascii_lowercase().contains("content-type: text/plain; version=0.0.4; charset=utf-8\r\n"),
             "{response}"
         );
-        assert!(
-            response.ends_with("\r\n\r\n# TYPE scrapes counter\nscrapes 1\n"),
-            "{response}"
-        );
+        assert!(response.ends_with("\r\n\r\n# TYPE scrapes counter\nscrapes 1\n"), "{response}");
         let response = request(addr, "GET", "/metrics").await;
         assert!(response.ends_with("scrapes 2\n"), "{response}");
 
         let response = request(addr, "GET", "/v2/health/ready").await;
-        assert!(
-            response.starts_with("HTTP/1.1 404 Not Found\r\n"),
-            "{response}"
-        );
+        assert!(response.starts_with("HTTP/1.1 404 Not Found\r\n"), "{response}");
         let response = request(addr, "GET", "/metrics/extra").await;
-        assert!(
-            response.starts_with("HTTP/1.1 404 Not Found\r\n"),
-            "{response}"
-        );
+        assert!(response.starts_with("HTTP/1.1 404 Not Found\r\n"), "{response}");
         let response = request(addr, "POST", "/metrics").await;
-        assert!(
-            response.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
-            "{response}"
-        );
+        assert!(response.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{response}");
         assert_eq!(scrapes.load(std::sync::atomic::Ordering::SeqCst), 2);
 
         stop.send(()).unwrap();
-        tokio::time::timeout(std::time::Duration::from_secs(10), server)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), server).await.unwrap().unwrap().unwrap();
         assert!(tokio::net::TcpStream::connect(addr).await.is_err());
     }
 }

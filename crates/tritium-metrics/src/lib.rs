@@ -16,6 +16,5 @@ mod text;
 pub use custom::{CustomMetrics, MetricError, MetricKind, MetricOp, MetricsSession};
 pub use http::{serve, CONTENT_TYPE};
 pub use server::{
-    FailureCounts, InstanceSnapshot, Metrics, MetricsOptions, ModelSnapshot, Snapshot,
-    SERVER_METRIC_NAMES,
+    FailureCounts, InstanceSnapshot, Metrics, MetricsOptions, ModelSnapshot, Snapshot, SERVER_METRIC_NAMES,
 };

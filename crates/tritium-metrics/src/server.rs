@@ -99,9 +99,7 @@ pub struct MetricsOptions {
 
 impl Default for MetricsOptions {
     fn default() -> Self {
-        Self {
-            counter_latencies: true,
-        }
+        Self { counter_latencies: true }
     }
 }
 
@@ -121,33 +119,14 @@ struct FamilyDef {
 
 macro_rules! family {
     ($ident:ident, $name:literal, $ty:ident, $help:literal) => {
-        const $ident: FamilyDef = FamilyDef {
-            name: $name,
-            help: $help,
-            ty: Type::$ty,
-        };
+        const $ident: FamilyDef = FamilyDef { name: $name, help: $help, ty: Type::$ty };
     };
 }
 
 // Names, HELP texts and types exactly as Triton registers them (core `src/metrics.cc`).
-family!(
-    SUCCESS,
-    "nv_inference_request_success",
-    Counter,
-    "Number of successful inference requests, all batch sizes"
-);
-family!(
-    FAILURE,
-    "nv_inference_request_failure",
-    Counter,
-    "Number of failed inference requests, all batch sizes"
-);
-family!(
-    COUNT,
-    "nv_inference_count",
-    Counter,
-    "Number of inferences performed (does not include cached requests)"
-);
+family!(SUCCESS, "nv_inference_request_success", Counter, "Number of successful inference requests, all batch sizes");
+family!(FAILURE, "nv_inference_request_failure", Counter, "Number of failed inference requests, all batch sizes");
+family!(COUNT, "nv_inference_count", Counter, "Number of inferences performed (does not include cached requests)");
 family!(
     EXEC_COUNT,
     "nv_inference_exec_count",
@@ -178,19 +157,19 @@ family!(
     Counter,
     "Cumulative compute inference duration in microseconds (does not include cached requests)"
 );
-family!(COMPUTE_OUTPUT_DURATION, "nv_inference_compute_output_duration_us", Counter, "Cumulative inference compute output duration in microseconds (does not include cached requests)");
+family!(
+    COMPUTE_OUTPUT_DURATION,
+    "nv_inference_compute_output_duration_us",
+    Counter,
+    "Cumulative inference compute output duration in microseconds (does not include cached requests)"
+);
 family!(
     PENDING,
     "nv_inference_pending_request_count",
     Gauge,
     "Instantaneous number of pending requests awaiting execution per-model."
 );
-family!(
-    LOAD_DURATION,
-    "nv_model_load_duration_secs",
-    Gauge,
-    "Model load time in seconds"
-);
+family!(LOAD_DURATION, "nv_model_load_duration_secs", Gauge, "Model load time in seconds");
 // tritium's own, per model instance.
 family!(
     STUB_STATE,
@@ -204,12 +183,7 @@ family!(
     Counter,
     "Number of times the supervisor restarted the stub of a model instance"
 );
-family!(
-    STUB_RSS,
-    "tritium_stub_rss_bytes",
-    Gauge,
-    "Resident memory of the stub process of a model instance, in bytes"
-);
+family!(STUB_RSS, "tritium_stub_rss_bytes", Gauge, "Resident memory of the stub process of a model instance, in bytes");
 family!(
     STUB_SHM,
     "tritium_stub_shm_bytes",
@@ -263,8 +237,7 @@ pub const SERVER_METRIC_NAMES: [&str; 16] = [
     STUB_INFLIGHT.name,
 ];
 
-static METADATA: Metadata<'static> =
-    Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum SampleValue {
@@ -292,11 +265,7 @@ impl ServerRecorder {
                 Type::Gauge => recorder.describe_gauge(name, None, help),
             }
         }
-        Self {
-            recorder,
-            handle,
-            last: HashMap::new(),
-        }
+        Self { recorder, handle, last: HashMap::new() }
     }
 
     /// Whether the new samples can be set on this recorder: a metrics counter can only grow
@@ -304,13 +273,11 @@ impl ServerRecorder {
     /// that went down (a model reloaded) or a series that is gone (a model unloaded) needs a
     /// fresh recorder.
     fn accepts(&self, samples: &HashMap<Key, SampleValue>) -> bool {
-        self.last
-            .iter()
-            .all(|(key, last)| match (samples.get(key), last) {
-                (None, _) => false,
-                (Some(SampleValue::Counter(value)), Some(last)) => value >= last,
-                (Some(_), _) => true,
-            })
+        self.last.iter().all(|(key, last)| match (samples.get(key), last) {
+            (None, _) => false,
+            (Some(SampleValue::Counter(value)), Some(last)) => value >= last,
+            (Some(_), _) => true,
+        })
     }
 
     fn set(&mut self, samples: HashMap<Key, SampleValue>) {
@@ -318,9 +285,7 @@ impl ServerRecorder {
         for (key, value) in samples {
             match value {
                 SampleValue::Counter(value) => {
-                    self.recorder
-                        .register_counter(&key, &METADATA)
-                        .absolute(value);
+                    self.recorder.register_counter(&key, &METADATA).absolute(value);
                     self.last.insert(key, Some(value));
                 }
                 SampleValue::Gauge(value) => {
@@ -350,9 +315,7 @@ pub struct Metrics {
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Metrics")
-            .field("options", &self.inner.options)
-            .finish_non_exhaustive()
+        f.debug_struct("Metrics").field("options", &self.inner.options).finish_non_exhaustive()
     }
 }
 
@@ -389,11 +352,7 @@ impl Metrics {
     pub fn render(&self, snapshot: &Snapshot) -> String {
         let samples = samples(snapshot, self.inner.options);
         let server_text = {
-            let mut server = self
-                .inner
-                .server
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut server = self.inner.server.lock().unwrap_or_else(PoisonError::into_inner);
             if !server.accepts(&samples) {
                 *server = ServerRecorder::new();
             }
@@ -409,10 +368,7 @@ impl Metrics {
 
 fn key(family: &FamilyDef, labels: Vec<(&'static str, &str)>) -> Key {
     // Labels in name order, as Triton's (std::map) labels come out.
-    let labels: Vec<Label> = labels
-        .into_iter()
-        .map(|(k, v)| Label::new(k, v.to_owned()))
-        .collect();
+    let labels: Vec<Label> = labels.into_iter().map(|(k, v)| Label::new(k, v.to_owned())).collect();
     Key::from_parts(KeyName::from_const_str(family.name), labels)
 }
 
@@ -422,12 +378,7 @@ fn samples(snapshot: &Snapshot, options: MetricsOptions) -> HashMap<Key, SampleV
     use SampleValue::{Counter, Gauge};
     let mut out = Vec::with_capacity(snapshot.models.len() * 16 + snapshot.instances.len() * 5);
     for model in &snapshot.models {
-        let labels = || {
-            vec![
-                ("model", model.name.as_str()),
-                ("version", model.version.as_str()),
-            ]
-        };
+        let labels = || vec![("model", model.name.as_str()), ("version", model.version.as_str())];
         out.push((key(&SUCCESS, labels()), Counter(model.success)));
         let failures = [
             ("REJECTED", model.failure.rejected),
@@ -436,11 +387,7 @@ fn samples(snapshot: &Snapshot, options: MetricsOptions) -> HashMap<Key, SampleV
             ("OTHER", model.failure.other),
         ];
         for (reason, count) in failures {
-            let labels = vec![
-                ("model", model.name.as_str()),
-                ("reason", reason),
-                ("version", model.version.as_str()),
-            ];
+            let labels = vec![("model", model.name.as_str()), ("reason", reason), ("version", model.version.as_str())];
             out.push((key(&FAILURE, labels), Counter(count)));
         }
         out.push((key(&COUNT, labels()), Counter(model.inference_count)));
@@ -457,10 +404,7 @@ fn samples(snapshot: &Snapshot, options: MetricsOptions) -> HashMap<Key, SampleV
                 out.push((key(family, labels()), Counter(ns / 1000)));
             }
         }
-        out.push((
-            key(&PENDING, labels()),
-            Gauge(model.pending_requests as f64),
-        ));
+        out.push((key(&PENDING, labels()), Gauge(model.pending_requests as f64)));
         if let Some(secs) = model.load_duration_secs {
             out.push((key(&LOAD_DURATION, labels()), Gauge(secs)));
         }
@@ -485,10 +429,7 @@ fn samples(snapshot: &Snapshot, options: MetricsOptions) -> HashMap<Key, SampleV
             out.push((key(&STUB_RSS, labels()), Gauge(rss as f64)));
         }
         out.push((key(&STUB_SHM, labels()), Gauge(instance.shm_bytes as f64)));
-        out.push((
-            key(&STUB_INFLIGHT, labels()),
-            Gauge(instance.inflight as f64),
-        ));
+        out.push((key(&STUB_INFLIGHT, labels()), Gauge(instance.inflight as f64)));
     }
     out.into_iter().collect()
 }
@@ -522,19 +463,11 @@ fn normalize(text: &str, out: &mut String) {
         } else {
             first.split(['{', ' ']).next().unwrap_or_default()
         };
-        let rank = FAMILIES
-            .iter()
-            .position(|family| family.name == name)
-            .unwrap_or(FAMILIES.len());
+        let rank = FAMILIES.iter().position(|family| family.name == name).unwrap_or(FAMILIES.len());
         // HELP before TYPE, whatever the exporter did.
         comments.sort_by_key(|line| !line.starts_with("# HELP"));
         samples.sort_unstable();
-        blocks.push(Block {
-            rank,
-            name,
-            comments,
-            samples,
-        });
+        blocks.push(Block { rank, name, comments, samples });
     }
     blocks.sort_by(|a, b| (a.rank, a.name).cmp(&(b.rank, b.name)));
     for block in blocks {
@@ -556,12 +489,7 @@ mod tests {
             name: "simple".into(),
             version: "1".into(),
             success: 10,
-            failure: FailureCounts {
-                rejected: 1,
-                canceled: 2,
-                backend: 3,
-                other: 4,
-            },
+            failure: FailureCounts { rejected: 1, canceled: 2, backend: 3, other: 4 },
             inference_count: 40,
             exec_count: 5,
             request_duration_ns: 1_234_567,
@@ -595,14 +523,7 @@ mod tests {
     fn renders_tritons_names_labels_and_help_exactly() {
         let metrics = Metrics::new();
         let snapshot = Snapshot {
-            models: vec![
-                simple(),
-                ModelSnapshot {
-                    name: "a_model".into(),
-                    version: "2".into(),
-                    ..Default::default()
-                },
-            ],
+            models: vec![simple(), ModelSnapshot { name: "a_model".into(), version: "2".into(), ..Default::default() }],
             instances: vec![instance()],
         };
         let text = metrics.render(&snapshot);
@@ -689,10 +610,7 @@ mod tests {
     #[test]
     fn counters_follow_the_snapshot_down_and_unloaded_series_go() {
         let metrics = Metrics::new();
-        let mut snapshot = Snapshot {
-            models: vec![simple()],
-            instances: vec![instance()],
-        };
+        let mut snapshot = Snapshot { models: vec![simple()], instances: vec![instance()] };
         assert!(metrics
             .render(&snapshot)
             .contains("nv_inference_request_success{model=\"simple\",version=\"1\"} 10\n"));
@@ -705,10 +623,7 @@ mod tests {
         // The model was reloaded: its statistics start again from zero.
         snapshot.models[0].success = 3;
         let text = metrics.render(&snapshot);
-        assert!(
-            text.contains("nv_inference_request_success{model=\"simple\",version=\"1\"} 3\n"),
-            "{text}"
-        );
+        assert!(text.contains("nv_inference_request_success{model=\"simple\",version=\"1\"} 3\n"), "{text}");
 
         // The stub restarted and changed state; the dead process has no RSS.
         snapshot.instances[0].state = "restarting".into();
@@ -725,18 +640,10 @@ mod tests {
 
     #[test]
     fn counter_latencies_can_be_turned_off() {
-        let metrics = Metrics::with_options(MetricsOptions {
-            counter_latencies: false,
-        });
-        let text = metrics.render(&Snapshot {
-            models: vec![simple()],
-            instances: vec![],
-        });
+        let metrics = Metrics::with_options(MetricsOptions { counter_latencies: false });
+        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![] });
         assert!(!text.contains("_duration_us"), "{text}");
-        assert!(
-            text.contains("nv_inference_count{model=\"simple\",version=\"1\"} 40\n"),
-            "{text}"
-        );
+        assert!(text.contains("nv_inference_count{model=\"simple\",version=\"1\"} 40\n"), "{text}");
     }
 
     #[test]
@@ -744,27 +651,13 @@ mod tests {
         let metrics = Metrics::new();
         let custom = metrics.custom().clone();
         let family = custom
-            .family(
-                "requests_process_latency_ns",
-                "Cumulative time spent processing requests",
-                MetricKind::Counter,
-            )
+            .family("requests_process_latency_ns", "Cumulative time spent processing requests", MetricKind::Counter)
             .unwrap();
         let metric = custom
-            .metric(
-                family,
-                vec![
-                    ("model".into(), "custom_metrics".into()),
-                    ("version".into(), "1".into()),
-                ],
-                None,
-            )
+            .metric(family, vec![("model".into(), "custom_metrics".into()), ("version".into(), "1".into())], None)
             .unwrap();
         custom.increment(metric, 42.0).unwrap();
-        let text = metrics.render(&Snapshot {
-            models: vec![simple()],
-            instances: vec![],
-        });
+        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![] });
         let tail: Vec<&str> = text.lines().rev().take(3).collect();
         assert_eq!(
             tail,
@@ -776,10 +669,7 @@ mod tests {
         );
         // The server's names are not available to models.
         for name in SERVER_METRIC_NAMES {
-            assert_eq!(
-                custom.family(name, "d", MetricKind::Counter),
-                Err(MetricError::ReservedName(name.to_owned()))
-            );
+            assert_eq!(custom.family(name, "d", MetricKind::Counter), Err(MetricError::ReservedName(name.to_owned())));
         }
     }
 
@@ -787,18 +677,10 @@ mod tests {
     fn metrics_instances_are_independent() {
         let a = Metrics::new();
         let b = Metrics::new();
-        a.render(&Snapshot {
-            models: vec![simple()],
-            instances: vec![],
-        });
+        a.render(&Snapshot { models: vec![simple()], instances: vec![] });
         assert_eq!(b.render(&Snapshot::default()), "");
-        a.custom()
-            .family("only_in_a", "d", MetricKind::Gauge)
-            .unwrap();
-        assert!(b
-            .custom()
-            .family("only_in_a", "d", MetricKind::Counter)
-            .is_ok());
+        a.custom().family("only_in_a", "d", MetricKind::Gauge).unwrap();
+        assert!(b.custom().family("only_in_a", "d", MetricKind::Counter).is_ok());
     }
 
     #[test]
@@ -811,10 +693,7 @@ mod tests {
                     for n in 0..50u64 {
                         let mut model = simple();
                         model.success = i * 1000 + n;
-                        let text = metrics.render(&Snapshot {
-                            models: vec![model],
-                            instances: vec![],
-                        });
+                        let text = metrics.render(&Snapshot { models: vec![model], instances: vec![] });
                         let want = format!(
                             "nv_inference_request_success{{model=\"simple\",version=\"1\"}} {}\n",
                             i * 1000 + n

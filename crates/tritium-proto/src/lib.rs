@@ -25,5 +25,4 @@ pub mod admin {
 
 /// The encoded `google.protobuf.FileDescriptorSet` of every .proto file above, for
 /// `prost_reflect::DescriptorPool::decode`.
-pub const FILE_DESCRIPTOR_SET: &[u8] =
-    include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));

@@ -12,19 +12,9 @@ fn pool() -> DescriptorPool {
 #[test]
 fn services_and_methods() {
     let pool = pool();
-    let service = pool
-        .get_service_by_name("inference.GRPCInferenceService")
-        .expect("inference service");
-    let methods: Vec<(String, bool, bool)> = service
-        .methods()
-        .map(|m| {
-            (
-                m.name().to_owned(),
-                m.is_client_streaming(),
-                m.is_server_streaming(),
-            )
-        })
-        .collect();
+    let service = pool.get_service_by_name("inference.GRPCInferenceService").expect("inference service");
+    let methods: Vec<(String, bool, bool)> =
+        service.methods().map(|m| (m.name().to_owned(), m.is_client_streaming(), m.is_server_streaming())).collect();
     let unary = |name: &str| (name.to_owned(), false, false);
     let expected = vec![
         unary("ServerLive"),
@@ -50,22 +40,12 @@ fn services_and_methods() {
     ];
     assert_eq!(methods, expected);
 
-    let health = pool
-        .get_service_by_name("grpc.health.v1.Health")
-        .expect("health");
-    let methods: Vec<(String, bool)> = health
-        .methods()
-        .map(|m| (m.name().to_owned(), m.is_server_streaming()))
-        .collect();
-    assert_eq!(
-        methods,
-        [("Check".to_owned(), false), ("Watch".to_owned(), true)]
-    );
+    let health = pool.get_service_by_name("grpc.health.v1.Health").expect("health");
+    let methods: Vec<(String, bool)> =
+        health.methods().map(|m| (m.name().to_owned(), m.is_server_streaming())).collect();
+    assert_eq!(methods, [("Check".to_owned(), false), ("Watch".to_owned(), true)]);
 
-    assert_eq!(
-        inference::grpc_inference_service_server::SERVICE_NAME,
-        "inference.GRPCInferenceService"
-    );
+    assert_eq!(inference::grpc_inference_service_server::SERVICE_NAME, "inference.GRPCInferenceService");
     assert_eq!(health::health_server::SERVICE_NAME, "grpc.health.v1.Health");
 }
 
@@ -93,13 +73,8 @@ fn field_numbers_that_clients_depend_on() {
         let got = desc.get_field_by_name(field).map(|f| f.number());
         assert_eq!(got, Some(number), "{message}.{field}");
     }
-    let data_type = pool
-        .get_enum_by_name("inference.DataType")
-        .expect("DataType");
-    assert_eq!(
-        data_type.get_value_by_name("TYPE_BF16").map(|v| v.number()),
-        Some(14)
-    );
+    let data_type = pool.get_enum_by_name("inference.DataType").expect("DataType");
+    assert_eq!(data_type.get_value_by_name("TYPE_BF16").map(|v| v.number()), Some(14));
 }
 
 #[test]
@@ -110,24 +85,17 @@ fn raw_contents_encode_as_bytes_fields() {
         ..Default::default()
     };
     // field 1 (model_name, len 1), field 7 (raw_input_contents, len 2)
-    assert_eq!(
-        request.encode_to_vec(),
-        [0x0a, 1, b'm', 0x3a, 2, b'a', b'b']
-    );
+    assert_eq!(request.encode_to_vec(), [0x0a, 1, b'm', 0x3a, 2, b'a', b'b']);
 }
 
 #[test]
 fn admin_service_is_in_the_descriptor_set() {
     let pool = pool();
-    let admin_service = pool
-        .get_service_by_name("tritium.admin.Admin")
-        .expect("admin service");
+    let admin_service = pool.get_service_by_name("tritium.admin.Admin").expect("admin service");
     let methods: Vec<String> = admin_service.methods().map(|m| m.name().to_owned()).collect();
     assert_eq!(methods, ["Stubs", "Restart"]);
     assert_eq!(admin::admin_server::SERVICE_NAME, "tritium.admin.Admin");
-    let stub = pool
-        .get_message_by_name("tritium.admin.StubInfo")
-        .expect("StubInfo");
+    let stub = pool.get_message_by_name("tritium.admin.StubInfo").expect("StubInfo");
     let fields: Vec<(String, u32)> = stub.fields().map(|f| (f.name().to_owned(), f.number())).collect();
     assert_eq!(fields.len(), 14);
     assert_eq!(fields[13], ("executions".to_owned(), 14));

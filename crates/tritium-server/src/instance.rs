@@ -178,7 +178,9 @@ impl Status {
         *self.transitions.entry(to.as_str()).or_default() += 1;
         self.state = to;
         match to {
-            S::Failed | S::Crashed => error!(from = from.as_str(), to = to.as_str(), reason = %self.reason, "instance state"),
+            S::Failed | S::Crashed => {
+                error!(from = from.as_str(), to = to.as_str(), reason = %self.reason, "instance state")
+            }
             _ => info!(from = from.as_str(), to = to.as_str(), "instance state"),
         }
     }
@@ -288,7 +290,9 @@ fn call_handler(session: Arc<MetricsSession>) -> CallHandler {
                 MetricKind::from_triton(kind).and_then(|k| session.family(&name, &description, k)).map(CallResult::Id)
             }
             CallOp::MetricFamilyDrop { id } => session.drop_family(id).map(|()| CallResult::Done),
-            CallOp::MetricNew { family, labels, buckets } => session.metric(family, labels, buckets).map(CallResult::Id),
+            CallOp::MetricNew { family, labels, buckets } => {
+                session.metric(family, labels, buckets).map(CallResult::Id)
+            }
             CallOp::MetricDrop { id } => session.drop_metric(id).map(|()| CallResult::Done),
             CallOp::MetricOp { id, op, value } => {
                 op.parse::<MetricOp>().and_then(|op| session.apply(id, op, value)).map(|()| CallResult::Done)
@@ -355,14 +359,19 @@ fn start(ctx: &VersionContext, instance: &Instance) -> Started {
 }
 
 /// Starts the instance's worker thread. `ready` receives the outcome of its first `initialize`.
-pub(crate) fn spawn(ctx: Arc<VersionContext>, spec: InstanceSpec, ready: mpsc::Sender<Result<(), String>>) -> std::io::Result<std::thread::JoinHandle<()>> {
+pub(crate) fn spawn(
+    ctx: Arc<VersionContext>,
+    spec: InstanceSpec,
+    ready: mpsc::Sender<Result<(), String>>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     let instance = Arc::new(Instance::new(spec, ctx.metrics.session()));
     ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).push(instance.clone());
     ctx.live_workers.fetch_add(1, Ordering::SeqCst);
     let name = format!("instance-{}", instance.spec.name);
     let ctx2 = ctx.clone();
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
-        let span = tracing::info_span!("instance", model = %ctx.model, version = ctx.version, instance = %instance.spec.name);
+        let span =
+            tracing::info_span!("instance", model = %ctx.model, version = ctx.version, instance = %instance.spec.name);
         let _enter = span.enter();
         supervise(&ctx, &instance, ready);
         leave(&ctx);
@@ -475,7 +484,12 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
 
 /// Records a crash and sleeps the backoff; false when the instance gives up (or the queue
 /// closed meanwhile).
-fn back_off(ctx: &VersionContext, instance: &Instance, crashes: &mut VecDeque<Instant>, backoff: &mut Duration) -> bool {
+fn back_off(
+    ctx: &VersionContext,
+    instance: &Instance,
+    crashes: &mut VecDeque<Instant>,
+    backoff: &mut Duration,
+) -> bool {
     let sup = &ctx.supervision;
     let now = Instant::now();
     crashes.push_back(now);
@@ -522,7 +536,10 @@ fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
             Next::Interrupted => {
                 if instance.died.load(Ordering::Acquire) {
                     let status = stub.kill();
-                    return Served::Died(format!("stub exited while idle ({status}); last stderr lines:\n{}", stub.stderr_tail()));
+                    return Served::Died(format!(
+                        "stub exited while idle ({status}); last stderr lines:\n{}",
+                        stub.stderr_tail()
+                    ));
                 }
                 return Served::Restart;
             }
@@ -567,7 +584,8 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
                     data: TensorData::Shm { desc, writable: true },
                 }),
                 Err(e) => {
-                    failed = Some(InferError::internal(format!("cannot place input '{}' in shared memory: {e}", t.name)));
+                    failed =
+                        Some(InferError::internal(format!("cannot place input '{}' in shared memory: {e}", t.name)));
                     break;
                 }
             }
@@ -627,7 +645,12 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
                 let mut err = None;
                 for t in &resp.outputs {
                     match stub.output(&t.data) {
-                        Ok(view) => outputs.push(OutputTensor { name: t.name.clone(), datatype: t.dtype, shape: t.shape.clone(), data: view.to_vec() }),
+                        Ok(view) => outputs.push(OutputTensor {
+                            name: t.name.clone(),
+                            datatype: t.dtype,
+                            shape: t.shape.clone(),
+                            data: view.to_vec(),
+                        }),
                         Err(e) => {
                             err = Some(InferError::internal(e.to_string()));
                             break;
@@ -652,7 +675,10 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
         stub.release_outputs(resp);
         answers.push((p, result));
     }
-    let fallback = executed.error.map(|e| e.to_string()).unwrap_or_else(|| "the model sent no response for this request".to_string());
+    let fallback = executed
+        .error
+        .map(|e| e.to_string())
+        .unwrap_or_else(|| "the model sent no response for this request".to_string());
     for (_, p) in waiting.drain() {
         answers.push((p, Err(InferError::internal(fallback.clone()))));
     }
@@ -671,7 +697,12 @@ fn order_outputs(outputs: &mut [OutputTensor], requested: &[String]) {
     outputs.sort_by_key(|o| requested.iter().position(|r| r == &o.name).unwrap_or(usize::MAX));
 }
 
-fn finish(ctx: &VersionContext, p: Pending, result: Result<InferResponse, InferError>, timing: Option<(Duration, ExecTimes)>) {
+fn finish(
+    ctx: &VersionContext,
+    p: Pending,
+    result: Result<InferResponse, InferError>,
+    timing: Option<(Duration, ExecTimes)>,
+) {
     let total = p.enqueued.elapsed();
     match (&result, timing) {
         (Ok(_), Some((queue, times))) => ctx.stats.success(p.batch_size, total, queue, times),

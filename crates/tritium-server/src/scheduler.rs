@@ -65,7 +65,11 @@ pub(crate) struct Queue {
 
 impl Queue {
     pub(crate) fn new(batching: Option<Batching>) -> Self {
-        Self { state: Mutex::new(State { items: VecDeque::new(), closed: false, gathering: false }), cv: Condvar::new(), batching }
+        Self {
+            state: Mutex::new(State { items: VecDeque::new(), closed: false, gathering: false }),
+            cv: Condvar::new(),
+            batching,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -238,7 +242,8 @@ mod tests {
 
     #[test]
     fn a_preferred_size_ends_the_wait() {
-        let q = Queue::new(Some(Batching { max_batch_size: 8, preferred: vec![2], max_delay: Duration::from_secs(60) }));
+        let q =
+            Queue::new(Some(Batching { max_batch_size: 8, preferred: vec![2], max_delay: Duration::from_secs(60) }));
         assert!(q.push(pending(1).0).is_ok());
         assert!(q.push(pending(1).0).is_ok());
         assert_eq!(sizes(&q.next_batch().expect("batch")), vec![1, 1]);

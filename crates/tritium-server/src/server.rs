@@ -61,10 +61,9 @@ impl Version {
     /// Why no instance serves, when none does and none will come back by itself.
     fn failure(&self) -> Option<String> {
         let instances = self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner());
-        instances
-            .iter()
-            .all(|i| i.state() == InstanceState::Failed)
-            .then(|| instances.iter().map(|i| format!("{}: {}", i.spec.name, i.reason())).collect::<Vec<_>>().join("; "))
+        instances.iter().all(|i| i.state() == InstanceState::Failed).then(|| {
+            instances.iter().map(|i| format!("{}: {}", i.spec.name, i.reason())).collect::<Vec<_>>().join("; ")
+        })
     }
 
     /// Stops taking requests, lets the instances finish what is queued, and joins them.
@@ -105,12 +104,20 @@ pub fn parse_version(s: &str) -> Result<Option<i64>, InferError> {
     if s.is_empty() {
         return Ok(None);
     }
-    s.parse::<i64>().map(Some).map_err(|_| InferError::invalid(format!("invalid model version '{s}': versions are integers")))
+    s.parse::<i64>()
+        .map(Some)
+        .map_err(|_| InferError::invalid(format!("invalid model version '{s}': versions are integers")))
 }
 
 /// Refuses model names that could escape the repository.
 fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\\') || name.contains('\0') {
+    if name.is_empty()
+        || name == "."
+        || name == ".."
+        || name.contains('/')
+        || name.contains('\\')
+        || name.contains('\0')
+    {
         return Err(format!("invalid model name {name:?}: a model name is one directory name inside the repository"));
     }
     Ok(())
@@ -193,9 +200,13 @@ impl Server {
         let (tx, rx) = oneshot::channel();
         let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
         if let Err(p) = version.ctx.queue.push(pending) {
-            return Err(InferError::unavailable(format!("model '{}' is unloading; retry once it is loaded again", p.req.model)));
+            return Err(InferError::unavailable(format!(
+                "model '{}' is unloading; retry once it is loaded again",
+                p.req.model
+            )));
         }
-        rx.await.unwrap_or_else(|_| Err(InferError::internal("the model instance dropped the request without answering")))
+        rx.await
+            .unwrap_or_else(|_| Err(InferError::internal("the model instance dropped the request without answering")))
     }
 
     fn route(&self, model: &str, version: Option<i64>) -> Result<Arc<Version>, InferError> {
@@ -209,11 +220,15 @@ impl Server {
         };
         match (found, version, &entry.state) {
             (Some(v), _, _) => Ok(v),
-            (None, Some(v), _) => Err(InferError::not_found(format!("Request for unknown model: '{model}' version {v} is not found"))),
+            (None, Some(v), _) => {
+                Err(InferError::not_found(format!("Request for unknown model: '{model}' version {v} is not found")))
+            }
             (None, None, State::Unavailable(reason)) => Err(InferError::not_found(format!(
                 "Request for unknown model: '{model}' has no available versions: {reason}"
             ))),
-            (None, None, _) => Err(InferError::not_found(format!("Request for unknown model: '{model}' has no available versions"))),
+            (None, None, _) => {
+                Err(InferError::not_found(format!("Request for unknown model: '{model}' has no available versions")))
+            }
         }
     }
 
@@ -260,16 +275,26 @@ impl Server {
         ServerMetadata {
             name: "tritium".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            extensions: ["classification", "model_repository", "model_configuration", "binary_tensor_data", "parameters", "statistics", "schedule_policy", "logging"]
-                .map(String::from)
-                .to_vec(),
+            extensions: [
+                "classification",
+                "model_repository",
+                "model_configuration",
+                "binary_tensor_data",
+                "parameters",
+                "statistics",
+                "schedule_policy",
+                "logging",
+            ]
+            .map(String::from)
+            .to_vec(),
         }
     }
 
     /// A model's metadata.
     pub fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata, InferError> {
         let v = self.route(name, version)?;
-        let versions = self.models().get(name).map(|e| e.versions.keys().map(i64::to_string).collect()).unwrap_or_default();
+        let versions =
+            self.models().get(name).map(|e| e.versions.keys().map(i64::to_string).collect()).unwrap_or_default();
         let c = &v.config;
         let batch = c.max_batch_size > 0;
         let meta = |n: &str, t: i32, dims: &[i64]| TensorMetadata {
@@ -323,7 +348,9 @@ impl Server {
     pub async fn restart(&self, model: &str, instance: Option<&str>) -> Result<(), InferError> {
         let targets: Vec<(Arc<Version>, Arc<instance::Instance>, u64)> = {
             let models = self.models();
-            let entry = models.get(model).ok_or_else(|| InferError::not_found(format!("Request for unknown model: '{model}' is not found")))?;
+            let entry = models
+                .get(model)
+                .ok_or_else(|| InferError::not_found(format!("Request for unknown model: '{model}' is not found")))?;
             let mut t = Vec::new();
             for ver in entry.versions.values() {
                 for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
@@ -348,17 +375,25 @@ impl Server {
             }
             i.request_restart(&ver.ctx.queue);
         }
-        let limit = targets.iter().map(|(v, _, _)| v.ctx.supervision.init_timeout).max().unwrap_or_default() + Duration::from_secs(60);
+        let limit = targets.iter().map(|(v, _, _)| v.ctx.supervision.init_timeout).max().unwrap_or_default()
+            + Duration::from_secs(60);
         let deadline = Instant::now() + limit;
         for (_, i, before) in &targets {
             loop {
                 match i.state() {
                     InstanceState::Ready if i.restarts() > *before => break,
                     InstanceState::Failed => {
-                        return Err(InferError::internal(format!("instance '{}' failed to restart: {}", i.spec.name, i.reason())));
+                        return Err(InferError::internal(format!(
+                            "instance '{}' failed to restart: {}",
+                            i.spec.name,
+                            i.reason()
+                        )));
                     }
                     InstanceState::Stopped | InstanceState::Stopping => {
-                        return Err(InferError::unavailable(format!("instance '{}' stopped: the model is unloading", i.spec.name)));
+                        return Err(InferError::unavailable(format!(
+                            "instance '{}' stopped: the model is unloading",
+                            i.spec.name
+                        )));
                     }
                     _ if Instant::now() > deadline => {
                         return Err(InferError::internal(format!(
@@ -445,10 +480,13 @@ impl Server {
             let models = self.models();
             let changed: Vec<String> = on_disk
                 .iter()
-                .filter(|n| models.get(*n).is_none_or(|e| e.fingerprint != fingerprint(&self.inner.opts.repository.join(n))))
+                .filter(|n| {
+                    models.get(*n).is_none_or(|e| e.fingerprint != fingerprint(&self.inner.opts.repository.join(n)))
+                })
                 .cloned()
                 .collect();
-            let removed: Vec<String> = models.iter().filter(|(n, e)| e.wanted && !on_disk.contains(n)).map(|(n, _)| n.clone()).collect();
+            let removed: Vec<String> =
+                models.iter().filter(|(n, e)| e.wanted && !on_disk.contains(n)).map(|(n, _)| n.clone()).collect();
             (changed, removed)
         };
         for name in removed {
@@ -490,7 +528,9 @@ impl Server {
         let result = rx.await.unwrap_or_else(|_| Err("the loader thread died".into()));
         let old = {
             let mut models = self.models_mut();
-            let Some(entry) = models.get_mut(name) else { return Err(InferError::internal("model vanished while loading")) };
+            let Some(entry) = models.get_mut(name) else {
+                return Err(InferError::internal("model vanished while loading"));
+            };
             entry.fingerprint = print;
             match result {
                 Ok(versions) => {
@@ -639,9 +679,11 @@ fn supervision_for(base: &Supervision, config: &ModelConfig) -> Result<Supervisi
     let mut sup = base.clone();
     let secs = |key: &str| -> Result<Option<Duration>, String> {
         let Some(p) = config.parameters.get(key) else { return Ok(None) };
-        let v: f64 = p.string_value.trim().parse().map_err(|_| {
-            format!("parameter {key:?} must be a number of seconds, got {:?}", p.string_value)
-        })?;
+        let v: f64 = p
+            .string_value
+            .trim()
+            .parse()
+            .map_err(|_| format!("parameter {key:?} must be a number of seconds, got {:?}", p.string_value))?;
         if !(v.is_finite() && v >= 0.0) {
             return Err(format!("parameter {key:?} must be a non-negative number of seconds, got {v}"));
         }
@@ -699,28 +741,43 @@ fn newest_version_dir(dir: &Path) -> Option<i64> {
 }
 
 /// Runs the model's `auto_complete_config` in a short-lived stub.
-fn auto_complete(opts: &ServerOptions, name: &str, model_file: &Path, config: &ModelConfig) -> Result<ModelConfig, String> {
+fn auto_complete(
+    opts: &ServerOptions,
+    name: &str,
+    model_file: &Path,
+    config: &ModelConfig,
+) -> Result<ModelConfig, String> {
     let timeout = opts.supervision.init_timeout;
     let stub = Stub::spawn(&opts.stub, &format!("{name}_autocomplete"), timeout).map_err(|e| e.to_string())?;
     let json = tritium_config::to_json(config).to_string();
     let result = stub.auto_complete(&model_file.display().to_string(), &json, timeout);
     let _ = stub.finalize(Duration::from_secs(5));
     let completed = result.map_err(|e| format!("auto_complete_config failed: {e}"))?;
-    let value: serde_json::Value = serde_json::from_str(&completed).map_err(|e| format!("auto_complete_config returned invalid JSON: {e}"))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&completed).map_err(|e| format!("auto_complete_config returned invalid JSON: {e}"))?;
     tritium_config::from_json(&value).map_err(|e| format!("auto_complete_config returned an invalid config: {e}"))
 }
 
 /// Reads, completes and checks a model's config, then starts every instance of every version.
-fn load_versions(opts: &ServerOptions, metrics: &tritium_metrics::CustomMetrics, name: &str) -> Result<BTreeMap<i64, Arc<Version>>, String> {
+fn load_versions(
+    opts: &ServerOptions,
+    metrics: &tritium_metrics::CustomMetrics,
+    name: &str,
+) -> Result<BTreeMap<i64, Arc<Version>>, String> {
     let dir = opts.repository.join(name);
     if !dir.is_dir() {
         return Err(format!("no model directory {} in the repository", dir.display()));
     }
     let from_file = tritium_config::load_config(&dir).map_err(|e| e.to_string())?;
     let has_file = from_file.is_some();
-    let mut config = from_file.unwrap_or_else(|| ModelConfig { name: name.to_string(), backend: "python".into(), ..Default::default() });
+    let mut config = from_file.unwrap_or_else(|| ModelConfig {
+        name: name.to_string(),
+        backend: "python".into(),
+        ..Default::default()
+    });
     if opts.auto_complete {
-        let filename = if config.default_model_filename.is_empty() { "model.py" } else { &config.default_model_filename };
+        let filename =
+            if config.default_model_filename.is_empty() { "model.py" } else { &config.default_model_filename };
         if let Some(v) = newest_version_dir(&dir) {
             let file = dir.join(v.to_string()).join(filename);
             let mentions = std::fs::read_to_string(&file).map(|s| s.contains("auto_complete_config")).unwrap_or(false);
@@ -780,9 +837,11 @@ fn load_versions(opts: &ServerOptions, metrics: &tritium_metrics::CustomMetrics,
             let mut k = 0;
             for device_id in devices {
                 for _ in 0..group.count.max(1) {
-                    let spec = InstanceSpec { name: format!("{}_{k}", group.name), kind: kind_name(group.kind), device_id };
+                    let spec =
+                        InstanceSpec { name: format!("{}_{k}", group.name), kind: kind_name(group.kind), device_id };
                     k += 1;
-                    let w = instance::spawn(ctx.clone(), spec, ready_tx.clone()).map_err(|e| format!("cannot start an instance thread: {e}"))?;
+                    let w = instance::spawn(ctx.clone(), spec, ready_tx.clone())
+                        .map_err(|e| format!("cannot start an instance thread: {e}"))?;
                     workers.push(w);
                     expected += 1;
                 }

@@ -99,7 +99,9 @@ pub(crate) fn validate(req: &InferRequest, config: &ModelConfig) -> Result<Valid
     }
     let required = config.input.iter().filter(|i| !i.optional).count();
     if req.inputs.len() > config.input.len() || req.inputs.len() < required {
-        let missing = quoted_list(config.input.iter().filter(|i| !i.optional && !seen.contains(i.name.as_str())).map(|i| i.name.as_str()));
+        let missing = quoted_list(
+            config.input.iter().filter(|i| !i.optional && !seen.contains(i.name.as_str())).map(|i| i.name.as_str()),
+        );
         let got = quoted_list(req.inputs.iter().map(|i| i.name.as_str()));
         let expected = if required == config.input.len() {
             format!("expected {} inputs", config.input.len())
@@ -116,7 +118,10 @@ pub(crate) fn validate(req: &InferRequest, config: &ModelConfig) -> Result<Valid
     let mut batch_size: u64 = 0;
     for input in &req.inputs {
         if !config.input.iter().any(|c| c.name == input.name) {
-            return Err(InferError::invalid(format!("unexpected inference input '{}' for model '{model}'", input.name)));
+            return Err(InferError::invalid(format!(
+                "unexpected inference input '{}' for model '{model}'",
+                input.name
+            )));
         }
         if batching {
             let Some(&first) = input.shape.first() else {
@@ -191,7 +196,11 @@ pub(crate) fn validate(req: &InferRequest, config: &ModelConfig) -> Result<Valid
         }
         let elements = input.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
         let Some(elements) = elements else {
-            return Err(InferError::invalid(format!("{log}shape {} of input '{}' is too large", dims(&input.shape), input.name)));
+            return Err(InferError::invalid(format!(
+                "{log}shape {} of input '{}' is too large",
+                dims(&input.shape),
+                input.name
+            )));
         };
         match input.datatype.element_size() {
             None => check_bytes(&input.data, elements, &log, &input.name, model)?,
@@ -233,8 +242,18 @@ mod tests {
                 input("C", ConfigType::TypeInt8, vec![2], true),
             ],
             output: vec![
-                ModelOutput { name: "X".into(), data_type: ConfigType::TypeFp32 as i32, dims: vec![4], ..Default::default() },
-                ModelOutput { name: "Y".into(), data_type: ConfigType::TypeFp32 as i32, dims: vec![4], ..Default::default() },
+                ModelOutput {
+                    name: "X".into(),
+                    data_type: ConfigType::TypeFp32 as i32,
+                    dims: vec![4],
+                    ..Default::default()
+                },
+                ModelOutput {
+                    name: "Y".into(),
+                    data_type: ConfigType::TypeFp32 as i32,
+                    dims: vec![4],
+                    ..Default::default()
+                },
             ],
             ..Default::default()
         }
@@ -245,11 +264,13 @@ mod tests {
     }
 
     fn strings(n: usize) -> Vec<u8> {
-        (0..n).flat_map(|i| {
-            let mut v = 1u32.to_le_bytes().to_vec();
-            v.push(b'a' + i as u8);
-            v
-        }).collect()
+        (0..n)
+            .flat_map(|i| {
+                let mut v = 1u32.to_le_bytes().to_vec();
+                v.push(b'a' + i as u8);
+                v
+            })
+            .collect()
     }
 
     fn req(inputs: Vec<InputTensor>) -> InferRequest {
@@ -258,7 +279,11 @@ mod tests {
 
     #[test]
     fn good_requests_pass_with_batch_size_and_outputs() {
-        let ok = validate(&req(vec![t("A", DataType::Fp32, &[4], &[0; 16]), t("B", DataType::Bytes, &[3], &strings(3))]), &config(0)).expect("valid");
+        let ok = validate(
+            &req(vec![t("A", DataType::Fp32, &[4], &[0; 16]), t("B", DataType::Bytes, &[3], &strings(3))]),
+            &config(0),
+        )
+        .expect("valid");
         assert_eq!(ok, Validated { batch_size: 0, outputs: vec!["X".into(), "Y".into()] });
         let mut r = req(vec![t("A", DataType::Fp32, &[2, 4], &[0; 32]), t("B", DataType::Bytes, &[2, 1], &strings(2))]);
         r.outputs = vec!["Y".into()];

@@ -102,7 +102,10 @@ async fn execute(command: Command) -> Result<String> {
         Command::Stubs { model, json, target } => {
             let conn = Conn::open(&target).await?;
             let mut admin = AdminClient::new(conn.channel.clone());
-            let stubs = conn.stubs(&mut admin, model.as_deref().unwrap_or("")).await.map_err(|s| conn.error("listing stubs", s))?;
+            let stubs = conn
+                .stubs(&mut admin, model.as_deref().unwrap_or(""))
+                .await
+                .map_err(|s| conn.error("listing stubs", s))?;
             let now = unix_ms(SystemTime::now());
             Ok(if json { json_text(&stubs_json(&stubs)) } else { stubs_table(&stubs, model.as_deref(), now) })
         }
@@ -278,7 +281,17 @@ fn stubs_table(stubs: &[StubInfo], model: Option<&str>, now_ms: u64) -> String {
         };
     }
     let header = [
-        "MODEL", "VERSION", "INSTANCE", "PID", "STATE", "UPTIME", "RESTARTS", "LAST EXIT", "RSS", "SHM", "INFLIGHT",
+        "MODEL",
+        "VERSION",
+        "INSTANCE",
+        "PID",
+        "STATE",
+        "UPTIME",
+        "RESTARTS",
+        "LAST EXIT",
+        "RSS",
+        "SHM",
+        "INFLIGHT",
         "EXECUTIONS",
     ];
     let running = |s: &StubInfo, text: String| if s.pid == 0 { "-".to_string() } else { text };
@@ -331,7 +344,11 @@ fn restart_report(model: &str, instance: &str, before: &[StubInfo], after: &[Stu
         }
     }
     if out.is_empty() {
-        out = if instance.is_empty() { format!("restarted {model}\n") } else { format!("restarted {model}/{instance}\n") };
+        out = if instance.is_empty() {
+            format!("restarted {model}\n")
+        } else {
+            format!("restarted {model}/{instance}\n")
+        };
     }
     out
 }
@@ -397,7 +414,11 @@ fn human_bytes(n: u64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if value < 9.95 { format!("{value:.1} {}", UNITS[unit]) } else { format!("{value:.0} {}", UNITS[unit]) }
+    if value < 9.95 {
+        format!("{value:.1} {}", UNITS[unit])
+    } else {
+        format!("{value:.0} {}", UNITS[unit])
+    }
 }
 
 /// A duration to the two largest units: `42s`, `3m07s`, `5h02m`, `2d04h`.
@@ -502,7 +523,15 @@ mod tests {
 
     #[test]
     fn durations_to_two_units() {
-        let cases = [(0, "0s"), (59, "59s"), (60, "1m00s"), (187, "3m07s"), (3600, "1h00m"), (18_120, "5h02m"), (187_200, "2d04h")];
+        let cases = [
+            (0, "0s"),
+            (59, "59s"),
+            (60, "1m00s"),
+            (187, "3m07s"),
+            (3600, "1h00m"),
+            (18_120, "5h02m"),
+            (187_200, "2d04h"),
+        ];
         for (s, want) in cases {
             assert_eq!(human_duration(Duration::from_secs(s)), want, "{s}");
         }
@@ -511,7 +540,8 @@ mod tests {
 
     #[test]
     fn exits_in_words() {
-        let killed = "stub add_sub_0_0 (pid 7) exited unexpectedly (killed by signal 9 (SIGKILL)); last stderr lines:\nboom";
+        let killed =
+            "stub add_sub_0_0 (pid 7) exited unexpectedly (killed by signal 9 (SIGKILL)); last stderr lines:\nboom";
         assert_eq!(exit_status(killed), "killed by signal 9 (SIGKILL)");
         assert_eq!(short_exit(killed), "SIGKILL");
         let exited = "stub add_sub_0_0 (pid 7) exited unexpectedly (exit code 1); last stderr lines:\nTraceback";
@@ -559,12 +589,28 @@ add_sub_0_1: stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last st
         keys.sort_unstable();
         assert_eq!(
             keys,
-            ["executions", "inflight", "instance", "last_exit", "model", "pid", "restarts", "rss_bytes", "shm_bytes", "state", "uptime_secs", "version"]
+            [
+                "executions",
+                "inflight",
+                "instance",
+                "last_exit",
+                "model",
+                "pid",
+                "restarts",
+                "rss_bytes",
+                "shm_bytes",
+                "state",
+                "uptime_secs",
+                "version"
+            ]
         );
         assert_eq!(first["pid"], 4242);
         assert_eq!(first["last_exit"], Value::Null);
         assert_eq!(v[1]["pid"], Value::Null);
-        assert_eq!(v[1]["last_exit"], json!({ "status": "killed by signal 9 (SIGKILL)", "unix_ms": 1_700_000_000_000u64 }));
+        assert_eq!(
+            v[1]["last_exit"],
+            json!({ "status": "killed by signal 9 (SIGKILL)", "unix_ms": 1_700_000_000_000u64 })
+        );
     }
 
     #[test]
@@ -575,15 +621,26 @@ add_sub_0_1: stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last st
             restart_report("add_sub", "", &before, &after),
             "restarted add_sub/add_sub_0_0: pid 10 -> 20, ready\nrestarted add_sub/add_sub_0_1: pid 11 -> 21, ready\n"
         );
-        assert_eq!(restart_report("add_sub", "add_sub_0_1", &before, &after), "restarted add_sub/add_sub_0_1: pid 11 -> 21, ready\n");
-        assert_eq!(restart_report("add_sub", "", &before, &[]), "restarted add_sub/add_sub_0_0\nrestarted add_sub/add_sub_0_1\n");
+        assert_eq!(
+            restart_report("add_sub", "add_sub_0_1", &before, &after),
+            "restarted add_sub/add_sub_0_1: pid 11 -> 21, ready\n"
+        );
+        assert_eq!(
+            restart_report("add_sub", "", &before, &[]),
+            "restarted add_sub/add_sub_0_0\nrestarted add_sub/add_sub_0_1\n"
+        );
     }
 
     #[test]
     fn models_table_with_dashes_for_unloaded() {
         let models = [
             ModelIndex { name: "add_sub".into(), version: "1".into(), state: "READY".into(), reason: String::new() },
-            ModelIndex { name: "broken".into(), version: "1".into(), state: "UNAVAILABLE".into(), reason: "bad\nstack".into() },
+            ModelIndex {
+                name: "broken".into(),
+                version: "1".into(),
+                state: "UNAVAILABLE".into(),
+                reason: "bad\nstack".into(),
+            },
             ModelIndex { name: "later".into(), ..Default::default() },
         ];
         assert_eq!(

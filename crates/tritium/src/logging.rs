@@ -88,7 +88,8 @@ pub(crate) struct Logging {
 
 impl Logging {
     fn new(settings: LogSettings) -> Result<Arc<Self>, InferError> {
-        let logging = Arc::new(Self { switches: Arc::default(), sink: Sink::default(), settings: Mutex::new(settings.clone()) });
+        let logging =
+            Arc::new(Self { switches: Arc::default(), sink: Sink::default(), settings: Mutex::new(settings.clone()) });
         logging.apply(&settings)?;
         Ok(logging)
     }
@@ -96,7 +97,8 @@ impl Logging {
     /// Installs the global subscriber with `settings`.
     pub(crate) fn install(settings: LogSettings) -> anyhow::Result<Arc<Self>> {
         let logging = Self::new(settings).map_err(|e| anyhow::anyhow!(e.message))?;
-        let (text_switch, json_switch, level_switch) = (logging.switches.clone(), logging.switches.clone(), logging.switches.clone());
+        let (text_switch, json_switch, level_switch) =
+            (logging.switches.clone(), logging.switches.clone(), logging.switches.clone());
         let text = tracing_subscriber::fmt::layer()
             .with_target(false)
             .with_ansi(false)
@@ -119,7 +121,10 @@ impl Logging {
 
     fn apply(&self, s: &LogSettings) -> Result<(), InferError> {
         let format = format_code(&s.log_format).ok_or_else(|| {
-            InferError::new(ErrorKind::InvalidArg, format!("invalid log format '{}': use default, ISO8601 or json", s.log_format))
+            InferError::new(
+                ErrorKind::InvalidArg,
+                format!("invalid log format '{}': use default, ISO8601 or json", s.log_format),
+            )
         })?;
         let file = if s.log_file.is_empty() {
             None
@@ -197,16 +202,24 @@ mod tests {
     #[test]
     fn updates_change_the_switches_and_bad_ones_change_nothing() {
         let logging = Logging::new(settings()).expect("new");
-        let after = logging.update(LogSettingsUpdate { log_info: Some(false), log_verbose_level: Some(2), ..Default::default() }).expect("update");
+        let after = logging
+            .update(LogSettingsUpdate { log_info: Some(false), log_verbose_level: Some(2), ..Default::default() })
+            .expect("update");
         assert!(!after.log_info && after.log_verbose_level == 2);
         assert!(!logging.switches.info.load(Ordering::Relaxed));
         assert_eq!(logging.switches.verbose.load(Ordering::Relaxed), 2);
-        let err = logging.update(LogSettingsUpdate { log_format: Some("xml".into()), log_info: Some(true), ..Default::default() });
+        let err = logging.update(LogSettingsUpdate {
+            log_format: Some("xml".into()),
+            log_info: Some(true),
+            ..Default::default()
+        });
         assert!(err.expect_err("bad format").message.contains("invalid log format 'xml'"));
         assert_eq!(logging.get(), after, "a refused update changes nothing");
         let dir = tempfile_dir();
         let file = dir.join("t.log");
-        logging.update(LogSettingsUpdate { log_file: Some(file.display().to_string()), ..Default::default() }).expect("file");
+        logging
+            .update(LogSettingsUpdate { log_file: Some(file.display().to_string()), ..Default::default() })
+            .expect("file");
         let mut w = logging.sink.make_writer();
         w.write_all(b"hello\n").expect("write");
         assert_eq!(std::fs::read_to_string(&file).expect("read"), "hello\n");

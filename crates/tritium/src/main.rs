@@ -62,6 +62,9 @@ mod tests {
         let e = anyhow::anyhow!("connection refused").context("cannot reach the server at 127.0.0.1:8001");
         assert_eq!(error_text(&e), "tritium: cannot reach the server at 127.0.0.1:8001: connection refused\n");
         let e = anyhow::anyhow!("restart of m failed: stub died; last stderr lines:\nTraceback\nValueError");
-        assert_eq!(error_text(&e), "tritium: restart of m failed: stub died; last stderr lines:\n  Traceback\n  ValueError\n");
+        assert_eq!(
+            error_text(&e),
+            "tritium: restart of m failed: stub died; last stderr lines:\n  Traceback\n  ValueError\n"
+        );
     }
 }

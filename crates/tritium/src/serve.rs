@@ -135,7 +135,10 @@ fn find_python_path(given: Option<PathBuf>) -> Result<PathBuf> {
             return Ok(c);
         }
     }
-    bail!("cannot find tritium's python/ directory next to {}: pass --python-path (after `cargo xtask build`)", exe.display())
+    bail!(
+        "cannot find tritium's python/ directory next to {}: pass --python-path (after `cargo xtask build`)",
+        exe.display()
+    )
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -151,7 +154,11 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     let python_path = find_python_path(args.python_path.clone())?;
     let python = args.python.clone().unwrap_or_else(|| {
         let venv = python_path.join("../.venv/bin/python");
-        if venv.is_file() { venv } else { PathBuf::from("python3") }
+        if venv.is_file() {
+            venv
+        } else {
+            PathBuf::from("python3")
+        }
     });
     let repository = args
         .model_repository
@@ -163,7 +170,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         supervision: Supervision {
             init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
             execute_timeout: (args.execute_timeout_secs > 0).then(|| Duration::from_secs(args.execute_timeout_secs)),
-            heartbeat_timeout: (args.stub_heartbeat_timeout_secs > 0).then(|| Duration::from_secs(args.stub_heartbeat_timeout_secs)),
+            heartbeat_timeout: (args.stub_heartbeat_timeout_secs > 0)
+                .then(|| Duration::from_secs(args.stub_heartbeat_timeout_secs)),
             restart_limit: args.stub_restart_limit,
             restart_window: Duration::from_secs(args.stub_restart_window_secs),
             backoff_max: Duration::from_secs(args.stub_backoff_max_secs),
@@ -173,15 +181,18 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         strict_readiness: args.strict_readiness,
         explicit_control: args.model_control_mode == ControlMode::Explicit,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     runtime.block_on(serve(args, opts, logging))
 }
 
 async fn bind(host: &str, port: u16, what: &str) -> Result<tokio::net::TcpListener> {
     let addr: SocketAddr = format!("{host}:{port}").parse().with_context(|| format!("invalid --host {host:?}"))?;
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen for {what} on {addr}: is another server using the port? (choose another with --{what}-port)"))
+    tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!(
+            "cannot listen for {what} on {addr}: is another server using the port? (choose another with --{what}-port)"
+        )
+    })
 }
 
 async fn shutdown_signal() {
@@ -211,7 +222,8 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     let http_task = tokio::spawn(tritium_http::serve(http, server.clone().into(), stopped(stop_rx.clone())));
     let grpc = bind(&args.host, args.grpc_port, "grpc").await?;
     info!("gRPC service on {}", grpc.local_addr()?);
-    let grpc_task = tokio::spawn(tritium_grpc::serve(grpc, server.clone(), args.admin_token.clone(), stopped(stop_rx.clone())));
+    let grpc_task =
+        tokio::spawn(tritium_grpc::serve(grpc, server.clone(), args.admin_token.clone(), stopped(stop_rx.clone())));
     let metrics_task = if args.allow_metrics {
         let listener = bind(&args.host, args.metrics_port, "metrics").await?;
         info!("metrics on http://{}/metrics", listener.local_addr()?);
@@ -228,7 +240,8 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     info!("loading {} model(s) from {}", initial.len(), args.model_repository.display());
     let loading = {
         let server = server.clone();
-        let poll = (args.model_control_mode == ControlMode::Poll).then(|| Duration::from_secs(args.repository_poll_secs.max(1)));
+        let poll = (args.model_control_mode == ControlMode::Poll)
+            .then(|| Duration::from_secs(args.repository_poll_secs.max(1)));
         tokio::spawn(async move {
             server.load_models(initial).await;
             if let Some(every) = poll {
@@ -241,7 +254,10 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     };
 
     shutdown_signal().await;
-    info!("shutting down: no new requests; in-flight requests get {}s (a second signal stops at once)", args.exit_timeout_secs);
+    info!(
+        "shutting down: no new requests; in-flight requests get {}s (a second signal stops at once)",
+        args.exit_timeout_secs
+    );
     tokio::spawn(async {
         shutdown_signal().await;
         warn!("second signal: exiting now; stubs die with the server");

@@ -17,7 +17,8 @@ pub fn repo_root() -> PathBuf {
 /// The interpreter (`$TRITIUM_PYTHON`, else the repo's `.venv`) and the python/ dir with the
 /// native module built into it. Panics with the command that fixes a missing piece.
 pub fn stub_command() -> StubCommand {
-    let python = std::env::var_os("TRITIUM_PYTHON").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".venv/bin/python"));
+    let python =
+        std::env::var_os("TRITIUM_PYTHON").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".venv/bin/python"));
     assert!(python.exists(), "no Python at {}: run `cargo xtask setup` or set TRITIUM_PYTHON", python.display());
     let python_path = repo_root().join("python");
     assert!(
@@ -97,7 +98,8 @@ impl Model {
     /// Spawns a stub and initializes the model in it.
     pub fn start(&self) -> Stub {
         let stub = self.spawn();
-        stub.initialize(self.init(&format!(r#"{{"name": "{}"}}"#, self.name)), Duration::from_secs(60)).expect("initialize");
+        stub.initialize(self.init(&format!(r#"{{"name": "{}"}}"#, self.name)), Duration::from_secs(60))
+            .expect("initialize");
         stub
     }
 

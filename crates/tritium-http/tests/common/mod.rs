@@ -8,8 +8,8 @@ use std::sync::Mutex;
 
 use tritium_http::Backend;
 use tritium_server::{
-    BatchStats, ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, ModelMetadata, ModelStats, OutputTensor,
-    ParamValue, ServerMetadata, StatDuration, TensorMetadata,
+    BatchStats, ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, ModelMetadata, ModelStats,
+    OutputTensor, ParamValue, ServerMetadata, StatDuration, TensorMetadata,
 };
 
 #[derive(Default)]
@@ -61,7 +61,11 @@ impl Backend for Mock {
         !self.not_ready.load(Ordering::SeqCst)
     }
     fn metadata(&self) -> ServerMetadata {
-        ServerMetadata { name: "triton".into(), version: "2.50.0".into(), extensions: vec!["binary_tensor_data".into(), "statistics".into()] }
+        ServerMetadata {
+            name: "triton".into(),
+            version: "2.50.0".into(),
+            extensions: vec!["binary_tensor_data".into(), "statistics".into()],
+        }
     }
     fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata, InferError> {
         if name == "missing" {
@@ -90,7 +94,12 @@ impl Backend for Mock {
         *self.last_index_ready.lock().unwrap() = Some(ready_only);
         vec![
             IndexEntry { name: "a".into(), version: "1".into(), state: "READY".into(), reason: String::new() },
-            IndexEntry { name: "b".into(), version: String::new(), state: "UNAVAILABLE".into(), reason: "unloaded".into() },
+            IndexEntry {
+                name: "b".into(),
+                version: String::new(),
+                state: "UNAVAILABLE".into(),
+                reason: "unloaded".into(),
+            },
         ]
     }
     async fn load_model(&self, name: &str) -> Result<(), InferError> {
@@ -123,7 +132,12 @@ impl Backend for Mock {
                 compute_input: d(n, 10 * n),
                 compute_infer: d(n, 800 * n),
                 compute_output: d(n, 10 * n),
-                batch_stats: vec![BatchStats { batch_size: 2, compute_input: d(n, 10 * n), compute_infer: d(n, 800 * n), compute_output: d(n, 10 * n) }],
+                batch_stats: vec![BatchStats {
+                    batch_size: 2,
+                    compute_input: d(n, 10 * n),
+                    compute_infer: d(n, 800 * n),
+                    compute_output: d(n, 10 * n),
+                }],
                 ..Default::default()
             }]);
         }
@@ -142,8 +156,12 @@ impl Backend for Mock {
             compute_output: d(4, 4),
             cache_hit: d(0, 0),
             cache_miss: d(0, 0),
-            batch_stats: vec![BatchStats { batch_size: 2, compute_input: d(2, 20), compute_infer: d(2, 200), compute_output: d(2, 2) }],
+            batch_stats: vec![BatchStats {
+                batch_size: 2,
+                compute_input: d(2, 20),
+                compute_infer: d(2, 200),
+                compute_output: d(2, 2),
+            }],
         }])
     }
 }
-
