@@ -13,7 +13,18 @@ import urllib.request
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GOOD_MODELS = ["add_sub", "preprocess", "batched_scale", "caption", "echo", "whoami", "slow_batch", "no_config", "chatty", "metered"]
+GOOD_MODELS = [
+    "add_sub",
+    "preprocess",
+    "batched_scale",
+    "caption",
+    "echo",
+    "whoami",
+    "slow_batch",
+    "no_config",
+    "chatty",
+    "metered",
+]
 
 
 def free_port():
@@ -25,7 +36,7 @@ def free_port():
 def binary():
     path = os.environ.get("TRITIUM_BIN", os.path.join(ROOT, "target", "release", "tritium"))
     if not os.path.exists(path):
-        pytest.fail("{} does not exist: run `cargo xtask build` (or `cargo xtask test`)".format(path))
+        pytest.fail(f"{path} does not exist: run `cargo xtask build` (or `cargo xtask test`)")
     return path
 
 
@@ -34,21 +45,30 @@ class Server:
 
     def __init__(self, repository, log_path, extra_args=()):
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
-        self.http_url = "127.0.0.1:{}".format(self.http_port)
-        self.grpc_url = "127.0.0.1:{}".format(self.grpc_port)
+        self.http_url = f"127.0.0.1:{self.http_port}"
+        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         self.repository = repository
         self.log_path = log_path
         self.log = open(log_path, "w")
         args = [
-            binary(), "serve", "--model-repository", repository,
-            "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
-            "--metrics-port", str(self.metrics_port), "--python", sys.executable,
+            binary(),
+            "serve",
+            "--model-repository",
+            repository,
+            "--http-port",
+            str(self.http_port),
+            "--grpc-port",
+            str(self.grpc_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--python",
+            sys.executable,
         ] + list(extra_args)
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
 
     def get(self, path):
         try:
-            with urllib.request.urlopen("http://{}{}".format(self.http_url, path), timeout=5) as r:
+            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=5) as r:
                 return r.status
         except urllib.error.HTTPError as e:
             return e.code
@@ -58,9 +78,9 @@ class Server:
     def wait_models(self, models, timeout=120):
         deadline = time.time() + timeout
         for m in models:
-            while self.get("/v2/models/{}/ready".format(m)) != 200:
+            while self.get(f"/v2/models/{m}/ready") != 200:
                 if self.proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError("model {} not ready; server log:\n{}".format(m, self.log_text()))
+                    raise RuntimeError(f"model {m} not ready; server log:\n{self.log_text()}")
                 time.sleep(0.1)
 
     def log_text(self):
@@ -96,7 +116,7 @@ def server(repository, tmp_path_factory):
         yield srv
     finally:
         code = srv.stop()
-        assert code == 0, "tritium exited with {} on SIGTERM; log:\n{}".format(code, srv.log_text())
+        assert code == 0, f"tritium exited with {code} on SIGTERM; log:\n{srv.log_text()}"
 
 
 @pytest.fixture(params=["http", "grpc"])

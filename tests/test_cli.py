@@ -10,16 +10,35 @@ import subprocess
 import time
 
 import pytest
-
 from conftest import GOOD_MODELS, ROOT, Server, binary, free_port
 
 STUB_KEYS = {
-    "model", "version", "instance", "pid", "state", "uptime_secs", "restarts", "last_exit",
-    "rss_bytes", "shm_bytes", "inflight", "executions",
+    "model",
+    "version",
+    "instance",
+    "pid",
+    "state",
+    "uptime_secs",
+    "restarts",
+    "last_exit",
+    "rss_bytes",
+    "shm_bytes",
+    "inflight",
+    "executions",
 }
 TABLE_COLUMNS = [
-    "MODEL", "VERSION", "INSTANCE", "PID", "STATE", "UPTIME", "RESTARTS", "LAST EXIT", "RSS", "SHM",
-    "INFLIGHT", "EXECUTIONS",
+    "MODEL",
+    "VERSION",
+    "INSTANCE",
+    "PID",
+    "STATE",
+    "UPTIME",
+    "RESTARTS",
+    "LAST EXIT",
+    "RSS",
+    "SHM",
+    "INFLIGHT",
+    "EXECUTIONS",
 ]
 
 
@@ -32,7 +51,7 @@ def tritium(*args, url=None, env=None, timeout=180):
 
 
 def ok(proc):
-    assert proc.returncode == 0, "exit {}; stderr: {}".format(proc.returncode, proc.stderr)
+    assert proc.returncode == 0, f"exit {proc.returncode}; stderr: {proc.stderr}"
     return proc.stdout
 
 
@@ -51,7 +70,7 @@ def stubs(url, *args):
 
 def is_stub_process(pid):
     try:
-        with open("/proc/{}/cmdline".format(pid), "rb") as f:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
             return b"tritium.stub" in f.read()
     except OSError:
         return False
@@ -135,11 +154,11 @@ def test_stubs_of_an_unknown_model(server):
 
 def test_unreachable_server():
     port = free_port()
-    proc = tritium("stubs", url="127.0.0.1:{}".format(port))
-    assert one_line_error(proc) == "tritium: cannot reach the server at 127.0.0.1:{}: connection refused".format(port)
+    proc = tritium("stubs", url=f"127.0.0.1:{port}")
+    assert one_line_error(proc) == f"tritium: cannot reach the server at 127.0.0.1:{port}: connection refused"
     # TRITIUM_URL is the default of --url.
-    proc = tritium("models", env={"TRITIUM_URL": "127.0.0.1:{}".format(port)})
-    assert "cannot reach the server at 127.0.0.1:{}".format(port) in one_line_error(proc)
+    proc = tritium("models", env={"TRITIUM_URL": f"127.0.0.1:{port}"})
+    assert f"cannot reach the server at 127.0.0.1:{port}" in one_line_error(proc)
 
 
 def test_models_json_and_table(server):
@@ -211,7 +230,7 @@ def test_restart_from_another_address_needs_the_token(guarded):
     addr = non_loopback_address()
     if addr is None:
         pytest.skip("this host has no non-loopback IPv4 address (the peer check is unit-tested in tritium-grpc)")
-    url = "{}:{}".format(addr, guarded.grpc_port)
+    url = f"{addr}:{guarded.grpc_port}"
     # Reading is open to every peer.
     assert len(stubs(url, "add_sub")) == 1
     line = one_line_error(tritium("restart", "add_sub", url=url))

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 
 CLIENTS = ["add_sub", "preprocess", "batched_scale", "caption"]
@@ -17,8 +16,17 @@ CLIENTS = ["add_sub", "preprocess", "batched_scale", "caption"]
 def test_example_clients(server, protocol, script):
     url = server.http_url if protocol == "http" else server.grpc_url
     out = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "examples", "clients", script + ".py"), "--protocol", protocol, "--url", url],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            os.path.join(ROOT, "examples", "clients", script + ".py"),
+            "--protocol",
+            protocol,
+            "--url",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -36,9 +44,26 @@ def perf_analyzer():
 def test_perf_analyzer_runs_against_tritium(server, proto):
     url = server.grpc_url if proto == "grpc" else server.http_url
     out = subprocess.run(
-        [perf_analyzer(), "-m", "add_sub", "-u", url, "-i", proto, "--concurrency-range", "2",
-         "--measurement-interval", "1000", "--stability-percentage", "100", "--max-trials", "3"],
-        capture_output=True, text=True, timeout=180,
+        [
+            perf_analyzer(),
+            "-m",
+            "add_sub",
+            "-u",
+            url,
+            "-i",
+            proto,
+            "--concurrency-range",
+            "2",
+            "--measurement-interval",
+            "1000",
+            "--stability-percentage",
+            "100",
+            "--max-trials",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text

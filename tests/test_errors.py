@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from tritonclient.utils import InferenceServerException
 
 
@@ -26,11 +25,36 @@ def status(e):
     "case,expected,http_status,grpc_status",
     [
         ("unknown_model", "Request for unknown model: 'nope' is not found", "404", "StatusCode.NOT_FOUND"),
-        ("wrong_dtype", "inference input 'INPUT0' data-type is 'FP64', but model 'add_sub' expects 'FP32'", "400", "StatusCode.INVALID_ARGUMENT"),
-        ("wrong_shape", "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [4], got [3]", "400", "StatusCode.INVALID_ARGUMENT"),
-        ("missing_input", "expected 2 inputs but got 1 inputs for model 'add_sub'", "400", "StatusCode.INVALID_ARGUMENT"),
-        ("unknown_output", "unexpected inference output 'NOPE' for model 'add_sub'", "400", "StatusCode.INVALID_ARGUMENT"),
-        ("unknown_version", "Request for unknown model: 'add_sub' version 7 is not found", "404", "StatusCode.NOT_FOUND"),
+        (
+            "wrong_dtype",
+            "inference input 'INPUT0' data-type is 'FP64', but model 'add_sub' expects 'FP32'",
+            "400",
+            "StatusCode.INVALID_ARGUMENT",
+        ),
+        (
+            "wrong_shape",
+            "unexpected shape for input 'INPUT0' for model 'add_sub'. Expected [4], got [3]",
+            "400",
+            "StatusCode.INVALID_ARGUMENT",
+        ),
+        (
+            "missing_input",
+            "expected 2 inputs but got 1 inputs for model 'add_sub'",
+            "400",
+            "StatusCode.INVALID_ARGUMENT",
+        ),
+        (
+            "unknown_output",
+            "unexpected inference output 'NOPE' for model 'add_sub'",
+            "400",
+            "StatusCode.INVALID_ARGUMENT",
+        ),
+        (
+            "unknown_version",
+            "Request for unknown model: 'add_sub' version 7 is not found",
+            "404",
+            "StatusCode.NOT_FOUND",
+        ),
     ],
 )
 def test_validation_errors(client, protocol, case, expected, http_status, grpc_status):
@@ -97,7 +121,7 @@ def test_malformed_http_bodies_get_400(server):
         (b'{"inputs": []}', {"Inference-Header-Content-Length": "999"}),
     ]:
         req = urllib.request.Request(
-            "http://{}/v2/models/add_sub/infer".format(server.http_url), data=body, headers=headers, method="POST"
+            f"http://{server.http_url}/v2/models/add_sub/infer", data=body, headers=headers, method="POST"
         )
         with pytest.raises(urllib.error.HTTPError) as info:
             urllib.request.urlopen(req, timeout=10)

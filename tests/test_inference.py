@@ -7,9 +7,18 @@ import numpy as np
 import pytest
 
 DTYPES = [
-    ("BOOL", np.bool_), ("UINT8", np.uint8), ("UINT16", np.uint16), ("UINT32", np.uint32), ("UINT64", np.uint64),
-    ("INT8", np.int8), ("INT16", np.int16), ("INT32", np.int32), ("INT64", np.int64),
-    ("FP16", np.float16), ("FP32", np.float32), ("FP64", np.float64),
+    ("BOOL", np.bool_),
+    ("UINT8", np.uint8),
+    ("UINT16", np.uint16),
+    ("UINT32", np.uint32),
+    ("UINT64", np.uint64),
+    ("INT8", np.int8),
+    ("INT16", np.int16),
+    ("INT32", np.int32),
+    ("INT64", np.int64),
+    ("FP16", np.float16),
+    ("FP32", np.float32),
+    ("FP64", np.float64),
 ]
 
 
@@ -73,9 +82,11 @@ def test_add_sub(client):
 def test_dynamic_batching_hands_concurrent_requests_to_one_execute(server, protocol):
     if protocol == "http":
         import tritonclient.http as tc
+
         url = server.http_url
     else:
         import tritonclient.grpc as tc
+
         url = server.grpc_url
 
     def infer(i):

@@ -19,7 +19,7 @@ def say(server, marker):
 def log_lines(server, needle, timeout=5):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        lines = [l for l in server.log_text().splitlines() if needle in l]
+        lines = [line for line in server.log_text().splitlines() if needle in line]
         if lines:
             return lines
         time.sleep(0.05)
@@ -49,8 +49,12 @@ def test_logging_extension_over_http_and_grpc(server):
     g = grpcclient.InferenceServerClient(server.grpc_url)
     settings = h.get_log_settings()
     assert settings == {
-        "log_file": "", "log_info": True, "log_warning": True, "log_error": True,
-        "log_verbose_level": 0, "log_format": "default",
+        "log_file": "",
+        "log_info": True,
+        "log_warning": True,
+        "log_error": True,
+        "log_verbose_level": 0,
+        "log_format": "default",
     }
     try:
         assert h.update_log_settings({"log_info": False})["log_info"] is False

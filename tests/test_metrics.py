@@ -11,7 +11,7 @@ from tritonclient.utils import InferenceServerException
 
 
 def metrics(server):
-    with urllib.request.urlopen("http://127.0.0.1:{}/metrics".format(server.metrics_port), timeout=10) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10) as r:
         assert r.headers["Content-Type"].startswith("text/plain")
         return r.read().decode()
 
@@ -22,7 +22,7 @@ def value(text, name, **labels):
             found = dict(re.findall(r'(\w+)="([^"]*)"', line.split("}")[0])) if "{" in line else {}
             if all(found.get(k) == v for k, v in labels.items()):
                 return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("{} {} not in /metrics:\n{}".format(name, labels, text))
+    raise AssertionError(f"{name} {labels} not in /metrics:\n{text}")
 
 
 def send(client, module, x, shape=(1,)):

@@ -1,7 +1,6 @@
 """Calls the add_sub example: python examples/clients/add_sub.py [--protocol grpc]."""
 
 import numpy as np
-
 from _common import client_and_module
 
 args, client, tc = client_and_module(__doc__)

@@ -3,7 +3,6 @@
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-
 from _common import client_and_module
 
 args, client, tc = client_and_module(__doc__)

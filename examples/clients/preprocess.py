@@ -1,7 +1,6 @@
 """Sends a generated PPM image to the preprocess example: python examples/clients/preprocess.py."""
 
 import numpy as np
-
 from _common import client_and_module
 
 args, client, tc = client_and_module(__doc__)

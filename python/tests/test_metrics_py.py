@@ -12,7 +12,6 @@ import textwrap
 import threading
 
 import pytest
-
 from tritium import _runtime
 from tritium import metrics as metrics_module
 from tritium.errors import MetricKind, TritonModelException
@@ -42,9 +41,9 @@ class FakeRegistry:
 
     def family_new(self, name, description, kind):
         if not _NAME.match(name) or name.startswith("__"):
-            raise ServerError("Invalid metric name '{}': ...".format(name))
+            raise ServerError(f"Invalid metric name '{name}': ...")
         if kind not in _KIND_NAMES:
-            raise ServerError("Unknown metric kind {}".format(kind))
+            raise ServerError(f"Unknown metric kind {kind}")
         if name in self.by_name:
             family = self.families[self.by_name[name]]
             if family["kind"] != kind:
@@ -53,18 +52,14 @@ class FakeRegistry:
             return self.by_name[name]
         family_id = self._new_id()
         self.by_name[name] = family_id
-        self.families[family_id] = dict(
-            name=name, kind=kind, description=description, refs=1, members={}
-        )
+        self.families[family_id] = dict(name=name, kind=kind, description=description, refs=1, members={})
         return family_id
 
     def family_drop(self, family_id):
         family = self.families[family_id]
         if family["refs"] <= 1:
             if family["members"]:
-                raise ServerError(
-                    "Must call MetricDelete on all dependent metrics before calling MetricFamilyDelete."
-                )
+                raise ServerError("Must call MetricDelete on all dependent metrics before calling MetricFamilyDelete.")
             del self.families[family_id]
             del self.by_name[family["name"]]
         else:
@@ -73,17 +68,16 @@ class FakeRegistry:
     def metric_new(self, family_id, labels, buckets):
         family = self.families.get(family_id)
         if family is None:
-            raise ServerError("Unknown metric family id {}".format(family_id))
+            raise ServerError(f"Unknown metric family id {family_id}")
         kind = family["kind"]
         if kind == 2 and buckets is None:
             raise ServerError("Bucket boundaries not found in Metric args.")
         if kind != 2 and buckets is not None:
-            raise ServerError("Unexpected args found in {} Metric constructor.".format(
-                _KIND_NAMES[kind].lower()))
+            raise ServerError(f"Unexpected args found in {_KIND_NAMES[kind].lower()} Metric constructor.")
         for name, value in labels:
             assert isinstance(name, str) and isinstance(value, str)
             if not _LABEL.match(name) or name.startswith("__"):
-                raise ServerError("Invalid label name '{}': ...".format(name))
+                raise ServerError(f"Invalid label name '{name}': ...")
         key = tuple(sorted(labels))
         if key in family["members"]:
             metric_id = family["members"][key]
@@ -92,8 +86,13 @@ class FakeRegistry:
         metric_id = self._new_id()
         family["members"][key] = metric_id
         self.series[metric_id] = dict(
-            family=family_id, labels=key, kind=kind, refs=1, value=0.0,
-            buckets=list(buckets) if buckets is not None else None, observed=[],
+            family=family_id,
+            labels=key,
+            kind=kind,
+            refs=1,
+            value=0.0,
+            buckets=list(buckets) if buckets is not None else None,
+            observed=[],
         )
         return metric_id
 
@@ -105,19 +104,18 @@ class FakeRegistry:
             del self.families[series["family"]]["members"][series["labels"]]
 
     def _unsupported(self, kind, op):
-        return ServerError("TRITONSERVER_METRIC_KIND_{} does not support {}".format(_KIND_NAMES[kind], op))
+        return ServerError(f"TRITONSERVER_METRIC_KIND_{_KIND_NAMES[kind]} does not support {op}")
 
     def metric_op(self, metric_id, op, value):
         series = self.series.get(metric_id)
         if series is None:
-            raise ServerError("Unknown metric id {}".format(metric_id))
+            raise ServerError(f"Unknown metric id {metric_id}")
         kind = series["kind"]
         if op == "increment":
             if kind == 0:
                 if value < 0:
                     raise ServerError(
-                        "TRITONSERVER_METRIC_KIND_COUNTER can only be incremented monotonically "
-                        "by non-negative values."
+                        "TRITONSERVER_METRIC_KIND_COUNTER can only be incremented monotonically by non-negative values."
                     )
                 series["value"] += value
             elif kind == 1:
@@ -133,12 +131,12 @@ class FakeRegistry:
                 raise self._unsupported(kind, "Observe")
             series["observed"].append(value)
         else:
-            raise ServerError("Unknown metric operation '{}'".format(op))
+            raise ServerError(f"Unknown metric operation '{op}'")
 
     def metric_value(self, metric_id):
         series = self.series.get(metric_id)
         if series is None:
-            raise ServerError("Unknown metric id {}".format(metric_id))
+            raise ServerError(f"Unknown metric id {metric_id}")
         if series["kind"] == 2:
             raise self._unsupported(2, "Value")
         return series["value"]
@@ -223,7 +221,9 @@ def test_outside_a_stub_creating_a_family_raises():
     assert _runtime.channel is None
     with pytest.raises(TritonModelException) as info:
         MetricFamily("requests", "Requests", MetricFamily.COUNTER)
-    assert str(info.value).startswith("Error when creating MetricFamily: custom metrics work only inside a model served by tritium")
+    assert str(info.value).startswith(
+        "Error when creating MetricFamily: custom metrics work only inside a model served by tritium"
+    )
 
 
 # ---------------------------------------------------------------- Triton's example
@@ -240,7 +240,12 @@ def test_readme_counter_example(channel):
     metric.increment(0.5)
     assert metric.value() == 1500.5
     assert isinstance(metric.value(), float)
-    assert channel.calls[0] == ("family_new", "requests_process_latency_ns", "Cumulative time spent processing requests", 0)
+    assert channel.calls[0] == (
+        "family_new",
+        "requests_process_latency_ns",
+        "Cumulative time spent processing requests",
+        0,
+    )
     assert channel.calls[1] == ("metric_new", family._id, [("model", "custom_metrics"), ("version", "1")], None)
     assert channel.calls[2] == ("metric_op", metric._id, "increment", 1500.0)
 
@@ -320,14 +325,26 @@ def test_metric_argument_checks_in_tritons_order(channel):
     raises(TritonModelException, "Failed to create metric. Labels must be a dictionary.", counter, labels=[("a", "b")])
     raises(TritonModelException, "Failed to create metric. Labels must be a dictionary.", counter, labels="a=b")
     # Labels are checked before buckets.
-    raises(TritonModelException, "Failed to create metric. Labels must be a dictionary.", counter, labels=1, buckets=[1.0])
+    raises(
+        TritonModelException, "Failed to create metric. Labels must be a dictionary.", counter, labels=1, buckets=[1.0]
+    )
     raises(TritonModelException, "Failed to create metric. Buckets must be a list.", histogram, buckets=(1.0, 2.0))
     raises(TritonModelException, "Failed to create metric. Unexpected buckets found.", counter, buckets=[1.0])
     raises(TritonModelException, "Failed to create metric. Unexpected buckets found.", gauge, buckets=[])
     raises(TritonModelException, "Failed to create metric. Missing required buckets.", histogram)
     raises(TritonModelException, "Failed to create metric. Missing required buckets.", histogram, labels={"a": "b"})
-    raises(TritonModelException, "Error when creating Metric: attempt to access JSON non-string as string", counter, labels={"a": 1})
-    raises(TritonModelException, "Error when creating Metric: attempt to access JSON non-string as string", counter, labels={"a": None})
+    raises(
+        TritonModelException,
+        "Error when creating Metric: attempt to access JSON non-string as string",
+        counter,
+        labels={"a": 1},
+    )
+    raises(
+        TritonModelException,
+        "Error when creating Metric: attempt to access JSON non-string as string",
+        counter,
+        labels={"a": None},
+    )
     with pytest.raises(RuntimeError, match="Unable to cast"):
         histogram.Metric(buckets=[1.0, "2"])
     # json.dumps refuses what Triton's json.dumps refuses.
@@ -355,7 +372,9 @@ def test_server_errors_come_back_as_triton_model_exception_with_tritons_prefixes
     counter = MetricFamily("c", "d", MetricFamily.COUNTER)
     with pytest.raises(TritonModelException) as info:
         MetricFamily("c", "d", MetricFamily.GAUGE)
-    assert str(info.value).startswith("Error when creating MetricFamily: Family name already exists with different type")
+    assert str(info.value).startswith(
+        "Error when creating MetricFamily: Family name already exists with different type"
+    )
 
     with pytest.raises(TritonModelException) as info:
         counter.Metric(labels={"bad-label": "v"})
@@ -373,7 +392,9 @@ def test_server_errors_come_back_as_triton_model_exception_with_tritons_prefixes
     assert str(info.value) == "Failed to set metric value: TRITONSERVER_METRIC_KIND_COUNTER does not support Set"
     with pytest.raises(TritonModelException) as info:
         metric.observe(1)
-    assert str(info.value) == "Failed to observe metric value: TRITONSERVER_METRIC_KIND_COUNTER does not support Observe"
+    assert (
+        str(info.value) == "Failed to observe metric value: TRITONSERVER_METRIC_KIND_COUNTER does not support Observe"
+    )
     assert metric.value() == 0.0
     # The chained native exception is not shown: the message is the server's.
     assert info.value.__cause__ is None and info.value.__suppress_context__
@@ -421,14 +442,14 @@ def test_metrics_of_a_deleted_family_raise_tritons_error(channel):
         "The 'MetricFamily' object should be deleted AFTER its corresponding 'Metric' "
         "objects have been deleted."
     )
-    for call, prefix in [
-        (lambda: metric.increment(1), "Failed to increment metric value: "),
-        (lambda: metric.set(1), "Failed to set metric value: "),
-        (lambda: metric.observe(1), "Failed to observe metric value: "),
-        (lambda: metric.value(), "Failed to get metric value: "),
+    for method, arg, prefix in [
+        (metric.increment, (1,), "Failed to increment metric value: "),
+        (metric.set, (1,), "Failed to set metric value: "),
+        (metric.observe, (1,), "Failed to observe metric value: "),
+        (metric.value, (), "Failed to get metric value: "),
     ]:
         with pytest.raises(TritonModelException) as info:
-            call()
+            method(*arg)
         assert str(info.value) == prefix + cleared
     # A temporary family deletes its metric at once, as in Triton.
     orphan = MetricFamily("tmp", "d", MetricFamily.GAUGE).Metric()
@@ -436,7 +457,7 @@ def test_metrics_of_a_deleted_family_raise_tritons_error(channel):
     with pytest.raises(TritonModelException, match="has been deleted"):
         orphan.set(1)
     drops = channel.names().count("metric_drop")
-    del metric, orphan
+    del method, metric, orphan
     gc.collect()
     assert channel.names().count("metric_drop") == drops, "released once only"
 
@@ -488,9 +509,7 @@ def test_nothing_happens_at_interpreter_shutdown():
         """
     )
     python_dir = str(__import__("pathlib").Path(__file__).resolve().parents[1])
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=python_dir, capture_output=True, text=True, timeout=60
-    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=python_dir, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "ok\n"
     assert "Exception ignored" not in result.stderr, result.stderr

@@ -5,7 +5,6 @@ import struct
 
 import numpy as np
 import pytest
-
 from tritium import config, dtypes, errors
 from tritium.config import ModelConfig, using_decoupled_model_transaction_policy
 from tritium.errors import TritonError, TritonModelException
@@ -121,9 +120,7 @@ def encode(items):
 
 def test_serialize_exact_wire_format():
     arr = np.array([b"ab", b"", b"xyz"], dtype=np.object_)
-    assert dtypes.serialize_byte_tensor(arr) == (
-        b"\x02\x00\x00\x00ab" b"\x00\x00\x00\x00" b"\x03\x00\x00\x00xyz"
-    )
+    assert dtypes.serialize_byte_tensor(arr) == (b"\x02\x00\x00\x00ab\x00\x00\x00\x00\x03\x00\x00\x00xyz")
 
 
 def test_serialize_str_objects_as_utf8_and_non_bytes_via_str():
@@ -139,9 +136,7 @@ def test_serialize_c_order_for_2d_and_fortran_arrays():
     expected = encode([b"a", b"bb", b"", b"ccc", "\u00e9".encode(), b"d"])
     assert dtypes.serialize_byte_tensor(arr) == expected
     assert dtypes.serialize_byte_tensor(np.asfortranarray(arr)) == expected
-    assert dtypes.serialize_byte_tensor(arr.T) == encode(
-        [b"a", b"ccc", b"bb", "\u00e9".encode(), b"", b"d"]
-    )
+    assert dtypes.serialize_byte_tensor(arr.T) == encode([b"a", b"ccc", b"bb", "\u00e9".encode(), b"", b"d"])
 
 
 def test_serialize_bytes_dtype_drops_trailing_nuls():
@@ -258,12 +253,8 @@ def test_config_lookups():
 
 def test_decoupled_policy_helper():
     assert using_decoupled_model_transaction_policy({}) is False
-    assert using_decoupled_model_transaction_policy(
-        {"model_transaction_policy": {"decoupled": True}}
-    )
-    assert not using_decoupled_model_transaction_policy(
-        {"model_transaction_policy": {"decoupled": False}}
-    )
+    assert using_decoupled_model_transaction_policy({"model_transaction_policy": {"decoupled": True}})
+    assert not using_decoupled_model_transaction_policy({"model_transaction_policy": {"decoupled": False}})
 
 
 # ---------------------------------------------------------------- errors
@@ -450,9 +441,7 @@ def _error(fn, arg):
 
 
 def test_add_input_errors():
-    cfg = triton_json(
-        input=[{"name": "IN", "data_type": "TYPE_FP32", "dims": [4], "optional": False}]
-    )
+    cfg = triton_json(input=[{"name": "IN", "data_type": "TYPE_FP32", "dims": [4], "optional": False}])
     mc = ModelConfig(cfg)
     assert _error(mc.add_input, {"name": "X", "data_type": "TYPE_FP32", "dims": [1], "format": 1}) == (
         "input 'X' in auto-complete-config function for model 'm' contains property "
@@ -462,35 +451,26 @@ def test_add_input_errors():
         "input in auto-complete-config function for model 'm' is missing 'name' property."
     )
     assert _error(mc.add_input, {"name": "X", "dims": [1]}) == (
-        "input 'X' in auto-complete-config function for model 'm' is missing "
-        "'data_type' property."
+        "input 'X' in auto-complete-config function for model 'm' is missing 'data_type' property."
     )
     assert _error(mc.add_input, {"name": "X", "data_type": "TYPE_FP32"}) == (
-        "input 'X' in auto-complete-config function for model 'm' is missing "
-        "'dims' property."
+        "input 'X' in auto-complete-config function for model 'm' is missing 'dims' property."
     )
     assert _error(mc.add_input, {"name": "IN", "data_type": "TYPE_INT32", "dims": [4]}) == (
-        "unable to load model 'm', configuration expects datatype TYPE_FP32 for "
-        "input 'IN', model provides TYPE_INT32"
+        "unable to load model 'm', configuration expects datatype TYPE_FP32 for input 'IN', model provides TYPE_INT32"
     )
     assert _error(mc.add_input, {"name": "IN", "data_type": "TYPE_FP32", "dims": [5]}) == (
-        "model 'm', tensor 'IN': the model expects dims [5] but the model "
-        "configuration specifies dims [4]"
+        "model 'm', tensor 'IN': the model expects dims [5] but the model configuration specifies dims [4]"
     )
-    assert _error(
-        mc.add_input, {"name": "IN", "data_type": "TYPE_FP32", "dims": [4], "optional": True}
-    ) == (
-        "model 'm', tensor 'IN': the model expects optional True but the model "
-        "configuration specifies optional False"
+    assert _error(mc.add_input, {"name": "IN", "data_type": "TYPE_FP32", "dims": [4], "optional": True}) == (
+        "model 'm', tensor 'IN': the model expects optional True but the model configuration specifies optional False"
     )
     assert ModelConfig(cfg).as_dict() == mc.as_dict()
 
 
 def test_add_output_errors():
     mc = ModelConfig(triton_json(output=[{"name": "OUT", "data_type": "TYPE_FP32", "dims": [4]}]))
-    assert _error(
-        mc.add_output, {"name": "Y", "data_type": "TYPE_FP32", "dims": [1], "optional": True}
-    ) == (
+    assert _error(mc.add_output, {"name": "Y", "data_type": "TYPE_FP32", "dims": [1], "optional": True}) == (
         "output 'Y' in auto-complete-config function for model 'm' contains property "
         "other than 'name', 'data_type' and 'dims'."
     )
@@ -498,20 +478,16 @@ def test_add_output_errors():
         "output in auto-complete-config function for model 'm' is missing 'name' property."
     )
     assert _error(mc.add_output, {"name": "Y", "dims": [1]}) == (
-        "output 'Y' in auto-complete-config function for model 'm' is missing "
-        "'data_type' property."
+        "output 'Y' in auto-complete-config function for model 'm' is missing 'data_type' property."
     )
     assert _error(mc.add_output, {"name": "Y", "data_type": "TYPE_FP32"}) == (
-        "output 'Y' in auto-complete-config function for model 'm' is missing "
-        "'dims' property."
+        "output 'Y' in auto-complete-config function for model 'm' is missing 'dims' property."
     )
     assert _error(mc.add_output, {"name": "OUT", "data_type": "TYPE_BOOL", "dims": [4]}) == (
-        "unable to load model 'm', configuration expects datatype TYPE_FP32 for "
-        "output 'OUT', model provides TYPE_BOOL"
+        "unable to load model 'm', configuration expects datatype TYPE_FP32 for output 'OUT', model provides TYPE_BOOL"
     )
     assert _error(mc.add_output, {"name": "OUT", "data_type": "TYPE_FP32", "dims": [2, 2]}) == (
-        "model 'm', tensor 'OUT': the model expects dims [2, 2] but the model "
-        "configuration specifies dims [4]"
+        "model 'm', tensor 'OUT': the model expects dims [2, 2] but the model configuration specifies dims [4]"
     )
     assert mc.as_dict()["output"] == [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [4]}]
 
@@ -525,8 +501,7 @@ def test_set_model_transaction_policy():
     assert using_decoupled_model_transaction_policy(mc.as_dict())
     mc.set_model_transaction_policy({"decoupled": True})
     assert _error(mc.set_model_transaction_policy, {"decoupled": False}) == (
-        "trying to change decoupled property in auto-complete-config for model 'm', "
-        "which is already set to 'True'."
+        "trying to change decoupled property in auto-complete-config for model 'm', which is already set to 'True'."
     )
     assert _error(mc.set_model_transaction_policy, {"decoupled": True, "x": 1}) == (
         "model transaction property in auto-complete-config function for model 'm' "

@@ -11,4 +11,4 @@ def log(level, file, line, message):
     if channel is not None:
         channel.send_log(level, file, line, message)
     else:
-        sys.stderr.write("{} {}:{}] {}\n".format(level.upper()[0], file, line, message))
+        sys.stderr.write(f"{level.upper()[0]} {file}:{line}] {message}\n")

@@ -79,10 +79,7 @@ class ModelConfig:
                     f"{listed} and '{valid_properties[-1]}'."
                 )
         if "name" not in tensor:
-            raise ValueError(
-                f"{kind} in auto-complete-config function for model '{model}' "
-                "is missing 'name' property."
-            )
+            raise ValueError(f"{kind} in auto-complete-config function for model '{model}' is missing 'name' property.")
         for required in ("data_type", "dims"):
             if required not in tensor:
                 raise ValueError(
@@ -94,10 +91,7 @@ class ModelConfig:
         for current in self._model_config[kind]:
             if current["name"] != name:
                 continue
-            if (
-                current["data_type"] != "TYPE_INVALID"
-                and current["data_type"] != tensor["data_type"]
-            ):
+            if current["data_type"] != "TYPE_INVALID" and current["data_type"] != tensor["data_type"]:
                 raise ValueError(
                     f"unable to load model '{model}', configuration expects "
                     f"datatype {current['data_type']} for {kind} '{name}', "
@@ -109,11 +103,7 @@ class ModelConfig:
                     f"{tensor['dims']} but the model configuration specifies "
                     f"dims {current['dims']}"
                 )
-            if (
-                "optional" in current
-                and "optional" in tensor
-                and current["optional"] != tensor["optional"]
-            ):
+            if "optional" in current and "optional" in tensor and current["optional"] != tensor["optional"]:
                 raise ValueError(
                     f"model '{model}', tensor '{name}': the model expects "
                     f"optional {tensor['optional']} but the model configuration "

@@ -89,9 +89,7 @@ class TritonError:
 
     def __init__(self, message, code=ErrorCode.INTERNAL):
         if not isinstance(message, str):
-            raise TypeError(
-                f"TritonError message must be a str, found type '{type(message)}'"
-            )
+            raise TypeError(f"TritonError message must be a str, found type '{type(message)}'")
         self._message = message
         self._code = ErrorCode(code)
 

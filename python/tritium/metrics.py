@@ -175,7 +175,7 @@ class Metric:
             try:
                 channel.metric_drop(self._id)
             except Exception as error:
-                sys.stderr.write("Error when deleting Metric: {}\n".format(_message(error)))
+                sys.stderr.write(f"Error when deleting Metric: {_message(error)}\n")
 
     def __del__(self):
         try:
@@ -185,8 +185,8 @@ class Metric:
             pass
 
     def __repr__(self):
-        state = "deleted" if self._cleared else "id={}".format(self._id)
-        return "<triton_python_backend_utils.Metric {}>".format(state)
+        state = "deleted" if self._cleared else f"id={self._id}"
+        return f"<triton_python_backend_utils.Metric {state}>"
 
 
 class MetricFamily:
@@ -245,10 +245,8 @@ class MetricFamily:
                 if number is None:
                     # pybind11's cast_error, a RuntimeError in Python.
                     raise RuntimeError(
-                        "Unable to cast Python instance of type {} to C++ type "
-                        "'std::vector<double>': bucket bounds must be numbers, found {!r}".format(
-                            type(buckets), bound
-                        )
+                        f"Unable to cast Python instance of type {type(buckets)} to C++ type "
+                        f"'std::vector<double>': bucket bounds must be numbers, found {bound!r}"
                     )
                 bucket_list.append(number)
         elif self._kind == MetricKind.HISTOGRAM:
@@ -259,9 +257,7 @@ class MetricFamily:
         if isinstance(decoded, dict):
             for key, value in decoded.items():
                 if not isinstance(value, str):
-                    raise TritonModelException(
-                        _CREATE_METRIC + "attempt to access JSON non-string as string"
-                    )
+                    raise TritonModelException(_CREATE_METRIC + "attempt to access JSON non-string as string")
                 pairs.append((key, value))
 
         channel = self._channel
@@ -286,7 +282,7 @@ class MetricFamily:
             try:
                 channel.metric_family_drop(family_id)
             except Exception as error:
-                sys.stderr.write("Error when deleting MetricFamily: {}\n".format(_message(error)))
+                sys.stderr.write(f"Error when deleting MetricFamily: {_message(error)}\n")
 
     def __del__(self):
         try:

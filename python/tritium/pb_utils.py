@@ -11,5 +11,13 @@ from .tensor import InferenceRequest, InferenceResponse, Logger, Tensor  # noqa:
 __all__ = (
     list(_dtypes_all)
     + list(_errors_all)
-    + ["ModelConfig", "using_decoupled_model_transaction_policy", "InferenceRequest", "InferenceResponse", "Logger", "Tensor", "MetricFamily"]
+    + [
+        "ModelConfig",
+        "using_decoupled_model_transaction_policy",
+        "InferenceRequest",
+        "InferenceResponse",
+        "Logger",
+        "Tensor",
+        "MetricFamily",
+    ]
 )

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import _native, _runtime
 from .config import ModelConfig
-from .errors import ErrorCode, TritonError
+from .errors import ErrorCode
 from .tensor import InferenceRequest, InferenceResponse
 
 # How long one wait for a message lasts before the stub checks that its server is still there.
@@ -22,8 +22,8 @@ _WAIT_MS = 200
 def _format_exception(exc):
     """Triton's (pybind's) rendering of a Python exception: "Type: message" then "At:" and the frames."""
     frames = traceback.extract_tb(exc.__traceback__)
-    lines = ["{}: {}".format(type(exc).__name__, exc), "", "At:"]
-    lines += ["  {}({}): {}".format(f.filename, f.lineno, f.name) for f in reversed(frames)]
+    lines = [f"{type(exc).__name__}: {exc}", "", "At:"]
+    lines += [f"  {f.filename}({f.lineno}): {f.name}" for f in reversed(frames)]
     return "\n".join(lines)
 
 
@@ -35,18 +35,18 @@ def _error(exc, prefix=""):
 def _import_model(model_file):
     """Imports the model file as Triton does: `<version>.<module>` with the version and model dirs on sys.path."""
     if not model_file.endswith(".py"):
-        raise ValueError('Model name must end with \'.py\'. Model name is "{}".'.format(os.path.basename(model_file)))
+        raise ValueError(f"Model name must end with '.py'. Model name is \"{os.path.basename(model_file)}\".")
     if not os.path.isfile(model_file):
-        raise FileNotFoundError("Python model file not found in '{}'".format(model_file))
+        raise FileNotFoundError(f"Python model file not found in '{model_file}'")
     version_dir = os.path.dirname(os.path.abspath(model_file))
     model_dir = os.path.dirname(version_dir)
     for d in (version_dir, model_dir):
         if d not in sys.path:
             sys.path.append(d)
-    module_name = "{}.{}".format(os.path.basename(version_dir), os.path.basename(model_file)[:-3])
+    module_name = f"{os.path.basename(version_dir)}.{os.path.basename(model_file)[:-3]}"
     module = importlib.import_module(module_name)
     if not hasattr(module, "TritonPythonModel"):
-        raise AttributeError("{} does not define class TritonPythonModel".format(model_file))
+        raise AttributeError(f"{model_file} does not define class TritonPythonModel")
     return module.TritonPythonModel
 
 
@@ -69,7 +69,7 @@ class Stub:
             msg = self.channel.recv(_WAIT_MS)
             if msg is None:
                 if os.getppid() != parent:
-                    sys.stderr.write("tritium stub: the server (pid {}) is gone; exiting\n".format(parent))
+                    sys.stderr.write(f"tritium stub: the server (pid {parent}) is gone; exiting\n")
                     os._exit(1)
                 continue
             kind = msg[0]
@@ -137,7 +137,7 @@ class Stub:
             self._check_responses(requests, responses)
         except Exception as exc:  # noqa: BLE001
             del requests
-            prefix = "Failed to process the request(s) for model '{}', message: ".format(self.instance_name)
+            prefix = f"Failed to process the request(s) for model '{self.instance_name}', message: "
             self.channel.send_execute_done(batch, _error(exc, prefix))
             return
         if _runtime.cancelled:
@@ -153,19 +153,17 @@ class Stub:
     @staticmethod
     def _check_responses(requests, responses):
         if not isinstance(responses, list):
-            raise TypeError("Expected a list in the execute return, found type '{}'.".format(type(responses)))
+            raise TypeError(f"Expected a list in the execute return, found type '{type(responses)}'.")
         if len(responses) != len(requests):
             raise ValueError(
                 "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
-                "InferenceRequest(s) size is:{}, and InferenceResponse(s) size is:{}\n".format(
-                    len(requests), len(responses)
-                )
+                f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(responses)}\n"
             )
         for r in responses:
             if not isinstance(r, InferenceResponse):
                 raise TypeError(
                     "Expected an 'InferenceResponse' object in the execute function return list, "
-                    "found type '{}'.".format(type(r))
+                    f"found type '{type(r)}'."
                 )
 
     def _send(self, request, response):

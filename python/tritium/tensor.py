@@ -32,14 +32,12 @@ def _check_parameters(parameters):
     if isinstance(parameters, str):
         parameters = json.loads(parameters)
     if not isinstance(parameters, dict):
-        raise TritonModelException("Expect parameters to be a dict, found type {}".format(type(parameters)))
+        raise TritonModelException(f"Expect parameters to be a dict, found type {type(parameters)}")
     for key, value in parameters.items():
         if not isinstance(key, str):
-            raise TritonModelException("Expect parameters keys to have type str, found type {}".format(type(key)))
+            raise TritonModelException(f"Expect parameters keys to have type str, found type {type(key)}")
         if not isinstance(value, (bool, int, str)):
-            raise TritonModelException(
-                "Expect parameters values to have type bool/int/str, found type {}".format(type(value))
-            )
+            raise TritonModelException(f"Expect parameters values to have type bool/int/str, found type {type(value)}")
     return dict(parameters)
 
 
@@ -99,7 +97,7 @@ class Tensor:
         return True
 
     def __repr__(self):
-        return "Tensor(name={!r}, dtype={}, shape={})".format(self._name, self._wire, self.shape())
+        return f"Tensor(name={self._name!r}, dtype={self._wire}, shape={self.shape()})"
 
     def _wire_payload(self):
         """(wire dtype, shape, data) for sending: bytes for BYTES, else a C-contiguous array."""
@@ -119,11 +117,31 @@ class Tensor:
 class InferenceRequest:
     """One request of a batch handed to `execute`."""
 
-    __slots__ = ("_id", "_request_id", "_correlation_id", "_flags", "_timeout", "_parameters", "_inputs",
-                 "_requested", "_model_name", "_model_version")
+    __slots__ = (
+        "_id",
+        "_request_id",
+        "_correlation_id",
+        "_flags",
+        "_timeout",
+        "_parameters",
+        "_inputs",
+        "_requested",
+        "_model_name",
+        "_model_version",
+    )
 
-    def __init__(self, model_name="", inputs=None, requested_output_names=None, request_id="", correlation_id=0,
-                 flags=0, timeout=0, model_version=-1, parameters=None):
+    def __init__(
+        self,
+        model_name="",
+        inputs=None,
+        requested_output_names=None,
+        request_id="",
+        correlation_id=0,
+        flags=0,
+        timeout=0,
+        model_version=-1,
+        parameters=None,
+    ):
         self._id = None
         self._model_name = model_name
         self._model_version = model_version
@@ -188,7 +206,7 @@ class InferenceRequest:
         return self._id is not None and self._id in _runtime.cancelled
 
     def __repr__(self):
-        return "InferenceRequest(request_id={!r}, inputs={!r})".format(self._request_id, self._inputs)
+        return f"InferenceRequest(request_id={self._request_id!r}, inputs={self._inputs!r})"
 
 
 class InferenceResponse:
@@ -201,7 +219,7 @@ class InferenceResponse:
         for t in outputs:
             if not isinstance(t, Tensor):
                 raise TritonModelException(
-                    "InferenceResponse output_tensors must be pb_utils.Tensor objects, got {}".format(type(t).__name__)
+                    f"InferenceResponse output_tensors must be pb_utils.Tensor objects, got {type(t).__name__}"
                 )
         if error is not None and not isinstance(error, TritonError):
             raise TritonModelException("InferenceResponse error must be a pb_utils.TritonError")

@@ -8,8 +8,12 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        self.out0_dtype = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "OUTPUT0")["data_type"])
-        self.out1_dtype = pb_utils.triton_string_to_numpy(pb_utils.get_output_config_by_name(config, "OUTPUT1")["data_type"])
+        self.out0_dtype = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(config, "OUTPUT0")["data_type"]
+        )
+        self.out1_dtype = pb_utils.triton_string_to_numpy(
+            pb_utils.get_output_config_by_name(config, "OUTPUT1")["data_type"]
+        )
 
     def execute(self, requests):
         responses = []

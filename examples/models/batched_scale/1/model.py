@@ -11,5 +11,7 @@ class TritonPythonModel:
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
             batch = np.full((x.shape[0], 1), n, dtype=np.int32)
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", x * 2), pb_utils.Tensor("BATCH", batch)]))
+            responses.append(
+                pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", x * 2), pb_utils.Tensor("BATCH", batch)])
+            )
         return responses

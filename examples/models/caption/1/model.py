@@ -14,7 +14,7 @@ class TritonPythonModel:
             prompt = pb_utils.get_input_tensor_by_name(request, "PROMPT").as_numpy()[0].decode("utf-8")
             mean = image.reshape(-1, 3).mean(axis=0).astype(np.float32)
             color = min(COLORS, key=lambda c: np.square(mean - np.array(COLORS[c])).sum())
-            caption = "{} a {}x{} image, mostly {}".format(prompt, image.shape[1], image.shape[0], color)
+            caption = f"{prompt} a {image.shape[1]}x{image.shape[0]} image, mostly {color}"
             responses.append(
                 pb_utils.InferenceResponse(
                     [

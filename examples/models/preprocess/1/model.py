@@ -15,13 +15,13 @@ def decode_ppm(data):
     fields = []
     pos = 2
     while len(fields) < 3:
-        while data[pos:pos + 1].isspace():
+        while data[pos : pos + 1].isspace():
             pos += 1
-        if data[pos:pos + 1] == b"#":
+        if data[pos : pos + 1] == b"#":
             pos = data.index(b"\n", pos) + 1
             continue
         end = pos
-        while not data[end:end + 1].isspace():
+        while not data[end : end + 1].isspace():
             end += 1
         fields.append(int(data[pos:end]))
         pos = end
@@ -62,6 +62,6 @@ class TritonPythonModel:
                 batch = np.stack([self.preprocess(row[0]) for row in images]).astype(np.float32)
                 responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("TENSOR", batch)]))
             except ValueError as e:
-                error = pb_utils.TritonError("cannot decode image: {}".format(e), pb_utils.TritonError.INVALID_ARG)
+                error = pb_utils.TritonError(f"cannot decode image: {e}", pb_utils.TritonError.INVALID_ARG)
                 responses.append(pb_utils.InferenceResponse(error=error))
         return responses

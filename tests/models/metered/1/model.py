@@ -5,10 +5,14 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         self.requests = pb_utils.MetricFamily(
-            name="metered_requests_total", description="Requests seen by the metered model", kind=pb_utils.MetricFamily.COUNTER
+            name="metered_requests_total",
+            description="Requests seen by the metered model",
+            kind=pb_utils.MetricFamily.COUNTER,
         )
         self.last = pb_utils.MetricFamily(name="metered_last_x", description="Last X", kind=pb_utils.MetricFamily.GAUGE)
-        self.sizes = pb_utils.MetricFamily(name="metered_x", description="X values", kind=pb_utils.MetricFamily.HISTOGRAM)
+        self.sizes = pb_utils.MetricFamily(
+            name="metered_x", description="X values", kind=pb_utils.MetricFamily.HISTOGRAM
+        )
         labels = {"model": args["model_name"], "instance": args["model_instance_name"]}
         self.count = self.requests.Metric(labels=labels)
         self.gauge = self.last.Metric(labels=labels)

@@ -14,6 +14,8 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return [
-            pb_utils.InferenceResponse([pb_utils.Tensor("SUM", np.array([r.inputs()[0].as_numpy().sum()], dtype=np.int32))])
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("SUM", np.array([r.inputs()[0].as_numpy().sum()], dtype=np.int32))]
+            )
             for r in requests
         ]
