@@ -27,6 +27,17 @@ GOOD_MODELS = [
 ]
 
 
+def require(condition, why):
+    """Skips the calling test when a prerequisite is missing, or fails it when
+    `TRITIUM_REQUIRE_ALL` is set (as `.ci/run` does), so CI never counts a missing
+    prerequisite as a pass."""
+    if condition:
+        return
+    if os.environ.get("TRITIUM_REQUIRE_ALL"):
+        pytest.fail(f"prerequisite missing: {why}")
+    pytest.skip(why)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, require
 
 CLIENTS = ["add_sub", "preprocess", "batched_scale", "caption"]
 
@@ -35,8 +35,7 @@ def perf_analyzer():
     path = os.path.join(os.path.dirname(sys.executable), "perf_analyzer")
     if not os.path.exists(path):
         path = shutil.which("perf_analyzer")
-    if not path:
-        pytest.skip("perf_analyzer is not installed (cargo xtask setup installs it as root)")
+    require(path, "perf_analyzer is not installed (cargo xtask setup installs it as root)")
     return path
 
 

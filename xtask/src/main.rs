@@ -6,7 +6,9 @@
 //! - `cargo xtask build`: builds the `tritium` binary and `tritium._native` (release), placing the
 //!   native module into `python/tritium/`.
 //! - `cargo xtask serve [FLAGS]`: setup, build, then `tritium serve` on `examples/models`.
-//! - `cargo xtask test`: setup, build, `cargo test --workspace`, then the Python tests.
+//! - `cargo xtask lint`: `cargo fmt --check`, clippy with `-D warnings`, `ruff check` and
+//!   `ruff format --check`.
+//! - `cargo xtask test`: setup, lint, build, `cargo test --workspace`, then the Python tests.
 //! - `cargo xtask bench ipc`: the IPC benchmark (floor, stub round trips, memcpy).
 //! - `cargo xtask bench serve`: perf_analyzer against tritium and Triton 2.51 serving add_sub.
 
@@ -83,6 +85,9 @@ fn setup_perf_analyzer(py: &Path) -> Result<()> {
         if !install() {
             let _ = Command::new("apt-get").args(["update", "-q"]).status();
             if !install() {
+                if require_all() {
+                    bail!("cannot install libb64-0d (apt-get as root), which perf_analyzer needs");
+                }
                 eprintln!("xtask: cannot install libb64-0d (apt-get as root); perf_analyzer tests will be skipped");
                 return Ok(());
             }
@@ -161,8 +166,36 @@ fn serve(extra: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Whether every prerequisite must be present (`TRITIUM_REQUIRE_ALL`, set by `.ci/run`): then a
+/// missing tool fails the run instead of skipping the tests that need it.
+fn require_all() -> bool {
+    std::env::var_os("TRITIUM_REQUIRE_ALL").is_some()
+}
+
+/// The style gates: rustfmt, clippy with warnings denied, and ruff (lint and format) over the
+/// Python code.
+fn lint() -> Result<()> {
+    let cargo = env!("CARGO");
+    run(Command::new(cargo).current_dir(root()).args(["fmt", "--all", "--check"]))?;
+    run(Command::new(cargo).current_dir(root()).args([
+        "clippy",
+        "--release",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    let ruff = root().join(".venv/bin/ruff");
+    let paths = ["python", "tests", "examples"];
+    run(Command::new(&ruff).current_dir(root()).arg("check").args(paths))?;
+    run(Command::new(&ruff).current_dir(root()).args(["format", "--check"]).args(paths))?;
+    Ok(())
+}
+
 fn test() -> Result<()> {
     setup()?;
+    lint()?;
     build()?;
     let py = venv_python();
     run(Command::new(env!("CARGO")).current_dir(root()).env("TRITIUM_PYTHON", &py).args([
@@ -197,10 +230,11 @@ fn main() -> Result<()> {
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["setup"] => setup(),
         ["build"] => build(),
+        ["lint"] => setup().and_then(|()| lint()),
         ["test"] => test(),
         ["bench", what] => bench(what),
         ["bench"] => bench("ipc"),
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
-        _ => bail!("usage: cargo xtask setup | build | serve [FLAGS] | test | bench ipc | bench serve"),
+        _ => bail!("usage: cargo xtask setup | build | lint | serve [FLAGS] | test | bench ipc | bench serve"),
     }
 }
