@@ -2,8 +2,8 @@
 //!
 //! Both servers serve the same temporary repository holding a copy of `examples/models/add_sub`.
 //! Triton 2.51 with its Python backend comes from the `nvidia-pytriton` wheel, installed on demand
-//! into `.venv-triton` (see `/work/shared/notes/running-triton-here.md` for why it is put together
-//! this way). Both run for the whole benchmark. For each protocol (gRPC, HTTP) and concurrency
+//! into `.venv-triton` (the wheel bundles `tritonserver` and its Python backend: the only Triton
+//! that installs from a package registry, without Docker). Both run for the whole benchmark. For each protocol (gRPC, HTTP) and concurrency
 //! (1, 2, 4, 8) perf_analyzer measures them in the order A B B A (which one is A alternates), and
 //! each server's two results are averaged, so that drift on a noisy machine hits both alike; only
 //! the ratios are meaningful, and only when nothing else runs (the load average is printed). The
