@@ -115,6 +115,8 @@ pub struct Arena {
     side: Side,
     name: String,
     default_size: u64,
+    /// Most bytes of segments this arena may hold at once.
+    max_bytes: u64,
     next_id: u32,
     segments: BTreeMap<u32, OwnSegment>,
 }
@@ -131,9 +133,17 @@ impl Arena {
             side,
             name: name.to_string(),
             default_size: round_up(default_size.max(1 << 20), 2 << 20).unwrap_or(2 << 20),
+            max_bytes: u64::MAX,
             next_id: 1,
             segments: BTreeMap::new(),
         }
+    }
+
+    /// Caps the bytes of segments this arena may hold at once. A peer that never releases what
+    /// it was sent then makes allocations fail (`OutOfMemory`) instead of growing memory without
+    /// bound.
+    pub fn set_max_bytes(&mut self, max_bytes: u64) {
+        self.max_bytes = max_bytes;
     }
 
     /// Allocates `len` bytes (at least one aligned unit), creating a segment if none has room.
@@ -152,6 +162,17 @@ impl Arena {
         let size = round_up(rounded, 2 << 20)
             .ok_or(IpcError::OutOfMemory(len, "size overflows".into()))?
             .max(self.default_size);
+        let mapped = self.mapped_bytes();
+        if mapped.checked_add(size).is_none_or(|total| total > self.max_bytes) {
+            return Err(IpcError::OutOfMemory(
+                len,
+                format!(
+                    "this channel already holds {mapped} bytes of segments and its limit is {} bytes \
+                     (blocks the peer has not released yet count against it)",
+                    self.max_bytes
+                ),
+            ));
+        }
         let id = self.next_id | self.side.id_bit();
         self.next_id += 1;
         let seg = Arc::new(

@@ -65,6 +65,8 @@ pub struct ChannelConfig {
     pub arena_segment: u64,
     /// How long a send waits for room in a full ring before it fails.
     pub send_timeout: Duration,
+    /// What the peer may make this side map, and how much this side's arena may hold.
+    pub limits: ChannelLimits,
 }
 
 impl Default for ChannelConfig {
@@ -74,6 +76,35 @@ impl Default for ChannelConfig {
             wait: WaitPolicy::default(),
             arena_segment: 256 << 20,
             send_timeout: Duration::from_secs(30),
+            limits: ChannelLimits::default(),
+        }
+    }
+}
+
+/// Caps on the shared memory of one channel. The peer's announcements are checked against them
+/// before anything is mapped: each peer segment costs an fd and a mapping in this process, so a
+/// peer that announces segments without end would otherwise exhaust the fd table (breaking
+/// `accept` for every client) or the address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelLimits {
+    /// Most segments the peer may have mapped here at once.
+    pub max_peer_segments: usize,
+    /// Largest single segment the peer may announce, in bytes.
+    pub max_peer_segment_bytes: u64,
+    /// Most bytes of peer segments mapped here at once (address space; pages cost memory only
+    /// once the peer touches them).
+    pub max_peer_mapped_bytes: u64,
+    /// Most bytes of segments this side's own arena may hold at once.
+    pub max_own_bytes: u64,
+}
+
+impl Default for ChannelLimits {
+    fn default() -> Self {
+        Self {
+            max_peer_segments: 256,
+            max_peer_segment_bytes: 32 << 30,
+            max_peer_mapped_bytes: 64 << 30,
+            max_own_bytes: 64 << 30,
         }
     }
 }
@@ -317,7 +348,11 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
             rx: Mutex::new(Rx { consumer, buf: Vec::with_capacity(4096) }),
             socket,
             segments: RwLock::new(HashMap::new()),
-            arena: Mutex::new(Arena::new(side, name, config.arena_segment)),
+            arena: Mutex::new({
+                let mut arena = Arena::new(side, name, config.arena_segment);
+                arena.set_max_bytes(config.limits.max_own_bytes);
+                arena
+            }),
             pending_release: Mutex::new(Vec::new()),
             _types: PhantomData,
         })
@@ -413,7 +448,9 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
                 if id & crate::arena::STUB_OWNED != peer_bit {
                     return Err(IpcError::Protocol(format!("peer announced segment {id} with our owner bit")));
                 }
+                // Take the fd off the socket first, so a refused announcement leaves no fd queued.
                 let fd = self.recv_fd(id)?;
+                self.check_peer_segment(peer_bit, id, len)?;
                 let seg = Arc::new(Segment::open(fd, len)?);
                 self.segments.write().unwrap_or_else(|p| p.into_inner()).insert(id, seg);
             }
@@ -436,6 +473,38 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
                 }
                 self.retire(&retired)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Checks a peer's new segment against [`ChannelLimits`] before it is mapped.
+    fn check_peer_segment(&self, peer_bit: u32, id: u32, len: u64) -> Result<(), IpcError> {
+        let limits = self.config.limits;
+        if len > limits.max_peer_segment_bytes {
+            return Err(IpcError::Protocol(format!(
+                "peer announced segment {id} of {len} bytes; the limit is {} bytes",
+                limits.max_peer_segment_bytes
+            )));
+        }
+        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        let peer: Vec<&Arc<Segment>> = segs
+            .iter()
+            .filter(|(&seg_id, _)| seg_id & crate::arena::STUB_OWNED == peer_bit && seg_id != id)
+            .map(|(_, seg)| seg)
+            .collect();
+        if peer.len() >= limits.max_peer_segments {
+            return Err(IpcError::Protocol(format!(
+                "peer announced more than {} segments at once",
+                limits.max_peer_segments
+            )));
+        }
+        let mapped: u64 = peer.iter().map(|seg| seg.len()).sum();
+        if mapped.saturating_add(len) > limits.max_peer_mapped_bytes {
+            return Err(IpcError::Protocol(format!(
+                "peer segments would reach {} bytes; the limit is {} bytes",
+                mapped.saturating_add(len),
+                limits.max_peer_mapped_bytes
+            )));
         }
         Ok(())
     }
@@ -631,6 +700,49 @@ mod tests {
         stub.release(Descriptor { segment: 1, offset: 4096, len: 8 });
         stub.send(&ToServer::Pong { seq: 1 }).expect("send");
         assert!(matches!(server.recv(T), Err(IpcError::Protocol(_))));
+    }
+
+    fn pair_with(limits: ChannelLimits) -> (ServerChannel, StubChannel) {
+        let config = ChannelConfig { arena_segment: 2 << 20, limits, ..ChannelConfig::default() };
+        let (server, fds) = ServerChannel::create("test", config).expect("create");
+        let stub = StubChannel::connect(fds.control, fds.socket, WaitPolicy::default(), 2 << 20).expect("connect");
+        (server, stub)
+    }
+
+    #[test]
+    fn a_peer_announcing_too_many_segments_is_refused() {
+        let (server, stub) = pair_with(ChannelLimits { max_peer_segments: 2, ..ChannelLimits::default() });
+        // Each block larger than the default segment gets a segment of its own.
+        let _blocks: Vec<View> = (0..3).map(|_| stub.alloc(3 << 20).expect("alloc")).collect();
+        stub.send(&ToServer::Pong { seq: 1 }).expect("send");
+        let err = server.recv(T).expect_err("third segment refused");
+        assert!(err.to_string().contains("more than 2 segments"), "{err}");
+    }
+
+    #[test]
+    fn a_peer_segment_over_the_size_or_mapped_limit_is_refused() {
+        let (server, stub) = pair_with(ChannelLimits { max_peer_segment_bytes: 4 << 20, ..ChannelLimits::default() });
+        let _big = stub.alloc(6 << 20).expect("alloc");
+        stub.send(&ToServer::Pong { seq: 1 }).expect("send");
+        let err = server.recv(T).expect_err("too large");
+        assert!(err.to_string().contains("the limit is 4194304 bytes"), "{err}");
+
+        let (server, stub) = pair_with(ChannelLimits { max_peer_mapped_bytes: 5 << 20, ..ChannelLimits::default() });
+        let _a = stub.alloc(1).expect("first segment, 2 MiB");
+        let _b = stub.alloc(3 << 20).expect("second segment, 4 MiB");
+        stub.send(&ToServer::Pong { seq: 1 }).expect("send");
+        let err = server.recv(T).expect_err("mapped bytes over the limit");
+        assert!(err.to_string().contains("would reach 6291456 bytes"), "{err}");
+    }
+
+    #[test]
+    fn an_arena_stops_growing_at_its_limit() {
+        let (server, _stub) = pair_with(ChannelLimits { max_own_bytes: 4 << 20, ..ChannelLimits::default() });
+        let _a = server.alloc(2 << 20).expect("first 2 MiB segment");
+        let _b = server.alloc(2 << 20).expect("second 2 MiB segment");
+        let err = server.alloc(1).expect_err("a third segment is over the limit");
+        assert!(matches!(err, IpcError::OutOfMemory(..)), "{err}");
+        assert!(err.to_string().contains("its limit is 4194304 bytes"), "{err}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub mod ring;
 pub mod segment;
 
 pub use arena::{Descriptor, Side};
-pub use channel::{Channel, ChannelConfig, Interrupter, PeerFds, ServerChannel, StubChannel, View};
+pub use channel::{Channel, ChannelConfig, ChannelLimits, Interrupter, PeerFds, ServerChannel, StubChannel, View};
 pub use error::IpcError;
 pub use protocol::*;
 pub use ring::{RingGeometry, WaitPolicy};

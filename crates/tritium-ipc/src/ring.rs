@@ -284,9 +284,17 @@ impl Producer {
         let h = self.ring.header();
         let head = self.head;
         let count = geo.slot_count;
+        // `used` comes from the peer's `tail`: a value that puts it ahead of our head (more than
+        // `count` slots in use) is a protocol violation, reported rather than computed with.
+        let used = |tail: u32| head.wrapping_sub(tail);
         wait_for(&h.tail, &h.producer_waiting, &h.closed, self.policy, timeout, &mut self.hot, || {
-            count - head.wrapping_sub(h.tail.load(Ordering::Acquire)) >= need
+            let used = used(h.tail.load(Ordering::Acquire));
+            used > count || count - used >= need
         })?;
+        let in_use = used(h.tail.load(Ordering::Acquire));
+        if in_use > count {
+            return Err(IpcError::Protocol(format!("ring tail ran ahead of head ({in_use} slots in use of {count})")));
+        }
         self.seq = self.seq.wrapping_add(1);
         for i in 0..need {
             let slot = self.ring.slot(head.wrapping_add(i));
@@ -455,6 +463,18 @@ mod tests {
         unsafe { (base.add(RING_HEADER_SIZE) as *mut u32).write_unaligned(100_000) };
         let mut buf = Vec::new();
         assert!(matches!(c.recv(&mut buf, Duration::from_millis(10)), Err(IpcError::Protocol(_))));
+    }
+
+    #[test]
+    fn a_tail_written_ahead_of_head_is_a_protocol_error() {
+        let geo = RingGeometry { slot_size: 128, slot_count: 4 };
+        let (mem, mut p, _c) = ring(geo);
+        // The consumer's `tail` word (second cache line of the header), set past the head as a
+        // malicious peer could.
+        // SAFETY: inside the header at the start of the segment.
+        unsafe { (mem.as_ptr().add(64) as *mut u32).write_volatile(1000) };
+        let err = p.send(FRAME_APP, b"x", true, Duration::from_millis(10)).expect_err("tail ahead");
+        assert!(matches!(err, IpcError::Protocol(_)), "{err}");
     }
 
     #[test]

@@ -44,18 +44,22 @@ impl Segment {
 
     /// Maps a segment received from the peer, checking that the file is at least `len` bytes and
     /// sealed against shrinking, so the mapping can never fault.
+    ///
+    /// The seals are checked before the size: once `F_SEAL_SHRINK` is set nobody can remove it,
+    /// so the size read afterwards stays true for the life of the mapping. (Checked the other way
+    /// round, a peer could shrink the file between the two checks and seal it afterwards.)
     pub fn open(fd: OwnedFd, len: u64) -> Result<Self, IpcError> {
+        // SAFETY: plain fcntl on an fd we own.
+        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals == -1 || seals & libc::F_SEAL_SHRINK == 0 {
+            return Err(IpcError::Protocol("peer sent a segment that is not sealed against shrinking".into()));
+        }
         let stat = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| IpcError::os("fstat", e))?;
         if (stat.st_size as u64) < len {
             return Err(IpcError::Protocol(format!(
                 "peer announced a segment of {len} bytes backed by a file of {} bytes",
                 stat.st_size
             )));
-        }
-        // SAFETY: plain fcntl on an fd we own.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals == -1 || seals & libc::F_SEAL_SHRINK == 0 {
-            return Err(IpcError::Protocol("peer sent a segment that is not sealed against shrinking".into()));
         }
         Self::map(fd, len)
     }
@@ -121,6 +125,36 @@ mod tests {
         assert!(b.range(8000, 192).is_some());
         assert!(b.range(8000, 193).is_none());
         assert!(b.range(u64::MAX, 2).is_none());
+    }
+
+    /// A memfd that allows sealing, of `len` bytes, with no seals yet.
+    fn unsealed(len: i64) -> OwnedFd {
+        let fd = memfd_create(c"unsealed", MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)
+            .expect("memfd");
+        nix::unistd::ftruncate(&fd, len).expect("ftruncate");
+        fd
+    }
+
+    fn add_seals(fd: &OwnedFd, seals: libc::c_int) {
+        // SAFETY: plain fcntl on an fd we own.
+        assert_eq!(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) }, 0);
+    }
+
+    #[test]
+    fn open_refuses_an_unsealed_file() {
+        let err = Segment::open(unsealed(8192), 8192).expect_err("unsealed");
+        assert!(err.to_string().contains("not sealed against shrinking"), "{err}");
+    }
+
+    #[test]
+    fn a_file_shrunk_and_then_sealed_is_refused() {
+        // The attack: announce 1 MiB, shrink the file to one page, seal it. The size check must
+        // see the sealed (final) size, never a stale one.
+        let fd = unsealed(1 << 20);
+        nix::unistd::ftruncate(&fd, 4096).expect("shrink");
+        add_seals(&fd, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW);
+        let err = Segment::open(fd, 1 << 20).expect_err("shorter than announced");
+        assert!(err.to_string().contains("backed by a file of 4096 bytes"), "{err}");
     }
 
     #[test]
