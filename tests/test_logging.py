@@ -44,6 +44,18 @@ def test_print_and_stderr_are_forwarded_line_by_line(server):
     assert log_lines(server, "logger:m1")
 
 
+def test_huge_lines_and_invalid_utf8_do_not_end_the_output_reader(server):
+    say(server, "huge:m4")
+    bad = log_lines(server, "bad-bytes:", timeout=20)
+    assert bad and "\ufffd\ufffd:huge:m4" in bad[0], bad
+    pieces = [line for line in server.log_text().splitlines() if "ZZZZZZZZ" in line]
+    assert len(pieces) >= (20 << 20) // (16 << 10), "the 20 MB line is split into bounded pieces"
+    assert max(len(p) for p in pieces) < (16 << 10) + 500
+    # The model's later prints still reach the log: its stdout pipe was never closed.
+    say(server, "m5")
+    assert log_lines(server, "print:m5")
+
+
 def test_logging_extension_over_http_and_grpc(server):
     h = httpclient.InferenceServerClient(server.http_url)
     g = grpcclient.InferenceServerClient(server.grpc_url)

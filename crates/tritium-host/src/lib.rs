@@ -3,8 +3,10 @@
 //! execute, finalize) with the stub's liveness checked on every wait.
 //!
 //! - [`process`]: the one place that spawns processes; children are killed and reaped on drop.
+//! - [`output`]: a stub's stdout and stderr into bounded, lossless-where-possible log lines.
 //! - [`stub`]: [`Stub`], a running stub and its protocol calls.
 
+pub mod output;
 pub mod process;
 pub mod stub;
 

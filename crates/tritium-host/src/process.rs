@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -156,16 +156,13 @@ impl StderrTail {
 fn forward_lines(reader: impl Read + Send + 'static, span: Span, stderr: Option<StderrTail>) {
     let spawned = std::thread::Builder::new().name("stub-output".into()).spawn(move || {
         let _enter = span.enter();
-        for line in BufReader::new(reader).lines() {
-            let Ok(line) = line else { break };
-            match &stderr {
-                Some(tail) => {
-                    tracing::warn!(target: "tritium::stub", "{line}");
-                    tail.push(line);
-                }
-                None => tracing::info!(target: "tritium::stub", "{line}"),
+        crate::output::read_lines(reader, crate::output::MAX_LINE, |line| match &stderr {
+            Some(tail) => {
+                tracing::warn!(target: "tritium::stub", "{line}");
+                tail.push(line);
             }
-        }
+            None => tracing::info!(target: "tritium::stub", "{line}"),
+        });
     });
     if let Err(e) = spawned {
         tracing::error!("cannot start a thread to read stub output: {e}");

@@ -15,6 +15,12 @@ class TritonPythonModel:
         out = []
         for r in requests:
             marker = r.inputs()[0].as_numpy()[0].decode()
+            if marker.startswith("huge:"):
+                # A 20 MB line, then bytes that are not UTF-8: neither may end the server's reader.
+                sys.stdout.write("Z" * (20 << 20) + "\n")
+                sys.stdout.flush()
+                sys.stdout.buffer.write(b"bad-bytes:\xff\xfe:" + marker.encode() + b"\n")
+                sys.stdout.buffer.flush()
             print("print:" + marker)
             print("stderr:" + marker, file=sys.stderr)
             pb_utils.Logger.log_info("logger:" + marker)

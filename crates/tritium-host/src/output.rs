@@ -1,0 +1,102 @@
+//! Reading a stub's stdout and stderr into log lines. Model output is untrusted: it may hold
+//! bytes that are not UTF-8, or a line of any length. Lines are read as bytes, a line longer than
+//! [`MAX_LINE`] is split into pieces (never buffered whole), invalid UTF-8 is replaced, and
+//! nothing a model writes ends the reader: only the end of the pipe does.
+
+use std::io::{BufRead, BufReader, ErrorKind, Read};
+
+/// Longest piece of model output kept as one log line, in bytes.
+pub const MAX_LINE: usize = 16 * 1024;
+
+/// Reads `reader` to its end, calling `emit` with every line (without its `\n` or `\r\n`),
+/// lines longer than `max` bytes split into pieces of at most `max` bytes at UTF-8 character
+/// boundaries where possible.
+pub fn read_lines(reader: impl Read, max: usize, mut emit: impl FnMut(String)) {
+    let max = max.max(4);
+    let mut reader = BufReader::with_capacity(64 * 1024, reader);
+    let mut line: Vec<u8> = Vec::with_capacity(256);
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        if buf.is_empty() {
+            if !line.is_empty() {
+                emit(finish(&line));
+            }
+            return;
+        }
+        let room = max - line.len();
+        let window = &buf[..buf.len().min(room)];
+        if let Some(i) = window.iter().position(|&b| b == b'\n') {
+            line.extend_from_slice(&window[..i]);
+            reader.consume(i + 1);
+            emit(finish(&line));
+            line.clear();
+            continue;
+        }
+        let n = window.len();
+        line.extend_from_slice(window);
+        reader.consume(n);
+        if line.len() >= max {
+            // Split at the last complete character; an incomplete one moves to the next piece.
+            let cut = match std::str::from_utf8(&line) {
+                Err(e) if e.error_len().is_none() && e.valid_up_to() > 0 => e.valid_up_to(),
+                _ => line.len(),
+            };
+            emit(String::from_utf8_lossy(&line[..cut]).into_owned());
+            line.drain(..cut);
+        }
+    }
+}
+
+fn finish(line: &[u8]) -> String {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    String::from_utf8_lossy(line).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(input: &[u8], max: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        read_lines(input, max, |l| out.push(l));
+        out
+    }
+
+    #[test]
+    fn plain_lines_with_and_without_a_final_newline() {
+        assert_eq!(lines(b"a\nbc\r\n\nlast", 100), ["a", "bc", "", "last"]);
+        assert_eq!(lines(b"", 100), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_long_line_is_split_not_buffered_whole() {
+        let input = vec![b'x'; 10_000];
+        let got = lines(&input, 4096);
+        assert_eq!(got.iter().map(String::len).collect::<Vec<_>>(), [4096, 4096, 1808]);
+        // A 20 MB line with MAX_LINE pieces keeps memory at one piece.
+        let big = vec![b'y'; 20 << 20];
+        let mut count = 0;
+        read_lines(&big[..], MAX_LINE, |l| {
+            assert!(l.len() <= MAX_LINE);
+            count += 1;
+        });
+        assert_eq!(count, (20 << 20) / MAX_LINE);
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_and_reading_goes_on() {
+        assert_eq!(lines(b"ok\n\xff\xfe bad\nafter\n", 100), ["ok", "\u{fffd}\u{fffd} bad", "after"]);
+    }
+
+    #[test]
+    fn pieces_end_on_character_boundaries() {
+        // "é" is two bytes; with a 5-byte limit "aaaé" would be cut inside it.
+        let got = lines("aaaééé\n".as_bytes(), 5);
+        assert!(got.iter().all(|l| !l.contains('\u{fffd}')), "{got:?}");
+        assert_eq!(got.concat(), "aaaééé");
+    }
+}
