@@ -1,0 +1,141 @@
+"""Hostile models and clients: nothing a model writes into the shared memory it can reach, and
+nothing a client sends, takes the server down, hangs it, or fails another model."""
+
+import os
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from conftest import ROOT, Server
+from tritonclient.utils import InferenceServerException
+
+SCRIBBLER = '''
+import mmap, os, random
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def memfds():
+    """Every memfd this process can reach, as a broken native extension would find them."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("/memfd:"):
+            yield int(name)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        seed = int(requests[0].inputs()[0].as_numpy()[0])
+        rng = random.Random(seed)
+        for fd in memfds():
+            size = os.fstat(fd).st_size
+            try:
+                m = mmap.mmap(fd, size)
+            except (OSError, ValueError):
+                continue
+            # Random bytes at random places, and whole pages of garbage over the control segment
+            # (ring headers and slots) and the start of every arena segment.
+            for _ in range(2000):
+                at = rng.randrange(size)
+                m[at] = rng.randrange(256)
+            page = min(size, 16384)
+            m[:page] = bytes(rng.randrange(256) for _ in range(page))
+            m.close()
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([seed], np.int32))]) for _ in requests]
+'''
+
+SCRIBBLER_CONFIG = """
+name: "scribbler"
+backend: "python"
+max_batch_size: 0
+input [ { name: "SEED" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+parameters { key: "execute_timeout_secs" value: { string_value: "10" } }
+"""
+
+
+def add_model(repo, name, config, model):
+    os.makedirs(os.path.join(repo, name, "1"))
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(textwrap.dedent(config))
+    with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
+        f.write(textwrap.dedent(model))
+
+
+def copy_example(repo, name):
+    import shutil
+
+    shutil.copytree(os.path.join(ROOT, "examples", "models", name), os.path.join(repo, name))
+
+
+@pytest.fixture
+def hostile(tmp_path):
+    repo = str(tmp_path / "repo")
+    os.makedirs(repo)
+    add_model(repo, "scribbler", SCRIBBLER_CONFIG, SCRIBBLER)
+    copy_example(repo, "add_sub")
+    srv = Server(repo, str(tmp_path / "tritium.log"))
+    try:
+        srv.wait_models(["scribbler", "add_sub"])
+        yield srv
+    finally:
+        srv.stop()
+
+
+def add_sub(client):
+    a = np.arange(4, dtype=np.float32)
+    inputs = [grpcclient.InferInput("INPUT0", [4], "FP32"), grpcclient.InferInput("INPUT1", [4], "FP32")]
+    for i in inputs:
+        i.set_data_from_numpy(a)
+    r = client.infer("add_sub", inputs)
+    assert (r.as_numpy("OUTPUT0") == a + a).all()
+
+
+def test_a_model_scribbling_over_its_shared_memory_never_hurts_the_server_or_others(hostile):
+    client = grpcclient.InferenceServerClient(hostile.grpc_url)
+    stop, failures, served = threading.Event(), [], [0]
+
+    def other_model():
+        c = grpcclient.InferenceServerClient(hostile.grpc_url)
+        while not stop.is_set():
+            try:
+                add_sub(c)
+                served[0] += 1
+            except Exception as e:  # noqa: BLE001 - any failure of the other model is the finding
+                failures.append(e.message() if isinstance(e, InferenceServerException) else repr(e))
+
+    t = threading.Thread(target=other_model)
+    t.start()
+    outcomes = []
+    try:
+        for seed in range(4):
+            inp = grpcclient.InferInput("SEED", [1], "INT32")
+            inp.set_data_from_numpy(np.array([seed], np.int32))
+            started = time.time()
+            try:
+                client.infer("scribbler", [inp], client_timeout=60)
+                outcomes.append("ok")
+            except InferenceServerException as e:
+                outcomes.append(e.message())
+            assert time.time() - started < 60, "the scribbled request got an answer, not a hang"
+            # The instance comes back (restarted if it broke the protocol) and serves again.
+            deadline = time.time() + 30
+            while not client.is_model_ready("scribbler"):
+                assert time.time() < deadline, hostile.log_text()[-3000:]
+                time.sleep(0.1)
+    finally:
+        stop.set()
+        t.join(60)
+    assert hostile.proc.poll() is None, "the server is still running"
+    assert failures == [], failures[:3]
+    assert served[0] > 0
+    assert client.is_server_live()
+    add_sub(client)
+    print("scribbler outcomes:", outcomes)
