@@ -1,12 +1,16 @@
-"""Statistics and /metrics equal what was sent; custom metrics from model code appear on /metrics."""
+"""Statistics and /metrics equal what was sent; custom metrics from model code appear on /metrics; a
+loaded model reports its load duration and its series leave /metrics when it is unloaded."""
 
+import os
 import re
+import shutil
 import urllib.request
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from conftest import ROOT, Server
 from tritonclient.utils import InferenceServerException
 
 
@@ -95,3 +99,46 @@ def test_custom_metrics_from_model_code(server):
     assert value(text, "metered_last_x", model="metered") == 5.0
     assert value(text, "metered_x_bucket", model="metered", le="10") >= 1
     assert value(text, "metered_x_count", model="metered") >= 1
+
+
+def series_of(text, model):
+    """The sample lines of /metrics that carry `model="<model>"`."""
+    return [line for line in text.splitlines() if not line.startswith("#") and f'model="{model}"' in line]
+
+
+def test_load_duration_and_series_vanish_after_unload(tmp_path):
+    repo = tmp_path / "repo"
+    for name in ("metered", "echo"):
+        shutil.copytree(os.path.join(ROOT, "tests/models", name), str(repo / name))
+    srv = Server(str(repo), str(tmp_path / "tritium.log"), ["--model-control-mode", "explicit", "--load-model", "echo"])
+    try:
+        srv.wait_models(["echo"])
+        h = httpclient.InferenceServerClient(srv.http_url)
+        assert series_of(metrics(srv), "metered") == []
+
+        h.load_model("metered")
+        send(h, httpclient, 3.0)
+        text = metrics(srv)
+        labels = {"model": "metered", "version": "1"}
+        assert "# TYPE nv_model_load_duration_secs gauge" in text
+        assert value(text, "nv_model_load_duration_secs", **labels) > 0
+        assert value(text, "nv_model_load_duration_secs", model="echo", version="1") > 0
+        assert value(text, "nv_inference_request_success", **labels) == 1
+        assert value(text, "tritium_stub_state", model="metered", state="ready") == 1
+        assert value(text, "metered_requests_total", model="metered") == 1
+
+        h.unload_model("metered")
+        text = metrics(srv)
+        assert series_of(text, "metered") == [], text
+        assert "metered_requests_total" not in text, text
+        # The other model's series stay.
+        assert value(text, "nv_inference_request_success", model="echo", version="1") == 0
+        assert value(text, "tritium_stub_state", model="echo", state="ready") == 1
+
+        # Loaded again: the series come back, counting from zero.
+        h.load_model("metered")
+        text = metrics(srv)
+        assert value(text, "nv_inference_request_success", **labels) == 0
+        assert value(text, "nv_model_load_duration_secs", **labels) > 0
+    finally:
+        assert srv.stop() == 0, srv.log_text()

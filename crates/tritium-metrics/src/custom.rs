@@ -22,7 +22,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use crate::text::{is_valid_label_name, is_valid_metric_name, push_help, push_label_value, push_value};
+use crate::text::{self, is_valid_label_name, is_valid_metric_name, Number, SeriesValue};
 
 /// The kind of a custom metric family; the discriminants are Triton's (`MetricKind` in
 /// python_backend `src/pb_utils.h`, exposed to Python as `MetricFamily.COUNTER` etc.).
@@ -521,49 +521,24 @@ impl CustomMetrics {
     /// [`render`](Self::render), appending to `out`.
     pub fn render_to(&self, out: &mut String) {
         let registry = self.lock();
-        let mut families: Vec<&Family> =
-            registry.families.values().filter(|family| !family.members.is_empty()).collect();
+        let mut families: Vec<&Family> = registry.families.values().collect();
         families.sort_by(|a, b| a.name.cmp(&b.name));
         for family in families {
-            if !family.description.is_empty() {
-                out.push_str("# HELP ");
-                out.push_str(&family.name);
-                out.push(' ');
-                push_help(out, &family.description);
-                out.push('\n');
-            }
-            out.push_str("# TYPE ");
-            out.push_str(&family.name);
-            out.push(' ');
-            out.push_str(family.kind.prometheus_type());
-            out.push('\n');
+            let mut rendered = text::Family::new(&family.name, &family.description, family.kind);
             for id in family.members.values() {
                 let Some(series) = registry.series.get(id) else {
                     continue;
                 };
-                match &series.value {
-                    Value::Scalar(value) => {
-                        push_sample(out, &family.name, "", &series.labels, None, *value);
+                let labels = series.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let value = match &series.value {
+                    Value::Scalar(value) => SeriesValue::Scalar(Number::Float(*value)),
+                    Value::Histogram(h) => {
+                        SeriesValue::Histogram { bounds: &h.bounds, counts: &h.counts, sum: h.sum, count: h.count }
                     }
-                    Value::Histogram(histogram) => {
-                        let mut cumulative = 0u64;
-                        for (bound, count) in histogram.bounds.iter().zip(&histogram.counts) {
-                            cumulative += count;
-                            push_sample(out, &family.name, "_bucket", &series.labels, Some(*bound), cumulative as f64);
-                        }
-                        push_sample(
-                            out,
-                            &family.name,
-                            "_bucket",
-                            &series.labels,
-                            Some(f64::INFINITY),
-                            histogram.count as f64,
-                        );
-                        push_sample(out, &family.name, "_sum", &series.labels, None, histogram.sum);
-                        push_sample(out, &family.name, "_count", &series.labels, None, histogram.count as f64);
-                    }
-                }
+                };
+                rendered.push(labels, value);
             }
+            rendered.render(out);
         }
     }
 
@@ -572,37 +547,6 @@ impl CustomMetrics {
     pub fn session(&self) -> MetricsSession {
         MetricsSession { registry: self.clone(), held: Mutex::default() }
     }
-}
-
-fn push_sample(out: &mut String, name: &str, suffix: &str, labels: &Labels, le: Option<f64>, value: f64) {
-    out.push_str(name);
-    out.push_str(suffix);
-    if !labels.is_empty() || le.is_some() {
-        out.push('{');
-        let mut first = true;
-        for (key, value) in labels {
-            if !first {
-                out.push(',');
-            }
-            first = false;
-            out.push_str(key);
-            out.push_str("=\"");
-            push_label_value(out, value);
-            out.push('"');
-        }
-        if let Some(le) = le {
-            if !first {
-                out.push(',');
-            }
-            out.push_str("le=\"");
-            push_value(out, le);
-            out.push('"');
-        }
-        out.push('}');
-    }
-    out.push(' ');
-    push_value(out, value);
-    out.push('\n');
 }
 
 fn check_labels(mut labels: Labels, kind: MetricKind) -> Result<Labels, MetricError> {

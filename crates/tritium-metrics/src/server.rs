@@ -1,14 +1,13 @@
 //! The server's metrics: Triton's per-model `nv_inference_*` families and tritium's per-instance
-//! `tritium_stub_*` families, set from a [`Snapshot`] taken at scrape time and rendered through a
-//! `metrics-exporter-prometheus` recorder.
+//! `tritium_stub_*` families, built from a [`Snapshot`] taken at scrape time and written by the
+//! same renderer as the custom metrics ([`crate::text`]). Nothing is kept between scrapes, so a
+//! series that is not in the snapshot (an unloaded model, a stub with no process) is not on the
+//! page.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
-use metrics::{Key, KeyName, Label, Level, Metadata, Recorder, SharedString};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
-
-use crate::custom::CustomMetrics;
+use crate::custom::{CustomMetrics, MetricKind};
+use crate::text::{Family, Number, SeriesValue};
 
 /// What the server knows about one model version when `/metrics` is scraped.
 ///
@@ -103,23 +102,17 @@ impl Default for MetricsOptions {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Type {
-    Counter,
-    Gauge,
-}
-
 /// One server metric family: name, HELP text and type.
 #[derive(Debug)]
 struct FamilyDef {
     name: &'static str,
     help: &'static str,
-    ty: Type,
+    kind: MetricKind,
 }
 
 macro_rules! family {
-    ($ident:ident, $name:literal, $ty:ident, $help:literal) => {
-        const $ident: FamilyDef = FamilyDef { name: $name, help: $help, ty: Type::$ty };
+    ($ident:ident, $name:literal, $kind:ident, $help:literal) => {
+        const $ident: FamilyDef = FamilyDef { name: $name, help: $help, kind: MetricKind::$kind };
     };
 }
 
@@ -237,77 +230,14 @@ pub const SERVER_METRIC_NAMES: [&str; 16] = [
     STUB_INFLIGHT.name,
 ];
 
-static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum SampleValue {
-    Counter(u64),
-    Gauge(f64),
-}
-
-/// The recorder that holds the server's series, and what was last set on it.
-struct ServerRecorder {
-    recorder: PrometheusRecorder,
-    handle: PrometheusHandle,
-    /// Every series set by the last render; counters with their value.
-    last: HashMap<Key, Option<u64>>,
-}
-
-impl ServerRecorder {
-    fn new() -> Self {
-        let recorder = PrometheusBuilder::new().build_recorder();
-        let handle = recorder.handle();
-        for family in FAMILIES {
-            let name = KeyName::from_const_str(family.name);
-            let help = SharedString::const_str(family.help);
-            match family.ty {
-                Type::Counter => recorder.describe_counter(name, None, help),
-                Type::Gauge => recorder.describe_gauge(name, None, help),
-            }
-        }
-        Self { recorder, handle, last: HashMap::new() }
-    }
-
-    /// Whether the new samples can be set on this recorder: a metrics counter can only grow
-    /// (`Counter::absolute` keeps the maximum) and a series cannot be removed, so a counter
-    /// that went down (a model reloaded) or a series that is gone (a model unloaded) needs a
-    /// fresh recorder.
-    fn accepts(&self, samples: &HashMap<Key, SampleValue>) -> bool {
-        self.last.iter().all(|(key, last)| match (samples.get(key), last) {
-            (None, _) => false,
-            (Some(SampleValue::Counter(value)), Some(last)) => value >= last,
-            (Some(_), _) => true,
-        })
-    }
-
-    fn set(&mut self, samples: HashMap<Key, SampleValue>) {
-        self.last.clear();
-        for (key, value) in samples {
-            match value {
-                SampleValue::Counter(value) => {
-                    self.recorder.register_counter(&key, &METADATA).absolute(value);
-                    self.last.insert(key, Some(value));
-                }
-                SampleValue::Gauge(value) => {
-                    self.recorder.register_gauge(&key, &METADATA).set(value);
-                    self.last.insert(key, None);
-                }
-            }
-        }
-    }
-}
-
 struct Inner {
     options: MetricsOptions,
     custom: CustomMetrics,
-    server: Mutex<ServerRecorder>,
 }
 
-/// The `/metrics` registry of one server: its own series (from snapshots) and the custom
-/// metrics of its models. Cheap to clone; clones share everything.
-///
-/// The server's series live in a `metrics-exporter-prometheus` recorder built with
-/// `PrometheusBuilder::build_recorder` and never installed globally, so several can coexist.
+/// The `/metrics` registry of one server: its options and the custom metrics of its models; the
+/// server's own series come from the snapshot given to each [`render`](Self::render). Cheap to
+/// clone; clones share everything.
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -333,13 +263,7 @@ impl Metrics {
 
     /// A registry with the given options.
     pub fn with_options(options: MetricsOptions) -> Self {
-        Self {
-            inner: Arc::new(Inner {
-                options,
-                custom: CustomMetrics::with_reserved_names(&SERVER_METRIC_NAMES),
-                server: Mutex::new(ServerRecorder::new()),
-            }),
-        }
+        Self { inner: Arc::new(Inner { options, custom: CustomMetrics::with_reserved_names(&SERVER_METRIC_NAMES) }) }
     }
 
     /// The custom metrics registry (shared with this `Metrics`); it refuses the server's names.
@@ -347,39 +271,31 @@ impl Metrics {
         &self.inner.custom
     }
 
-    /// Sets the server's series from `snapshot` and returns the whole `/metrics` text: the
-    /// server's families (Triton's order, samples sorted), then the custom metrics.
+    /// The whole `/metrics` text: the server's families from `snapshot` (Triton's order, series
+    /// sorted by labels), then the custom metrics (families by name).
     pub fn render(&self, snapshot: &Snapshot) -> String {
-        let samples = samples(snapshot, self.inner.options);
-        let server_text = {
-            let mut server = self.inner.server.lock().unwrap_or_else(PoisonError::into_inner);
-            if !server.accepts(&samples) {
-                *server = ServerRecorder::new();
-            }
-            server.set(samples);
-            server.handle.render()
-        };
-        let mut out = String::with_capacity(server_text.len() + 1024);
-        normalize(&server_text, &mut out);
+        let mut out = String::with_capacity(256 * (snapshot.models.len() + snapshot.instances.len()) + 1024);
+        for family in server_families(snapshot, self.inner.options) {
+            family.render(&mut out);
+        }
         self.inner.custom.render_to(&mut out);
         out
     }
 }
 
-fn key(family: &FamilyDef, labels: Vec<(&'static str, &str)>) -> Key {
-    // Labels in name order, as Triton's (std::map) labels come out.
-    let labels: Vec<Label> = labels.into_iter().map(|(k, v)| Label::new(k, v.to_owned())).collect();
-    Key::from_parts(KeyName::from_const_str(family.name), labels)
-}
-
-/// The series a snapshot sets; a series given twice (a snapshot listing a model twice) keeps
-/// its last value.
-fn samples(snapshot: &Snapshot, options: MetricsOptions) -> HashMap<Key, SampleValue> {
-    use SampleValue::{Counter, Gauge};
-    let mut out = Vec::with_capacity(snapshot.models.len() * 16 + snapshot.instances.len() * 5);
+/// The server's families, in [`FAMILIES`] order, with the series of `snapshot`. Labels are
+/// Triton's: `model` and `version` (and `reason` on failures), `instance` on tritium's own.
+fn server_families<'a>(snapshot: &'a Snapshot, options: MetricsOptions) -> Vec<Family<'a>> {
+    let mut families: Vec<Family<'a>> = FAMILIES.iter().map(|def| Family::new(def.name, def.help, def.kind)).collect();
+    let mut add = |def: &FamilyDef, labels: Vec<(&'static str, &'a str)>, value: Number| {
+        // Every definition is in FAMILIES, so the family is always found.
+        if let Some(family) = families.iter_mut().find(|family| family.name() == def.name) {
+            family.push(labels, SeriesValue::Scalar(value));
+        }
+    };
     for model in &snapshot.models {
         let labels = || vec![("model", model.name.as_str()), ("version", model.version.as_str())];
-        out.push((key(&SUCCESS, labels()), Counter(model.success)));
+        add(&SUCCESS, labels(), Number::Int(model.success));
         let failures = [
             ("REJECTED", model.failure.rejected),
             ("CANCELED", model.failure.canceled),
@@ -388,10 +304,10 @@ fn samples(snapshot: &Snapshot, options: MetricsOptions) -> HashMap<Key, SampleV
         ];
         for (reason, count) in failures {
             let labels = vec![("model", model.name.as_str()), ("reason", reason), ("version", model.version.as_str())];
-            out.push((key(&FAILURE, labels), Counter(count)));
+            add(&FAILURE, labels, Number::Int(count));
         }
-        out.push((key(&COUNT, labels()), Counter(model.inference_count)));
-        out.push((key(&EXEC_COUNT, labels()), Counter(model.exec_count)));
+        add(&COUNT, labels(), Number::Int(model.inference_count));
+        add(&EXEC_COUNT, labels(), Number::Int(model.exec_count));
         if options.counter_latencies {
             let durations = [
                 (&REQUEST_DURATION, model.request_duration_ns),
@@ -401,12 +317,12 @@ fn samples(snapshot: &Snapshot, options: MetricsOptions) -> HashMap<Key, SampleV
                 (&COMPUTE_OUTPUT_DURATION, model.compute_output_duration_ns),
             ];
             for (family, ns) in durations {
-                out.push((key(family, labels()), Counter(ns / 1000)));
+                add(family, labels(), Number::Int(ns / 1000));
             }
         }
-        out.push((key(&PENDING, labels()), Gauge(model.pending_requests as f64)));
+        add(&PENDING, labels(), Number::Int(model.pending_requests));
         if let Some(secs) = model.load_duration_secs {
-            out.push((key(&LOAD_DURATION, labels()), Gauge(secs)));
+            add(&LOAD_DURATION, labels(), Number::Float(secs));
         }
     }
     for instance in &snapshot.instances {
@@ -417,65 +333,17 @@ fn samples(snapshot: &Snapshot, options: MetricsOptions) -> HashMap<Key, SampleV
                 ("version", instance.version.as_str()),
             ]
         };
-        let state = vec![
-            ("instance", instance.instance.as_str()),
-            ("model", instance.model.as_str()),
-            ("state", instance.state.as_str()),
-            ("version", instance.version.as_str()),
-        ];
-        out.push((key(&STUB_STATE, state), Gauge(1.0)));
-        out.push((key(&STUB_RESTARTS, labels()), Counter(instance.restarts)));
+        let mut state = labels();
+        state.push(("state", instance.state.as_str()));
+        add(&STUB_STATE, state, Number::Int(1));
+        add(&STUB_RESTARTS, labels(), Number::Int(instance.restarts));
         if let Some(rss) = instance.rss_bytes {
-            out.push((key(&STUB_RSS, labels()), Gauge(rss as f64)));
+            add(&STUB_RSS, labels(), Number::Int(rss));
         }
-        out.push((key(&STUB_SHM, labels()), Gauge(instance.shm_bytes as f64)));
-        out.push((key(&STUB_INFLIGHT, labels()), Gauge(instance.inflight as f64)));
+        add(&STUB_SHM, labels(), Number::Int(instance.shm_bytes));
+        add(&STUB_INFLIGHT, labels(), Number::Int(instance.inflight));
     }
-    out.into_iter().collect()
-}
-
-/// Rewrites the exporter's text (families in hash order, separated by blank lines) in a stable
-/// order: server families as in [`FAMILIES`], then any other by name; HELP and TYPE first, then
-/// the samples sorted; no blank lines, like Triton's output.
-fn normalize(text: &str, out: &mut String) {
-    struct Block<'a> {
-        rank: usize,
-        name: &'a str,
-        comments: Vec<&'a str>,
-        samples: Vec<&'a str>,
-    }
-    let mut blocks: Vec<Block<'_>> = Vec::new();
-    for chunk in text.split("\n\n") {
-        let mut comments = Vec::new();
-        let mut samples = Vec::new();
-        for line in chunk.lines().filter(|line| !line.trim().is_empty()) {
-            if line.starts_with('#') {
-                comments.push(line);
-            } else {
-                samples.push(line);
-            }
-        }
-        let Some(first) = comments.first().or(samples.first()) else {
-            continue;
-        };
-        let name = if first.starts_with('#') {
-            first.split_whitespace().nth(2).unwrap_or_default()
-        } else {
-            first.split(['{', ' ']).next().unwrap_or_default()
-        };
-        let rank = FAMILIES.iter().position(|family| family.name == name).unwrap_or(FAMILIES.len());
-        // HELP before TYPE, whatever the exporter did.
-        comments.sort_by_key(|line| !line.starts_with("# HELP"));
-        samples.sort_unstable();
-        blocks.push(Block { rank, name, comments, samples });
-    }
-    blocks.sort_by(|a, b| (a.rank, a.name).cmp(&(b.rank, b.name)));
-    for block in blocks {
-        for line in block.comments.iter().chain(&block.samples) {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
+    families
 }
 
 #[cfg(test)]
@@ -709,25 +577,43 @@ mod tests {
     }
 
     #[test]
-    fn normalize_orders_families_and_samples() {
-        let text = "# TYPE zzz gauge\nzzz 1\n\n# HELP nv_inference_count h\n# TYPE nv_inference_count counter\n\
-                    nv_inference_count{model=\"b\"} 2\nnv_inference_count{model=\"a\"} 1\n\n\
-                    # TYPE nv_inference_request_success counter\n# HELP nv_inference_request_success h\nnv_inference_request_success 0\n\n";
-        let mut out = String::new();
-        normalize(text, &mut out);
+    fn a_series_given_twice_keeps_its_last_value_and_versions_sort_as_text() {
+        let metrics = Metrics::new();
+        let mut first = simple();
+        first.success = 1;
+        let second = simple();
+        let v10 = ModelSnapshot { version: "10".into(), ..simple() };
+        let text = metrics.render(&Snapshot { models: vec![first, v10, second], instances: vec![] });
+        let success: Vec<&str> = text.lines().filter(|l| l.starts_with("nv_inference_request_success{")).collect();
         assert_eq!(
-            lines(&out),
+            success,
             [
-                "# HELP nv_inference_request_success h",
-                "# TYPE nv_inference_request_success counter",
-                "nv_inference_request_success 0",
-                "# HELP nv_inference_count h",
-                "# TYPE nv_inference_count counter",
-                "nv_inference_count{model=\"a\"} 1",
-                "nv_inference_count{model=\"b\"} 2",
-                "# TYPE zzz gauge",
-                "zzz 1",
+                "nv_inference_request_success{model=\"simple\",version=\"1\"} 10",
+                "nv_inference_request_success{model=\"simple\",version=\"10\"} 10",
             ]
+        );
+    }
+
+    #[test]
+    fn counters_are_exact_integers_and_labels_are_escaped() {
+        let metrics = Metrics::new();
+        let model = ModelSnapshot {
+            name: "we\"ird\\name\n".into(),
+            version: "1".into(),
+            success: u64::MAX,
+            load_duration_secs: Some(0.25),
+            ..Default::default()
+        };
+        let text = metrics.render(&Snapshot { models: vec![model], instances: vec![] });
+        assert!(
+            text.contains(
+                "nv_inference_request_success{model=\"we\\\"ird\\\\name\\n\",version=\"1\"} 18446744073709551615\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("nv_model_load_duration_secs{model=\"we\\\"ird\\\\name\\n\",version=\"1\"} 0.25\n"),
+            "{text}"
         );
     }
 }

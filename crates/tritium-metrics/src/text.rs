@@ -1,6 +1,151 @@
-//! Prometheus text exposition helpers: name checks, escaping and number formatting.
+//! The Prometheus text exposition format (0.0.4): name checks, escaping, number formatting, and
+//! the one renderer every family on `/metrics` goes through, server and custom alike.
+//!
+//! A [`Family`] is a name, a HELP text, a kind and its series; [`Family::render`] writes the HELP
+//! line (when the text is not empty), the TYPE line and one line per sample, series sorted by
+//! their labels. A histogram series becomes cumulative `_bucket{le=...}` lines ending with
+//! `le="+Inf"`, then `_sum` and `_count`. A family without series writes nothing.
 
 use std::fmt::Write;
+
+use crate::custom::MetricKind;
+
+/// The `Content-Type` of the page: Prometheus' text exposition format 0.0.4.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A sample value: an exact integer (the server's counters, bucket counts) or a float.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Number {
+    /// Written as an integer, exactly, whatever its size.
+    Int(u64),
+    /// Written by [`push_value`].
+    Float(f64),
+}
+
+/// The value of one series.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum SeriesValue<'a> {
+    /// A counter's or a gauge's value.
+    Scalar(Number),
+    /// A histogram: finite upper bounds (strictly increasing), observations per bucket (not
+    /// cumulative; one more than the bounds, the last one for `+Inf`), their sum and count.
+    Histogram { bounds: &'a [f64], counts: &'a [u64], sum: f64, count: u64 },
+}
+
+/// One series of a family: its labels (name, value) and its value.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Series<'a> {
+    labels: Vec<(&'a str, &'a str)>,
+    value: SeriesValue<'a>,
+}
+
+/// One metric family, ready to be written.
+#[derive(Clone, Debug)]
+pub(crate) struct Family<'a> {
+    name: &'a str,
+    help: &'a str,
+    kind: MetricKind,
+    series: Vec<Series<'a>>,
+}
+
+impl<'a> Family<'a> {
+    /// An empty family.
+    pub(crate) fn new(name: &'a str, help: &'a str, kind: MetricKind) -> Self {
+        Self { name, help, kind, series: Vec::new() }
+    }
+
+    /// The family's name.
+    pub(crate) fn name(&self) -> &'a str {
+        self.name
+    }
+
+    /// Adds a series; its labels are put in name order. The caller keeps histograms in
+    /// histogram families and scalars in the others.
+    pub(crate) fn push(&mut self, mut labels: Vec<(&'a str, &'a str)>, value: SeriesValue<'a>) {
+        labels.sort_by(|a, b| a.0.cmp(b.0));
+        self.series.push(Series { labels, value });
+    }
+
+    /// Writes the family to `out`: HELP (unless empty), TYPE, then the samples with the series
+    /// sorted by labels. A label set given twice keeps its last value; no series, no output.
+    pub(crate) fn render(mut self, out: &mut String) {
+        if self.series.is_empty() {
+            return;
+        }
+        // Stable, so among equal label sets the last pushed comes last and is the one kept.
+        self.series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        let mut series: Vec<Series<'_>> = Vec::with_capacity(self.series.len());
+        for one in self.series {
+            match series.last_mut() {
+                Some(last) if last.labels == one.labels => *last = one,
+                _ => series.push(one),
+            }
+        }
+        if !self.help.is_empty() {
+            out.push_str("# HELP ");
+            out.push_str(self.name);
+            out.push(' ');
+            push_help(out, self.help);
+            out.push('\n');
+        }
+        out.push_str("# TYPE ");
+        out.push_str(self.name);
+        out.push(' ');
+        out.push_str(self.kind.prometheus_type());
+        out.push('\n');
+        for one in &series {
+            match one.value {
+                SeriesValue::Scalar(value) => push_sample(out, self.name, "", &one.labels, None, value),
+                SeriesValue::Histogram { bounds, counts, sum, count } => {
+                    let mut cumulative = 0u64;
+                    for (bound, n) in bounds.iter().zip(counts) {
+                        cumulative = cumulative.saturating_add(*n);
+                        push_sample(out, self.name, "_bucket", &one.labels, Some(*bound), Number::Int(cumulative));
+                    }
+                    push_sample(out, self.name, "_bucket", &one.labels, Some(f64::INFINITY), Number::Int(count));
+                    push_sample(out, self.name, "_sum", &one.labels, None, Number::Float(sum));
+                    push_sample(out, self.name, "_count", &one.labels, None, Number::Int(count));
+                }
+            }
+        }
+    }
+}
+
+/// Writes one sample line: `name{labels,le="bound"} value`, without braces when there are no
+/// labels.
+fn push_sample(out: &mut String, name: &str, suffix: &str, labels: &[(&str, &str)], le: Option<f64>, value: Number) {
+    out.push_str(name);
+    out.push_str(suffix);
+    if !labels.is_empty() || le.is_some() {
+        out.push('{');
+        for (i, (key, value)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(key);
+            out.push_str("=\"");
+            push_label_value(out, value);
+            out.push('"');
+        }
+        if let Some(le) = le {
+            if !labels.is_empty() {
+                out.push(',');
+            }
+            out.push_str("le=\"");
+            push_value(out, le);
+            out.push('"');
+        }
+        out.push('}');
+    }
+    out.push(' ');
+    match value {
+        Number::Int(n) => {
+            let _ = write!(out, "{n}");
+        }
+        Number::Float(x) => push_value(out, x),
+    }
+    out.push('\n');
+}
 
 /// Whether `name` is a valid Prometheus metric name: `[a-zA-Z_:][a-zA-Z0-9_:]*`, not starting
 /// with `__` (reserved for Prometheus' internal use). The same rule as prometheus-cpp's
@@ -119,5 +264,76 @@ mod tests {
         let mut h = String::new();
         push_help(&mut h, "a\\b\"c\nd");
         assert_eq!(h, r#"a\\b"c\nd"#);
+    }
+
+    fn render(family: Family<'_>) -> String {
+        let mut out = String::new();
+        family.render(&mut out);
+        out
+    }
+
+    #[test]
+    fn an_empty_family_writes_nothing() {
+        assert_eq!(render(Family::new("nothing", "Help", MetricKind::Counter)), "");
+    }
+
+    #[test]
+    fn scalars_with_help_type_escaping_and_sorted_series() {
+        let mut family = Family::new("requests", "Requests\nseen \\ \"so far\"", MetricKind::Counter);
+        family.push(vec![("version", "1"), ("model", "b")], SeriesValue::Scalar(Number::Int(u64::MAX)));
+        family.push(vec![("model", "a \"q\"\n\\")], SeriesValue::Scalar(Number::Float(0.5)));
+        family.push(vec![("model", "a")], SeriesValue::Scalar(Number::Float(1.0)));
+        family.push(vec![], SeriesValue::Scalar(Number::Float(f64::NAN)));
+        family.push(vec![("model", "a")], SeriesValue::Scalar(Number::Float(2.0)));
+        assert_eq!(
+            render(family),
+            "# HELP requests Requests\\nseen \\\\ \"so far\"\n\
+             # TYPE requests counter\n\
+             requests NaN\n\
+             requests{model=\"a\"} 2\n\
+             requests{model=\"a \\\"q\\\"\\n\\\\\"} 0.5\n\
+             requests{model=\"b\",version=\"1\"} 18446744073709551615\n"
+        );
+    }
+
+    #[test]
+    fn a_gauge_without_help_has_only_a_type_line() {
+        let mut family = Family::new("temperature", "", MetricKind::Gauge);
+        family.push(vec![("at", "x")], SeriesValue::Scalar(Number::Float(f64::NEG_INFINITY)));
+        family.push(vec![("at", "y")], SeriesValue::Scalar(Number::Float(f64::INFINITY)));
+        family.push(vec![("at", "z")], SeriesValue::Scalar(Number::Float(-1.25e-9)));
+        assert_eq!(
+            render(family),
+            "# TYPE temperature gauge\n\
+             temperature{at=\"x\"} -Inf\n\
+             temperature{at=\"y\"} +Inf\n\
+             temperature{at=\"z\"} -1.25e-9\n"
+        );
+    }
+
+    #[test]
+    fn histograms_have_cumulative_buckets_inf_sum_and_count() {
+        let mut family = Family::new("latency", "Latency", MetricKind::Histogram);
+        let bounds = [0.5, 1.0, 2.5];
+        let counts = [1, 0, 2, 3];
+        family.push(
+            vec![("model", "m")],
+            SeriesValue::Histogram { bounds: &bounds, counts: &counts, sum: 12.5, count: 6 },
+        );
+        family.push(vec![], SeriesValue::Histogram { bounds: &[], counts: &[0], sum: 0.0, count: 0 });
+        assert_eq!(
+            render(family),
+            "# HELP latency Latency\n\
+             # TYPE latency histogram\n\
+             latency_bucket{le=\"+Inf\"} 0\n\
+             latency_sum 0\n\
+             latency_count 0\n\
+             latency_bucket{model=\"m\",le=\"0.5\"} 1\n\
+             latency_bucket{model=\"m\",le=\"1\"} 1\n\
+             latency_bucket{model=\"m\",le=\"2.5\"} 3\n\
+             latency_bucket{model=\"m\",le=\"+Inf\"} 6\n\
+             latency_sum{model=\"m\"} 12.5\n\
+             latency_count{model=\"m\"} 6\n"
+        );
     }
 }

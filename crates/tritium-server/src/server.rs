@@ -50,6 +50,9 @@ struct Version {
     config: Arc<ModelConfig>,
     ctx: Arc<VersionContext>,
     workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// How long loading this version took: reading its config, then starting and initializing
+    /// its instances (`nv_model_load_duration_secs`).
+    load_duration: Duration,
 }
 
 impl Version {
@@ -602,28 +605,31 @@ impl Server {
     pub fn metrics_text(&self) -> String {
         use tritium_metrics::{FailureCounts, InstanceSnapshot, ModelSnapshot, Snapshot};
         let mut snapshot = Snapshot::default();
-        for s in self.statistics(None, None).unwrap_or_default() {
-            let pending = self.pending_requests(&s.name) as u64;
-            snapshot.models.push(ModelSnapshot {
-                success: s.success.count,
-                failure: FailureCounts {
-                    rejected: s.fail_reasons.rejected,
-                    canceled: s.fail_reasons.canceled,
-                    backend: s.fail_reasons.backend,
-                    other: s.fail_reasons.other,
-                },
-                inference_count: s.inference_count,
-                exec_count: s.execution_count,
-                request_duration_ns: s.success.ns + s.fail.ns,
-                queue_duration_ns: s.queue.ns,
-                compute_input_duration_ns: s.compute_input.ns,
-                compute_infer_duration_ns: s.compute_infer.ns,
-                compute_output_duration_ns: s.compute_output.ns,
-                pending_requests: pending,
-                load_duration_secs: None,
-                name: s.name,
-                version: s.version,
-            });
+        // Only loaded versions are listed, so an unloaded model's series leave the page.
+        for entry in self.models().values() {
+            for ver in entry.versions.values() {
+                let s = ver.ctx.stats.snapshot();
+                snapshot.models.push(ModelSnapshot {
+                    success: s.success.count,
+                    failure: FailureCounts {
+                        rejected: s.fail_reasons.rejected,
+                        canceled: s.fail_reasons.canceled,
+                        backend: s.fail_reasons.backend,
+                        other: s.fail_reasons.other,
+                    },
+                    inference_count: s.inference_count,
+                    exec_count: s.execution_count,
+                    request_duration_ns: s.success.ns + s.fail.ns,
+                    queue_duration_ns: s.queue.ns,
+                    compute_input_duration_ns: s.compute_input.ns,
+                    compute_infer_duration_ns: s.compute_infer.ns,
+                    compute_output_duration_ns: s.compute_output.ns,
+                    pending_requests: ver.ctx.queue.len() as u64,
+                    load_duration_secs: Some(ver.load_duration.as_secs_f64()),
+                    name: s.name,
+                    version: s.version,
+                });
+            }
         }
         for i in self.instances(None) {
             snapshot.instances.push(InstanceSnapshot {
@@ -764,6 +770,7 @@ fn load_versions(
     metrics: &tritium_metrics::CustomMetrics,
     name: &str,
 ) -> Result<BTreeMap<i64, Arc<Version>>, String> {
+    let load_start = Instant::now();
     let dir = opts.repository.join(name);
     if !dir.is_dir() {
         return Err(format!("no model directory {} in the repository", dir.display()));
@@ -810,7 +817,10 @@ fn load_versions(
         _ => None,
     };
     let mut loaded = BTreeMap::new();
+    // Each version's load time is the shared preparation plus the start of its own instances.
+    let prepared = load_start.elapsed();
     for v in versions {
+        let version_start = Instant::now();
         let model_file = dir.join(v.to_string()).join(&config.default_model_filename);
         if !model_file.is_file() {
             return Err(format!("Python model file not found in '{}'", model_file.display()));
@@ -856,7 +866,8 @@ fn load_versions(
                 Err(_) => failures.push("an instance thread ended before reporting".into()),
             }
         }
-        let version = Arc::new(Version { config: config.clone(), ctx, workers: Mutex::new(workers) });
+        let load_duration = prepared + version_start.elapsed();
+        let version = Arc::new(Version { config: config.clone(), ctx, workers: Mutex::new(workers), load_duration });
         if !failures.is_empty() {
             version.retire();
             for (_, other) in std::mem::take(&mut loaded) {

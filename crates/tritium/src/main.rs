@@ -2,6 +2,7 @@
 
 mod cli;
 mod logging;
+mod metrics_http;
 mod serve;
 
 use std::process::ExitCode;

@@ -228,7 +228,11 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
         let listener = bind(&args.host, args.metrics_port, "metrics").await?;
         info!("metrics on http://{}/metrics", listener.local_addr()?);
         let server = server.clone();
-        Some(tokio::spawn(tritium_metrics::serve(listener, move || server.metrics_text(), stopped(stop_rx.clone()))))
+        Some(tokio::spawn(crate::metrics_http::serve(
+            listener,
+            move || server.metrics_text(),
+            stopped(stop_rx.clone()),
+        )))
     } else {
         None
     };

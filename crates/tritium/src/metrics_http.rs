@@ -1,4 +1,5 @@
-//! The `/metrics` HTTP endpoint (Triton's metrics port, 8002 by default).
+//! The `/metrics` HTTP endpoint (Triton's metrics port, 8002 by default), serving the page that
+//! `tritium-metrics` renders.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -8,16 +9,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tokio::net::TcpListener;
-
-/// The `Content-Type` of `/metrics`: Prometheus' text exposition format 0.0.4.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+use tritium_metrics::CONTENT_TYPE;
 
 /// Serves `GET /metrics` (and `HEAD`) on `listener` with the text `render` returns, until
 /// `shutdown` completes; then finishes the requests in progress and returns.
 ///
 /// `render` runs on a blocking thread, so a slow snapshot never stalls the runtime. Other
 /// methods on `/metrics` get 405, other paths 404.
-pub async fn serve<R, S>(listener: TcpListener, render: R, shutdown: S) -> std::io::Result<()>
+pub(crate) async fn serve<R, S>(listener: TcpListener, render: R, shutdown: S) -> std::io::Result<()>
 where
     R: Fn() -> String + Send + Sync + 'static,
     S: Future<Output = ()> + Send + 'static,
