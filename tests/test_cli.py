@@ -4,7 +4,9 @@ control, connection errors, and who may restart (loopback always; other peers wi
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import time
 
@@ -145,6 +147,29 @@ def test_stubs_table(server):
         assert r["STATE"] == s["state"], out
         if s["pid"]:
             assert r["RSS"].endswith("B") and r["UPTIME"].endswith(("s", "m", "h")), out
+
+
+def test_a_killed_stub_shows_its_signal(tmp_path):
+    repo = copy_models(tmp_path, ["add_sub"])
+    srv = Server(repo, str(tmp_path / "tritium.log"))
+    try:
+        srv.wait_models(["add_sub"])
+        url = srv.grpc_url
+        pid = stubs(url, "add_sub")[0]["pid"]
+        os.kill(pid, signal.SIGKILL)
+
+        def restarted():
+            s = stubs(url, "add_sub")[0]
+            return s["state"] == "ready" and s["pid"] not in (None, pid)
+
+        wait_for(restarted, "the killed stub to be restarted", 30)
+        s = stubs(url, "add_sub")[0]
+        assert s["restarts"] == 1 and s["last_exit"]["status"] == "killed by signal 9 (SIGKILL)", s
+        assert isinstance(s["last_exit"]["unix_ms"], int) and s["last_exit"]["unix_ms"] > 0, s
+        _, rows = parse_table(ok(tritium("stubs", "add_sub", url=url)))
+        assert re.fullmatch(r"SIGKILL \(\d+s ago\)", rows[0]["LAST EXIT"]), rows
+    finally:
+        assert srv.stop() == 0, srv.log_text()
 
 
 def test_stubs_of_an_unknown_model(server):

@@ -15,7 +15,7 @@ import pytest
 from tritium import _runtime
 from tritium import metrics as metrics_module
 from tritium.errors import MetricKind, TritonModelException
-from tritium.metrics import Metric, MetricFamily
+from tritium.metrics import Metric, MetricFamily, MetricOp
 
 _KIND_NAMES = {0: "COUNTER", 1: "GAUGE", 2: "HISTOGRAM"}
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -111,7 +111,7 @@ class FakeRegistry:
         if series is None:
             raise ServerError(f"Unknown metric id {metric_id}")
         kind = series["kind"]
-        if op == "increment":
+        if op == MetricOp.INCREMENT:
             if kind == 0:
                 if value < 0:
                     raise ServerError(
@@ -122,11 +122,11 @@ class FakeRegistry:
                 series["value"] += value
             else:
                 raise self._unsupported(kind, "Increment")
-        elif op == "set":
+        elif op == MetricOp.SET:
             if kind != 1:
                 raise self._unsupported(kind, "Set")
             series["value"] = value
-        elif op == "observe":
+        elif op == MetricOp.OBSERVE:
             if kind != 2:
                 raise self._unsupported(kind, "Observe")
             series["observed"].append(value)
@@ -176,7 +176,7 @@ class FakeChannel:
         self._call("metric_drop", metric_id)
 
     def metric_op(self, metric_id, op, value):
-        assert type(value) is float
+        assert type(op) is MetricOp and type(value) is float
         self._call("metric_op", metric_id, op, value)
 
     def metric_value(self, metric_id):
@@ -247,7 +247,7 @@ def test_readme_counter_example(channel):
         0,
     )
     assert channel.calls[1] == ("metric_new", family._id, [("model", "custom_metrics"), ("version", "1")], None)
-    assert channel.calls[2] == ("metric_op", metric._id, "increment", 1500.0)
+    assert channel.calls[2] == ("metric_op", metric._id, MetricOp.INCREMENT, 1500.0)
 
 
 def test_gauge(channel):

@@ -5,7 +5,7 @@ import struct
 
 import numpy as np
 import pytest
-from tritium import config, dtypes, errors
+from tritium import config, dtypes, errors, tensor
 from tritium.config import ModelConfig, using_decoupled_model_transaction_policy
 from tritium.errors import TritonError, TritonModelException
 
@@ -44,7 +44,7 @@ def test_dtype_mappings_both_ways(enum_value, type_name, wire, np_type):
     assert info.numpy_dtype == np.dtype(np_type)
     if wire != "BYTES":
         assert info.itemsize == np.dtype(np_type).itemsize
-        assert dtypes._wire_dtype_of_numpy(np.zeros(2, dtype=np_type)) == wire
+        assert tensor._wire_dtype(np.zeros(2, dtype=np_type)) == wire
 
 
 def test_string_to_numpy_bool_is_python_bool():
@@ -95,7 +95,7 @@ def test_numpy_to_triton_bytes_and_unsupported():
     ],
 )
 def test_wire_dtype_of_string_arrays(arr):
-    assert dtypes._wire_dtype_of_numpy(arr) == "BYTES"
+    assert tensor._wire_dtype(arr) == "BYTES"
 
 
 @pytest.mark.parametrize(
@@ -108,7 +108,7 @@ def test_wire_dtype_of_string_arrays(arr):
 )
 def test_wire_dtype_of_unsupported_arrays(arr):
     with pytest.raises(TritonModelException, match="^NumPy dtype is not supported.$"):
-        dtypes._wire_dtype_of_numpy(arr)
+        tensor._wire_dtype(arr)
 
 
 # ---------------------------------------------------------------- bytes tensors

@@ -7,8 +7,8 @@ cancelled = set()
 
 
 def log(level, file, line, message):
-    """Sends a log record to the server, or writes it to stderr outside a stub."""
+    """Sends a log record (`level` is an `errors.LogLevel`) to the server, or writes it to stderr outside a stub."""
     if channel is not None:
-        channel.send_log(level, file, line, message)
+        channel.send_log(int(level), file, line, message)
     else:
-        sys.stderr.write(f"{level.upper()[0]} {file}:{line}] {message}\n")
+        sys.stderr.write(f"{level.name[0]} {file}:{line}] {message}\n")

@@ -5,8 +5,6 @@ from collections import namedtuple
 
 import numpy as np
 
-from .errors import TritonModelException
-
 __all__ = [
     "TRITON_STRING_TO_NUMPY",
     "triton_to_numpy_type",
@@ -82,20 +80,6 @@ _WIRE_DTYPES = {
     "BYTES": _WireDtype(13, "TYPE_STRING", np.dtype(np.object_), None),
     "BF16": _WireDtype(14, "TYPE_BF16", None, 2),
 }
-
-
-def _wire_dtype_of_numpy(arr):
-    """Wire dtype name of a numpy array; object, bytes and str arrays are "BYTES".
-
-    Raises TritonModelException with Triton's text for anything else
-    (e.g. complex, datetime, non-native byte order).
-    """
-    if arr.dtype.kind in "OSU":
-        return "BYTES"
-    for name, wire in _WIRE_DTYPES.items():
-        if wire.numpy_dtype is not None and arr.dtype == wire.numpy_dtype:
-            return name
-    raise TritonModelException("NumPy dtype is not supported.")
 
 
 def triton_to_numpy_type(data_type):

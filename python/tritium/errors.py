@@ -51,7 +51,8 @@ TRITONSERVER_MEMORY_CPU = MemoryType.TRITONSERVER_MEMORY_CPU
 
 
 class LogLevel(enum.IntEnum):
-    """pb_utils.Logger.LogLevel; Triton also exports the members on Logger (Logger.INFO ...)."""
+    """pb_utils.Logger.LogLevel (Logger also has the members: Logger.INFO ...); the native channel
+    sends the number as the protocol's log level."""
 
     INFO = 0
     WARNING = 1

@@ -24,6 +24,7 @@ Triton's stub adds ("Error when creating MetricFamily: ", "Failed to increment m
 ...). Arguments of the wrong type raise TypeError, like Triton's pybind11 bindings.
 """
 
+import enum
 import json
 import sys
 
@@ -48,10 +49,20 @@ _CLEARED = (
 # src/metric_family.cc).
 _CREATE_FAMILY = "Error when creating MetricFamily: "
 _CREATE_METRIC = "Error when creating Metric: "
+
+
+class MetricOp(enum.IntEnum):
+    """What a Metric method does; the native channel sends the number as the protocol's metric op."""
+
+    INCREMENT = 0
+    SET = 1
+    OBSERVE = 2
+
+
 _OPERATIONS = {
-    "increment": "Failed to increment metric value: ",
-    "set": "Failed to set metric value: ",
-    "observe": "Failed to observe metric value: ",
+    MetricOp.INCREMENT: "Failed to increment metric value: ",
+    MetricOp.SET: "Failed to set metric value: ",
+    MetricOp.OBSERVE: "Failed to observe metric value: ",
 }
 _GET_VALUE = "Failed to get metric value: "
 
@@ -130,15 +141,15 @@ class Metric:
 
     def increment(self, value):
         """Adds `value` to a counter (non-negative values only) or a gauge."""
-        self._operate("increment", value)
+        self._operate(MetricOp.INCREMENT, value)
 
     def set(self, value):
         """Sets a gauge to `value`."""
-        self._operate("set", value)
+        self._operate(MetricOp.SET, value)
 
     def observe(self, value):
         """Records `value` in a histogram."""
-        self._operate("observe", value)
+        self._operate(MetricOp.OBSERVE, value)
 
     def value(self):
         """The current value of a counter or gauge (histograms have none)."""
@@ -153,7 +164,7 @@ class Metric:
         number = _as_double(value)
         if number is None:
             raise _incompatible(
-                (op + "()", "function"),
+                (op.name.lower() + "()", "function"),
                 "(self: triton_python_backend_utils.Metric, arg0: float) -> None",
                 [self, value],
             )

@@ -1,4 +1,12 @@
-"""The stub process: `python -m tritium.stub` imports one model and serves it over the shared-memory channel."""
+"""The stub process: `python -m tritium.stub` imports one model and serves it over the shared-memory channel.
+
+`Stub.run` says hello, then receives the server's messages from the native channel
+(`tritium._native.Channel.recv`), each an immutable object of its own class with named attributes
+(`ExecuteMsg`, `InitializeMsg`, `AutoCompleteMsg`, `PingMsg`, `CancelMsg`, `FinalizeMsg`), and
+dispatches on that class: it calls the model's `auto_complete_config`, `initialize`, `execute`
+and `finalize`, and answers through the channel's `send_*` methods. Between messages it checks
+that the server that started it is still its parent, and exits when it is not.
+"""
 
 import argparse
 import asyncio
@@ -72,18 +80,18 @@ class Stub:
                     sys.stderr.write(f"tritium stub: the server (pid {parent}) is gone; exiting\n")
                     os._exit(1)
                 continue
-            kind = msg[0]
-            if kind == "execute":
-                self.execute(msg[1], msg[2])
-            elif kind == "initialize":
-                self.initialize(msg[1], dict(msg[2]))
-            elif kind == "auto_complete":
-                self.auto_complete(msg[1], msg[2])
-            elif kind == "ping":
-                self.channel.send_pong(msg[1])
-            elif kind == "cancel":
-                _runtime.cancelled.add(msg[1])
-            elif kind == "finalize":
+            kind = type(msg)
+            if kind is _native.ExecuteMsg:
+                self.execute(msg.batch, msg.requests)
+            elif kind is _native.InitializeMsg:
+                self.initialize(msg.model_file, msg.args)
+            elif kind is _native.AutoCompleteMsg:
+                self.auto_complete(msg.model_file, msg.config_json)
+            elif kind is _native.PingMsg:
+                self.channel.send_pong(msg.seq)
+            elif kind is _native.CancelMsg:
+                _runtime.cancelled.add(msg.request)
+            elif kind is _native.FinalizeMsg:
                 self.finalize()
                 return
 
@@ -126,9 +134,10 @@ class Stub:
         return result
 
     def execute(self, batch, wire_requests):
+        """Runs `execute` on one batch: `wire_requests` is the `ExecuteMsg`'s list of `RequestMsg`."""
         requests = [InferenceRequest._from_wire(w, self.model_name, self.model_version) for w in wire_requests]
-        # The message tuple is still referenced by the caller: empty its list so that each input
-        # block lives exactly as long as model code holds on to its tensor.
+        # The message is still referenced by the caller: empty its list so that each input block
+        # lives exactly as long as model code holds on to its tensor.
         wire_requests.clear()
         try:
             if not hasattr(self.model, "execute"):

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _runtime
 from .dtypes import _WIRE_DTYPES, deserialize_bytes_tensor, serialize_byte_tensor
-from .errors import TritonError, TritonModelException
+from .errors import LogLevel, TritonError, TritonModelException
 
 __all__ = ["Tensor", "InferenceRequest", "InferenceResponse", "Logger"]
 
@@ -61,14 +61,15 @@ class Tensor:
         self._raw = _raw
 
     @classmethod
-    def _from_wire(cls, name, wire, shape, array):
-        """An input tensor over shared memory: `array` is the native numpy view of its bytes
-        (raw uint8 for BYTES, raw uint16 for BF16, which numpy cannot represent)."""
+    def _from_wire(cls, msg):
+        """An input tensor over shared memory from a native `InputMsg`: `msg.array` is the numpy
+        view of its bytes (raw uint8 for BYTES, raw uint16 for BF16, which numpy cannot represent)."""
+        wire = msg.dtype
         if wire == "BYTES":
-            return cls(name, deserialize_bytes_tensor(array).reshape(shape), wire, None)
+            return cls(msg.name, deserialize_bytes_tensor(msg.array).reshape(msg.shape), wire, None)
         if wire == "BF16":
-            return cls(name, None, wire, array)
-        return cls(name, array, wire, None)
+            return cls(msg.name, None, wire, msg.array)
+        return cls(msg.name, msg.array, wire, None)
 
     def name(self):
         """The tensor's name."""
@@ -154,17 +155,17 @@ class InferenceRequest:
         self._parameters = _check_parameters(parameters)
 
     @classmethod
-    def _from_wire(cls, wire, model_name, model_version):
-        rid, request_id, corr, flags, timeout_us, params, inputs, requested = wire
+    def _from_wire(cls, msg, model_name, model_version):
+        """A request handed to `execute`, from a native `RequestMsg`."""
         req = cls.__new__(cls)
-        req._id = rid
-        req._request_id = request_id
-        req._correlation_id = corr
-        req._flags = flags
-        req._timeout = timeout_us
-        req._parameters = dict(params)
-        req._inputs = [Tensor._from_wire(n, d, s, b) for n, d, s, b in inputs]
-        req._requested = set(requested)
+        req._id = msg.id
+        req._request_id = msg.request_id
+        req._correlation_id = msg.correlation_id
+        req._flags = msg.flags
+        req._timeout = msg.timeout_us
+        req._parameters = msg.parameters
+        req._inputs = [Tensor._from_wire(i) for i in msg.inputs]
+        req._requested = set(msg.requested_outputs)
         req._model_name = model_name
         req._model_version = model_version
         return req
@@ -245,18 +246,23 @@ class InferenceResponse:
 
 
 class Logger:
-    """pb_utils.Logger: log records go to the server's log with this file and line."""
+    """pb_utils.Logger: log records go to the server's log with this file and line.
 
-    INFO = 0
-    WARNING = 1
-    ERROR = 2
-    VERBOSE = 3
-    _NAMES = {0: "info", 1: "warning", 2: "error", 3: "verbose"}
+    As in Triton, the levels are `Logger.LogLevel` and its members are also on Logger (Logger.INFO).
+    """
+
+    LogLevel = LogLevel
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
+    _LEVELS = {level.value: level for level in LogLevel}
 
     @staticmethod
     def _emit(level, message, depth):
         frame = sys._getframe(depth)
-        _runtime.log(Logger._NAMES.get(int(level), "info"), frame.f_code.co_filename, frame.f_lineno, str(message))
+        level = Logger._LEVELS.get(int(level), LogLevel.INFO)
+        _runtime.log(level, frame.f_code.co_filename, frame.f_lineno, str(message))
 
     @staticmethod
     def log(message, level=0):

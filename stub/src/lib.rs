@@ -1,9 +1,17 @@
 //! `tritium._native`: the stub's end of the shared-memory channel, exposed to the pure-Python stub.
 //!
-//! Messages arrive as plain Python tuples; input tensors come as [`InBlock`]s whose memory the
-//! Python side wraps in numpy arrays without a copy (through `__array_interface__`). Dropping the
-//! last reference to an `InBlock` queues its release to the server. Output tensors are copied once
-//! into the stub's arena and sent as descriptors.
+//! [`Channel::recv`] turns each server message into an immutable message object with named
+//! attributes ([`ExecuteMsg`], [`InitializeMsg`], [`AutoCompleteMsg`], [`CancelMsg`], [`PingMsg`],
+//! [`FinalizeMsg`], [`BlsResponseMsg`]); the Python loop dispatches on its type. An `ExecuteMsg`
+//! holds one [`RequestMsg`] per request, and each input is an [`InputMsg`] whose `array` is a numpy
+//! array made through numpy's C API directly over the shared memory, with the [`InBlock`] that owns
+//! the bytes as its base (no copy). Dropping the last reference to an `InBlock` queues its release
+//! to the server. Output tensors are read from the numpy array's data pointer and copied once into
+//! the stub's arena, then sent as descriptors.
+//!
+//! Model code's calls on the server (custom metrics) and log records go out with typed protocol
+//! values: Python passes the numbers of its `IntEnum`s (`MetricKind`, `MetricOp`, `LogLevel`),
+//! which are mapped to the protocol's enums here, and anything else is a `ValueError`.
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -18,10 +26,10 @@ use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use tritium_ipc::{
-    CallOp, CallResult, CorrelationId, DataType, IpcError, LogLevel, LogRecord, Param, Request, Response, StubChannel,
-    StubError, Tensor, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
+    CallOp, CallResult, CorrelationId, DataType, IpcError, LogLevel, LogRecord, MetricKind, MetricOp, Param, Request,
+    Response, StubChannel, StubError, Tensor, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
 create_exception!(_native, ChannelError, PyException, "The shared-memory channel to the server failed.");
@@ -69,6 +77,95 @@ impl Drop for InBlock {
     fn drop(&mut self) {
         self.channel.release(self.view.desc);
     }
+}
+
+/// `auto_complete_config`: run the model class's static method on a config, then exit.
+#[pyclass(frozen, get_all, module = "tritium._native")]
+struct AutoCompleteMsg {
+    /// Path of the model file.
+    model_file: String,
+    /// The config so far, as Triton's JSON model config.
+    config_json: String,
+}
+
+/// `initialize`: import the model and call `initialize(args)`.
+#[pyclass(frozen, get_all, module = "tritium._native")]
+struct InitializeMsg {
+    /// Path of the model file.
+    model_file: String,
+    /// The `args` dict for `initialize`, with Triton's keys, in the server's order.
+    args: Py<PyDict>,
+}
+
+/// `execute`: one batch of requests.
+#[pyclass(frozen, get_all, module = "tritium._native")]
+struct ExecuteMsg {
+    /// Batch id, echoed by `send_execute_done`.
+    batch: u64,
+    /// The [`RequestMsg`]s. The stub empties this list once it has built its own request
+    /// objects, so that input blocks live exactly as long as model code holds their tensors.
+    requests: Py<PyList>,
+}
+
+/// One request of an [`ExecuteMsg`].
+#[pyclass(frozen, get_all, module = "tritium._native")]
+struct RequestMsg {
+    /// Server-assigned id, unique per stub: responses and cancellations refer to it.
+    id: u64,
+    /// The client's request id ("" when none was given).
+    request_id: String,
+    /// The sequence correlation id: an int (0 for none) or a str.
+    correlation_id: Py<PyAny>,
+    /// Triton request flags (sequence start/end).
+    flags: u32,
+    /// Timeout in microseconds, 0 for none.
+    timeout_us: u64,
+    /// Request parameters: a dict of str to bool, int, float or str, in the client's order.
+    parameters: Py<PyDict>,
+    /// The [`InputMsg`]s.
+    inputs: Py<PyList>,
+    /// Names of the outputs the client asked for (all outputs when empty).
+    requested_outputs: Py<PyList>,
+}
+
+/// One input tensor of a [`RequestMsg`].
+#[pyclass(frozen, get_all, module = "tritium._native")]
+struct InputMsg {
+    /// Tensor name.
+    name: String,
+    /// KServe v2 dtype name (`"FP32"`, `"BYTES"`, ...).
+    dtype: &'static str,
+    /// Shape, as a tuple of ints.
+    shape: Py<PyTuple>,
+    /// A numpy array over the shared bytes: of the dtype and shape, except raw `uint8` for `BYTES`
+    /// (serialized, one dimension) and raw `uint16` for `BF16`. Read-only unless the bytes belong
+    /// to this request alone.
+    array: Py<PyAny>,
+}
+
+/// `cancel`: the client gave up on a request.
+#[pyclass(frozen, get_all, module = "tritium._native")]
+struct CancelMsg {
+    /// The [`RequestMsg`] id.
+    request: u64,
+}
+
+/// `ping`: answer with `send_pong(seq)`.
+#[pyclass(frozen, get_all, module = "tritium._native")]
+struct PingMsg {
+    /// Echoed.
+    seq: u64,
+}
+
+/// `finalize`: call `finalize()`, report, and exit.
+#[pyclass(frozen, module = "tritium._native")]
+struct FinalizeMsg;
+
+/// The answer to a BLS request (not served by this stub yet).
+#[pyclass(frozen, get_all, module = "tritium._native")]
+struct BlsResponseMsg {
+    /// The BLS call id.
+    call: u64,
 }
 
 /// The stub's channel to the server.
@@ -158,8 +255,8 @@ fn stub_error(e: Option<PyStubError>) -> Option<StubError> {
     e.map(|(message, code, traceback)| StubError { message, code, traceback })
 }
 
-fn params_to_py(py: Python<'_>, params: Vec<(String, Param)>) -> PyResult<Bound<'_, PyList>> {
-    let list = PyList::empty(py);
+fn params_to_py(py: Python<'_>, params: Vec<(String, Param)>) -> PyResult<Bound<'_, PyDict>> {
+    let dict = PyDict::new(py);
     for (k, v) in params {
         let v = match v {
             Param::Bool(b) => b.into_pyobject(py)?.to_owned().into_any(),
@@ -167,9 +264,9 @@ fn params_to_py(py: Python<'_>, params: Vec<(String, Param)>) -> PyResult<Bound<
             Param::Double(d) => d.into_pyobject(py)?.into_any(),
             Param::Str(s) => s.into_pyobject(py)?.into_any(),
         };
-        list.append((k, v))?;
+        dict.set_item(k, v)?;
     }
-    Ok(list)
+    Ok(dict)
 }
 
 fn params_from_py(items: Vec<(String, Bound<'_, PyAny>)>) -> PyResult<Vec<(String, Param)>> {
@@ -294,7 +391,7 @@ impl Channel {
         py.detach(move || inner.send(&msg)).map_err(ipc_err)
     }
 
-    fn request_to_py<'py>(&self, py: Python<'py>, r: Request) -> PyResult<Bound<'py, PyTuple>> {
+    fn request_to_py(&self, py: Python<'_>, r: Request) -> PyResult<Py<RequestMsg>> {
         let inputs = PyList::empty(py);
         for t in r.inputs {
             let (desc, writable) = match t.data {
@@ -305,27 +402,26 @@ impl Channel {
             };
             let view = self.inner.view(desc).map_err(ipc_err)?;
             let block = Py::new(py, InBlock { view, writable, channel: self.inner.clone() })?;
-            let array = array_over(py, block, t.dtype, &t.shape, &t.name)?;
-            inputs.append((t.name, t.dtype.wire_name(), PyTuple::new(py, t.shape)?, array))?;
+            let array = array_over(py, block, t.dtype, &t.shape, &t.name)?.unbind();
+            let shape = PyTuple::new(py, t.shape)?.unbind();
+            inputs.append(InputMsg { name: t.name, dtype: t.dtype.wire_name(), shape, array })?;
         }
         let corr: Py<PyAny> = match r.correlation_id {
             CorrelationId::None => 0u64.into_pyobject(py)?.into_any().unbind(),
             CorrelationId::U64(v) => v.into_pyobject(py)?.into_any().unbind(),
             CorrelationId::Str(s) => s.into_pyobject(py)?.into_any().unbind(),
         };
-        PyTuple::new(
-            py,
-            [
-                r.id.into_pyobject(py)?.into_any(),
-                r.request_id.into_pyobject(py)?.into_any(),
-                corr.into_bound(py),
-                r.flags.into_pyobject(py)?.into_any(),
-                r.timeout_us.into_pyobject(py)?.into_any(),
-                params_to_py(py, r.parameters)?.into_any(),
-                inputs.into_any(),
-                PyList::new(py, r.requested_outputs)?.into_any(),
-            ],
-        )
+        let msg = RequestMsg {
+            id: r.id,
+            request_id: r.request_id,
+            correlation_id: corr,
+            flags: r.flags,
+            timeout_us: r.timeout_us,
+            parameters: params_to_py(py, r.parameters)?.unbind(),
+            inputs: inputs.unbind(),
+            requested_outputs: PyList::new(py, r.requested_outputs)?.unbind(),
+        };
+        Py::new(py, msg)
     }
 
     fn tensor_from_py(&self, py: Python<'_>, out: (String, String, Vec<i64>, Bound<'_, PyAny>)) -> PyResult<Tensor> {
@@ -401,52 +497,38 @@ impl Channel {
     }
 
     /// Waits up to `timeout_ms` for the next message; returns None on timeout. The GIL is released
-    /// while waiting. Messages are tuples whose first item names the kind.
-    fn recv<'py>(&self, py: Python<'py>, timeout_ms: u64) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    /// while waiting. Each kind of message is its own class (`ExecuteMsg`, `InitializeMsg`, ...).
+    fn recv<'py>(&self, py: Python<'py>, timeout_ms: u64) -> PyResult<Option<Bound<'py, PyAny>>> {
         let (inner, router) = (self.inner.clone(), self.router.clone());
         let msg = py.detach(move || router.next(&inner, Duration::from_millis(timeout_ms))).map_err(ipc_err)?;
         let Some(msg) = msg else { return Ok(None) };
-        let t = match msg {
-            ToStub::AutoComplete { model_file, config_json } => PyTuple::new(
-                py,
-                ["auto_complete".into_pyobject(py)?, model_file.into_pyobject(py)?, config_json.into_pyobject(py)?],
-            )?,
-            ToStub::Initialize(init) => {
-                let args = PyList::new(py, init.args)?;
-                PyTuple::new(
-                    py,
-                    [
-                        "initialize".into_pyobject(py)?.into_any(),
-                        init.model_file.into_pyobject(py)?.into_any(),
-                        args.into_any(),
-                    ],
-                )?
-            }
+        let obj = match msg {
             ToStub::Execute { batch, requests } => {
                 let reqs = PyList::empty(py);
                 for r in requests {
                     reqs.append(self.request_to_py(py, r)?)?;
                 }
-                PyTuple::new(
-                    py,
-                    ["execute".into_pyobject(py)?.into_any(), batch.into_pyobject(py)?.into_any(), reqs.into_any()],
-                )?
+                Bound::new(py, ExecuteMsg { batch, requests: reqs.unbind() })?.into_any()
             }
-            ToStub::Cancel { request } => {
-                PyTuple::new(py, ["cancel".into_pyobject(py)?.into_any(), request.into_pyobject(py)?.into_any()])?
+            ToStub::AutoComplete { model_file, config_json } => {
+                Bound::new(py, AutoCompleteMsg { model_file, config_json })?.into_any()
             }
-            ToStub::Ping { seq } => {
-                PyTuple::new(py, ["ping".into_pyobject(py)?.into_any(), seq.into_pyobject(py)?.into_any()])?
+            ToStub::Initialize(init) => {
+                let args = PyDict::new(py);
+                for (k, v) in init.args {
+                    args.set_item(k, v)?;
+                }
+                Bound::new(py, InitializeMsg { model_file: init.model_file, args: args.unbind() })?.into_any()
             }
-            ToStub::Finalize => PyTuple::new(py, ["finalize"])?,
+            ToStub::Cancel { request } => Bound::new(py, CancelMsg { request })?.into_any(),
+            ToStub::Ping { seq } => Bound::new(py, PingMsg { seq })?.into_any(),
+            ToStub::Finalize => Bound::new(py, FinalizeMsg)?.into_any(),
             ToStub::Reply { call, .. } => {
                 return Err(ChannelError::new_err(format!("reply to call {call} reached the main loop")));
             }
-            ToStub::BlsResponse { call, .. } => {
-                PyTuple::new(py, ["bls_response".into_pyobject(py)?.into_any(), call.into_pyobject(py)?.into_any()])?
-            }
+            ToStub::BlsResponse { call, .. } => Bound::new(py, BlsResponseMsg { call })?.into_any(),
         };
-        Ok(Some(t))
+        Ok(Some(obj))
     }
 
     /// Announces this stub to the server.
@@ -519,20 +601,19 @@ impl Channel {
         self.send(py, ToServer::ExecuteDone { batch, error: stub_error(error) })
     }
 
-    /// Sends a `pb_utils.Logger` record.
-    fn send_log(&self, py: Python<'_>, level: &str, file: String, line: u32, message: String) -> PyResult<()> {
-        let level = match level {
-            "info" => LogLevel::Info,
-            "warning" => LogLevel::Warning,
-            "error" => LogLevel::Error,
-            "verbose" => LogLevel::Verbose,
-            other => return Err(PyValueError::new_err(format!("unknown log level {other:?}"))),
-        };
+    /// Sends a `pb_utils.Logger` record; `level` is a `pb_utils.LogLevel` (0 info, 1 warning,
+    /// 2 error, 3 verbose).
+    fn send_log(&self, py: Python<'_>, level: i64, file: String, line: u32, message: String) -> PyResult<()> {
+        let level =
+            LogLevel::from_index(level).ok_or_else(|| PyValueError::new_err(format!("unknown log level {level}")))?;
         self.send(py, ToServer::Log(LogRecord { level, file, line, message }))
     }
 
-    /// `pb_utils.MetricFamily(...)`: returns the family id.
+    /// `pb_utils.MetricFamily(...)`: returns the family id. `kind` is a `pb_utils.MetricKind`
+    /// (0 counter, 1 gauge, 2 histogram).
     fn metric_family_new(&self, py: Python<'_>, name: String, description: String, kind: i64) -> PyResult<u64> {
+        let kind = MetricKind::from_triton(kind)
+            .ok_or_else(|| PyValueError::new_err(format!("unknown metric kind {kind}")))?;
         self.call_id(py, CallOp::MetricFamilyNew { name, description, kind })
     }
 
@@ -558,8 +639,10 @@ impl Channel {
         self.call(py, CallOp::MetricDrop { id: metric_id }).map(|_| ())
     }
 
-    /// `increment`, `set` or `observe`.
-    fn metric_op(&self, py: Python<'_>, metric_id: u64, op: String, value: f64) -> PyResult<()> {
+    /// `increment`, `set` or `observe`: `op` is a `tritium.metrics.MetricOp` (0, 1, 2).
+    fn metric_op(&self, py: Python<'_>, metric_id: u64, op: i64, value: f64) -> PyResult<()> {
+        let op =
+            MetricOp::from_index(op).ok_or_else(|| PyValueError::new_err(format!("unknown metric operation {op}")))?;
         self.call(py, CallOp::MetricOp { id: metric_id, op, value }).map(|_| ())
     }
 
@@ -594,6 +677,15 @@ impl Channel {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Channel>()?;
     m.add_class::<InBlock>()?;
+    m.add_class::<AutoCompleteMsg>()?;
+    m.add_class::<InitializeMsg>()?;
+    m.add_class::<ExecuteMsg>()?;
+    m.add_class::<RequestMsg>()?;
+    m.add_class::<InputMsg>()?;
+    m.add_class::<CancelMsg>()?;
+    m.add_class::<PingMsg>()?;
+    m.add_class::<FinalizeMsg>()?;
+    m.add_class::<BlsResponseMsg>()?;
     m.add("ChannelError", m.py().get_type::<ChannelError>())?;
     m.add("PROTOCOL_VERSION", PROTOCOL_VERSION)?;
     Ok(())

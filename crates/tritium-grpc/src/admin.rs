@@ -4,14 +4,15 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
 use tracing::{info, warn};
 use tritium_proto::admin::admin_server::Admin;
+use tritium_proto::admin::{self as proto, stub_exit};
 use tritium_proto::admin::{RestartRequest, RestartResponse, StubInfo, StubsRequest, StubsResponse};
-use tritium_server::{InferError, InstanceInfo, Server};
+use tritium_server::{InferError, InstanceInfo, Server, StubExit};
 
 use crate::convert::to_status;
 
@@ -107,15 +108,21 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// How a stub process ended, and when, on the wire.
+pub fn exit_to_proto(exit: &StubExit, when: SystemTime) -> proto::StubExit {
+    let status = match exit {
+        StubExit::Code(code) => stub_exit::Status::Code(*code),
+        StubExit::Signal { signal, name } => {
+            stub_exit::Status::Signal(proto::Signal { number: *signal, name: (*name).to_string() })
+        }
+        StubExit::Other(what) => stub_exit::Status::Other(what.clone()),
+    };
+    let unix_ms = when.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    proto::StubExit { status: Some(status), unix_ms }
+}
+
 /// One instance on the wire.
 pub fn stub_to_proto(i: InstanceInfo) -> StubInfo {
-    let (last_exit, last_exit_unix_ms) = match i.last_exit {
-        Some((why, when)) => {
-            let ms = when.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-            (why, ms)
-        }
-        None => (String::new(), 0),
-    };
     StubInfo {
         model: i.model,
         version: i.version,
@@ -124,8 +131,7 @@ pub fn stub_to_proto(i: InstanceInfo) -> StubInfo {
         state: i.state.as_str().to_string(),
         uptime_secs: i.uptime.map_or(0.0, |d| d.as_secs_f64()),
         restarts: i.restarts,
-        last_exit,
-        last_exit_unix_ms,
+        last_exit: i.last_exit.map(|(exit, when)| exit_to_proto(&exit, when)),
         reason: i.reason,
         rss_bytes: i.rss_bytes,
         shm_bytes: i.shm_bytes,
@@ -175,6 +181,28 @@ mod tests {
     use super::*;
 
     const LOOPBACK: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+
+    #[test]
+    fn exits_round_trip_through_the_proto() {
+        use prost::Message;
+
+        let when = UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123);
+        let cases = [
+            (StubExit::Code(3), stub_exit::Status::Code(3)),
+            (
+                StubExit::Signal { signal: 9, name: "SIGKILL" },
+                stub_exit::Status::Signal(proto::Signal { number: 9, name: "SIGKILL".into() }),
+            ),
+            (StubExit::Other("cannot start".into()), stub_exit::Status::Other("cannot start".into())),
+        ];
+        for (exit, want) in cases {
+            let msg = exit_to_proto(&exit, when);
+            let decoded = proto::StubExit::decode(msg.encode_to_vec().as_slice()).expect("decode");
+            assert_eq!(decoded, proto::StubExit { status: Some(want), unix_ms: 1_700_000_000_123 }, "{exit}");
+        }
+        // Before the epoch is 0, not a panic.
+        assert_eq!(exit_to_proto(&StubExit::Code(0), UNIX_EPOCH - std::time::Duration::from_secs(1)).unix_ms, 0);
+    }
     const REMOTE: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
 
     #[test]

@@ -10,5 +10,5 @@ pub mod output;
 pub mod process;
 pub mod stub;
 
-pub use process::{ExitDesc, StubCommand};
+pub use process::{StubCommand, StubExit};
 pub use stub::{CallHandler, HostError, Stub, StubInfo};

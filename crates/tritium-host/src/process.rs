@@ -37,25 +37,50 @@ pub struct StubCommand {
     pub spin: u32,
 }
 
-/// How a process ended, in words: `exit code 1` or `killed by signal 9 (SIGKILL)`.
+/// How a stub process ended. Its `Display` is the wording of error messages: `exit code 1`,
+/// `killed by signal 9 (SIGKILL)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExitDesc(pub String);
+pub enum StubExit {
+    /// It exited by itself with this code.
+    Code(i32),
+    /// A signal ended it.
+    Signal {
+        /// The signal number.
+        signal: i32,
+        /// Its name (`SIGKILL`), or `unknown` for a number this platform does not name.
+        name: &'static str,
+    },
+    /// No exit status could be had (the process could not be started or reaped): what happened
+    /// instead.
+    Other(String),
+}
 
-impl std::fmt::Display for ExitDesc {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+impl StubExit {
+    /// The exit for a signal number, named as this platform names it.
+    pub fn signal(signal: i32) -> Self {
+        let name = nix::sys::signal::Signal::try_from(signal).map_or("unknown", |s| s.as_str());
+        StubExit::Signal { signal, name }
     }
 }
 
-impl From<ExitStatus> for ExitDesc {
+impl std::fmt::Display for StubExit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StubExit::Code(code) => write!(f, "exit code {code}"),
+            StubExit::Signal { signal, name } => write!(f, "killed by signal {signal} ({name})"),
+            StubExit::Other(what) => f.write_str(what),
+        }
+    }
+}
+
+impl From<ExitStatus> for StubExit {
     fn from(s: ExitStatus) -> Self {
         if let Some(code) = s.code() {
-            ExitDesc(format!("exit code {code}"))
+            StubExit::Code(code)
         } else if let Some(sig) = s.signal() {
-            let name = nix::sys::signal::Signal::try_from(sig).map(|s| s.as_str()).unwrap_or("unknown");
-            ExitDesc(format!("killed by signal {sig} ({name})"))
+            StubExit::signal(sig)
         } else {
-            ExitDesc(format!("{s}"))
+            StubExit::Other(s.to_string())
         }
     }
 }
@@ -64,7 +89,7 @@ impl From<ExitStatus> for ExitDesc {
 #[derive(Debug)]
 pub struct ChildGuard {
     child: Child,
-    exit: Option<ExitDesc>,
+    exit: Option<StubExit>,
 }
 
 impl ChildGuard {
@@ -74,7 +99,7 @@ impl ChildGuard {
     }
 
     /// Returns how the process ended, if it has; reaps it.
-    pub fn try_exit(&mut self) -> Option<ExitDesc> {
+    pub fn try_exit(&mut self) -> Option<StubExit> {
         if self.exit.is_none() {
             if let Ok(Some(status)) = self.child.try_wait() {
                 self.exit = Some(status.into());
@@ -85,7 +110,7 @@ impl ChildGuard {
 
     /// Waits for the process to end by itself for up to `timeout`, then sends SIGTERM and waits
     /// a short grace period, then kills it.
-    pub fn wait_or_kill(&mut self, timeout: std::time::Duration) -> ExitDesc {
+    pub fn wait_or_kill(&mut self, timeout: std::time::Duration) -> StubExit {
         if let Some(e) = self.wait_for(timeout) {
             return e;
         }
@@ -99,7 +124,7 @@ impl ChildGuard {
         self.kill()
     }
 
-    fn wait_for(&mut self, timeout: std::time::Duration) -> Option<ExitDesc> {
+    fn wait_for(&mut self, timeout: std::time::Duration) -> Option<StubExit> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             if let Some(e) = self.try_exit() {
@@ -113,14 +138,14 @@ impl ChildGuard {
     }
 
     /// Kills the process (SIGKILL) and reaps it.
-    pub fn kill(&mut self) -> ExitDesc {
+    pub fn kill(&mut self) -> StubExit {
         if let Some(e) = self.try_exit() {
             return e;
         }
         let _ = self.child.kill();
         let desc = match self.child.wait() {
             Ok(status) => status.into(),
-            Err(e) => ExitDesc(format!("unknown ({e})")),
+            Err(e) => StubExit::Other(format!("unknown ({e})")),
         };
         self.exit = Some(desc.clone());
         desc
@@ -226,4 +251,27 @@ pub(crate) fn spawn(
         forward_lines(err, span, Some(stderr.clone()));
     }
     Ok((ChildGuard { child, exit: None }, stderr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_in_words() {
+        assert_eq!(StubExit::Code(1).to_string(), "exit code 1");
+        assert_eq!(StubExit::Code(-3).to_string(), "exit code -3");
+        assert_eq!(StubExit::signal(9), StubExit::Signal { signal: 9, name: "SIGKILL" });
+        assert_eq!(StubExit::signal(9).to_string(), "killed by signal 9 (SIGKILL)");
+        assert_eq!(StubExit::signal(64).to_string(), "killed by signal 64 (unknown)");
+        assert_eq!(StubExit::Other("unknown (no child)".into()).to_string(), "unknown (no child)");
+    }
+
+    #[test]
+    fn exits_from_wait_statuses() {
+        // Raw wait statuses: the code in the high byte, or the signal in the low bits.
+        assert_eq!(StubExit::from(ExitStatus::from_raw(3 << 8)), StubExit::Code(3));
+        assert_eq!(StubExit::from(ExitStatus::from_raw(libc::SIGSEGV)), StubExit::signal(libc::SIGSEGV));
+        assert_eq!(StubExit::signal(libc::SIGSEGV).to_string(), "killed by signal 11 (SIGSEGV)");
+    }
 }

@@ -14,7 +14,7 @@ use tritium_ipc::{
     StubError, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
-use crate::process::{self, ChildGuard, ExitDesc, StderrTail, StubCommand};
+use crate::process::{self, ChildGuard, StderrTail, StubCommand, StubExit};
 
 impl Drop for Stub {
     fn drop(&mut self) {
@@ -38,14 +38,20 @@ pub enum HostError {
         source: std::io::Error,
     },
     /// The stub process ended.
-    #[error("stub {instance} (pid {pid}) exited unexpectedly ({status}){}", stderr_suffix(.stderr))]
+    #[error(
+        "stub {instance} (pid {pid}) exited unexpectedly ({status}{}){}",
+        killed_suffix(.killed),
+        stderr_suffix(.stderr)
+    )]
     Exited {
         /// Instance name.
         instance: String,
         /// Process id.
         pid: u32,
         /// How it ended.
-        status: ExitDesc,
+        status: StubExit,
+        /// Why the server killed it, when it did (a lost heartbeat).
+        killed: Option<String>,
         /// Its last lines of stderr.
         stderr: String,
     },
@@ -79,6 +85,10 @@ pub enum HostError {
     /// Model code raised an error (in `auto_complete_config`, `initialize`, `execute` or `finalize`).
     #[error("{0}")]
     Model(StubError),
+}
+
+fn killed_suffix(killed: &Option<String>) -> String {
+    killed.as_ref().map_or_else(String::new, |why| format!(", {why}"))
 }
 
 fn stderr_suffix(stderr: &str) -> String {
@@ -200,14 +210,17 @@ impl Stub {
         HostError::Protocol { instance: self.instance.clone(), message }
     }
 
-    fn exited(&self, status: ExitDesc) -> HostError {
+    fn exited(&self, status: StubExit) -> HostError {
         // Give the stderr reader a moment to collect the dying words.
         std::thread::sleep(Duration::from_millis(20));
-        let status = match self.kill_reason.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            Some(reason) => ExitDesc(format!("{status}, {reason}")),
-            None => status,
-        };
-        HostError::Exited { instance: self.instance.clone(), pid: self.pid(), status, stderr: self.stderr.text() }
+        let killed = self.kill_reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        HostError::Exited {
+            instance: self.instance.clone(),
+            pid: self.pid(),
+            status,
+            killed,
+            stderr: self.stderr.text(),
+        }
     }
 
     /// Watches the process from a thread of its own: when it exits, a waiting `recv` is
@@ -456,12 +469,12 @@ impl Stub {
     }
 
     /// Kills the stub process now (SIGKILL) and reaps it.
-    pub fn kill(&self) -> ExitDesc {
+    pub fn kill(&self) -> StubExit {
         self.lock_child().kill()
     }
 
     /// How the process ended, if it has.
-    pub fn try_exit(&self) -> Option<ExitDesc> {
+    pub fn try_exit(&self) -> Option<StubExit> {
         self.lock_child().try_exit()
     }
 }

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use tritium_host::HostError;
+use tritium_host::{HostError, StubExit};
 use tritium_ipc::DataType;
 
 const IDENTITY: &str = r#"
@@ -363,7 +363,7 @@ fn finalize_is_called_and_the_stub_exits() {
     stub.finalize(Duration::from_secs(10)).expect("finalize");
     std::thread::sleep(Duration::from_millis(50));
     assert!(stub.stderr_tail().contains("finalized-8e1f"));
-    assert_eq!(stub.try_exit().map(|e| e.0), Some("exit code 0".to_string()));
+    assert_eq!(stub.try_exit(), Some(StubExit::Code(0)));
 }
 
 #[test]
@@ -375,7 +375,7 @@ fn a_crashing_stub_is_an_error_with_status_and_stderr() {
     let stub = model.start();
     let err = stub.execute(vec![request(1, vec![])], Some(Duration::from_secs(30))).expect_err("crash");
     let text = err.to_string();
-    assert!(matches!(err, HostError::Exited { .. }), "{text}");
+    assert!(matches!(err, HostError::Exited { status: StubExit::Code(3), killed: None, .. }), "{text}");
     assert!(text.contains("exit code 3") && text.contains("about to die"), "{text}");
 }
 

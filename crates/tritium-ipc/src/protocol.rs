@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::arena::Descriptor;
 
 /// Version of this protocol; the stub's hello must carry the same number.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// A tensor element type, named as KServe v2 names it on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -252,6 +252,19 @@ pub enum LogLevel {
     Verbose,
 }
 
+impl LogLevel {
+    /// The level for `pb_utils.LogLevel`'s number (0 info, 1 warning, 2 error, 3 verbose).
+    pub fn from_index(value: i64) -> Option<Self> {
+        match value {
+            0 => Some(Self::Info),
+            1 => Some(Self::Warning),
+            2 => Some(Self::Error),
+            3 => Some(Self::Verbose),
+            _ => None,
+        }
+    }
+}
+
 /// What the model wants `initialize` to know, with Triton's exact `args` keys and values.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Initialize {
@@ -261,19 +274,64 @@ pub struct Initialize {
     pub args: Vec<(String, String)>,
 }
 
+/// A custom metric family's kind, as `pb_utils.MetricFamily` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MetricKind {
+    /// `MetricFamily.COUNTER` (Triton's 0): only goes up.
+    Counter,
+    /// `MetricFamily.GAUGE` (Triton's 1): goes up and down.
+    Gauge,
+    /// `MetricFamily.HISTOGRAM` (Triton's 2): observations counted in buckets.
+    Histogram,
+}
+
+impl MetricKind {
+    /// The kind for Triton's integer value (0 counter, 1 gauge, 2 histogram).
+    pub fn from_triton(value: i64) -> Option<Self> {
+        match value {
+            0 => Some(Self::Counter),
+            1 => Some(Self::Gauge),
+            2 => Some(Self::Histogram),
+            _ => None,
+        }
+    }
+}
+
+/// What a `pb_utils.Metric` method does to its metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum MetricOp {
+    /// `Metric.increment(value)`.
+    Increment,
+    /// `Metric.set(value)`.
+    Set,
+    /// `Metric.observe(value)`.
+    Observe,
+}
+
+impl MetricOp {
+    /// The operation for the stub's number (0 increment, 1 set, 2 observe; `tritium.metrics.MetricOp`).
+    pub fn from_index(value: i64) -> Option<Self> {
+        match value {
+            0 => Some(Self::Increment),
+            1 => Some(Self::Set),
+            2 => Some(Self::Observe),
+            _ => None,
+        }
+    }
+}
+
 /// A call model code makes on the server through the stub (custom metrics now; the same path
 /// carries BLS later). A call with id 0 expects no reply.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum CallOp {
-    /// `pb_utils.MetricFamily(name, description, kind)`; kind is Triton's (0 counter, 1 gauge,
-    /// 2 histogram). Replies with the family id.
+    /// `pb_utils.MetricFamily(name, description, kind)`. Replies with the family id.
     MetricFamilyNew {
         /// Metric name.
         name: String,
         /// HELP text.
         description: String,
-        /// Triton's kind number.
-        kind: i64,
+        /// Counter, gauge or histogram.
+        kind: MetricKind,
     },
     /// The family object was garbage collected.
     MetricFamilyDrop {
@@ -298,8 +356,8 @@ pub enum CallOp {
     MetricOp {
         /// Metric id.
         id: u64,
-        /// `"increment"`, `"set"` or `"observe"`.
-        op: String,
+        /// What to do.
+        op: MetricOp,
         /// The operand.
         value: f64,
     },
@@ -470,5 +528,39 @@ mod tests {
         };
         let bytes = postcard::to_stdvec(&msg).expect("encode");
         assert_eq!(postcard::from_bytes::<ToStub>(&bytes).expect("decode"), msg);
+    }
+
+    #[test]
+    fn typed_calls_and_logs_round_trip_through_postcard() {
+        let mut msgs = vec![ToServer::Call {
+            call: 3,
+            op: CallOp::MetricFamilyNew { name: "n".into(), description: "d".into(), kind: MetricKind::Histogram },
+        }];
+        for op in [MetricOp::Increment, MetricOp::Set, MetricOp::Observe] {
+            msgs.push(ToServer::Call { call: 0, op: CallOp::MetricOp { id: 7, op, value: 1.5 } });
+        }
+        for level in [LogLevel::Info, LogLevel::Warning, LogLevel::Error, LogLevel::Verbose] {
+            msgs.push(ToServer::Log(LogRecord { level, file: "m.py".into(), line: 4, message: "hi".into() }));
+        }
+        for msg in msgs {
+            let bytes = postcard::to_stdvec(&msg).expect("encode");
+            assert_eq!(postcard::from_bytes::<ToServer>(&bytes).expect("decode"), msg);
+        }
+    }
+
+    #[test]
+    fn stub_numbers_map_to_enums() {
+        let kinds: Vec<_> = (-1..4).map(MetricKind::from_triton).collect();
+        assert_eq!(
+            kinds,
+            [None, Some(MetricKind::Counter), Some(MetricKind::Gauge), Some(MetricKind::Histogram), None]
+        );
+        let ops: Vec<_> = (-1..4).map(MetricOp::from_index).collect();
+        assert_eq!(ops, [None, Some(MetricOp::Increment), Some(MetricOp::Set), Some(MetricOp::Observe), None]);
+        let levels: Vec<_> = (-1..5).map(LogLevel::from_index).collect();
+        assert_eq!(
+            levels,
+            [None, Some(LogLevel::Info), Some(LogLevel::Warning), Some(LogLevel::Error), Some(LogLevel::Verbose), None]
+        );
     }
 }

@@ -14,7 +14,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use tracing::{error, info, warn};
-use tritium_host::{CallHandler, HostError, Stub, StubCommand};
+use tritium_host::{CallHandler, HostError, Stub, StubCommand, StubExit};
 use tritium_ipc::{CallOp, CallResult, Initialize, Request, TensorData};
 use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
 
@@ -97,8 +97,8 @@ enum Event {
     Initialized,
     /// `initialize` raised or timed out: a deterministic failure, not retried.
     InitFailed(String),
-    /// The stub exited, was killed, hung, or broke the protocol.
-    Died(String),
+    /// The stub exited, was killed, hung, or broke the protocol: why, and how its process ended.
+    Died(String, StubExit),
     /// The restart delay is over.
     BackoffOver,
     /// An operator asked for a restart; the stub finishes its batch and is finalized.
@@ -117,7 +117,7 @@ struct Status {
     pid: Option<u32>,
     started: Option<(Instant, SystemTime)>,
     restarts: u64,
-    last_exit: Option<(String, SystemTime)>,
+    last_exit: Option<(StubExit, SystemTime)>,
     reason: String,
     transitions: BTreeMap<&'static str, u64>,
     /// The running stub's channel, for reporting its shared memory when asked.
@@ -147,8 +147,8 @@ impl Status {
                 self.reason = why.clone();
                 S::Failed
             }
-            (Event::Died(why), _) => {
-                self.last_exit = Some((why.clone(), SystemTime::now()));
+            (Event::Died(why, exit), _) => {
+                self.last_exit = Some((exit.clone(), SystemTime::now()));
                 self.reason = why.clone();
                 self.pid = None;
                 self.channel = None;
@@ -174,7 +174,7 @@ impl Status {
             }
         };
         // Backing off is entered on a crash and left on the next spawn.
-        let to = if matches!(event, Event::Died(_)) { S::Crashed } else { to };
+        let to = if matches!(event, Event::Died(..)) { S::Crashed } else { to };
         *self.transitions.entry(to.as_str()).or_default() += 1;
         self.state = to;
         match to {
@@ -287,7 +287,12 @@ fn call_handler(session: Arc<MetricsSession>) -> CallHandler {
     Arc::new(move |op| {
         let result = match op {
             CallOp::MetricFamilyNew { name, description, kind } => {
-                MetricKind::from_triton(kind).and_then(|k| session.family(&name, &description, k)).map(CallResult::Id)
+                let kind = match kind {
+                    tritium_ipc::MetricKind::Counter => MetricKind::Counter,
+                    tritium_ipc::MetricKind::Gauge => MetricKind::Gauge,
+                    tritium_ipc::MetricKind::Histogram => MetricKind::Histogram,
+                };
+                session.family(&name, &description, kind).map(CallResult::Id)
             }
             CallOp::MetricFamilyDrop { id } => session.drop_family(id).map(|()| CallResult::Done),
             CallOp::MetricNew { family, labels, buckets } => {
@@ -295,7 +300,12 @@ fn call_handler(session: Arc<MetricsSession>) -> CallHandler {
             }
             CallOp::MetricDrop { id } => session.drop_metric(id).map(|()| CallResult::Done),
             CallOp::MetricOp { id, op, value } => {
-                op.parse::<MetricOp>().and_then(|op| session.apply(id, op, value)).map(|()| CallResult::Done)
+                let op = match op {
+                    tritium_ipc::MetricOp::Increment => MetricOp::Increment,
+                    tritium_ipc::MetricOp::Set => MetricOp::Set,
+                    tritium_ipc::MetricOp::Observe => MetricOp::Observe,
+                };
+                session.apply(id, op, value).map(|()| CallResult::Done)
             }
             CallOp::MetricValue { id } => session.value(id).map(CallResult::Value),
         };
@@ -309,7 +319,7 @@ enum Started {
     /// Deterministic: `initialize` raised or took too long. Not retried.
     Failed(String),
     /// The process could not start or died on the way: worth a retry after a crash.
-    Died(String),
+    Died(String, StubExit),
 }
 
 fn start(ctx: &VersionContext, instance: &Instance) -> Started {
@@ -318,7 +328,7 @@ fn start(ctx: &VersionContext, instance: &Instance) -> Started {
     instance.on(Event::Spawn);
     let stub = match Stub::spawn(&ctx.stub, &spec.name, sup.init_timeout) {
         Ok(stub) => stub,
-        Err(e) => return Started::Died(e.to_string()),
+        Err(e) => return Started::Died(e.to_string(), StubExit::Other(e.to_string())),
     };
     instance.on(Event::Spawned(stub.pid()));
     stub.set_call_handler(call_handler(instance.metrics.clone()));
@@ -352,8 +362,8 @@ fn start(ctx: &VersionContext, instance: &Instance) -> Started {
             Started::Failed(e.to_string())
         }
         Err(e) => {
-            stub.kill();
-            Started::Died(e.to_string())
+            let exit = stub.kill();
+            Started::Died(e.to_string(), exit)
         }
     }
 }
@@ -399,8 +409,8 @@ enum Served {
     Closed,
     /// An operator asked for a restart.
     Restart,
-    /// The stub died or hung.
-    Died(String),
+    /// The stub died or hung: why, and how its process ended.
+    Died(String, StubExit),
 }
 
 /// The supervisor loop: start, serve, and on a crash back off and start again, until the queue
@@ -421,14 +431,14 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
                 }
                 return;
             }
-            Started::Died(why) => {
+            Started::Died(why, exit) => {
                 if let Some(tx) = ready.take() {
                     // A stub that cannot even start at load time fails the load.
                     instance.on(Event::InitFailed(why.clone()));
                     let _ = tx.send(Err(why));
                     return;
                 }
-                instance.on(Event::Died(why));
+                instance.on(Event::Died(why, exit));
                 if !back_off(ctx, instance, &mut crashes, &mut backoff) {
                     return;
                 }
@@ -468,9 +478,9 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
                     warn!("finalize before restart: {e}");
                 }
             }
-            Served::Died(why) => {
+            Served::Died(why, exit) => {
                 drop(stub);
-                instance.on(Event::Died(why));
+                instance.on(Event::Died(why, exit));
                 if ready_at.elapsed() >= sup.healthy_after {
                     backoff = sup.backoff_initial;
                 }
@@ -529,17 +539,17 @@ fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
             Next::Closed => return Served::Closed,
             Next::Idle => {
                 if let Err(e) = stub.poll() {
-                    stub.kill();
-                    return Served::Died(e.to_string());
+                    let exit = stub.kill();
+                    return Served::Died(e.to_string(), exit);
                 }
             }
             Next::Interrupted => {
                 if instance.died.load(Ordering::Acquire) {
                     let status = stub.kill();
-                    return Served::Died(format!(
-                        "stub exited while idle ({status}); last stderr lines:\n{}",
-                        stub.stderr_tail()
-                    ));
+                    return Served::Died(
+                        format!("stub exited while idle ({status}); last stderr lines:\n{}", stub.stderr_tail()),
+                        status,
+                    );
                 }
                 return Served::Restart;
             }
@@ -551,8 +561,8 @@ fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
                 instance.status.lock().unwrap_or_else(|p| p.into_inner()).channel = Some(stub.channel().clone());
                 if let Err(e) = result {
                     error!("{e}");
-                    stub.kill();
-                    return Served::Died(e.to_string());
+                    let exit = stub.kill();
+                    return Served::Died(e.to_string(), exit);
                 }
             }
         }

@@ -2,6 +2,7 @@
 //! free of any wire format (HTTP, gRPC and JSON are the frontends' business).
 
 use bytes::Bytes;
+pub use tritium_host::StubExit;
 pub use tritium_ipc::{CorrelationId, DataType, Param as ParamValue};
 
 /// Triton's error codes, which the frontends map to HTTP statuses and gRPC codes.
@@ -335,7 +336,7 @@ pub struct InstanceInfo {
     /// Restarts so far (crashes and requested restarts).
     pub restarts: u64,
     /// How the last stub ended, and when.
-    pub last_exit: Option<(String, std::time::SystemTime)>,
+    pub last_exit: Option<(StubExit, std::time::SystemTime)>,
     /// Why the instance is failed or crashed.
     pub reason: String,
     /// The stub's resident memory.

@@ -12,7 +12,8 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 use tritium_proto::admin::admin_client::AdminClient;
-use tritium_proto::admin::{RestartRequest, StubInfo, StubsRequest};
+use tritium_proto::admin::stub_exit::Status as ExitStatus;
+use tritium_proto::admin::{RestartRequest, StubExit, StubInfo, StubsRequest};
 use tritium_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tritium_proto::inference::repository_index_response::ModelIndex;
 use tritium_proto::inference::{RepositoryIndexRequest, RepositoryModelLoadRequest, RepositoryModelUnloadRequest};
@@ -250,8 +251,7 @@ fn stubs_json(stubs: &[StubInfo]) -> Value {
         stubs
             .iter()
             .map(|s| {
-                let last_exit = (!s.last_exit.is_empty())
-                    .then(|| json!({ "status": exit_status(&s.last_exit), "unix_ms": s.last_exit_unix_ms }));
+                let last_exit = s.last_exit.as_ref().map(|e| json!({ "status": exit_status(e), "unix_ms": e.unix_ms }));
                 json!({
                     "model": s.model,
                     "version": s.version,
@@ -306,7 +306,7 @@ fn stubs_table(stubs: &[StubInfo], model: Option<&str>, now_ms: u64) -> String {
                 s.state.clone(),
                 running(s, human_duration(Duration::from_secs_f64(s.uptime_secs.max(0.0)))),
                 s.restarts.to_string(),
-                last_exit_text(&s.last_exit, s.last_exit_unix_ms, now_ms),
+                last_exit_text(s.last_exit.as_ref(), now_ms),
                 running(s, human_bytes(s.rss_bytes)),
                 running(s, human_bytes(s.shm_bytes)),
                 s.inflight.to_string(),
@@ -432,56 +432,42 @@ fn human_duration(d: Duration) -> String {
     }
 }
 
-/// How a stub ended, from the server's report (`stub add_sub_0_0 (pid 7) exited unexpectedly
-/// (killed by signal 9 (SIGKILL)); last stderr lines: ...`): `exit code 1`, `killed by signal 9
-/// (SIGKILL)`, or the report's first line when it names neither.
-fn exit_status(report: &str) -> String {
-    if let Some(i) = report.find("killed by signal ") {
-        let rest = &report[i..];
-        // `killed by signal N (NAME)`: up to the parenthesis that closes the name.
-        let end = rest.find(')').map_or(rest.len(), |e| e + 1);
-        return rest[..end].to_string();
+/// How a stub ended, in words: `exit code 1`, `killed by signal 9 (SIGKILL)`, or the first line
+/// of what happened instead when the process left no exit status.
+fn exit_status(exit: &StubExit) -> String {
+    match &exit.status {
+        Some(ExitStatus::Code(code)) => format!("exit code {code}"),
+        Some(ExitStatus::Signal(signal)) => format!("killed by signal {} ({})", signal.number, signal.name),
+        Some(ExitStatus::Other(what)) => first_line(what).to_string(),
+        None => "unknown".to_string(),
     }
-    if let Some(i) = report.find("exit code ") {
-        let rest = &report[i + "exit code ".len()..];
-        let code: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
-        if !code.is_empty() {
-            return format!("exit code {code}");
-        }
-    }
-    first_line(report).to_string()
 }
 
 /// The short form of [`exit_status`] for the table: `code 1`, `SIGKILL`, `signal 64`, or a
 /// shortened first line.
-fn short_exit(report: &str) -> String {
-    let status = exit_status(report);
-    if let Some(code) = status.strip_prefix("exit code ") {
-        return format!("code {code}");
-    }
-    if let Some(rest) = status.strip_prefix("killed by signal ") {
-        let name = rest.split_once('(').map(|(_, n)| n.trim_end_matches(')'));
-        return match name {
-            Some(n) if n.starts_with("SIG") => n.to_string(),
-            _ => format!("signal {}", rest.split_whitespace().next().unwrap_or("?")),
-        };
-    }
-    const MAX: usize = 24;
-    if status.chars().count() > MAX {
-        let short: String = status.chars().take(MAX - 1).collect();
-        format!("{short}…")
-    } else {
-        status
+fn short_exit(exit: &StubExit) -> String {
+    match &exit.status {
+        Some(ExitStatus::Code(code)) => format!("code {code}"),
+        Some(ExitStatus::Signal(signal)) if signal.name.starts_with("SIG") => signal.name.clone(),
+        Some(ExitStatus::Signal(signal)) => format!("signal {}", signal.number),
+        Some(ExitStatus::Other(_)) | None => {
+            const MAX: usize = 24;
+            let status = exit_status(exit);
+            if status.chars().count() > MAX {
+                let short: String = status.chars().take(MAX - 1).collect();
+                format!("{short}…")
+            } else {
+                status
+            }
+        }
     }
 }
 
 /// The LAST EXIT cell: `SIGKILL (3m07s ago)`, `code 1 (5s ago)`, or `-`.
-fn last_exit_text(report: &str, unix_ms: u64, now_ms: u64) -> String {
-    if report.is_empty() {
-        return "-".to_string();
-    }
-    let ago = Duration::from_millis(now_ms.saturating_sub(unix_ms));
-    format!("{} ({} ago)", short_exit(report), human_duration(ago))
+fn last_exit_text(exit: Option<&StubExit>, now_ms: u64) -> String {
+    let Some(exit) = exit else { return "-".to_string() };
+    let ago = Duration::from_millis(now_ms.saturating_sub(exit.unix_ms));
+    format!("{} ({} ago)", short_exit(exit), human_duration(ago))
 }
 
 #[cfg(test)]
@@ -538,24 +524,46 @@ mod tests {
         assert_eq!(human_duration(Duration::from_millis(999)), "0s");
     }
 
+    fn exit(status: ExitStatus, unix_ms: u64) -> StubExit {
+        StubExit { status: Some(status), unix_ms }
+    }
+
+    fn signal(number: i32, name: &str) -> ExitStatus {
+        ExitStatus::Signal(tritium_proto::admin::Signal { number, name: name.into() })
+    }
+
     #[test]
     fn exits_in_words() {
-        let killed =
-            "stub add_sub_0_0 (pid 7) exited unexpectedly (killed by signal 9 (SIGKILL)); last stderr lines:\nboom";
-        assert_eq!(exit_status(killed), "killed by signal 9 (SIGKILL)");
-        assert_eq!(short_exit(killed), "SIGKILL");
-        let exited = "stub add_sub_0_0 (pid 7) exited unexpectedly (exit code 1); last stderr lines:\nTraceback";
-        assert_eq!(exit_status(exited), "exit code 1");
-        assert_eq!(short_exit(exited), "code 1");
-        let odd = "stub x (pid 7) exited unexpectedly (killed by signal 64 (unknown))";
-        assert_eq!(short_exit(odd), "signal 64");
-        let timeout = "stub add_sub_0_0 did not execute within 5s\nmore";
-        assert_eq!(exit_status(timeout), "stub add_sub_0_0 did not execute within 5s");
-        assert_eq!(short_exit(timeout), "stub add_sub_0_0 did no…");
-        assert_eq!(last_exit_text("", 0, 1_000), "-");
-        assert_eq!(last_exit_text(killed, 1_000, 188_000), "SIGKILL (3m07s ago)");
+        let killed = exit(signal(9, "SIGKILL"), 1_000);
+        assert_eq!(exit_status(&killed), "killed by signal 9 (SIGKILL)");
+        assert_eq!(short_exit(&killed), "SIGKILL");
+        let exited = exit(ExitStatus::Code(1), 2_000);
+        assert_eq!(exit_status(&exited), "exit code 1");
+        assert_eq!(short_exit(&exited), "code 1");
+        let odd = exit(signal(64, "unknown"), 0);
+        assert_eq!(exit_status(&odd), "killed by signal 64 (unknown)");
+        assert_eq!(short_exit(&odd), "signal 64");
+        let unstarted = exit(ExitStatus::Other("cannot start the Python stub with \"py\": not found\nmore".into()), 0);
+        assert_eq!(exit_status(&unstarted), "cannot start the Python stub with \"py\": not found");
+        assert_eq!(short_exit(&unstarted), "cannot start the Python…");
+        assert_eq!(exit_status(&StubExit::default()), "unknown");
+        assert_eq!(last_exit_text(None, 1_000), "-");
+        assert_eq!(last_exit_text(Some(&killed), 188_000), "SIGKILL (3m07s ago)");
         // A server clock ahead of ours is "0s ago", not a wrap-around.
-        assert_eq!(last_exit_text(exited, 2_000, 1_000), "code 1 (0s ago)");
+        assert_eq!(last_exit_text(Some(&exited), 1_000), "code 1 (0s ago)");
+    }
+
+    #[test]
+    fn exits_render_from_the_wire() {
+        use prost::Message;
+
+        let sent = StubInfo { last_exit: Some(exit(signal(9, "SIGKILL"), 10_000)), ..stub("add_sub_0_0", 0) };
+        let got = StubInfo::decode(sent.encode_to_vec().as_slice()).expect("decode");
+        assert_eq!(last_exit_text(got.last_exit.as_ref(), 10_400), "SIGKILL (0s ago)");
+        assert_eq!(
+            stubs_json(&[got])[0]["last_exit"],
+            json!({ "status": "killed by signal 9 (SIGKILL)", "unix_ms": 10_000 })
+        );
     }
 
     #[test]
@@ -563,9 +571,8 @@ mod tests {
         let mut crashed = stub("add_sub_0_1", 0);
         crashed.state = "backing_off".into();
         crashed.restarts = 2;
-        crashed.last_exit = "stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last stderr lines:\nx".into();
-        crashed.last_exit_unix_ms = 10_000;
-        crashed.reason = crashed.last_exit.clone();
+        crashed.last_exit = Some(exit(ExitStatus::Code(3), 10_000));
+        crashed.reason = "stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last stderr lines:\nx".into();
         let out = stubs_table(&[stub("add_sub_0_0", 4242), crashed], None, 15_000);
         let want = "\
 MODEL    VERSION  INSTANCE     PID   STATE        UPTIME  RESTARTS  LAST EXIT        RSS     SHM      INFLIGHT  EXECUTIONS
@@ -581,8 +588,7 @@ add_sub_0_1: stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last st
     #[test]
     fn stubs_json_keys_and_nulls() {
         let mut crashed = stub("add_sub_0_1", 0);
-        crashed.last_exit = "stub add_sub_0_1 (pid 9) exited unexpectedly (killed by signal 9 (SIGKILL))".into();
-        crashed.last_exit_unix_ms = 1_700_000_000_000;
+        crashed.last_exit = Some(exit(signal(9, "SIGKILL"), 1_700_000_000_000));
         let v = stubs_json(&[stub("add_sub_0_0", 4242), crashed]);
         let first = &v[0];
         let mut keys: Vec<&str> = first.as_object().expect("object").keys().map(String::as_str).collect();
