@@ -244,29 +244,29 @@ fn ensemble_pipeline_with_map_lists() {
     let map = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
         pairs.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())).collect()
     };
-    let steps: Vec<(&str, i64, HashMap<String, String>, HashMap<String, String>)> = ensemble
-        .step
-        .iter()
-        .map(|s| (s.model_name.as_str(), s.model_version, s.input_map.clone(), s.output_map.clone()))
-        .collect();
-    assert_eq!(
-        steps,
-        [
-            (
-                "preprocess",
-                -1,
-                map(&[("RAW", "IMAGE_BYTES")]),
-                map(&[("PIXELS", "preprocessed_image"), ("SIZE", "original_size")])
-            ),
-            ("resnet50", 1, map(&[("input", "preprocessed_image")]), map(&[("logits", "logits")])),
-            (
-                "postprocess",
-                -1,
-                map(&[("LOGITS", "logits"), ("SIZE", "original_size")]),
-                map(&[("LABEL", "CLASS"), ("PROBS", "SCORES")])
-            ),
-        ]
-    );
+    let step = |model_name: &str, model_version: i64, input_map, output_map| Step {
+        model_name: model_name.into(),
+        model_version,
+        input_map,
+        output_map,
+        model_namespace: String::new(),
+    };
+    let expected = [
+        step(
+            "preprocess",
+            -1,
+            map(&[("RAW", "IMAGE_BYTES")]),
+            map(&[("PIXELS", "preprocessed_image"), ("SIZE", "original_size")]),
+        ),
+        step("resnet50", 1, map(&[("input", "preprocessed_image")]), map(&[("logits", "logits")])),
+        step(
+            "postprocess",
+            -1,
+            map(&[("LOGITS", "logits"), ("SIZE", "original_size")]),
+            map(&[("LABEL", "CLASS"), ("PROBS", "SCORES")]),
+        ),
+    ];
+    assert_eq!(ensemble.step, expected);
 }
 
 #[test]
