@@ -1,6 +1,6 @@
 //! Style checks that `cargo test` enforces: every Rust file says what lives in it (a `//!` first
-//! line), every Python module of the package has a docstring, and no source file outside the
-//! vendored patch uses `unsafe` without a `// SAFETY:` comment next to it.
+//! line), every Python module of the package has a docstring, and no source file uses `unsafe`
+//! without a `// SAFETY:` comment next to it.
 
 #[cfg(test)]
 mod tests {
@@ -11,7 +11,7 @@ mod tests {
         for e in entries.flatten() {
             let p = e.path();
             let name = e.file_name();
-            if name == "target" || name == ".venv" || name == "patches" || name == ".git" || name == "__pycache__" {
+            if name == "target" || name == ".venv" || name == ".git" || name == "__pycache__" {
                 continue;
             }
             if p.is_dir() {

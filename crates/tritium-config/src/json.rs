@@ -10,9 +10,8 @@
 
 use prost_reflect::{DeserializeOptions, DynamicMessage, SerializeOptions};
 use serde_json::Value;
-use tritium_proto::inference::ModelConfig;
 
-use crate::{model_config_descriptor, ConfigError};
+use crate::{model_config_descriptor, proto::ModelConfig, ConfigError};
 
 /// The JSON form of `config`, shaped as Triton prints it.
 pub fn to_json(config: &ModelConfig) -> Value {

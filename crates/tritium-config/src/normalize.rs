@@ -5,18 +5,19 @@
 
 use std::collections::HashSet;
 
-use tritium_proto::inference::{
-    model_config::SchedulingChoice,
-    model_input::Format,
-    model_instance_group::Kind,
-    model_optimization_policy::PinnedMemoryBuffer,
-    model_queue_policy::TimeoutAction,
-    model_sequence_batching::StrategyChoice,
-    model_version_policy::{Latest, PolicyChoice},
-    DataType, ModelConfig, ModelInstanceGroup, ModelOptimizationPolicy, ModelVersionPolicy,
+use crate::{
+    proto::{
+        model_config::SchedulingChoice,
+        model_input::Format,
+        model_instance_group::Kind,
+        model_optimization_policy::PinnedMemoryBuffer,
+        model_queue_policy::TimeoutAction,
+        model_sequence_batching::StrategyChoice,
+        model_version_policy::{Latest, PolicyChoice},
+        DataType, ModelConfig, ModelInstanceGroup, ModelOptimizationPolicy, ModelVersionPolicy,
+    },
+    ConfigError,
 };
-
-use crate::ConfigError;
 
 const PYTHON_BACKEND: &str = "python";
 const PYTHON_FILENAME: &str = "model.py";

@@ -7,9 +7,13 @@ use std::{
 
 use miette::Diagnostic;
 use prost_reflect::{text_format::ParseError, DynamicMessage};
-use tritium_proto::inference::ModelConfig;
 
-use crate::{model_config_descriptor, ConfigError};
+use crate::{
+    model_config_descriptor,
+    pbtxt_prepass::{self, Prepared},
+    proto::ModelConfig,
+    ConfigError,
+};
 
 /// The name of a model's configuration file inside its directory.
 pub const CONFIG_FILE: &str = "config.pbtxt";
@@ -27,15 +31,21 @@ pub fn load_config(model_dir: &Path) -> Result<Option<ModelConfig>, ConfigError>
 
 /// Parses the text of a config.pbtxt; `file` only names it in errors.
 pub fn parse_config(text: &str, file: &Path) -> Result<ModelConfig, ConfigError> {
-    let message =
-        DynamicMessage::parse_text_format(model_config_descriptor(), text).map_err(|e| parse_error(&e, text, file))?;
+    // prost-reflect needs a colon before a list of messages (`input: [ {...} ]`); Triton's
+    // configs leave it out.
+    let prepared = pbtxt_prepass::prepare(text);
+    let message = DynamicMessage::parse_text_format(model_config_descriptor(), prepared.text())
+        .map_err(|e| parse_error(&e, &prepared, text, file))?;
     message.transcode_to::<ModelConfig>().map_err(|e| ConfigError::Invalid(format!("{}: {e}", file.display())))
 }
 
-fn parse_error(error: &ParseError, text: &str, file: &Path) -> ConfigError {
-    // The parser reports where through its miette labels; errors without one (end of input)
-    // are at the end of the text.
-    let offset = error.labels().and_then(|mut labels| labels.next()).map_or(text.len(), |label| label.offset());
+fn parse_error(error: &ParseError, prepared: &Prepared<'_>, text: &str, file: &Path) -> ConfigError {
+    // The parser reports where through its miette labels, as offsets into the prepared text;
+    // errors without one (end of input) are at the end of the text.
+    let offset = error
+        .labels()
+        .and_then(|mut labels| labels.next())
+        .map_or(text.len(), |label| prepared.original_offset(label.offset()));
     let (line, column) = line_column(text, offset);
     ConfigError::Parse { path: PathBuf::from(file), line, column, message: error.to_string() }
 }

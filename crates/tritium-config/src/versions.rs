@@ -2,9 +2,10 @@
 
 use std::{collections::BTreeSet, path::Path};
 
-use tritium_proto::inference::{model_version_policy::PolicyChoice, ModelVersionPolicy};
-
-use crate::ConfigError;
+use crate::{
+    proto::{model_version_policy::PolicyChoice, ModelVersionPolicy},
+    ConfigError,
+};
 
 /// The versions of the model in `model_dir` that `policy` serves, in ascending order.
 ///

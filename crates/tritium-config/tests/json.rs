@@ -3,10 +3,23 @@
 use std::path::Path;
 
 use serde_json::json;
+use tritium_config::proto::{model_config::SchedulingChoice, DataType};
 use tritium_config::{
     from_json, load_config, normalize, parse_config, resolve_instance_groups, to_json, ConfigError, ModelConfig,
 };
-use tritium_proto::inference::{model_config::SchedulingChoice, DataType};
+
+/// Every config in tests/fixtures.
+const FIXTURES: &[&str] = &[
+    "add_sub",
+    "batched_gpu",
+    "decoupled_streaming",
+    "specific_versions",
+    "ensemble",
+    "sequence_bls",
+    "priority_batching",
+    "ensemble_pipeline",
+    "warmup_inputs",
+];
 
 fn fixture(name: &str) -> ModelConfig {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
@@ -105,7 +118,7 @@ fn sixty_four_bit_integers_are_numbers_and_maps_are_objects() {
 
 #[test]
 fn every_fixture_round_trips_through_json() {
-    for name in ["add_sub", "batched_gpu", "decoupled_streaming", "specific_versions", "ensemble", "sequence_bls"] {
+    for &name in FIXTURES {
         let config = fixture(name);
         let back = from_json(&to_json(&config)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(back, config, "{name}");

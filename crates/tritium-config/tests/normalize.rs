@@ -2,14 +2,14 @@
 
 use std::path::Path;
 
-use tritium_config::{load_config, normalize, parse_config, resolve_instance_groups, ConfigError};
-use tritium_proto::inference::{
+use tritium_config::proto::{
     model_config::SchedulingChoice,
     model_instance_group::Kind,
     model_sequence_batching::StrategyChoice,
     model_version_policy::{Latest, PolicyChoice},
     ModelConfig,
 };
+use tritium_config::{load_config, normalize, parse_config, resolve_instance_groups, ConfigError};
 
 fn parse(text: &str) -> ModelConfig {
     parse_config(text, Path::new("config.pbtxt")).unwrap_or_else(|e| panic!("{e}"))
@@ -19,6 +19,19 @@ fn normalized(text: &str, model: &str) -> Result<ModelConfig, ConfigError> {
     let mut config = parse(text);
     normalize(&mut config, model).map(|()| config)
 }
+
+/// Every config in tests/fixtures.
+const FIXTURES: &[&str] = &[
+    "add_sub",
+    "batched_gpu",
+    "decoupled_streaming",
+    "specific_versions",
+    "ensemble",
+    "sequence_bls",
+    "priority_batching",
+    "ensemble_pipeline",
+    "warmup_inputs",
+];
 
 fn fixture(name: &str) -> ModelConfig {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
@@ -118,7 +131,7 @@ fn ensembles_get_no_instance_groups() {
 
 #[test]
 fn every_fixture_is_valid() {
-    for name in ["add_sub", "batched_gpu", "decoupled_streaming", "specific_versions", "ensemble", "sequence_bls"] {
+    for &name in FIXTURES {
         let mut config = fixture(name);
         normalize(&mut config, name).unwrap_or_else(|e| panic!("{name}: {e}"));
         resolve_instance_groups(&mut config, &[0, 1]).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -5,8 +5,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use tritium_config::{load_config, parse_config, ConfigError, ModelConfig};
-use tritium_proto::inference::{
+use tritium_config::proto::{
     model_config::SchedulingChoice,
     model_ensembling::Step,
     model_input::Format,
@@ -17,6 +16,7 @@ use tritium_proto::inference::{
     model_warmup::input::InputDataType,
     DataType, ModelInput, ModelOutput, ModelParameter, ModelTensorReshape,
 };
+use tritium_config::{load_config, parse_config, ConfigError, ModelConfig};
 
 fn fixture_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
@@ -196,6 +196,106 @@ fn sequence_batching_controls_and_state() {
 }
 
 #[test]
+fn priority_queue_policies_rate_limiter_and_angle_brackets() {
+    let config = fixture("priority_batching");
+    let Some(SchedulingChoice::DynamicBatching(batching)) = &config.scheduling_choice else {
+        panic!("dynamic_batching expected: {:?}", config.scheduling_choice);
+    };
+    assert_eq!(batching.preferred_batch_size, [8, 16, 32]);
+    assert_eq!((batching.priority_levels, batching.default_priority_level), (3, 2));
+    assert_eq!(batching.default_queue_policy.as_ref().map(|p| p.max_queue_size), Some(128));
+    let mut levels: Vec<u64> = batching.priority_queue_policy.keys().copied().collect();
+    levels.sort_unstable();
+    assert_eq!(levels, [1, 3]);
+    let first = &batching.priority_queue_policy[&1];
+    assert_eq!(
+        (
+            first.timeout_action(),
+            first.default_timeout_microseconds,
+            first.allow_timeout_override,
+            first.max_queue_size
+        ),
+        (TimeoutAction::Reject, 100_000, true, 16)
+    );
+    let third = &batching.priority_queue_policy[&3];
+    assert_eq!((third.timeout_action(), third.default_timeout_microseconds), (TimeoutAction::Delay, 10_000_000));
+
+    let groups = &config.instance_group;
+    assert_eq!(groups.len(), 2);
+    assert_eq!((groups[0].name.as_str(), groups[0].count, groups[0].kind()), ("embed_gpu", 2, Kind::Gpu));
+    let limiter = groups[0].rate_limiter.as_ref().expect("rate_limiter");
+    let resources: Vec<(&str, bool, u32)> =
+        limiter.resources.iter().map(|r| (r.name.as_str(), r.global, r.count)).collect();
+    assert_eq!(resources, [("R1", false, 4), ("SHARED", true, 1)]);
+    assert_eq!(limiter.priority, 2);
+    assert_eq!((groups[1].count, groups[1].kind()), (1, Kind::Cpu));
+
+    assert_eq!(config.parameters["pooling"].string_value, "mean");
+    assert_eq!(config.parameters["prefix"].string_value, "query: [ {", "strings are left as written");
+}
+
+#[test]
+fn ensemble_pipeline_with_map_lists() {
+    let config = fixture("ensemble_pipeline");
+    assert_eq!(config.output.len(), 2);
+    let Some(SchedulingChoice::EnsembleScheduling(ensemble)) = &config.scheduling_choice else {
+        panic!("ensemble_scheduling expected");
+    };
+    let map = |pairs: &[(&str, &str)]| -> HashMap<String, String> {
+        pairs.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())).collect()
+    };
+    let step = |model_name: &str, model_version: i64, input_map, output_map| Step {
+        model_name: model_name.into(),
+        model_version,
+        input_map,
+        output_map,
+        model_namespace: String::new(),
+    };
+    let expected = [
+        step(
+            "preprocess",
+            -1,
+            map(&[("RAW", "IMAGE_BYTES")]),
+            map(&[("PIXELS", "preprocessed_image"), ("SIZE", "original_size")]),
+        ),
+        step("resnet50", 1, map(&[("input", "preprocessed_image")]), map(&[("logits", "logits")])),
+        step(
+            "postprocess",
+            -1,
+            map(&[("LOGITS", "logits"), ("SIZE", "original_size")]),
+            map(&[("LABEL", "CLASS"), ("PROBS", "SCORES")]),
+        ),
+    ];
+    assert_eq!(ensemble.step, expected);
+}
+
+#[test]
+fn warmup_inputs_as_map_lists_and_entries() {
+    let config = fixture("warmup_inputs");
+    assert_eq!(config.input.len(), 2);
+    assert_eq!(config.input[0].dims, [3, 640, 640]);
+    assert_eq!(config.instance_group.len(), 1);
+    let [zeros, random] = config.model_warmup.as_slice() else {
+        panic!("two warmups expected: {:?}", config.model_warmup);
+    };
+    assert_eq!((zeros.name.as_str(), zeros.batch_size, zeros.inputs.len()), ("zeros", 1, 2));
+    assert_eq!(zeros.inputs["IMAGE"].dims, [3, 640, 640]);
+    assert_eq!(zeros.inputs["SCALE"].input_data_type, Some(InputDataType::ZeroData(true)));
+    assert_eq!((random.name.as_str(), random.batch_size, random.count), ("random", 4, 2));
+    assert_eq!(random.inputs["IMAGE"].input_data_type, Some(InputDataType::RandomData(true)));
+    assert_eq!(
+        random.inputs["SCALE"].input_data_type,
+        Some(InputDataType::InputDataFile("scale [ {1} ].bin".to_owned()))
+    );
+}
+
+#[test]
+fn empty_lists_without_colon() {
+    let config = parse_config("input [ ]\ninstance_group [\n  # none yet\n]\n", Path::new("c")).expect("parses");
+    assert!(config.input.is_empty() && config.instance_group.is_empty());
+}
+
+#[test]
 fn missing_config_is_none_and_unreadable_config_is_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     assert!(matches!(load_config(dir.path()), Ok(None)));
@@ -226,7 +326,32 @@ fn parse_errors_name_file_line_column_and_reason() {
             "field 'bogus' not found for message 'inference.ModelConfig'",
         ),
         // A scalar list still needs its colon, as in protobuf's own parser.
-        ("input [\n  {\n    name: \"x\"\n    dims [ 4 ]\n  }\n]\n", 4, 10, "expected ':', but found '['"),
+        ("input [\n  {\n    name: \"x\"\n    dims [ 4 ]\n  }\n]\n", 4, 10, "expected ':' or a message value, but found '['"),
+        // Errors after one or more colon-less lists on the same line are where the user wrote them.
+        (
+            "input [ { name: \"x\" } ] output [ { name: \"y\" bogus: 1 } ]",
+            1,
+            46,
+            "field 'bogus' not found for message 'inference.ModelOutput'",
+        ),
+        (
+            "sequence_batching { control_input [ { name: \"S\" control [ { kind: BAD } ] } ] }",
+            1,
+            67,
+            "value 'BAD' was not found for enum",
+        ),
+        (
+            "input [\n  { name: \"x\" data_type: TYPE_FP32 dims: [ 4 ] }\n]\noutput [ { name: \"y\" data_type: FP64 } ]",
+            4,
+            33,
+            "value 'FP64' was not found for enum 'inference.DataType'",
+        ),
+        (
+            "input [ { name: \"x\" } ]  # input [ {\ninstance_group [ { kind: KIND_GPU count: 1.5 } ]",
+            2,
+            42,
+            "expected an integer, but found '1.5'",
+        ),
         (
             "input [ { name: \"x\" data_type: FP32 } ]",
             1,

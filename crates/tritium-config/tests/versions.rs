@@ -2,11 +2,11 @@
 
 use std::{fs, path::Path};
 
-use tritium_config::{model_versions, ConfigError};
-use tritium_proto::inference::{
+use tritium_config::proto::{
     model_version_policy::{All, Latest, PolicyChoice, Specific},
     ModelVersionPolicy,
 };
+use tritium_config::{model_versions, ConfigError};
 
 /// A model directory with versions 1, 2, 3 and 10, plus things that are not versions.
 fn model_dir() -> tempfile::TempDir {

@@ -1,12 +1,15 @@
 //! Triton-compatible protobuf types and gRPC code generated from `proto/`: the KServe v2
-//! `inference` package (with Triton's model configuration), `grpc.health.v1`, and tritium's own
-//! `tritium.admin` (the API the `tritium` CLI uses).
+//! `inference` package, `grpc.health.v1`, and tritium's own `tritium.admin` (the API the
+//! `tritium` CLI uses). The model-configuration messages of the `inference` package are
+//! tritium-config's (`tritium_config::proto`), re-exported here.
 
 /// Messages of Triton's `inference` package, with the `GRPCInferenceService` server
-/// (`grpc_inference_service_server`) and client (`grpc_inference_service_client`).
+/// (`grpc_inference_service_server`) and client (`grpc_inference_service_client`), and the
+/// model-configuration messages (`ModelConfig`, `DataType`, ...) of `tritium_config::proto`.
 pub mod inference {
     #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
     include!(concat!(env!("OUT_DIR"), "/inference.rs"));
+    pub use tritium_config::proto::*;
 }
 
 /// The standard gRPC health service (`grpc.health.v1.Health`): messages, server
@@ -23,6 +26,7 @@ pub mod admin {
     include!(concat!(env!("OUT_DIR"), "/tritium.admin.rs"));
 }
 
-/// The encoded `google.protobuf.FileDescriptorSet` of every .proto file above, for
+/// The encoded `google.protobuf.FileDescriptorSet` of every .proto file above (model_config.proto
+/// included), for
 /// `prost_reflect::DescriptorPool::decode`.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/file_descriptor_set.bin"));

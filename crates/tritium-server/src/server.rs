@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 use tracing::{error, info};
+use tritium_config::proto::model_config::SchedulingChoice;
+use tritium_config::proto::model_instance_group::Kind;
 use tritium_config::ModelConfig;
 use tritium_host::{Stub, StubCommand};
-use tritium_proto::inference::model_config::SchedulingChoice;
-use tritium_proto::inference::model_instance_group::Kind;
 
 use crate::instance::{self, InstanceSpec, Supervision, VersionContext};
 use crate::scheduler::{Batching, Pending, Queue};

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use tritium_proto::inference::{DataType as ConfigType, ModelConfig};
+use tritium_config::proto::{DataType as ConfigType, ModelConfig};
 
 use crate::types::{DataType, InferError, InferRequest};
 
@@ -223,7 +223,7 @@ pub(crate) fn validate(req: &InferRequest, config: &ModelConfig) -> Result<Valid
 mod tests {
     use super::*;
     use crate::types::InputTensor;
-    use tritium_proto::inference::{ModelInput, ModelOutput};
+    use tritium_config::proto::{ModelInput, ModelOutput};
 
     fn config(max_batch_size: i32) -> ModelConfig {
         let input = |name: &str, t: ConfigType, dims: Vec<i64>, optional| ModelInput {
