@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod layering;
 mod tidy;
 
 use anyhow::{bail, Context, Result};
