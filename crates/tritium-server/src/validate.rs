@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use tritium_proto::inference::{DataType as ConfigType, ModelConfig};
 
-use crate::types::{DataType, InferError, InferRequest};
+use crate::types::{DataType, InferError, InferRequest, RequestedOutput};
 
 /// What validation learned about a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -12,7 +12,7 @@ pub(crate) struct Validated {
     /// The batch size (first dimension) for batching models; 0 for non-batching ones.
     pub batch_size: u64,
     /// The outputs to return, in the order the client asked (all outputs if it asked none).
-    pub outputs: Vec<String>,
+    pub outputs: Vec<RequestedOutput>,
 }
 
 /// Maps a config data type to the wire type; `None` for `TYPE_INVALID`.
@@ -81,10 +81,11 @@ pub(crate) fn validate(req: &InferRequest, config: &ModelConfig) -> Result<Valid
     let log = format!("[request id: {}] ", if req.id.is_empty() { "<id_unknown>" } else { &req.id });
 
     let outputs = if req.outputs.is_empty() {
-        config.output.iter().map(|o| o.name.clone()).collect()
+        config.output.iter().map(|o| RequestedOutput::named(&o.name)).collect()
     } else {
-        for name in &req.outputs {
-            if !config.output.iter().any(|o| &o.name == name) {
+        for o in &req.outputs {
+            if !config.output.iter().any(|c| c.name == o.name) {
+                let name = &o.name;
                 return Err(InferError::invalid(format!("unexpected inference output '{name}' for model '{model}'")));
             }
         }
@@ -284,10 +285,13 @@ mod tests {
             &config(0),
         )
         .expect("valid");
-        assert_eq!(ok, Validated { batch_size: 0, outputs: vec!["X".into(), "Y".into()] });
+        assert_eq!(
+            ok,
+            Validated { batch_size: 0, outputs: vec![RequestedOutput::named("X"), RequestedOutput::named("Y")] }
+        );
         let mut r = req(vec![t("A", DataType::Fp32, &[2, 4], &[0; 32]), t("B", DataType::Bytes, &[2, 1], &strings(2))]);
-        r.outputs = vec!["Y".into()];
-        assert_eq!(validate(&r, &config(8)).expect("valid"), Validated { batch_size: 2, outputs: vec!["Y".into()] });
+        r.outputs = vec![RequestedOutput { name: "Y".into(), classification: Some(2) }];
+        assert_eq!(validate(&r, &config(8)).expect("valid"), Validated { batch_size: 2, outputs: r.outputs.clone() });
     }
 
     #[test]
@@ -312,7 +316,7 @@ mod tests {
             if i == 1 {
                 r.inputs.push(b());
                 r.inputs.remove(1);
-                r.outputs = vec!["Q".into()];
+                r.outputs = vec![RequestedOutput::named("Q")];
             }
             let err = validate(&r, &config(mbs)).expect_err(expected);
             assert!(err.message.contains(expected), "case {i}: {}", err.message);
