@@ -255,6 +255,25 @@ mod tests {
     }
 
     #[test]
+    fn every_numeric_type_ranks_and_prints_as_cpp() {
+        fn le<T: Copy, const N: usize>(v: &[T], f: fn(T) -> [u8; N]) -> Vec<u8> {
+            v.iter().flat_map(|x| f(*x)).collect()
+        }
+        for (dtype, data, want) in [
+            (DataType::Uint8, vec![1u8, 200], "200:1"),
+            (DataType::Int8, vec![0xff, 3], "3:1"),
+            (DataType::Uint16, le(&[1u16, 9], u16::to_le_bytes), "9:1"),
+            (DataType::Int16, le(&[-1i16, -9], i16::to_le_bytes), "-1:0"),
+            (DataType::Uint32, le(&[7u32, 9], u32::to_le_bytes), "9:1"),
+            (DataType::Uint64, le(&[u64::MAX, 9], u64::to_le_bytes), "18446744073709551615:0"),
+            (DataType::Int64, le(&[-4i64, -9], i64::to_le_bytes), "-4:0"),
+            (DataType::Fp64, le(&[0.25f64, -1.0], f64::to_le_bytes), "0.250000:0"),
+        ] {
+            assert_eq!(check(&tensor(dtype, &[2], data), 1, false, None).1, [want], "{dtype:?}");
+        }
+    }
+
+    #[test]
     fn nan_prints_nan_whatever_its_sign_and_ranks_last() {
         let neg_nan = f32::from_bits(f32::NAN.to_bits() | 0x8000_0000);
         let t = tensor(DataType::Fp32, &[4], f32s(&[neg_nan, 1.0, f32::NAN, f32::NEG_INFINITY]));

@@ -317,6 +317,11 @@ impl Server {
         Ok(self.route(name, version)?.ctx.config_json.clone())
     }
 
+    /// A model's `max_batch_size` (0 for a model that does not batch).
+    pub fn model_max_batch_size(&self, name: &str, version: Option<i64>) -> Result<i64, InferError> {
+        Ok(i64::from(self.route(name, version)?.config.max_batch_size))
+    }
+
     /// A model's config.
     pub fn model_config(&self, name: &str, version: Option<i64>) -> Result<ModelConfig, InferError> {
         Ok((*self.route(name, version)?.config).clone())
