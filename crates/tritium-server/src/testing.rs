@@ -1,6 +1,6 @@
 //! Fixtures shared by the frontends' tests (the `testing` feature); not part of the API.
 
-use crate::types::{BatchStats, ModelStats, StatDuration};
+use crate::types::{BatchStats, InferError, ModelStats, OutputTensor, StatDuration};
 
 /// Statistics of model `name` version 1 with small distinct numbers in every field, so that a
 /// test can tell each field from the others on the wire.
@@ -53,4 +53,10 @@ pub fn growing_stats(name: &str, n: u64) -> ModelStats {
         }],
         ..Default::default()
     }
+}
+
+/// The core's classification of `output` (top `k`, no labels), for mock backends that stand in
+/// for [`crate::Server`].
+pub fn classify(output: &OutputTensor, k: u32, batching: bool) -> Result<OutputTensor, InferError> {
+    crate::classify::classify(output, k, batching, None).map_err(InferError::from)
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use tritium_http::Backend;
-use tritium_server::testing::{growing_stats, model_stats};
+use tritium_server::testing::{classify, growing_stats, model_stats};
 use tritium_server::{
     ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, ModelMetadata, ModelStats, OutputTensor,
     ParamValue, ServerMetadata, TensorMetadata,
@@ -37,21 +37,25 @@ impl Backend for Mock {
             };
             return Err(InferError::new(kind, format!("model failed: {kind:?}")));
         }
+        let mut outputs = Vec::new();
+        for i in &req.inputs {
+            let name = format!("OUT_{}", i.name);
+            let requested = req.outputs.iter().find(|r| r.name == name);
+            if !req.outputs.is_empty() && requested.is_none() {
+                continue;
+            }
+            let o = OutputTensor { name, datatype: i.datatype, shape: i.shape.clone(), data: i.data.to_vec() };
+            // Classification is the core's; the mock model batches (max_batch_size 4).
+            outputs.push(match requested.and_then(|r| r.classification) {
+                Some(k) => classify(&o, k, true)?,
+                None => o,
+            });
+        }
         Ok(InferResponse {
             model: req.model.clone(),
             version: req.version.unwrap_or(1),
             id: req.id.clone(),
-            outputs: req
-                .inputs
-                .iter()
-                .map(|i| OutputTensor {
-                    name: format!("OUT_{}", i.name),
-                    datatype: i.datatype,
-                    shape: i.shape.clone(),
-                    data: i.data.to_vec(),
-                })
-                .filter(|o| req.outputs.is_empty() || req.outputs.iter().any(|r| r.name == o.name))
-                .collect(),
+            outputs,
             parameters: vec![("echo".into(), ParamValue::Bool(true))],
         })
     }
