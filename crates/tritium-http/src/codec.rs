@@ -599,93 +599,120 @@ fn float_of(v: &Value, what: &str) -> Result<f64, String> {
     v.as_f64().or_else(|| non_finite(v)).ok_or_else(|| format!("expected a number for {what}, got {}", describe(v)))
 }
 
-/// Converts an input's JSON `data` to its raw bytes (Triton's serialized form for `BYTES`).
-fn json_input_data(name: &str, dtype: DataType, shape: &[i64], data: &Value) -> Result<Vec<u8>, InferError> {
-    let Some(expected) = element_count(shape) else {
-        return Err(InferError::invalid(format!(
-            "invalid shape for input '{name}': shape {} causes total element count to exceed maximum size of {}",
-            shape_string(shape),
-            i64::MAX
-        )));
-    };
+/// Why an input's JSON `data` cannot become tensor bytes (every one is `INVALID_ARGUMENT`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum JsonDataError {
+    /// The shape's element count overflows.
+    #[error(
+        "invalid shape for input '{name}': shape {shape} causes total element count to exceed maximum size of {}",
+        i64::MAX
+    )]
+    ShapeTooLarge { name: String, shape: String },
+    /// `data` is not an array.
+    #[error("Unable to parse 'data' of input '{name}': expected an array, got {got}")]
+    NotAnArray { name: String, got: String },
+    /// FP16 and BF16 have no JSON form in Triton.
+    #[error("receiving {dtype} data via JSON is not supported. Please use the binary data format for input {name}")]
+    NoJsonForm { name: String, dtype: &'static str },
+    /// The shape and the number of elements disagree.
+    #[error(
+        "Unable to parse 'data' of input '{name}': shape does not match true shape of 'data' field: shape {shape} has {expected} elements, but 'data' has {got}; make 'shape' and 'data' agree"
+    )]
+    CountMismatch { name: String, shape: String, expected: u64, got: u64 },
+    /// Arrays nest deeper than Triton's limit.
+    #[error(
+        "Unable to parse 'data' of input '{name}': JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})"
+    )]
+    TooDeep { name: String },
+    /// An element is not of the input's type or out of its range.
+    #[error("Unable to parse 'data' of input '{name}': element {index}: {message}")]
+    BadElement { name: String, index: u64, message: String },
+}
+
+impl From<JsonDataError> for InferError {
+    fn from(e: JsonDataError) -> Self {
+        InferError::invalid(e.to_string())
+    }
+}
+
+/// Converts an input's JSON `data` to its raw bytes (Triton's serialized form for `BYTES`), in
+/// three steps: the element count from the shape, the checks on `data` as a whole, and the
+/// conversion of each element.
+fn json_input_data(name: &str, dtype: DataType, shape: &[i64], data: &Value) -> Result<Vec<u8>, JsonDataError> {
+    let expected = expected_elements(name, shape)?;
     if expected == 0 {
         // As Triton: a tensor with no elements has no data, whatever 'data' holds.
         return Ok(Vec::new());
     }
+    let write = leaf_writer(name, dtype, data)?;
+    convert_leaves(name, shape, dtype, data, expected, write)
+}
+
+/// Step 1: the number of elements `shape` holds.
+fn expected_elements(name: &str, shape: &[i64]) -> Result<u64, JsonDataError> {
+    element_count(shape)
+        .ok_or_else(|| JsonDataError::ShapeTooLarge { name: name.to_string(), shape: shape_string(shape) })
+}
+
+/// Writes one JSON element as tensor bytes, or says why it cannot.
+type LeafWriter = fn(&Value, &mut Vec<u8>) -> Result<(), String>;
+
+/// Step 2: checks `data` as a whole, and picks the writer of the type's elements.
+fn leaf_writer(name: &str, dtype: DataType, data: &Value) -> Result<LeafWriter, JsonDataError> {
     if !data.is_array() {
-        return Err(InferError::invalid(format!(
-            "Unable to parse 'data' of input '{name}': expected an array, got {}",
-            describe(data)
-        )));
+        return Err(JsonDataError::NotAnArray { name: name.to_string(), got: describe(data) });
     }
-    match dtype {
-        DataType::Fp16 => {
-            return Err(InferError::invalid(format!(
-                "receiving FP16 data via JSON is not supported. Please use the binary data format for input {name}"
-            )))
+    Ok(match dtype {
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(JsonDataError::NoJsonForm { name: name.to_string(), dtype: dtype.wire_name() })
         }
-        DataType::Bf16 => {
-            return Err(InferError::invalid(format!(
-                "receiving BF16 data via JSON is not supported. Please use the binary data format for input {name}"
-            )))
-        }
-        _ => {}
-    }
-    // Every leaf takes at least one byte of JSON text, so this never reserves more than the
-    // body could fill, whatever the shape claims.
-    let leaves_bound = expected.min(count_leaves(data, 0));
-    let size = dtype.element_size().unwrap_or(8) as u64;
-    let mut out = Vec::with_capacity(usize::try_from(leaves_bound.saturating_mul(size)).unwrap_or(0));
-    let mut count = 0u64;
-    let what = dtype.wire_name();
-    let res = match dtype {
-        DataType::Bool => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+        DataType::Bool => |v, o| {
             let b = v.as_bool().ok_or_else(|| format!("expected a boolean for BOOL, got {}", describe(v)))?;
             o.push(u8::from(b));
             Ok(())
-        }),
-        DataType::Uint8 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.push(uint_in::<u8>(v, what)?);
+        },
+        DataType::Uint8 => |v, o| {
+            o.push(uint_in::<u8>(v, "UINT8")?);
             Ok(())
-        }),
-        DataType::Uint16 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&uint_in::<u16>(v, what)?.to_le_bytes());
+        },
+        DataType::Uint16 => |v, o| {
+            o.extend_from_slice(&uint_in::<u16>(v, "UINT16")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Uint32 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&uint_in::<u32>(v, what)?.to_le_bytes());
+        },
+        DataType::Uint32 => |v, o| {
+            o.extend_from_slice(&uint_in::<u32>(v, "UINT32")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Uint64 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&uint_in::<u64>(v, what)?.to_le_bytes());
+        },
+        DataType::Uint64 => |v, o| {
+            o.extend_from_slice(&uint_in::<u64>(v, "UINT64")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Int8 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&int_in::<i8>(v, what)?.to_le_bytes());
+        },
+        DataType::Int8 => |v, o| {
+            o.extend_from_slice(&int_in::<i8>(v, "INT8")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Int16 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&int_in::<i16>(v, what)?.to_le_bytes());
+        },
+        DataType::Int16 => |v, o| {
+            o.extend_from_slice(&int_in::<i16>(v, "INT16")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Int32 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&int_in::<i32>(v, what)?.to_le_bytes());
+        },
+        DataType::Int32 => |v, o| {
+            o.extend_from_slice(&int_in::<i32>(v, "INT32")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Int64 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&int_in::<i64>(v, what)?.to_le_bytes());
+        },
+        DataType::Int64 => |v, o| {
+            o.extend_from_slice(&int_in::<i64>(v, "INT64")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Fp32 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+        },
+        DataType::Fp32 => |v, o| {
             // As Triton: the double is narrowed to float (out-of-range values become infinite).
-            o.extend_from_slice(&(float_of(v, what)? as f32).to_le_bytes());
+            o.extend_from_slice(&(float_of(v, "FP32")? as f32).to_le_bytes());
             Ok(())
-        }),
-        DataType::Fp64 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&float_of(v, what)?.to_le_bytes());
+        },
+        DataType::Fp64 => |v, o| {
+            o.extend_from_slice(&float_of(v, "FP64")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Bytes => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+        },
+        DataType::Bytes => |v, o| {
             let s = match v {
                 Value::String(s) if non_finite(v).is_none() => s,
                 _ => return Err(format!("expected a string for BYTES, got {}", describe(v))),
@@ -694,24 +721,35 @@ fn json_input_data(name: &str, dtype: DataType, shape: &[i64], data: &Value) -> 
             o.extend_from_slice(&len.to_le_bytes());
             o.extend_from_slice(s.as_bytes());
             Ok(())
-        }),
-        DataType::Fp16 | DataType::Bf16 => Ok(()),
-    };
-    let mismatch = |got: u64| {
-        InferError::invalid(format!(
-            "Unable to parse 'data' of input '{name}': shape does not match true shape of 'data' field: shape {} has {expected} elements, but 'data' has {got}; make 'shape' and 'data' agree",
-            shape_string(shape)
-        ))
-    };
+        },
+    })
+}
+
+/// Step 3: converts the `expected` elements of `data` (nested arrays, flattened in order).
+fn convert_leaves(
+    name: &str,
+    shape: &[i64],
+    dtype: DataType,
+    data: &Value,
+    expected: u64,
+    mut write: LeafWriter,
+) -> Result<Vec<u8>, JsonDataError> {
+    // Every leaf takes at least one byte of JSON text, so this never reserves more than the
+    // body could fill, whatever the shape claims.
+    let leaves_bound = expected.min(count_leaves(data, 0));
+    let size = dtype.element_size().unwrap_or(8) as u64;
+    let mut out = Vec::with_capacity(usize::try_from(leaves_bound.saturating_mul(size)).unwrap_or(0));
+    let mut count = 0u64;
+    let res = walk(data, 0, &mut count, expected, &mut out, &mut write);
+    let mismatch =
+        |got| JsonDataError::CountMismatch { name: name.to_string(), shape: shape_string(shape), expected, got };
     match res {
         Ok(()) if count == expected => Ok(out),
         Ok(()) => Err(mismatch(count)),
         Err(DataError::TooMany) => Err(mismatch(count_leaves(data, 0))),
-        Err(DataError::TooDeep) => Err(InferError::invalid(format!(
-            "Unable to parse 'data' of input '{name}': JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})"
-        ))),
+        Err(DataError::TooDeep) => Err(JsonDataError::TooDeep { name: name.to_string() }),
         Err(DataError::Bad { index, message }) => {
-            Err(InferError::invalid(format!("Unable to parse 'data' of input '{name}': element {index}: {message}")))
+            Err(JsonDataError::BadElement { name: name.to_string(), index, message })
         }
     }
 }
