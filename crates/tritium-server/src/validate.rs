@@ -48,7 +48,7 @@ fn quoted_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
 /// Why a request does not fit its model's config; each text is Triton's. `log` is the
 /// `[request id: ...] ` prefix Triton puts on most of them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum Invalid {
+pub(crate) enum Reason {
     /// An output the model does not have.
     #[error("unexpected inference output '{output}' for model '{model}'")]
     UnexpectedOutput { output: String, model: String },
@@ -102,6 +102,25 @@ pub(crate) enum Invalid {
     StringCount { log: String, expected: u64, input: String, model: String, got: u64 },
 }
 
+/// A [`Reason`], boxed: the error path is cold and the reasons are large.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(transparent)]
+pub(crate) struct Invalid(Box<Reason>);
+
+impl Invalid {
+    /// Why.
+    #[cfg(test)]
+    fn reason(&self) -> &Reason {
+        &self.0
+    }
+}
+
+impl From<Reason> for Invalid {
+    fn from(r: Reason) -> Self {
+        Self(Box::new(r))
+    }
+}
+
 impl From<Invalid> for InferError {
     fn from(e: Invalid) -> Self {
         InferError::invalid(e.to_string())
@@ -132,34 +151,37 @@ fn check_bytes(cx: &Context<'_>, input: &str, data: &[u8], expected: u64) -> Res
     let mut count = 0u64;
     while !rest.is_empty() {
         let Some((len, tail)) = rest.split_first_chunk::<4>() else {
-            return Err(Invalid::StringLength {
+            return Err(Reason::StringLength {
                 log: cx.log(),
                 input: input.to_string(),
                 model: cx.model(),
                 available: rest.len(),
-            });
+            }
+            .into());
         };
         let len = u32::from_le_bytes(*len) as usize;
         if tail.len() < len {
-            return Err(Invalid::StringData {
+            return Err(Reason::StringData {
                 log: cx.log(),
                 input: input.to_string(),
                 model: cx.model(),
                 len,
                 available: tail.len(),
-            });
+            }
+            .into());
         }
         rest = &tail[len..];
         count += 1;
     }
     if count != expected {
-        return Err(Invalid::StringCount {
+        return Err(Reason::StringCount {
             log: cx.log(),
             expected,
             input: input.to_string(),
             model: cx.model(),
             got: count,
-        });
+        }
+        .into());
     }
     Ok(())
 }
@@ -192,7 +214,7 @@ fn requested_outputs(
         return Ok(config.output.iter().map(|o| RequestedOutput::named(&o.name)).collect());
     }
     if let Some(o) = req.outputs.iter().find(|o| !config.output.iter().any(|c| c.name == o.name)) {
-        return Err(Invalid::UnexpectedOutput { output: o.name.clone(), model: cx.model() });
+        return Err(Reason::UnexpectedOutput { output: o.name.clone(), model: cx.model() }.into());
     }
     Ok(req.outputs.clone())
 }
@@ -202,7 +224,7 @@ fn check_input_names(cx: &Context<'_>, req: &InferRequest, config: &ModelConfig)
     let mut seen = HashSet::new();
     for input in &req.inputs {
         if !seen.insert(input.name.as_str()) {
-            return Err(Invalid::DuplicateInput { log: cx.log(), input: input.name.clone() });
+            return Err(Reason::DuplicateInput { log: cx.log(), input: input.name.clone() }.into());
         }
     }
     let required = config.input.iter().filter(|i| !i.optional).count();
@@ -217,14 +239,15 @@ fn check_input_names(cx: &Context<'_>, req: &InferRequest, config: &ModelConfig)
     } else {
         format!("expected number of inputs between {required} and {}", config.input.len())
     };
-    Err(Invalid::InputCount {
+    Err(Reason::InputCount {
         log: cx.log(),
         expected,
         got: req.inputs.len(),
         model: cx.model(),
         names: quoted_list(req.inputs.iter().map(|i| i.name.as_str())),
         missing,
-    })
+    }
+    .into())
 }
 
 /// Step 3: every input is the model's, and for a batching model all share a first dimension
@@ -234,23 +257,23 @@ fn batch_size(cx: &Context<'_>, req: &InferRequest, config: &ModelConfig) -> Res
     let mut batch_size: u64 = 0;
     for input in &req.inputs {
         if !config.input.iter().any(|c| c.name == input.name) {
-            return Err(Invalid::UnexpectedInput { input: input.name.clone(), model: cx.model() });
+            return Err(Reason::UnexpectedInput { input: input.name.clone(), model: cx.model() }.into());
         }
         if !batching {
             continue;
         }
         let Some(&first) = input.shape.first() else {
-            return Err(Invalid::NoBatchDimension { log: cx.log(), input: input.name.clone(), model: cx.model() });
+            return Err(Reason::NoBatchDimension { log: cx.log(), input: input.name.clone(), model: cx.model() }.into());
         };
         let first = u64::try_from(first).unwrap_or(u64::MAX);
         if batch_size == 0 {
             batch_size = first;
         } else if first != batch_size {
-            return Err(Invalid::BatchMismatch { log: cx.log(), input: input.name.clone(), model: cx.model() });
+            return Err(Reason::BatchMismatch { log: cx.log(), input: input.name.clone(), model: cx.model() }.into());
         }
     }
     if batch_size > config.max_batch_size as u64 {
-        return Err(Invalid::BatchTooLarge { log: cx.log(), max: config.max_batch_size, model: cx.model() });
+        return Err(Reason::BatchTooLarge { log: cx.log(), max: config.max_batch_size, model: cx.model() }.into());
     }
     Ok(batch_size)
 }
@@ -259,17 +282,20 @@ fn batch_size(cx: &Context<'_>, req: &InferRequest, config: &ModelConfig) -> Res
 fn check_input(cx: &Context<'_>, input: &InputTensor, cfg: &ModelInput, batching: bool) -> Result<(), Invalid> {
     let expected_type = wire_type(cfg.data_type);
     if expected_type != Some(input.datatype) {
-        return Err(Invalid::DataType {
+        return Err(Reason::DataType {
             log: cx.log(),
             input: input.name.clone(),
             got: input.datatype.wire_name(),
             model: cx.model(),
             expected: expected_type.map_or("INVALID", DataType::wire_name),
-        });
+        }
+        .into());
     }
     check_shape(cx, input, cfg, batching)?;
     let Some(elements) = input.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64)) else {
-        return Err(Invalid::ShapeTooLarge { log: cx.log(), shape: dims(&input.shape), input: input.name.clone() });
+        return Err(
+            Reason::ShapeTooLarge { log: cx.log(), shape: dims(&input.shape), input: input.name.clone() }.into()
+        );
     };
     match input.datatype.element_size() {
         None => check_bytes(cx, &input.name, &input.data, elements),
@@ -278,13 +304,14 @@ fn check_input(cx: &Context<'_>, input: &InputTensor, cfg: &ModelInput, batching
             if expected == input.data.len() as u64 {
                 return Ok(());
             }
-            Err(Invalid::ByteSize {
+            Err(Reason::ByteSize {
                 log: cx.log(),
                 input: input.name.clone(),
                 model: cx.model(),
                 expected,
                 got: input.data.len(),
-            })
+            }
+            .into())
         }
     }
 }
@@ -296,12 +323,13 @@ fn check_shape(cx: &Context<'_>, input: &InputTensor, cfg: &ModelInput, batching
     if matches {
         for (c, &d) in cfg.dims.iter().zip(shape) {
             if d == -1 {
-                return Err(Invalid::UnspecifiedDimension {
+                return Err(Reason::UnspecifiedDimension {
                     log: cx.log(),
                     input: input.name.clone(),
                     model: cx.model(),
                     shape: dims(&input.shape),
-                });
+                }
+                .into());
             }
             if *c != -1 && *c != d {
                 matches = false;
@@ -317,14 +345,15 @@ fn check_shape(cx: &Context<'_>, input: &InputTensor, cfg: &ModelInput, batching
         full.push(-1);
     }
     full.extend_from_slice(&cfg.dims);
-    Err(Invalid::Shape {
+    Err(Reason::Shape {
         log: cx.log(),
         input: input.name.clone(),
         model: cx.model(),
         expected: dims(&full),
         got: dims(&input.shape),
         note: if batching { BATCH_NOTE } else { "" },
-    })
+    }
+    .into())
 }
 
 #[cfg(test)]
@@ -458,9 +487,13 @@ mod step_tests {
     fn bytes_elements_are_counted_and_checked() {
         let one = [&3u32.to_le_bytes()[..], b"abc"].concat();
         assert_eq!(check_bytes(&cx(), "A", &one, 1), Ok(()));
-        assert!(matches!(check_bytes(&cx(), "A", &one, 2), Err(Invalid::StringCount { got: 1, .. })));
-        assert!(matches!(check_bytes(&cx(), "A", &one[..2], 1), Err(Invalid::StringLength { available: 2, .. })));
-        assert!(matches!(check_bytes(&cx(), "A", &one[..5], 1), Err(Invalid::StringData { len: 3, available: 1, .. })));
+        let reason = |r: Result<(), Invalid>| r.expect_err("invalid").reason().clone();
+        assert!(matches!(reason(check_bytes(&cx(), "A", &one, 2)), Reason::StringCount { got: 1, .. }));
+        assert!(matches!(reason(check_bytes(&cx(), "A", &one[..2], 1)), Reason::StringLength { available: 2, .. }));
+        assert!(matches!(
+            reason(check_bytes(&cx(), "A", &one[..5], 1)),
+            Reason::StringData { len: 3, available: 1, .. }
+        ));
     }
 
     #[test]
@@ -468,11 +501,13 @@ mod step_tests {
         let fp32 = cfg(&[-1, 2], ConfigType::TypeFp32);
         assert_eq!(check_shape(&cx(), &input("A", DataType::Fp32, &[4, 3, 2], vec![]), &fp32, true), Ok(()));
         let e = check_shape(&cx(), &input("A", DataType::Fp32, &[3, 2], vec![]), &fp32, true).expect_err("no batch");
-        assert!(matches!(&e, Invalid::Shape { expected, note, .. } if expected == "[-1,-1,2]" && *note == BATCH_NOTE));
+        assert!(
+            matches!(e.reason(), Reason::Shape { expected, note, .. } if expected == "[-1,-1,2]" && *note == BATCH_NOTE)
+        );
         let e = check_shape(&cx(), &input("A", DataType::Fp32, &[3, 3], vec![]), &fp32, false).expect_err("dim");
-        assert!(matches!(&e, Invalid::Shape { note: "", .. }));
+        assert!(matches!(e.reason(), Reason::Shape { note: "", .. }));
         let e = check_shape(&cx(), &input("A", DataType::Fp32, &[-1, 2], vec![]), &fp32, false).expect_err("-1");
-        assert!(matches!(e, Invalid::UnspecifiedDimension { .. }));
+        assert!(matches!(e.reason(), Reason::UnspecifiedDimension { .. }));
     }
 
     #[test]
@@ -485,7 +520,7 @@ mod step_tests {
             "[request id: r] inference input 'A' data-type is 'INT32', but model 'm' expects 'FP32'"
         );
         let e = check_input(&cx(), &input("A", DataType::Fp32, &[2], vec![0; 7]), &fp32, false).expect_err("size");
-        assert!(matches!(e, Invalid::ByteSize { expected: 8, got: 7, .. }));
+        assert!(matches!(e.reason(), Reason::ByteSize { expected: 8, got: 7, .. }));
         assert_eq!(InferError::from(e).kind, crate::types::ErrorKind::InvalidArg);
     }
 }
