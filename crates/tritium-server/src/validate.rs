@@ -2,7 +2,8 @@
 
 use std::collections::HashSet;
 
-use tritium_proto::inference::{DataType as ConfigType, ModelConfig, ModelInput};
+use tritium_proto::inference::ModelInput;
+use tritium_proto::inference::{DataType as ConfigType, ModelConfig};
 
 use crate::types::{DataType, InferError, InferRequest, InputTensor, RequestedOutput};
 
@@ -359,7 +360,7 @@ fn check_shape(cx: &Context<'_>, input: &InputTensor, cfg: &ModelInput, batching
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tritium_proto::inference::ModelOutput;
+    use tritium_proto::inference::{ModelInput, ModelOutput};
 
     fn config(max_batch_size: i32) -> ModelConfig {
         let input = |name: &str, t: ConfigType, dims: Vec<i64>, optional| ModelInput {
