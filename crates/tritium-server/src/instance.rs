@@ -700,11 +700,25 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
     let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting);
     let times = ExecTimes { compute_input: t1 - t0, compute_infer: t2 - t1, compute_output: t2.elapsed() };
     ctx.stats.execution(placed.batch_size, times);
-    for (p, result) in answers {
+    for Answer { p, result, served } in answers {
         let queue = t0.saturating_duration_since(p.enqueued);
-        finish(ctx, p, result, Some((queue, times)));
+        if served {
+            ctx.stats.success(p.batch_size, p.enqueued.elapsed(), queue, times);
+            let _ = p.tx.send(result);
+        } else {
+            finish(ctx, p, result, Some((queue, times)));
+        }
     }
     Ok(())
+}
+
+/// One request's answer after `execute`.
+struct Answer {
+    p: Pending,
+    result: Result<InferResponse, InferError>,
+    /// The model answered it: statistics count it as a success even when its classification
+    /// is refused, as Triton's do (its frontends classify after the core has counted).
+    served: bool,
 }
 
 /// Step 1: copies each request's inputs into the stub's shared memory. Requests whose client
@@ -785,29 +799,32 @@ fn collect_responses(
     responses: &[tritium_ipc::Response],
     batch_error: Option<String>,
     mut waiting: HashMap<u64, Pending>,
-) -> Vec<(Pending, Result<InferResponse, InferError>)> {
+) -> Vec<Answer> {
     let mut answers = Vec::with_capacity(responses.len());
     for resp in responses {
         let Some(p) = waiting.remove(&resp.request) else { continue };
-        let result = match &resp.error {
-            Some(e) => Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())),
-            None => read_outputs(stub, resp)
-                .and_then(|outputs| shape_outputs(outputs, &p.outputs, &ctx.classes))
-                .map(|outputs| InferResponse {
-                    model: ctx.model.clone(),
-                    version: ctx.version,
-                    id: p.req.id.clone(),
-                    outputs,
-                    parameters: resp.parameters.clone(),
-                })
-                .map_err(InferError::from),
+        let (result, served) = match &resp.error {
+            Some(e) => (Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())), false),
+            None => match read_outputs(stub, resp) {
+                Err(e) => (Err(e.into()), false),
+                Ok(outputs) => {
+                    let response = shape_outputs(outputs, &p.outputs, &ctx.classes).map(|outputs| InferResponse {
+                        model: ctx.model.clone(),
+                        version: ctx.version,
+                        id: p.req.id.clone(),
+                        outputs,
+                        parameters: resp.parameters.clone(),
+                    });
+                    (response.map_err(InferError::from), true)
+                }
+            },
         };
         stub.release_outputs(resp);
-        answers.push((p, result));
+        answers.push(Answer { p, result, served });
     }
     let fallback = batch_error.unwrap_or_else(|| "the model sent no response for this request".to_string());
     for (_, p) in waiting.drain() {
-        answers.push((p, Err(InferError::internal(fallback.clone()))));
+        answers.push(Answer { p, result: Err(InferError::internal(fallback.clone())), served: false });
     }
     answers
 }
