@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tracing::{error, info};
 use tritium_config::ModelConfig;
 use tritium_host::{Stub, StubCommand};
@@ -385,17 +385,8 @@ impl Server {
             + Duration::from_secs(60);
         let deadline = tokio::time::Instant::now() + limit;
         for (_, i, before) in &targets {
-            // The watch publishes every state change: wait for ready after the restart, or an
-            // end that no waiting changes.
-            let mut states = i.subscribe();
-            let settled = |v: &StateView| {
-                (v.state == InstanceState::Ready && v.restarts > *before)
-                    || matches!(v.state, InstanceState::Failed | InstanceState::Stopping | InstanceState::Stopped)
-            };
-            let view = match tokio::time::timeout_at(deadline, states.wait_for(settled)).await {
-                Ok(Ok(view)) => *view,
-                // The instance is gone (its status dropped): it stopped.
-                Ok(Err(_)) => StateView { state: InstanceState::Stopped, restarts: *before },
+            let view = match tokio::time::timeout_at(deadline, settled_after(i.subscribe(), *before)).await {
+                Ok(view) => view,
                 Err(_) => {
                     return Err(InferError::internal(format!(
                         "instance '{}' is not ready {}s after the restart request (state {})",
@@ -669,6 +660,20 @@ impl Server {
             models.values_mut().flat_map(|e| std::mem::take(&mut e.versions)).collect()
         };
         retire_all(all.into_iter().collect()).await;
+    }
+}
+
+/// Waits on an instance's state changes until it is ready after more than `restarts` restarts,
+/// or in a state no waiting changes (failed, stopping, stopped).
+async fn settled_after(mut states: watch::Receiver<StateView>, restarts: u64) -> StateView {
+    let settled = |v: &StateView| {
+        (v.state == InstanceState::Ready && v.restarts > restarts)
+            || matches!(v.state, InstanceState::Failed | InstanceState::Stopping | InstanceState::Stopped)
+    };
+    match states.wait_for(settled).await {
+        Ok(view) => *view,
+        // The instance is gone (its status dropped): it stopped.
+        Err(_) => StateView { state: InstanceState::Stopped, restarts },
     }
 }
 
@@ -1110,6 +1115,29 @@ mod tests {
         assert_eq!(auto_complete_file(&dir, &config, true), None);
         std::fs::write(dir.join("2/model.py"), "def auto_complete_config(c): return c").expect("write");
         assert_eq!(auto_complete_file(&dir, &config, true), Some(dir.join("2/model.py")));
+    }
+
+    #[tokio::test]
+    async fn a_restart_waits_for_ready_after_the_restart_on_the_watch() {
+        use InstanceState as S;
+        let view = |state, restarts| StateView { state, restarts };
+        let (tx, rx) = watch::channel(view(S::Ready, 2));
+        let waiter = tokio::spawn(settled_after(rx, 2));
+        for v in [view(S::Draining, 3), view(S::Starting, 3), view(S::Initializing, 3), view(S::Ready, 3)] {
+            tokio::task::yield_now().await;
+            tx.send_replace(v);
+        }
+        assert_eq!(waiter.await.expect("waiter"), view(S::Ready, 3));
+        // Ready before the restart happened does not count; a failure ends the wait.
+        let (tx, rx) = watch::channel(view(S::Ready, 0));
+        let waiter = tokio::spawn(settled_after(rx, 0));
+        tokio::task::yield_now().await;
+        tx.send_replace(view(S::Failed, 1));
+        assert_eq!(waiter.await.expect("waiter").state, S::Failed);
+        // A dropped instance counts as stopped.
+        let (tx, rx) = watch::channel(view(S::Draining, 1));
+        drop(tx);
+        assert_eq!(settled_after(rx, 0).await.state, S::Stopped);
     }
 
     #[test]
