@@ -2,10 +2,14 @@
 //! version's queue, turns stub responses into client responses, and restarts the stub when it
 //! dies or hangs.
 //!
-//! The supervisor's state changes in one place, [`Status::on`]: one event enum, one `match`,
-//! every transition logged inside the instance's span and counted. The worker thread spawns its
-//! own stubs, so a stub's `PR_SET_PDEATHSIG` is tied to a thread that lives as long as the
-//! instance.
+//! The supervisor's legal transitions are one `match (state, event)` table, [`transition`];
+//! its state changes in one place, [`Status::on`], which refuses (logs and counts) an impossible
+//! event, logs every change inside the instance's span, counts it, and publishes it on a watch
+//! channel for whoever waits for a state. The worker thread spawns its own stubs, so a stub's
+//! `PR_SET_PDEATHSIG` is tied to a thread that lives as long as the instance.
+//!
+//! A batch runs in named steps: [`place_inputs`], execute, [`collect_responses`] (outputs read,
+//! ordered and classified), and the times recorded.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;

@@ -1,6 +1,6 @@
 //! A model version's request queue, feeding its instances, with Triton's dynamic batching.
 //!
-//! Instance workers are OS threads that block in [`Queue::next_batch`]; the async frontends push
+//! Instance workers are OS threads that block in [`Queue::next_batch_unless`]; the async frontends push
 //! into the queue and await a oneshot answer. Without `dynamic_batching` each `execute` gets one
 //! request. With it, a worker gathers queued requests while their batch sizes fit
 //! `max_batch_size`, and waits up to `max_queue_delay_microseconds` (counted from the oldest
