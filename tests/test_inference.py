@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from tritonclient.utils import InferenceServerException
 
 DTYPES = [
     ("BOOL", np.bool_),
@@ -154,6 +155,24 @@ def test_metadata_and_config(client, protocol):
     assert [int(p) for p in config["dynamic_batching"]["preferred_batch_size"]] == [4, 8]
     assert c.is_server_live() and c.is_model_ready("add_sub")
     assert not c.is_model_ready("broken_init")
+
+
+def test_classification_ranks_each_batch_entry_with_labels(client):
+    tc, c = client
+    inp = tc.InferInput("INPUT", [2, 4], "FP32")
+    inp.set_data_from_numpy(np.array([[1, 3, 2, 0], [float("nan"), -1, 5, 4]], dtype=np.float32))
+    out = tc.InferRequestedOutput("OUTPUT", class_count=2)
+    result = c.infer("batched_scale", [inp], outputs=[out])
+    classes = result.as_numpy("OUTPUT")
+    # value:index[:label], labels from the model's labels.txt (index 3 has none); NaN ranks last.
+    assert classes.shape == (2, 2)
+    assert classes.tolist() == [[b"6.000000:1:one", b"4.000000:2:two"], [b"10.000000:2:two", b"8.000000:3"]]
+    # Triton ranks integers, FP32 and FP64 only; the refusal is INVALID_ARGUMENT on both protocols.
+    half = tc.InferInput("IN_FP16", [2], "FP16")
+    half.set_data_from_numpy(np.array([1, 2], dtype=np.float16))
+    with pytest.raises(InferenceServerException, match="unsupported type 'FP16'") as refused:
+        c.infer("echo", [half], outputs=[tc.InferRequestedOutput("OUT_FP16", class_count=1)])
+    assert refused.value.status() in ("400", "StatusCode.INVALID_ARGUMENT")
 
 
 @pytest.mark.parametrize("mib", [300])

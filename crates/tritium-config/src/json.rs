@@ -41,3 +41,10 @@ pub fn from_json(json: &Value) -> Result<ModelConfig, ConfigError> {
         })?;
     message.transcode_to::<ModelConfig>().map_err(|e| ConfigError::Json(e.to_string()))
 }
+
+/// Reads a JSON model configuration from its text (what `auto_complete_config` returns), as
+/// [`from_json`] does; text that is not JSON at all is a [`ConfigError::Json`] too.
+pub fn from_json_str(text: &str) -> Result<ModelConfig, ConfigError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| ConfigError::Json(format!("not JSON: {e}")))?;
+    from_json(&value)
+}

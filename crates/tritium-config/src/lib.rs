@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use prost_reflect::{DescriptorPool, MessageDescriptor};
 
 pub use error::ConfigError;
-pub use json::{from_json, to_json};
+pub use json::{from_json, from_json_str, to_json};
 pub use normalize::{normalize, resolve_instance_groups};
 pub use parse::{load_config, parse_config, CONFIG_FILE};
 pub use proto::{ModelConfig, ModelVersionPolicy};

@@ -1,6 +1,6 @@
 //! Conversions between the `inference` protobuf messages and `tritium_server`'s types, with
-//! Triton's checks and error texts (`src/grpc/infer_handler.cc`, `src/grpc/grpc_utils.{h,cc}` and
-//! `src/classification.cc` in `triton-inference-server/server`).
+//! Triton's checks and error texts (`src/grpc/infer_handler.cc` and `src/grpc/grpc_utils.{h,cc}` in
+//! `triton-inference-server/server`). Classification outputs arrive classified from the core.
 //!
 //! Everything here is a plain function of its arguments, so the whole wire mapping is unit-tested
 //! without a network; the service only moves messages in and out.
@@ -23,19 +23,14 @@ use tritium_proto::inference::{
 };
 use tritium_server::{
     parse_version, CorrelationId, DataType, ErrorKind, IndexEntry, InferError, InferRequest, InferResponse,
-    InputTensor, ModelMetadata, ModelStats, OutputTensor, ParamValue, ServerMetadata, StatDuration, TensorMetadata,
+    InputTensor, ModelMetadata, ModelStats, ParamValue, RequestedOutput, ServerMetadata, StatDuration, TensorMetadata,
+    FLAG_SEQUENCE_END, FLAG_SEQUENCE_START,
 };
 
-/// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START`.
-pub const FLAG_SEQUENCE_START: u32 = 1;
-/// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_END`.
-pub const FLAG_SEQUENCE_END: u32 = 2;
 /// The largest message Triton's gRPC server sends or accepts (`MAX_GRPC_MESSAGE_SIZE`, `INT32_MAX`).
 pub const MAX_GRPC_MESSAGE_SIZE: usize = i32::MAX as usize;
 /// Request parameters starting with `triton_` that Triton accepts (`TRITON_RESERVED_REQUEST_PARAMS`).
 const TRITON_RESERVED_REQUEST_PARAMS: &[&str] = &["triton_enable_empty_final_response"];
-/// Triton's bound on the elements ranked for one classification (`kMaxClassificationElements`).
-const MAX_CLASSIFICATION_ELEMENTS: usize = 1_000_000;
 
 /// The gRPC status code for an error kind, as Triton's `GrpcStatusUtil::CodeToStatus`
 /// (`src/grpc/grpc_utils.cc`) maps `TRITONSERVER_Error_Code`s.
@@ -55,16 +50,6 @@ pub fn code_for(kind: ErrorKind) -> Code {
 /// The gRPC status for an error: Triton's code, the message unchanged.
 pub fn to_status(e: InferError) -> Status {
     Status::new(code_for(e.kind), e.message)
-}
-
-/// A parsed `ModelInfer` request: the server's request plus what only the frontend uses.
-#[derive(Debug, Clone)]
-pub struct DecodedInfer {
-    /// The request for [`tritium_server::Server::infer`].
-    pub request: InferRequest,
-    /// Outputs asked for as classifications (the `classification` output parameter): name and
-    /// the number of top classes.
-    pub classification: Vec<(String, u32)>,
 }
 
 /// What the reserved request parameters set, and the rest for the model.
@@ -242,9 +227,9 @@ pub fn shared_memory_params(
 
 /// The error for a tensor placed in a client shared-memory region: no region can be registered
 /// with tritium yet, so no region can be found (Triton answers `Unable to find shared memory
-/// region` for an unregistered one).
+/// region` for an unregistered one). `INVALID_ARGUMENT`, as the HTTP frontend answers it.
 fn shm_unsupported(shm: &ShmRef) -> InferError {
-    unsupported(format!(
+    invalid(format!(
         "Unable to find shared memory region: '{}': shared memory is not supported by tritium yet; send the tensor data in the request",
         shm.region
     ))
@@ -420,68 +405,49 @@ pub fn classification_count(output: &InferRequestedOutputTensor) -> Result<Optio
     Ok(Some(u32::try_from(count).unwrap_or(u32::MAX)))
 }
 
-/// The outputs a request asks for.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RequestedOutputs {
-    /// Names, in the request's order (empty asks for every output).
-    pub names: Vec<String>,
-    /// Those asked for as classifications, with the number of top classes.
-    pub classification: Vec<(String, u32)>,
-}
-
-/// Requested output names in order, and those asked for as classifications (Triton's
+/// The outputs a request asks for, in its order, with their classification counts (Triton's
 /// `InferAllocatorPayload`). Output shared memory is refused: no region can be registered.
-pub fn decode_outputs(outputs: &[InferRequestedOutputTensor]) -> Result<RequestedOutputs, InferError> {
-    let names = outputs.iter().map(|o| o.name.clone()).collect();
-    let mut classification = Vec::new();
-    for o in outputs {
-        let shm = shared_memory_params(&o.name, &o.parameters)?;
-        let class = classification_count(o)?;
-        if shm.is_some() && class.is_some() {
-            return Err(invalid("output can't set both 'shared_memory_region' and 'classification'"));
-        }
-        if let Some(shm) = shm {
-            return Err(shm_unsupported(&shm));
-        }
-        if let Some(k) = class {
-            classification.push((o.name.clone(), k));
-        }
-    }
-    Ok(RequestedOutputs { names, classification })
+pub fn decode_outputs(outputs: &[InferRequestedOutputTensor]) -> Result<Vec<RequestedOutput>, InferError> {
+    outputs
+        .iter()
+        .map(|o| {
+            let shm = shared_memory_params(&o.name, &o.parameters)?;
+            let classification = classification_count(o)?;
+            if shm.is_some() && classification.is_some() {
+                return Err(invalid("output can't set both 'shared_memory_region' and 'classification'"));
+            }
+            if let Some(shm) = shm {
+                return Err(shm_unsupported(&shm));
+            }
+            Ok(RequestedOutput { name: o.name.clone(), classification })
+        })
+        .collect()
 }
 
 /// Decodes a `ModelInferRequest`, in Triton's order: version, request parameters, input
 /// datatypes, input data, output parameters.
-pub fn decode_infer_request(msg: ModelInferRequest) -> Result<DecodedInfer, InferError> {
+pub fn decode_infer_request(msg: ModelInferRequest) -> Result<InferRequest, InferError> {
     let ModelInferRequest { model_name, model_version, id, parameters, inputs, outputs, raw_input_contents } = msg;
     let version = parse_version(&model_version)?;
     let params = request_parameters(&parameters)?;
     let inputs = decode_inputs(&model_name, inputs, &raw_input_contents)?;
-    let RequestedOutputs { names: outputs, classification } = decode_outputs(&outputs)?;
-    Ok(DecodedInfer {
-        request: InferRequest {
-            model: model_name,
-            version,
-            id,
-            inputs,
-            outputs,
-            parameters: params.parameters,
-            correlation_id: params.correlation_id,
-            flags: params.flags,
-            timeout_us: params.timeout_us,
-        },
-        classification,
+    let outputs = decode_outputs(&outputs)?;
+    Ok(InferRequest {
+        model: model_name,
+        version,
+        id,
+        inputs,
+        outputs,
+        parameters: params.parameters,
+        correlation_id: params.correlation_id,
+        flags: params.flags,
+        timeout_us: params.timeout_us,
     })
 }
 
 /// Encodes an inference response: every output with its raw contents (Triton always answers
-/// with `raw_output_contents`), outputs asked for as classifications replaced by their top
-/// classes. `batching` tells whether the model batches (its first dimension is the batch).
-pub fn encode_infer_response(
-    resp: InferResponse,
-    classification: &[(String, u32)],
-    batching: bool,
-) -> Result<ModelInferResponse, InferError> {
+/// with `raw_output_contents`).
+pub fn encode_infer_response(resp: InferResponse) -> Result<ModelInferResponse, InferError> {
     let mut out = ModelInferResponse {
         model_name: resp.model,
         model_version: resp.version.to_string(),
@@ -491,22 +457,14 @@ pub fn encode_infer_response(
         raw_output_contents: Vec::with_capacity(resp.outputs.len()),
     };
     for output in resp.outputs {
-        let class = classification.iter().find(|(n, _)| *n == output.name).map(|&(_, k)| k);
-        let (datatype, shape, data) = match class {
-            Some(k) => {
-                let (shape, data) = classify(&output, k, batching)?;
-                (DataType::Bytes, shape, data)
-            }
-            None => (output.datatype, output.shape, output.data),
-        };
         out.outputs.push(InferOutputTensor {
             name: output.name,
-            datatype: datatype.wire_name().to_string(),
-            shape,
+            datatype: output.datatype.wire_name().to_string(),
+            shape: output.shape,
             parameters: HashMap::new(),
             contents: None,
         });
-        out.raw_output_contents.push(Bytes::from(data));
+        out.raw_output_contents.push(Bytes::from(output.data));
     }
     check_response_size(out.encoded_len())?;
     Ok(out)
@@ -520,130 +478,6 @@ pub fn check_response_size(size: usize) -> Result<(), InferError> {
         )));
     }
     Ok(())
-}
-
-/// C++'s `std::to_string` of a floating-point value (`%f`).
-fn float_text(v: f64) -> String {
-    if v.is_nan() {
-        if v.is_sign_negative() {
-            "-nan".into()
-        } else {
-            "nan".into()
-        }
-    } else if v.is_infinite() {
-        if v < 0.0 {
-            "-inf".into()
-        } else {
-            "inf".into()
-        }
-    } else {
-        format!("{v:.6}")
-    }
-}
-
-/// The value of element `i` of a little-endian tensor for ranking, and its text as Triton's
-/// `std::to_string` writes it.
-fn class_value(dtype: DataType, e: &[u8]) -> Option<(f64, String)> {
-    fn arr<const N: usize>(e: &[u8]) -> Option<[u8; N]> {
-        e.get(..N)?.try_into().ok()
-    }
-    Some(match dtype {
-        DataType::Uint8 => (f64::from(e.first().copied()?), e.first()?.to_string()),
-        DataType::Int8 => {
-            let v = i8::from_le_bytes(arr(e)?);
-            (f64::from(v), v.to_string())
-        }
-        DataType::Uint16 => {
-            let v = u16::from_le_bytes(arr(e)?);
-            (f64::from(v), v.to_string())
-        }
-        DataType::Int16 => {
-            let v = i16::from_le_bytes(arr(e)?);
-            (f64::from(v), v.to_string())
-        }
-        DataType::Uint32 => {
-            let v = u32::from_le_bytes(arr(e)?);
-            (f64::from(v), v.to_string())
-        }
-        DataType::Int32 => {
-            let v = i32::from_le_bytes(arr(e)?);
-            (f64::from(v), v.to_string())
-        }
-        DataType::Uint64 => {
-            let v = u64::from_le_bytes(arr(e)?);
-            (v as f64, v.to_string())
-        }
-        DataType::Int64 => {
-            let v = i64::from_le_bytes(arr(e)?);
-            (v as f64, v.to_string())
-        }
-        DataType::Fp32 => {
-            let v = f64::from(f32::from_le_bytes(arr(e)?));
-            (v, float_text(v))
-        }
-        DataType::Fp64 => {
-            let v = f64::from_le_bytes(arr(e)?);
-            (v, float_text(v))
-        }
-        DataType::Bool | DataType::Fp16 | DataType::Bf16 | DataType::Bytes => return None,
-    })
-}
-
-/// Triton's classification extension (`TopkClassifications`): the top `k` elements of each
-/// batch entry as `BYTES` strings `"value:index"`, with the new shape `[batch, min(k, n)]` (no
-/// batch dimension for a non-batching model). Triton appends `:label` when the output has a
-/// label file; tritium's server API does not expose labels, so none are appended.
-pub fn classify(output: &OutputTensor, k: u32, batching: bool) -> Result<(Vec<i64>, Vec<u8>), InferError> {
-    let unsupported_type = || {
-        invalid(format!(
-            "class result not available for output due to unsupported type '{}'",
-            output.datatype.wire_name()
-        ))
-    };
-    let size = match output.datatype {
-        DataType::Bool | DataType::Fp16 | DataType::Bf16 | DataType::Bytes => return Err(unsupported_type()),
-        d => d.element_size().ok_or_else(unsupported_type)?,
-    };
-    let shape = &output.shape;
-    let batch_size = match shape.first() {
-        Some(&b) if batching => usize::try_from(b).unwrap_or(0),
-        _ => 0,
-    };
-    let inner = if batch_size == 0 { &shape[..] } else { shape.get(1..).unwrap_or(&[]) };
-    let batch1_count = inner.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?));
-    let Some(batch1_count) = batch1_count else {
-        return Err(InferError::internal(format!("output '{}' has an invalid shape {shape:?}", output.name)));
-    };
-    let batch1_bytes = batch1_count.saturating_mul(size);
-    let mut serialized = Vec::new();
-    let mut offset = 0usize;
-    for _ in 0..batch_size.max(1) {
-        // As Triton: a batch entry past the end of the data ranks nothing.
-        let chunk = match offset.checked_add(batch1_bytes) {
-            Some(end) if end <= output.data.len() => output.data.get(offset..end).unwrap_or(&[]),
-            _ => &[],
-        };
-        let n = chunk.len() / size;
-        if n > MAX_CLASSIFICATION_ELEMENTS {
-            return Err(invalid("classification output tensor too large"));
-        }
-        let values: Vec<(f64, String)> = chunk
-            .chunks_exact(size)
-            .map(|e| class_value(output.datatype, e).ok_or_else(unsupported_type))
-            .collect::<Result<_, _>>()?;
-        let mut idx: Vec<usize> = (0..n).collect();
-        idx.sort_by(|&a, &b| values[b].0.partial_cmp(&values[a].0).unwrap_or(std::cmp::Ordering::Equal));
-        let take = usize::try_from(k).unwrap_or(usize::MAX);
-        let classes: Vec<String> = idx.iter().take(take).map(|&i| format!("{}:{i}", values[i].1)).collect();
-        serialized.extend(serialize_bytes(&output.name, &classes)?);
-        offset = offset.saturating_add(batch1_bytes);
-    }
-    let mut new_shape = Vec::with_capacity(2);
-    if batch_size > 0 {
-        new_shape.push(i64::try_from(batch_size).unwrap_or(i64::MAX));
-    }
-    new_shape.push(i64::try_from(batch1_count.min(usize::try_from(k).unwrap_or(usize::MAX))).unwrap_or(i64::MAX));
-    Ok((new_shape, serialized))
 }
 
 /// An error answer on a stream, as Triton writes it: the message in `error_message` and an

@@ -1,6 +1,6 @@
 //! Tests of the wire mapping: every dtype through raw and typed contents, `BYTES`, request
 //! parameters (sequence ones included), raw/typed mixing and count mismatches, outputs and
-//! classification, responses, statistics and the error-code mapping.
+//! the classification parameter, responses, statistics and the error-code mapping.
 
 use std::collections::HashMap;
 
@@ -10,9 +10,10 @@ use tritium_proto::inference::infer_parameter::ParameterChoice as P;
 use tritium_proto::inference::model_infer_request::{InferInputTensor, InferRequestedOutputTensor};
 use tritium_proto::inference::model_repository_parameter::ParameterChoice as R;
 use tritium_proto::inference::{InferParameter, InferTensorContents, ModelInferRequest, ModelRepositoryParameter};
+use tritium_server::testing::model_stats;
 use tritium_server::{
-    BatchStats, CorrelationId, DataType, ErrorKind, IndexEntry, InferError, InferResponse, ModelStats, OutputTensor,
-    ParamValue, StatDuration,
+    CorrelationId, DataType, ErrorKind, IndexEntry, InferError, InferResponse, OutputTensor, ParamValue,
+    RequestedOutput, FLAG_SEQUENCE_END, FLAG_SEQUENCE_START,
 };
 
 use super::*;
@@ -43,7 +44,7 @@ fn request(inputs: Vec<InferInputTensor>, raw: Vec<Vec<u8>>) -> ModelInferReques
     }
 }
 
-fn decode(req: ModelInferRequest) -> Result<DecodedInfer, InferError> {
+fn decode(req: ModelInferRequest) -> Result<InferRequest, InferError> {
     decode_infer_request(req)
 }
 
@@ -98,7 +99,7 @@ fn raw_contents_every_dtype_used_as_is() {
     for dt in DataType::ALL {
         let bytes: Vec<u8> = (0u8..16).collect();
         let d = decode(request(vec![input("x", dt.wire_name(), &[1])], vec![bytes.clone()])).expect("decodes");
-        let i = &d.request.inputs[0];
+        let i = &d.inputs[0];
         assert_eq!(i.datatype, dt);
         assert_eq!(i.shape, vec![1]);
         assert_eq!(&i.data[..], &bytes[..], "{dt:?}");
@@ -109,7 +110,7 @@ fn raw_contents_every_dtype_used_as_is() {
 fn raw_bytes_is_already_serialized() {
     let data = lens_prefixed(&[b"ab", b"", b"\xff\x00"]);
     let d = decode(request(vec![input("s", "BYTES", &[3])], vec![data.clone()])).expect("decodes");
-    assert_eq!(&d.request.inputs[0].data[..], &data[..]);
+    assert_eq!(&d.inputs[0].data[..], &data[..]);
 }
 
 #[test]
@@ -119,7 +120,7 @@ fn raw_contents_are_taken_in_input_order() {
         vec![vec![1, 0, 0, 0], vec![0, 0, 128, 63], vec![7, 8]],
     ))
     .expect("decodes");
-    let got: Vec<(&str, &[u8])> = d.request.inputs.iter().map(|i| (i.name.as_str(), &i.data[..])).collect();
+    let got: Vec<(&str, &[u8])> = d.inputs.iter().map(|i| (i.name.as_str(), &i.data[..])).collect();
     assert_eq!(got, vec![("a", &[1u8, 0, 0, 0][..]), ("b", &[0, 0, 128, 63][..]), ("c", &[7, 8][..])]);
 }
 
@@ -129,7 +130,7 @@ fn raw_contents_are_not_copied() {
     let mut req = request(vec![input("a", "INT32", &[1])], vec![]);
     req.raw_input_contents = vec![raw.clone()];
     let d = decode(req).expect("decodes");
-    assert_eq!(d.request.inputs[0].data.as_ptr(), raw.as_ptr());
+    assert_eq!(d.inputs[0].data.as_ptr(), raw.as_ptr());
 }
 
 #[test]
@@ -147,8 +148,8 @@ fn too_few_raw_contents() {
 #[test]
 fn extra_raw_contents_are_ignored_as_triton_does() {
     let d = decode(request(vec![input("a", "INT32", &[1])], vec![vec![0; 4], vec![9; 4]])).expect("decodes");
-    assert_eq!(d.request.inputs.len(), 1);
-    assert_eq!(&d.request.inputs[0].data[..], &[0; 4]);
+    assert_eq!(d.inputs.len(), 1);
+    assert_eq!(&d.inputs[0].data[..], &[0; 4]);
 }
 
 #[test]
@@ -171,7 +172,7 @@ fn mixing_raw_and_typed_is_refused() {
 #[test]
 fn empty_typed_contents_give_an_empty_tensor() {
     let d = decode(request(vec![typed("a", "FP32", &[0], Default::default())], vec![])).expect("decodes");
-    assert!(d.request.inputs[0].data.is_empty());
+    assert!(d.inputs[0].data.is_empty());
 }
 
 #[test]
@@ -185,7 +186,7 @@ fn unknown_datatype_is_refused() {
 
 fn typed_data(dt: &str, c: InferTensorContents) -> Vec<u8> {
     let d = decode(request(vec![typed("x", dt, &[2], c)], vec![])).expect("decodes");
-    d.request.inputs[0].data.to_vec()
+    d.inputs[0].data.to_vec()
 }
 
 #[test]
@@ -282,7 +283,7 @@ fn typed_element_count_is_left_to_the_server() {
     // Triton checks the byte size against the shape in its core, as tritium's server does.
     let c = InferTensorContents { fp32_contents: vec![1.0, 2.0, 3.0], ..Default::default() };
     let d = decode(request(vec![typed("x", "FP32", &[2], c)], vec![])).expect("decodes");
-    assert_eq!(d.request.inputs[0].data.len(), 12);
+    assert_eq!(d.inputs[0].data.len(), 12);
 }
 
 // ---------------------------------------------------------------- shared memory
@@ -297,7 +298,7 @@ fn input_shared_memory_is_checked_then_refused() {
         ])],
         vec![],
     )));
-    assert_eq!(e.kind, ErrorKind::Unsupported);
+    assert_eq!(e.kind, ErrorKind::InvalidArg);
     assert!(e.message.starts_with("Unable to find shared memory region: 'r'"), "{}", e.message);
     assert!(e.message.contains("not supported by tritium yet"), "{}", e.message);
 
@@ -496,15 +497,13 @@ fn request_fields_reach_the_server_request() {
         InferRequestedOutputTensor { name: "B".into(), ..Default::default() },
         InferRequestedOutputTensor { name: "A".into(), ..Default::default() },
     ];
-    let d = decode(req).expect("decodes");
-    let r = d.request;
+    let r = decode(req).expect("decodes");
     assert_eq!((r.model.as_str(), r.version, r.id.as_str()), ("m", Some(3), "req-1"));
     assert_eq!(r.inputs[0].shape, vec![2, 1]);
-    assert_eq!(r.outputs, vec!["B".to_string(), "A".to_string()]);
+    assert_eq!(r.outputs, vec![RequestedOutput::named("B"), RequestedOutput::named("A")]);
     assert_eq!(r.correlation_id, CorrelationId::U64(9));
     assert_eq!(r.flags, FLAG_SEQUENCE_START);
     assert_eq!(r.parameters, vec![("p".to_string(), ParamValue::Int(1))]);
-    assert!(d.classification.is_empty());
 
     let mut req = request(vec![], vec![]);
     req.model_version = "x".into();
@@ -519,13 +518,15 @@ fn out(name: &str, list: &[(&str, P)]) -> InferRequestedOutputTensor {
 
 #[test]
 fn output_parameters() {
-    let RequestedOutputs { names, classification: class } = decode_outputs(&[
+    let outputs = decode_outputs(&[
         out("A", &[("classification", P::Int64Param(3))]),
         out("B", &[("binary_data", P::BoolParam(true))]),
     ])
     .expect("parses");
-    assert_eq!(names, vec!["A".to_string(), "B".to_string()]);
-    assert_eq!(class, vec![("A".to_string(), 3)]);
+    assert_eq!(
+        outputs,
+        vec![RequestedOutput { name: "A".into(), classification: Some(3) }, RequestedOutput::named("B")]
+    );
     assert_invalid(
         decode_outputs(&[out("A", &[("classification", P::Uint64Param(3))])]),
         "invalid value type for 'classification' parameter, expected int64_param",
@@ -549,7 +550,7 @@ fn output_parameters() {
         "A",
         &[("shared_memory_region", P::StringParam("r".into())), ("shared_memory_byte_size", P::Int64Param(4))],
     )]));
-    assert_eq!(e.kind, ErrorKind::Unsupported);
+    assert_eq!(e.kind, ErrorKind::InvalidArg);
 }
 
 // ---------------------------------------------------------------- responses
@@ -575,7 +576,7 @@ fn response_has_raw_contents_for_every_output() {
         tensor("S", DataType::Bytes, &[1], lens_prefixed(&[b"hi"])),
         tensor("E", DataType::Int8, &[0], vec![]),
     ]);
-    let p = encode_infer_response(resp, &[], false).expect("encodes");
+    let p = encode_infer_response(resp).expect("encodes");
     assert_eq!((p.model_name.as_str(), p.model_version.as_str(), p.id.as_str()), ("m", "2", "req-1"));
     let outs: Vec<(&str, &str, &[i64])> =
         p.outputs.iter().map(|o| (o.name.as_str(), o.datatype.as_str(), &o.shape[..])).collect();
@@ -602,69 +603,6 @@ fn parameters_to_proto_every_type() {
     assert_eq!(p["s"], param(P::StringParam("v".into())));
 }
 
-fn strings(data: &[u8]) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = data;
-    while rest.len() >= 4 {
-        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        out.push(String::from_utf8(rest[4..4 + len].to_vec()).expect("utf-8"));
-        rest = &rest[4 + len..];
-    }
-    out
-}
-
-#[test]
-fn classification_top_k() {
-    let probs = [0.1f32, 0.7, 0.2];
-    let data: Vec<u8> = probs.iter().flat_map(|p| p.to_le_bytes()).collect();
-    let resp = response(vec![tensor("P", DataType::Fp32, &[3], data)]);
-    let p = encode_infer_response(resp, &[("P".into(), 2)], false).expect("encodes");
-    assert_eq!(p.outputs[0].datatype, "BYTES");
-    assert_eq!(p.outputs[0].shape, vec![2]);
-    assert_eq!(strings(&p.raw_output_contents[0]), vec!["0.700000:1", "0.200000:2"]);
-}
-
-#[test]
-fn classification_per_batch_entry() {
-    let data: Vec<u8> = [3i32, 1, 2, 5, 9, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let t = tensor("P", DataType::Int32, &[2, 3], data);
-    let (shape, bytes) = classify(&t, 5, true).expect("classifies");
-    assert_eq!(shape, vec![2, 3]);
-    assert_eq!(strings(&bytes), vec!["3:0", "2:2", "1:1", "9:1", "5:0", "4:2"]);
-    // Not batching: the whole tensor is one entry.
-    let (shape, bytes) = classify(&t, 1, false).expect("classifies");
-    assert_eq!(shape, vec![1]);
-    assert_eq!(strings(&bytes), vec!["9:4"]);
-}
-
-#[test]
-fn classification_of_unsupported_types() {
-    for dt in [DataType::Bool, DataType::Fp16, DataType::Bf16, DataType::Bytes] {
-        let e = err_of(classify(&tensor("P", dt, &[2], vec![0; 4]), 1, false));
-        assert_eq!(
-            e.message,
-            format!("class result not available for output due to unsupported type '{}'", dt.wire_name())
-        );
-    }
-}
-
-#[test]
-fn classification_of_every_numeric_type() {
-    for (dt, data, want) in [
-        (DataType::Uint8, vec![1u8, 200], "200:1"),
-        (DataType::Int8, vec![0xff, 3], "3:1"),
-        (DataType::Uint16, [1u16, 9].iter().flat_map(|v| v.to_le_bytes()).collect(), "9:1"),
-        (DataType::Int16, [-1i16, -9].iter().flat_map(|v| v.to_le_bytes()).collect(), "-1:0"),
-        (DataType::Uint32, [7u32, 9].iter().flat_map(|v| v.to_le_bytes()).collect(), "9:1"),
-        (DataType::Uint64, [u64::MAX, 9].iter().flat_map(|v| v.to_le_bytes()).collect(), "18446744073709551615:0"),
-        (DataType::Int64, [-4i64, -9].iter().flat_map(|v| v.to_le_bytes()).collect(), "-4:0"),
-        (DataType::Fp64, [0.25f64, -1.0].iter().flat_map(|v| v.to_le_bytes()).collect(), "0.250000:0"),
-    ] {
-        let (_, bytes) = classify(&tensor("P", dt, &[2], data), 1, false).expect("classifies");
-        assert_eq!(strings(&bytes), vec![want.to_string()], "{dt:?}");
-    }
-}
-
 #[test]
 fn stream_error_carries_the_id() {
     let r = stream_error("id-7".into(), &InferError::invalid("bad"));
@@ -676,29 +614,8 @@ fn stream_error_carries_the_id() {
 
 #[test]
 fn statistics_in_triton_shape() {
-    let d = |count, ns| StatDuration { count, ns };
-    let s = ModelStats {
-        name: "m".into(),
-        version: "1".into(),
-        last_inference: 123,
-        inference_count: 10,
-        execution_count: 4,
-        success: d(5, 500),
-        fail: d(1, 10),
-        fail_reasons: Default::default(),
-        queue: d(5, 50),
-        compute_input: d(4, 40),
-        compute_infer: d(4, 400),
-        compute_output: d(4, 4),
-        cache_hit: d(0, 0),
-        cache_miss: d(0, 0),
-        batch_stats: vec![BatchStats {
-            batch_size: 2,
-            compute_input: d(2, 20),
-            compute_infer: d(2, 200),
-            compute_output: d(2, 2),
-        }],
-    };
+    let mut s = model_stats("m");
+    s.last_inference = 123;
     let p = statistics_to_proto(s);
     assert_eq!((p.name.as_str(), p.version.as_str()), ("m", "1"));
     assert_eq!((p.last_inference, p.inference_count, p.execution_count), (123, 10, 4));

@@ -12,9 +12,9 @@ use tritium_proto::health::health_server::Health;
 use tritium_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use tritium_proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use tritium_proto::inference::*;
-use tritium_server::{parse_version, ErrorKind, InferError, Server};
+use tritium_server::{parse_version, ErrorKind, InferError, InferRequest, Server};
 
-use crate::convert::{self, to_status, DecodedInfer};
+use crate::convert::{self, to_status};
 use crate::stream;
 
 /// Resolves when the frontend shuts down; never, for a service built without a shutdown signal.
@@ -41,13 +41,9 @@ impl Shutdown {
 /// Runs a decoded request and encodes the answer. Before its first await, [`Server::infer`]
 /// routes, validates and queues the request; the stream handler relies on that to keep the
 /// order of a stream's requests (see [`crate::stream`]).
-pub(crate) async fn run(server: Server, decoded: DecodedInfer) -> Result<ModelInferResponse, InferError> {
-    let DecodedInfer { request, classification } = decoded;
-    // Only the classification extension needs to know whether the model batches.
-    let batching = !classification.is_empty()
-        && server.model_config(&request.model, request.version).is_ok_and(|c| c.max_batch_size > 0);
+pub(crate) async fn run(server: Server, request: InferRequest) -> Result<ModelInferResponse, InferError> {
     let resp = server.infer(request).await?;
-    convert::encode_infer_response(resp, &classification, batching)
+    convert::encode_infer_response(resp)
 }
 
 fn not_supported(what: &str) -> Status {

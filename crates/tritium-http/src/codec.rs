@@ -17,8 +17,8 @@ use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::Value;
 use tritium_server::{
-    CorrelationId, DataType, InferError, InferRequest, InferResponse, InputTensor, ModelMetadata, OutputTensor,
-    ParamValue,
+    CorrelationId, DataType, InferError, InferRequest, InferResponse, InputTensor, ModelMetadata, ParamValue,
+    RequestedOutput, FLAG_SEQUENCE_END, FLAG_SEQUENCE_START,
 };
 
 use crate::json_out;
@@ -26,22 +26,11 @@ use crate::json_out;
 /// Triton's `HTTP_MAX_JSON_NESTING_DEPTH`.
 pub const MAX_JSON_DEPTH: usize = 100;
 
-/// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START`.
-pub const FLAG_SEQUENCE_START: u32 = 1;
-/// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_END`.
-pub const FLAG_SEQUENCE_END: u32 = 2;
-
-/// The most elements a classification output may rank (Triton's `kMaxClassificationElements`).
-const MAX_CLASSIFICATION_ELEMENTS: usize = 1_000_000;
-
 /// How one output is to be returned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutputFormat {
     /// As binary data after the JSON header, rather than as a JSON `data` array.
     pub binary: bool,
-    /// Return the top `classification` classes (as `BYTES` `"value:index"` strings) instead of
-    /// the tensor; 0 for the tensor itself.
-    pub classification: u64,
 }
 
 /// How the outputs of a request are to be returned.
@@ -60,13 +49,7 @@ impl OutputSpecs {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, f)| *f)
-            .unwrap_or(OutputFormat { binary: self.default_binary, classification: 0 })
-    }
-
-    /// Whether any output asks for classification (the encoder then needs to know whether the
-    /// model batches).
-    pub fn wants_classification(&self) -> bool {
-        self.requested.iter().any(|(_, f)| f.classification > 0)
+            .unwrap_or(OutputFormat { binary: self.default_binary })
     }
 }
 
@@ -616,93 +599,120 @@ fn float_of(v: &Value, what: &str) -> Result<f64, String> {
     v.as_f64().or_else(|| non_finite(v)).ok_or_else(|| format!("expected a number for {what}, got {}", describe(v)))
 }
 
-/// Converts an input's JSON `data` to its raw bytes (Triton's serialized form for `BYTES`).
-fn json_input_data(name: &str, dtype: DataType, shape: &[i64], data: &Value) -> Result<Vec<u8>, InferError> {
-    let Some(expected) = element_count(shape) else {
-        return Err(InferError::invalid(format!(
-            "invalid shape for input '{name}': shape {} causes total element count to exceed maximum size of {}",
-            shape_string(shape),
-            i64::MAX
-        )));
-    };
+/// Why an input's JSON `data` cannot become tensor bytes (every one is `INVALID_ARGUMENT`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum JsonDataError {
+    /// The shape's element count overflows.
+    #[error(
+        "invalid shape for input '{name}': shape {shape} causes total element count to exceed maximum size of {}",
+        i64::MAX
+    )]
+    ShapeTooLarge { name: String, shape: String },
+    /// `data` is not an array.
+    #[error("Unable to parse 'data' of input '{name}': expected an array, got {got}")]
+    NotAnArray { name: String, got: String },
+    /// FP16 and BF16 have no JSON form in Triton.
+    #[error("receiving {dtype} data via JSON is not supported. Please use the binary data format for input {name}")]
+    NoJsonForm { name: String, dtype: &'static str },
+    /// The shape and the number of elements disagree.
+    #[error(
+        "Unable to parse 'data' of input '{name}': shape does not match true shape of 'data' field: shape {shape} has {expected} elements, but 'data' has {got}; make 'shape' and 'data' agree"
+    )]
+    CountMismatch { name: String, shape: String, expected: u64, got: u64 },
+    /// Arrays nest deeper than Triton's limit.
+    #[error(
+        "Unable to parse 'data' of input '{name}': JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})"
+    )]
+    TooDeep { name: String },
+    /// An element is not of the input's type or out of its range.
+    #[error("Unable to parse 'data' of input '{name}': element {index}: {message}")]
+    BadElement { name: String, index: u64, message: String },
+}
+
+impl From<JsonDataError> for InferError {
+    fn from(e: JsonDataError) -> Self {
+        InferError::invalid(e.to_string())
+    }
+}
+
+/// Converts an input's JSON `data` to its raw bytes (Triton's serialized form for `BYTES`), in
+/// three steps: the element count from the shape, the checks on `data` as a whole, and the
+/// conversion of each element.
+fn json_input_data(name: &str, dtype: DataType, shape: &[i64], data: &Value) -> Result<Vec<u8>, JsonDataError> {
+    let expected = expected_elements(name, shape)?;
     if expected == 0 {
         // As Triton: a tensor with no elements has no data, whatever 'data' holds.
         return Ok(Vec::new());
     }
+    let write = leaf_writer(name, dtype, data)?;
+    convert_leaves(name, shape, dtype, data, expected, write)
+}
+
+/// Step 1: the number of elements `shape` holds.
+fn expected_elements(name: &str, shape: &[i64]) -> Result<u64, JsonDataError> {
+    element_count(shape)
+        .ok_or_else(|| JsonDataError::ShapeTooLarge { name: name.to_string(), shape: shape_string(shape) })
+}
+
+/// Writes one JSON element as tensor bytes, or says why it cannot.
+type LeafWriter = fn(&Value, &mut Vec<u8>) -> Result<(), String>;
+
+/// Step 2: checks `data` as a whole, and picks the writer of the type's elements.
+fn leaf_writer(name: &str, dtype: DataType, data: &Value) -> Result<LeafWriter, JsonDataError> {
     if !data.is_array() {
-        return Err(InferError::invalid(format!(
-            "Unable to parse 'data' of input '{name}': expected an array, got {}",
-            describe(data)
-        )));
+        return Err(JsonDataError::NotAnArray { name: name.to_string(), got: describe(data) });
     }
-    match dtype {
-        DataType::Fp16 => {
-            return Err(InferError::invalid(format!(
-                "receiving FP16 data via JSON is not supported. Please use the binary data format for input {name}"
-            )))
+    Ok(match dtype {
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(JsonDataError::NoJsonForm { name: name.to_string(), dtype: dtype.wire_name() })
         }
-        DataType::Bf16 => {
-            return Err(InferError::invalid(format!(
-                "receiving BF16 data via JSON is not supported. Please use the binary data format for input {name}"
-            )))
-        }
-        _ => {}
-    }
-    // Every leaf takes at least one byte of JSON text, so this never reserves more than the
-    // body could fill, whatever the shape claims.
-    let leaves_bound = expected.min(count_leaves(data, 0));
-    let size = dtype.element_size().unwrap_or(8) as u64;
-    let mut out = Vec::with_capacity(usize::try_from(leaves_bound.saturating_mul(size)).unwrap_or(0));
-    let mut count = 0u64;
-    let what = dtype.wire_name();
-    let res = match dtype {
-        DataType::Bool => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+        DataType::Bool => |v, o| {
             let b = v.as_bool().ok_or_else(|| format!("expected a boolean for BOOL, got {}", describe(v)))?;
             o.push(u8::from(b));
             Ok(())
-        }),
-        DataType::Uint8 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.push(uint_in::<u8>(v, what)?);
+        },
+        DataType::Uint8 => |v, o| {
+            o.push(uint_in::<u8>(v, "UINT8")?);
             Ok(())
-        }),
-        DataType::Uint16 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&uint_in::<u16>(v, what)?.to_le_bytes());
+        },
+        DataType::Uint16 => |v, o| {
+            o.extend_from_slice(&uint_in::<u16>(v, "UINT16")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Uint32 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&uint_in::<u32>(v, what)?.to_le_bytes());
+        },
+        DataType::Uint32 => |v, o| {
+            o.extend_from_slice(&uint_in::<u32>(v, "UINT32")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Uint64 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&uint_in::<u64>(v, what)?.to_le_bytes());
+        },
+        DataType::Uint64 => |v, o| {
+            o.extend_from_slice(&uint_in::<u64>(v, "UINT64")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Int8 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&int_in::<i8>(v, what)?.to_le_bytes());
+        },
+        DataType::Int8 => |v, o| {
+            o.extend_from_slice(&int_in::<i8>(v, "INT8")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Int16 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&int_in::<i16>(v, what)?.to_le_bytes());
+        },
+        DataType::Int16 => |v, o| {
+            o.extend_from_slice(&int_in::<i16>(v, "INT16")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Int32 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&int_in::<i32>(v, what)?.to_le_bytes());
+        },
+        DataType::Int32 => |v, o| {
+            o.extend_from_slice(&int_in::<i32>(v, "INT32")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Int64 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&int_in::<i64>(v, what)?.to_le_bytes());
+        },
+        DataType::Int64 => |v, o| {
+            o.extend_from_slice(&int_in::<i64>(v, "INT64")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Fp32 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+        },
+        DataType::Fp32 => |v, o| {
             // As Triton: the double is narrowed to float (out-of-range values become infinite).
-            o.extend_from_slice(&(float_of(v, what)? as f32).to_le_bytes());
+            o.extend_from_slice(&(float_of(v, "FP32")? as f32).to_le_bytes());
             Ok(())
-        }),
-        DataType::Fp64 => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
-            o.extend_from_slice(&float_of(v, what)?.to_le_bytes());
+        },
+        DataType::Fp64 => |v, o| {
+            o.extend_from_slice(&float_of(v, "FP64")?.to_le_bytes());
             Ok(())
-        }),
-        DataType::Bytes => walk(data, 0, &mut count, expected, &mut out, &mut |v, o| {
+        },
+        DataType::Bytes => |v, o| {
             let s = match v {
                 Value::String(s) if non_finite(v).is_none() => s,
                 _ => return Err(format!("expected a string for BYTES, got {}", describe(v))),
@@ -711,24 +721,35 @@ fn json_input_data(name: &str, dtype: DataType, shape: &[i64], data: &Value) -> 
             o.extend_from_slice(&len.to_le_bytes());
             o.extend_from_slice(s.as_bytes());
             Ok(())
-        }),
-        DataType::Fp16 | DataType::Bf16 => Ok(()),
-    };
-    let mismatch = |got: u64| {
-        InferError::invalid(format!(
-            "Unable to parse 'data' of input '{name}': shape does not match true shape of 'data' field: shape {} has {expected} elements, but 'data' has {got}; make 'shape' and 'data' agree",
-            shape_string(shape)
-        ))
-    };
+        },
+    })
+}
+
+/// Step 3: converts the `expected` elements of `data` (nested arrays, flattened in order).
+fn convert_leaves(
+    name: &str,
+    shape: &[i64],
+    dtype: DataType,
+    data: &Value,
+    expected: u64,
+    mut write: LeafWriter,
+) -> Result<Vec<u8>, JsonDataError> {
+    // Every leaf takes at least one byte of JSON text, so this never reserves more than the
+    // body could fill, whatever the shape claims.
+    let leaves_bound = expected.min(count_leaves(data, 0));
+    let size = dtype.element_size().unwrap_or(8) as u64;
+    let mut out = Vec::with_capacity(usize::try_from(leaves_bound.saturating_mul(size)).unwrap_or(0));
+    let mut count = 0u64;
+    let res = walk(data, 0, &mut count, expected, &mut out, &mut write);
+    let mismatch =
+        |got| JsonDataError::CountMismatch { name: name.to_string(), shape: shape_string(shape), expected, got };
     match res {
         Ok(()) if count == expected => Ok(out),
         Ok(()) => Err(mismatch(count)),
         Err(DataError::TooMany) => Err(mismatch(count_leaves(data, 0))),
-        Err(DataError::TooDeep) => Err(InferError::invalid(format!(
-            "Unable to parse 'data' of input '{name}': JSON nesting depth exceeds maximum allowed limit ({MAX_JSON_DEPTH})"
-        ))),
+        Err(DataError::TooDeep) => Err(JsonDataError::TooDeep { name: name.to_string() }),
         Err(DataError::Bad { index, message }) => {
-            Err(InferError::invalid(format!("Unable to parse 'data' of input '{name}': element {index}: {message}")))
+            Err(JsonDataError::BadElement { name: name.to_string(), index, message })
         }
     }
 }
@@ -759,13 +780,16 @@ fn parse_outputs(outputs: Value, request: &mut InferRequest, specs: &mut OutputS
         }
         let name = member_str(obj, "name", "output")?;
         let mut format = OutputFormat::default();
+        let mut classification = None;
         if let Some(c) = params.and_then(|p| p.get("classification")) {
-            format.classification = c.as_u64().ok_or_else(|| {
+            let k = c.as_u64().ok_or_else(|| {
                 InferError::invalid(format!(
                     "Unable to set 'classification' of output '{name}': expected an unsigned integer, got {}",
                     describe(c)
                 ))
             })?;
+            // 0 asks for the tensor itself; Triton keeps the count in a `uint32_t`.
+            classification = (k > 0).then(|| u32::try_from(k).unwrap_or(u32::MAX));
         }
         if params.is_some_and(|p| p.contains_key("shared_memory_region")) {
             return Err(shm_unsupported("output", name, params.and_then(|p| p.get("shared_memory_region"))));
@@ -778,7 +802,7 @@ fn parse_outputs(outputs: Value, request: &mut InferRequest, specs: &mut OutputS
                 ))
             })?;
         }
-        request.outputs.push(name.to_string());
+        request.outputs.push(RequestedOutput { name: name.to_string(), classification });
         specs.requested.push((name.to_string(), format));
     }
     Ok(())
@@ -887,13 +911,9 @@ pub fn max_batch_size(config_json: &str) -> i64 {
     }
 }
 
-/// Encodes an inference response. `batching` (whether the model's first dimension is the batch)
-/// matters only for classification outputs.
-pub fn encode_infer_response(
-    resp: InferResponse,
-    specs: &OutputSpecs,
-    batching: bool,
-) -> Result<EncodedResponse, InferError> {
+/// Encodes an inference response (outputs asked for as classifications arrive classified from
+/// the core).
+pub fn encode_infer_response(resp: InferResponse, specs: &OutputSpecs) -> Result<EncodedResponse, InferError> {
     let mut j = Vec::with_capacity(256);
     let mut binary = Vec::new();
     j.push(b'{');
@@ -920,12 +940,7 @@ pub fn encode_infer_response(
             j.push(b',');
         }
         let format = specs.format_for(&output.name);
-        let (name, datatype, shape, data) = if format.classification > 0 {
-            let (shape, data) = classify(&output, format.classification, batching)?;
-            (output.name, DataType::Bytes, shape, data)
-        } else {
-            (output.name, output.datatype, output.shape, output.data)
-        };
+        let (name, datatype, shape, data) = (output.name, output.datatype, output.shape, output.data);
         j.push(b'{');
         json_out::key(&mut j, "name");
         json_out::string(&mut j, name.as_bytes());
@@ -1056,115 +1071,6 @@ fn write_output_data(j: &mut Vec<u8>, name: &str, dtype: DataType, data: &[u8], 
     }
     j.push(b']');
     Ok(())
-}
-
-/// Triton's classification extension: the top `k` elements of each batch entry as `BYTES`
-/// strings `"value:index"` (Triton appends `:label` when the output has a label file; tritium's
-/// server API does not expose labels yet). Returns the new shape and serialized data.
-fn classify(output: &OutputTensor, k: u64, batching: bool) -> Result<(Vec<i64>, Vec<u8>), InferError> {
-    let unsupported = || {
-        InferError::invalid(format!(
-            "class result not available for output due to unsupported type '{}'",
-            output.datatype.wire_name()
-        ))
-    };
-    let size = match output.datatype {
-        DataType::Bool | DataType::Fp16 | DataType::Bf16 | DataType::Bytes => return Err(unsupported()),
-        d => d.element_size().ok_or_else(unsupported)?,
-    };
-    let shape = &output.shape;
-    let batch_size = if batching && !shape.is_empty() { u64::try_from(shape[0]).unwrap_or(0) } else { 0 };
-    let inner = if batch_size == 0 { &shape[..] } else { &shape[1..] };
-    let batch1_count = element_count(inner).ok_or_else(|| {
-        InferError::internal(format!("output '{}' has an invalid shape {}", output.name, shape_string(shape)))
-    })?;
-    let batch1_bytes = usize::try_from(batch1_count.saturating_mul(size as u64)).unwrap_or(usize::MAX);
-    let mut serialized = Vec::new();
-    let mut offset = 0usize;
-    for _ in 0..batch_size.max(1) {
-        let chunk = match offset.checked_add(batch1_bytes) {
-            Some(end) if end <= output.data.len() => &output.data[offset..end],
-            _ => &[][..],
-        };
-        let n = chunk.len() / size;
-        if n > MAX_CLASSIFICATION_ELEMENTS {
-            return Err(InferError::invalid("classification output tensor too large"));
-        }
-        let values: Vec<(f64, String)> = chunk.chunks_exact(size).map(|c| class_value(output.datatype, c)).collect();
-        let mut idx: Vec<usize> = (0..n).collect();
-        idx.sort_by(|&a, &b| values[b].0.partial_cmp(&values[a].0).unwrap_or(std::cmp::Ordering::Equal));
-        for &i in idx.iter().take(usize::try_from(k).unwrap_or(usize::MAX)) {
-            let s = format!("{}:{i}", values[i].1);
-            serialized.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            serialized.extend_from_slice(s.as_bytes());
-        }
-        offset = offset.saturating_add(batch1_bytes);
-    }
-    let mut new_shape = Vec::with_capacity(2);
-    if batch_size > 0 {
-        new_shape.push(batch_size as i64);
-    }
-    new_shape.push(i64::try_from(k.min(batch1_count)).unwrap_or(i64::MAX));
-    Ok((new_shape, serialized))
-}
-
-/// An element's value for ranking and its text as C++'s `std::to_string` writes it.
-fn class_value(dtype: DataType, c: &[u8]) -> (f64, String) {
-    fn arr<const N: usize>(c: &[u8]) -> [u8; N] {
-        let mut a = [0u8; N];
-        a.copy_from_slice(&c[..N]);
-        a
-    }
-    fn float_text(v: f64) -> String {
-        if v.is_nan() {
-            "nan".into()
-        } else if v.is_infinite() {
-            if v > 0.0 {
-                "inf".into()
-            } else {
-                "-inf".into()
-            }
-        } else {
-            format!("{v:.6}")
-        }
-    }
-    match dtype {
-        DataType::Uint8 => (f64::from(c[0]), c[0].to_string()),
-        DataType::Int8 => (f64::from(c[0] as i8), (c[0] as i8).to_string()),
-        DataType::Uint16 => {
-            let v = u16::from_le_bytes(arr(c));
-            (f64::from(v), v.to_string())
-        }
-        DataType::Int16 => {
-            let v = i16::from_le_bytes(arr(c));
-            (f64::from(v), v.to_string())
-        }
-        DataType::Uint32 => {
-            let v = u32::from_le_bytes(arr(c));
-            (f64::from(v), v.to_string())
-        }
-        DataType::Int32 => {
-            let v = i32::from_le_bytes(arr(c));
-            (f64::from(v), v.to_string())
-        }
-        DataType::Uint64 => {
-            let v = u64::from_le_bytes(arr(c));
-            (v as f64, v.to_string())
-        }
-        DataType::Int64 => {
-            let v = i64::from_le_bytes(arr(c));
-            (v as f64, v.to_string())
-        }
-        DataType::Fp32 => {
-            let v = f64::from(f32::from_le_bytes(arr(c)));
-            (v, float_text(v))
-        }
-        DataType::Fp64 => {
-            let v = f64::from_le_bytes(arr(c));
-            (v, float_text(v))
-        }
-        DataType::Bool | DataType::Fp16 | DataType::Bf16 | DataType::Bytes => (0.0, String::new()),
-    }
 }
 
 /// Serializes strings into Triton's `BYTES` form (a little-endian `u32` length before each).

@@ -1,11 +1,11 @@
 //! Unit tests of the inference codec: every dtype in JSON and binary, nested lists, BYTES,
-//! mixed outputs, wrong counts and sizes, parameters, classification, raw requests.
+//! mixed outputs, wrong counts and sizes, parameters, the classification parameter, raw requests.
 
 #![allow(clippy::unwrap_used)]
 
 use super::*;
 use serde_json::json;
-use tritium_server::{ErrorKind, TensorMetadata};
+use tritium_server::{ErrorKind, OutputTensor, TensorMetadata, FLAG_SEQUENCE_END, FLAG_SEQUENCE_START};
 
 fn decode_json(v: Value) -> Result<DecodedRequest, InferError> {
     decode_infer_request("m", None, Bytes::from(v.to_string()), None)
@@ -100,7 +100,14 @@ fn request_fields() {
     assert_eq!(r.correlation_id, CorrelationId::U64(42));
     assert_eq!(r.flags, FLAG_SEQUENCE_START);
     assert_eq!(r.timeout_us, 1500);
-    assert_eq!(r.outputs, vec!["A", "B", "C"]);
+    assert_eq!(
+        r.outputs,
+        vec![
+            RequestedOutput::named("A"),
+            RequestedOutput::named("B"),
+            RequestedOutput { name: "C".into(), classification: Some(3) }
+        ]
+    );
     // The frontend's own parameters are removed; the rest keep the client's order.
     let names: Vec<&str> = r.parameters.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, vec!["zeta", "alpha", "flag", "ratio", "big"]);
@@ -111,11 +118,10 @@ fn request_fields() {
     assert_eq!(r.parameters[4].1, ParamValue::Double(u64::MAX as f64));
     assert!(d.outputs.default_binary);
     // Listed outputs use their own setting, unlisted ones the request default.
-    assert_eq!(d.outputs.format_for("A"), OutputFormat { binary: false, classification: 0 });
-    assert_eq!(d.outputs.format_for("B"), OutputFormat { binary: false, classification: 0 });
-    assert_eq!(d.outputs.format_for("C"), OutputFormat { binary: false, classification: 3 });
-    assert_eq!(d.outputs.format_for("other"), OutputFormat { binary: true, classification: 0 });
-    assert!(d.outputs.wants_classification());
+    assert_eq!(d.outputs.format_for("A"), OutputFormat { binary: false });
+    assert_eq!(d.outputs.format_for("B"), OutputFormat { binary: false });
+    assert_eq!(d.outputs.format_for("C"), OutputFormat { binary: false });
+    assert_eq!(d.outputs.format_for("other"), OutputFormat { binary: true });
 }
 
 #[test]
@@ -399,7 +405,7 @@ fn response(outputs: Vec<OutputTensor>) -> InferResponse {
 }
 
 fn encode_json(outputs: Vec<OutputTensor>) -> Value {
-    let enc = encode_infer_response(response(outputs), &OutputSpecs::default(), false).unwrap();
+    let enc = encode_infer_response(response(outputs), &OutputSpecs::default()).unwrap();
     assert!(!enc.has_binary());
     assert_eq!(enc.content_type(), "application/json");
     serde_json::from_slice(&enc.json).unwrap()
@@ -452,7 +458,7 @@ fn response_header_fields_and_order() {
         ("b".into(), ParamValue::Bool(true)),
         ("d".into(), ParamValue::Double(1.5)),
     ];
-    let enc = encode_infer_response(resp, &OutputSpecs::default(), false).unwrap();
+    let enc = encode_infer_response(resp, &OutputSpecs::default()).unwrap();
     assert_eq!(
         String::from_utf8(enc.json).unwrap(),
         r#"{"id":"r1","model_name":"m","model_version":"3","parameters":{"s":"x","i":-2,"b":true,"d":1.5},"outputs":[{"name":"O","datatype":"INT32","shape":[1],"data":[4]}]}"#
@@ -466,10 +472,10 @@ fn binary_and_json_outputs_mixed() {
     let specs = OutputSpecs {
         default_binary: false,
         requested: vec![
-            ("A".into(), OutputFormat { binary: true, classification: 0 }),
-            ("B".into(), OutputFormat { binary: false, classification: 0 }),
-            ("C".into(), OutputFormat { binary: true, classification: 0 }),
-            ("Z".into(), OutputFormat { binary: true, classification: 0 }),
+            ("A".into(), OutputFormat { binary: true }),
+            ("B".into(), OutputFormat { binary: false }),
+            ("C".into(), OutputFormat { binary: true }),
+            ("Z".into(), OutputFormat { binary: true }),
         ],
     };
     let enc = encode_infer_response(
@@ -480,7 +486,6 @@ fn binary_and_json_outputs_mixed() {
             out("C", DataType::Bytes, vec![2], c.clone()),
         ]),
         &specs,
-        false,
     )
     .unwrap();
     assert!(enc.has_binary());
@@ -501,7 +506,7 @@ fn binary_and_json_outputs_mixed() {
 
     // Only zero-size binary outputs: a plain JSON response.
     let specs = OutputSpecs { default_binary: true, requested: vec![] };
-    let enc = encode_infer_response(response(vec![out("Z", DataType::Fp32, vec![0], vec![])]), &specs, false).unwrap();
+    let enc = encode_infer_response(response(vec![out("Z", DataType::Fp32, vec![0], vec![])]), &specs).unwrap();
     assert!(!enc.has_binary());
     assert_eq!(enc.content_type(), "application/json");
 }
@@ -510,32 +515,25 @@ fn binary_and_json_outputs_mixed() {
 fn output_edge_cases() {
     // FP16/BF16 cannot be JSON (Triton's error); binary is fine.
     let half = || response(vec![out("H", DataType::Fp16, vec![1], vec![0, 0x3c])]);
-    let e = encode_infer_response(half(), &OutputSpecs::default(), false).unwrap_err();
+    let e = encode_infer_response(half(), &OutputSpecs::default()).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArg);
     assert_eq!(e.message, "sending FP16 data via JSON is not supported. Please use the binary data format for output");
-    let e = encode_infer_response(
-        response(vec![out("H", DataType::Bf16, vec![1], vec![0, 0])]),
-        &OutputSpecs::default(),
-        false,
-    )
-    .unwrap_err();
+    let e =
+        encode_infer_response(response(vec![out("H", DataType::Bf16, vec![1], vec![0, 0])]), &OutputSpecs::default())
+            .unwrap_err();
     assert!(e.message.starts_with("sending BF16 data via JSON is not supported"));
     let specs = OutputSpecs { default_binary: true, requested: vec![] };
-    assert!(encode_infer_response(half(), &specs, false).unwrap().has_binary());
+    assert!(encode_infer_response(half(), &specs).unwrap().has_binary());
 
     // Sizes that disagree with the shape are a server error.
-    let e = encode_infer_response(
-        response(vec![out("O", DataType::Fp32, vec![2], vec![0; 4])]),
-        &OutputSpecs::default(),
-        false,
-    )
-    .unwrap_err();
+    let e =
+        encode_infer_response(response(vec![out("O", DataType::Fp32, vec![2], vec![0; 4])]), &OutputSpecs::default())
+            .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal);
     assert_eq!(e.message, "Failed to write 'data' field: output tensor shape does not match size of output for 'O'");
     let e = encode_infer_response(
         response(vec![out("S", DataType::Bytes, vec![2], serialize_bytes(["a"]))]),
         &OutputSpecs::default(),
-        false,
     )
     .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal);
@@ -544,7 +542,6 @@ fn output_edge_cases() {
     let enc = encode_infer_response(
         response(vec![out("S", DataType::Bytes, vec![1], serialize_bytes([&b"\xff\x01"[..]]))]),
         &OutputSpecs::default(),
-        false,
     )
     .unwrap();
     let needle = b"\"data\":[\"\xff\\u0001\"]";
@@ -559,62 +556,49 @@ fn output_edge_cases() {
             le(&[f32::NAN, f32::INFINITY, f32::NEG_INFINITY], |v| v.to_le_bytes()),
         )]),
         &OutputSpecs::default(),
-        false,
     )
     .unwrap();
     assert!(String::from_utf8(enc.json).unwrap().contains(r#""data":[NaN,Infinity,-Infinity]"#));
 }
 
 #[test]
-fn classification_outputs() {
-    let probs = le(&[0.1f32, 0.7, 0.2, 0.7], |v| v.to_le_bytes());
-    let specs = |binary| OutputSpecs {
-        default_binary: false,
-        requested: vec![("P".into(), OutputFormat { binary, classification: 2 })],
-    };
-    // Non-batching model: one ranking over the whole tensor; ties keep index order.
-    let enc =
-        encode_infer_response(response(vec![out("P", DataType::Fp32, vec![4], probs.clone())]), &specs(false), false)
-            .unwrap();
-    let v: Value = serde_json::from_slice(&enc.json).unwrap();
+fn json_data_steps_fail_with_typed_errors() {
+    assert_eq!(expected_elements("x", &[2, 3]), Ok(6));
+    assert!(matches!(expected_elements("x", &[i64::MAX, 4]), Err(JsonDataError::ShapeTooLarge { .. })));
+    assert!(matches!(leaf_writer("x", DataType::Int8, &json!(1)), Err(JsonDataError::NotAnArray { .. })));
     assert_eq!(
-        v["outputs"][0],
-        json!({"name": "P", "datatype": "BYTES", "shape": [2], "data": ["0.700000:1", "0.700000:3"]})
+        leaf_writer("x", DataType::Bf16, &json!([1])).err(),
+        Some(JsonDataError::NoJsonForm { name: "x".into(), dtype: "BF16" })
     );
-
-    // Batching model: one ranking per batch entry; binary form is serialized BYTES.
-    let enc =
-        encode_infer_response(response(vec![out("P", DataType::Fp32, vec![2, 2], probs.clone())]), &specs(true), true)
-            .unwrap();
-    let v: Value = serde_json::from_slice(&enc.json).unwrap();
-    assert_eq!(v["outputs"][0]["shape"], json!([2, 2]));
+    let write = leaf_writer("x", DataType::Int16, &json!([1])).unwrap();
+    let mut out = Vec::new();
+    write(&json!(-2), &mut out).unwrap();
+    assert_eq!(out, (-2i16).to_le_bytes());
+    assert_eq!(write(&json!(70000), &mut out).unwrap_err(), "70000 is out of range for INT16");
+    let data = json!([[1, 2], [3]]);
     assert_eq!(
-        enc.binary,
-        vec![Bytes::from(serialize_bytes(["0.700000:1", "0.100000:0", "0.700000:1", "0.200000:0"]))]
+        convert_leaves("x", &[2, 2], DataType::Int16, &data, 4, write),
+        Err(JsonDataError::CountMismatch { name: "x".into(), shape: "[2,2]".into(), expected: 4, got: 3 })
     );
+    let e = convert_leaves("x", &[2], DataType::Int16, &json!([1, "a"]), 2, write).unwrap_err();
+    assert_eq!(
+        InferError::from(e).message,
+        "Unable to parse 'data' of input 'x': element 1: expected a signed integer for INT16, got the string \"a\""
+    );
+}
 
-    // k larger than the classes: all of them.
-    let big = OutputSpecs {
-        default_binary: false,
-        requested: vec![("I".into(), OutputFormat { binary: false, classification: 10 })],
+#[test]
+fn classification_counts_reach_the_core() {
+    let count = |c: Value| {
+        decode_ok(json!({"inputs": [], "outputs": [{"name": "P", "parameters": {"classification": c}}]}))
+            .request
+            .outputs[0]
+            .classification
     };
-    let enc = encode_infer_response(
-        response(vec![out("I", DataType::Int32, vec![3], le(&[5i32, -1, 9], |v| v.to_le_bytes()))]),
-        &big,
-        false,
-    )
-    .unwrap();
-    let v: Value = serde_json::from_slice(&enc.json).unwrap();
-    assert_eq!(v["outputs"][0]["shape"], json!([3]));
-    assert_eq!(v["outputs"][0]["data"], json!(["9:2", "5:0", "-1:1"]));
-
-    let e = encode_infer_response(
-        response(vec![out("P", DataType::Bytes, vec![1], serialize_bytes(["a"]))]),
-        &specs(false),
-        false,
-    )
-    .unwrap_err();
-    assert_eq!(e.message, "class result not available for output due to unsupported type 'BYTES'");
+    assert_eq!(count(json!(2)), Some(2));
+    // 0 asks for the tensor itself; counts past u32 saturate (Triton keeps a `uint32_t`).
+    assert_eq!(count(json!(0)), None);
+    assert_eq!(count(json!(u64::MAX)), Some(u32::MAX));
 }
 
 fn meta(inputs: Vec<(&str, &str, Vec<i64>)>) -> ModelMetadata {

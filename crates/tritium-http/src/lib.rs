@@ -56,6 +56,10 @@ pub trait Backend: Send + Sync + 'static {
     fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata, InferError>;
     /// A model's config as Triton's JSON.
     fn model_config_json(&self, name: &str, version: Option<i64>) -> Result<String, InferError>;
+    /// A model's `max_batch_size` (read from its JSON config unless implemented).
+    fn model_max_batch_size(&self, name: &str, version: Option<i64>) -> Result<i64, InferError> {
+        self.model_config_json(name, version).map(|c| codec::max_batch_size(&c))
+    }
     /// Whether a model (version) is ready.
     fn model_ready(&self, name: &str, version: Option<i64>) -> bool;
     /// The repository index.
@@ -94,6 +98,9 @@ impl Backend for Server {
     }
     fn model_config_json(&self, name: &str, version: Option<i64>) -> Result<String, InferError> {
         Server::model_config_json(self, name, version)
+    }
+    fn model_max_batch_size(&self, name: &str, version: Option<i64>) -> Result<i64, InferError> {
+        Server::model_max_batch_size(self, name, version)
     }
     fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
         Server::model_ready(self, name, version)

@@ -491,77 +491,106 @@ async fn infer<B: Backend>(State(s): St<B>, m: ModelRef, headers: HeaderMap, bod
     }
 }
 
+/// An inference in five steps: read the request's encodings, read and decompress its body,
+/// decode it, run it, and encode the answer (compressed if the client accepts it).
 async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap, body: Body) -> HttpResult {
-    let request_encoding =
-        compression::request_encoding(header_str(&headers, &header::CONTENT_ENCODING)?).map_err(|e| {
+    let encodings = Encodings::of(&headers)?;
+    let body = read_infer_body(&headers, body, encodings.request, s.options.max_body_bytes).await?;
+    let decoded = decode_infer(&*s.backend, m, body, encodings.header_length.as_deref()).await?;
+    let specs = decoded.outputs;
+    let response = s.backend.infer(decoded.request).await?;
+    let json_outputs: usize =
+        response.outputs.iter().filter(|o| !specs.format_for(&o.name).binary).map(|o| o.data.len()).sum();
+    let encoded =
+        cpu(json_outputs > BLOCKING_THRESHOLD / 4, move || codec::encode_infer_response(response, &specs)).await??;
+    respond(encoded, encodings.response).await
+}
+
+/// What an inference request's headers say about its body and the answer's.
+struct Encodings {
+    /// The body's `Content-Encoding`.
+    request: Encoding,
+    /// The answer's encoding, from `Accept-Encoding`.
+    response: Encoding,
+    /// The `Inference-Header-Content-Length` value, if any.
+    header_length: Option<String>,
+}
+
+impl Encodings {
+    /// Step 1: reads the headers; an unsupported `Content-Encoding` names the ones accepted.
+    fn of(headers: &HeaderMap) -> Result<Self, HttpError> {
+        let request = compression::request_encoding(header_str(headers, &header::CONTENT_ENCODING)?).map_err(|e| {
             let mut err = HttpError::from(e);
             err.extra_header = Some((header::ACCEPT_ENCODING, HeaderValue::from_static("gzip, deflate")));
             err
         })?;
-    let response_encoding = compression::response_encoding(header_str(&headers, &header::ACCEPT_ENCODING)?);
-    let header_length_value = header_str(&headers, &INFERENCE_HEADER_CONTENT_LENGTH)?.map(str::to_owned);
-
-    let limit = s.options.max_body_bytes;
-    let mut body = read_body(&headers, body, limit).await?;
-    if request_encoding != Encoding::Identity {
-        let compressed = body;
-        body = cpu(compressed.len() > BLOCKING_THRESHOLD, move || {
-            compression::decompress(request_encoding, &compressed, limit)
-        })
-        .await??
-        .into();
+        let response = compression::response_encoding(header_str(headers, &header::ACCEPT_ENCODING)?);
+        let header_length = header_str(headers, &INFERENCE_HEADER_CONTENT_LENGTH)?.map(str::to_owned);
+        Ok(Self { request, response, header_length })
     }
+}
 
-    let header_length = match &header_length_value {
-        Some(v) => Some(codec::parse_header_length(v, body.len())?),
-        None => None,
-    };
+/// Step 2: the whole body, decompressed (both within `limit`).
+async fn read_infer_body(
+    headers: &HeaderMap,
+    body: Body,
+    encoding: Encoding,
+    limit: usize,
+) -> Result<Bytes, HttpError> {
+    let body = read_body(headers, body, limit).await?;
+    if encoding == Encoding::Identity {
+        return Ok(body);
+    }
+    let decompressed =
+        cpu(body.len() > BLOCKING_THRESHOLD, move || compression::decompress(encoding, &body, limit)).await??;
+    Ok(decompressed.into())
+}
+
+/// Step 3: the body as a request: raw (`Inference-Header-Content-Length: 0`, the whole body is
+/// the model's only input) or a JSON header with optional binary data.
+async fn decode_infer<B: Backend>(
+    backend: &B,
+    m: ModelRef,
+    body: Bytes,
+    header_length: Option<&str>,
+) -> Result<codec::DecodedRequest, HttpError> {
+    let header_length = header_length.map(|v| codec::parse_header_length(v, body.len())).transpose()?;
     let (name, version) = (m.name, m.version);
-    let decoded = if header_length == Some(0) {
-        let meta = s.backend.model_metadata(&name, version)?;
-        let max_batch = s.backend.model_config_json(&name, version).map(|c| codec::max_batch_size(&c)).unwrap_or(0);
+    if header_length == Some(0) {
+        let meta = backend.model_metadata(&name, version)?;
+        let max_batch = backend.model_max_batch_size(&name, version).unwrap_or(0);
         let spec = codec::raw_input_spec(&name, &meta, max_batch)?;
-        codec::decode_raw_request(&name, version, body, &spec)?
-    } else {
-        let json_len = header_length.unwrap_or(body.len());
-        let model = name.clone();
-        cpu(json_len > BLOCKING_THRESHOLD, move || codec::decode_infer_request(&model, version, body, header_length))
-            .await??
-    };
+        return Ok(codec::decode_raw_request(&name, version, body, &spec)?);
+    }
+    let json_len = header_length.unwrap_or(body.len());
+    Ok(cpu(json_len > BLOCKING_THRESHOLD, move || codec::decode_infer_request(&name, version, body, header_length))
+        .await??)
+}
 
-    let specs = decoded.outputs;
-    let response = s.backend.infer(decoded.request).await?;
-    let batching = specs.wants_classification()
-        && s.backend.model_config_json(&name, version).map(|c| codec::max_batch_size(&c) > 0).unwrap_or(false);
-
-    let json_outputs: usize =
-        response.outputs.iter().filter(|o| !specs.format_for(&o.name).binary).map(|o| o.data.len()).sum();
-    let encoded =
-        cpu(json_outputs > BLOCKING_THRESHOLD / 4, move || codec::encode_infer_response(response, &specs, batching))
-            .await??;
-
+/// Step 5: the HTTP response for an encoded answer; one that cannot be compressed goes out
+/// uncompressed, as in Triton.
+async fn respond(encoded: codec::EncodedResponse, encoding: Encoding) -> HttpResult {
     let mut builder = Response::builder().status(StatusCode::OK).header(header::CONTENT_TYPE, encoded.content_type());
     if encoded.has_binary() {
         builder = builder.header(INFERENCE_HEADER_CONTENT_LENGTH, encoded.json.len());
     }
-    let body = if response_encoding == Encoding::Identity {
+    let body = if encoding == Encoding::Identity {
         Body::new(ChunkBody::new(std::iter::once(Bytes::from(encoded.json)).chain(encoded.binary)))
     } else {
         let heavy = encoded.len() > BLOCKING_THRESHOLD;
         let (compressed, encoded) = cpu(heavy, move || {
             let mut parts: Vec<&[u8]> = vec![&encoded.json];
             parts.extend(encoded.binary.iter().map(|b| &b[..]));
-            let compressed = compression::compress(response_encoding, &parts);
+            let compressed = compression::compress(encoding, &parts);
             (compressed, encoded)
         })
         .await?;
         match compressed {
             Ok(c) => {
-                builder = builder.header(header::CONTENT_ENCODING, response_encoding.as_str());
+                builder = builder.header(header::CONTENT_ENCODING, encoding.as_str());
                 Body::from(c)
             }
             Err(e) => {
-                // As Triton: a response that cannot be compressed goes out uncompressed.
                 tracing::debug!("unable to compress response: {e}");
                 Body::new(ChunkBody::new(std::iter::once(Bytes::from(encoded.json)).chain(encoded.binary)))
             }

@@ -2,10 +2,14 @@
 //! version's queue, turns stub responses into client responses, and restarts the stub when it
 //! dies or hangs.
 //!
-//! The supervisor's state changes in one place, [`Status::on`]: one event enum, one `match`,
-//! every transition logged inside the instance's span and counted. The worker thread spawns its
-//! own stubs, so a stub's `PR_SET_PDEATHSIG` is tied to a thread that lives as long as the
-//! instance.
+//! The supervisor's legal transitions are one `match (state, event)` table, [`transition`];
+//! its state changes in one place, [`Status::on`], which refuses (logs and counts) an impossible
+//! event, logs every change inside the instance's span, counts it, and publishes it on a watch
+//! channel for whoever waits for a state. The worker thread spawns its own stubs, so a stub's
+//! `PR_SET_PDEATHSIG` is tied to a thread that lives as long as the instance.
+//!
+//! A batch runs in named steps: [`place_inputs`], execute, [`collect_responses`] (outputs read,
+//! ordered and classified), and the times recorded.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -13,14 +17,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use tokio::sync::watch;
 use tracing::{error, info, warn};
 use tritium_host::{CallHandler, HostError, Stub, StubCommand, StubExit};
 use tritium_ipc::{CallOp, CallResult, Initialize, Request, TensorData};
 use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
 
+use crate::classify::{Classes, ClassifyError};
 use crate::scheduler::{Next, Pending, Queue};
 use crate::stats::{ExecTimes, Stats};
-use crate::types::{ErrorKind, InferError, InferResponse, InstanceInfo, InstanceState, OutputTensor};
+use crate::types::{ErrorKind, InferError, InferResponse, InstanceInfo, InstanceState, OutputTensor, RequestedOutput};
 
 /// Supervision limits: server-wide flags, overridable per model in `parameters`.
 #[derive(Debug, Clone)]
@@ -76,6 +82,8 @@ pub(crate) struct VersionContext {
     pub instances: Mutex<Vec<Arc<Instance>>>,
     /// The server's custom-metric registry.
     pub metrics: CustomMetrics,
+    /// What answering classifications needs (batching, labels).
+    pub classes: Classes,
 }
 
 /// Which instance this is, as `initialize(args)` reports it.
@@ -87,20 +95,24 @@ pub(crate) struct InstanceSpec {
 }
 
 /// What happens to an instance; fed to [`Status::on`].
-#[derive(Debug)]
 enum Event {
     /// A stub process is being started.
     Spawn,
     /// The process started and said hello.
-    Spawned(u32),
+    Spawned {
+        /// Its pid.
+        pid: u32,
+        /// Its channel, for reporting its shared memory.
+        channel: Arc<tritium_ipc::ServerChannel>,
+    },
     /// `initialize` returned.
     Initialized,
     /// `initialize` raised or timed out: a deterministic failure, not retried.
     InitFailed(String),
     /// The stub exited, was killed, hung, or broke the protocol: why, and how its process ended.
     Died(String, StubExit),
-    /// The restart delay is over.
-    BackoffOver,
+    /// The crash is counted and the restart delay begins.
+    BackOff,
     /// An operator asked for a restart; the stub finishes its batch and is finalized.
     RestartRequested,
     /// Too many crashes in the window.
@@ -109,6 +121,64 @@ enum Event {
     Stop,
     /// The stub is gone for good.
     Stopped,
+}
+
+impl Event {
+    /// The event's name, for logs and errors.
+    fn name(&self) -> &'static str {
+        match self {
+            Event::Spawn => "Spawn",
+            Event::Spawned { .. } => "Spawned",
+            Event::Initialized => "Initialized",
+            Event::InitFailed(_) => "InitFailed",
+            Event::Died(..) => "Died",
+            Event::BackOff => "BackOff",
+            Event::RestartRequested => "RestartRequested",
+            Event::GaveUp(_) => "GaveUp",
+            Event::Stop => "Stop",
+            Event::Stopped => "Stopped",
+        }
+    }
+}
+
+/// An event that cannot happen in the state the instance is in: a supervisor bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("impossible instance transition: {event} in state {}", from.as_str())]
+pub(crate) struct ImpossibleTransition {
+    /// The state the instance was in (and stays in).
+    pub from: InstanceState,
+    /// The event's name.
+    pub event: &'static str,
+}
+
+/// The supervisor's state machine: the state `event` leads to from `from`, or why it cannot
+/// happen. Every legal transition is a row of this table (ARCHITECTURE.md draws it).
+fn transition(from: InstanceState, event: &Event) -> Result<InstanceState, ImpossibleTransition> {
+    use Event as E;
+    use InstanceState as S;
+    Ok(match (from, event) {
+        // The first start, a restart after the backoff, and a requested restart.
+        (S::Starting | S::BackingOff | S::Draining, E::Spawn) => S::Starting,
+        (S::Starting, E::Spawned { .. }) => S::Initializing,
+        (S::Initializing, E::Initialized) => S::Ready,
+        (S::Starting | S::Initializing, E::InitFailed(_)) => S::Failed,
+        (S::Starting | S::Initializing | S::Ready, E::Died(..)) => S::Crashed,
+        (S::Crashed, E::BackOff) => S::BackingOff,
+        (S::Crashed, E::GaveUp(_)) => S::Failed,
+        (S::Ready, E::RestartRequested) => S::Draining,
+        (S::Ready | S::Crashed | S::BackingOff, E::Stop) => S::Stopping,
+        (S::Stopping, E::Stopped) => S::Stopped,
+        (from, event) => return Err(ImpossibleTransition { from, event: event.name() }),
+    })
+}
+
+/// What waiters see of an instance through its watch channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StateView {
+    /// The current state.
+    pub state: InstanceState,
+    /// Restarts so far (crashes and requested restarts).
+    pub restarts: u64,
 }
 
 /// The supervisor's view of one instance.
@@ -120,69 +190,77 @@ struct Status {
     last_exit: Option<(StubExit, SystemTime)>,
     reason: String,
     transitions: BTreeMap<&'static str, u64>,
+    /// Events refused as impossible (supervisor bugs).
+    impossible: u64,
     /// The running stub's channel, for reporting its shared memory when asked.
     channel: Option<Arc<tritium_ipc::ServerChannel>>,
+    /// Publishes every state change.
+    watch: watch::Sender<StateView>,
 }
 
 impl Status {
-    /// The one place where the state changes.
-    fn on(&mut self, event: Event) {
-        use InstanceState as S;
+    fn new() -> Self {
+        let state = InstanceState::Starting;
+        Self {
+            state,
+            pid: None,
+            started: None,
+            restarts: 0,
+            last_exit: None,
+            reason: String::new(),
+            transitions: BTreeMap::new(),
+            impossible: 0,
+            channel: None,
+            watch: watch::Sender::new(StateView { state, restarts: 0 }),
+        }
+    }
+
+    /// The one place where anything about the instance's state changes: the table decides the
+    /// next state, then the event's data is recorded, the change logged, counted and published.
+    fn on(&mut self, event: Event) -> Result<InstanceState, ImpossibleTransition> {
         let from = self.state;
-        let to = match (&event, from) {
-            (Event::Spawn, _) => {
-                self.channel = None;
-                S::Starting
-            }
-            (Event::Spawned(pid), _) => {
-                self.pid = Some(*pid);
-                self.started = Some((Instant::now(), SystemTime::now()));
-                S::Initializing
-            }
-            (Event::Initialized, _) => {
-                self.reason.clear();
-                S::Ready
-            }
-            (Event::InitFailed(why), _) | (Event::GaveUp(why), _) => {
-                self.reason = why.clone();
-                S::Failed
-            }
-            (Event::Died(why, exit), _) => {
-                self.last_exit = Some((exit.clone(), SystemTime::now()));
-                self.reason = why.clone();
-                self.pid = None;
-                self.channel = None;
-                self.started = None;
-                S::Crashed
-            }
-            (Event::BackoffOver, _) => {
-                self.restarts += 1;
-                S::BackingOff
-            }
-            (Event::RestartRequested, _) => {
-                self.restarts += 1;
-                S::Draining
-            }
-            (Event::Stop, S::Failed) => S::Failed,
-            (Event::Stop, _) => S::Stopping,
-            (Event::Stopped, S::Failed) => S::Failed,
-            (Event::Stopped, _) => {
-                self.pid = None;
-                self.channel = None;
-                self.started = None;
-                S::Stopped
+        let to = match transition(from, &event) {
+            Ok(to) => to,
+            Err(e) => {
+                self.impossible += 1;
+                error!("{e}");
+                return Err(e);
             }
         };
-        // Backing off is entered on a crash and left on the next spawn.
-        let to = if matches!(event, Event::Died(..)) { S::Crashed } else { to };
+        match event {
+            Event::Spawn => self.channel = None,
+            Event::Spawned { pid, channel } => {
+                self.pid = Some(pid);
+                self.started = Some((Instant::now(), SystemTime::now()));
+                self.channel = Some(channel);
+            }
+            Event::Initialized => self.reason.clear(),
+            Event::InitFailed(why) | Event::GaveUp(why) => self.reason = why,
+            Event::Died(why, exit) => {
+                self.last_exit = Some((exit, SystemTime::now()));
+                self.reason = why;
+                self.forget_stub();
+            }
+            Event::BackOff | Event::RestartRequested => self.restarts += 1,
+            Event::Stop => {}
+            Event::Stopped => self.forget_stub(),
+        }
         *self.transitions.entry(to.as_str()).or_default() += 1;
         self.state = to;
         match to {
-            S::Failed | S::Crashed => {
+            InstanceState::Failed | InstanceState::Crashed => {
                 error!(from = from.as_str(), to = to.as_str(), reason = %self.reason, "instance state")
             }
             _ => info!(from = from.as_str(), to = to.as_str(), "instance state"),
         }
+        self.watch.send_replace(StateView { state: to, restarts: self.restarts });
+        Ok(to)
+    }
+
+    fn forget_stub(&mut self) {
+        self.pid = None;
+        self.channel = None;
+        self.started = None;
     }
 }
 
@@ -206,16 +284,7 @@ impl Instance {
         Self {
             spec,
             metrics: Arc::new(metrics),
-            status: Mutex::new(Status {
-                state: InstanceState::Starting,
-                pid: None,
-                started: None,
-                restarts: 0,
-                last_exit: None,
-                reason: String::new(),
-                transitions: BTreeMap::new(),
-                channel: None,
-            }),
+            status: Mutex::new(Status::new()),
             died: AtomicBool::new(false),
             restart: AtomicBool::new(false),
             inflight: AtomicU64::new(0),
@@ -223,23 +292,34 @@ impl Instance {
         }
     }
 
+    fn status(&self) -> std::sync::MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Feeds `event` to the state machine. An impossible transition is logged and counted by
+    /// [`Status::on`] and otherwise ignored: the supervisor carries on in the state it was in.
     fn on(&self, event: Event) {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).on(event);
+        let _ = self.status().on(event);
     }
 
     /// The current state.
     pub(crate) fn state(&self) -> InstanceState {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).state
+        self.status().state
     }
 
     /// Why it is failed or crashed, if it is.
     pub(crate) fn reason(&self) -> String {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).reason.clone()
+        self.status().reason.clone()
     }
 
     /// Restarts so far.
     pub(crate) fn restarts(&self) -> u64 {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).restarts
+        self.status().restarts
+    }
+
+    /// A receiver that sees every state change, starting from the current state.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<StateView> {
+        self.status().watch.subscribe()
     }
 
     /// Asks the worker to drain and restart the stub.
@@ -250,7 +330,7 @@ impl Instance {
 
     /// A report for the CLI and metrics.
     pub(crate) fn info(&self, model: &str, version: i64) -> InstanceInfo {
-        let st = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let st = self.status();
         let rss_bytes = st.pid.and_then(rss_of).unwrap_or(0);
         InstanceInfo {
             model: model.to_string(),
@@ -267,6 +347,7 @@ impl Instance {
             inflight: self.inflight.load(Ordering::Relaxed),
             executions: self.executions.load(Ordering::Relaxed),
             transitions: st.transitions.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            impossible_transitions: st.impossible,
         }
     }
 }
@@ -330,7 +411,7 @@ fn start(ctx: &VersionContext, instance: &Instance) -> Started {
         Ok(stub) => stub,
         Err(e) => return Started::Died(e.to_string(), StubExit::Other(e.to_string())),
     };
-    instance.on(Event::Spawned(stub.pid()));
+    instance.on(Event::Spawned { pid: stub.pid(), channel: stub.channel().clone() });
     stub.set_call_handler(call_handler(instance.metrics.clone()));
     let args = [
         ("model_config", ctx.config_json.clone()),
@@ -418,7 +499,7 @@ enum Served {
 fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::Sender<Result<(), String>>) {
     let sup = &ctx.supervision;
     let mut ready = Some(ready);
-    let mut crashes: VecDeque<Instant> = VecDeque::new();
+    let mut crashes = Crashes::default();
     let mut backoff = sup.backoff_initial;
     loop {
         instance.died.store(false, Ordering::Release);
@@ -456,7 +537,6 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
         if let Err(e) = watched {
             warn!("cannot watch the stub process ({e}); crashes are noticed on the next request only");
         }
-        instance.status.lock().unwrap_or_else(|p| p.into_inner()).channel = Some(stub.channel().clone());
         instance.on(Event::Initialized);
         if let Some(tx) = ready.take() {
             let _ = tx.send(Ok(()));
@@ -492,39 +572,43 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
     }
 }
 
-/// Records a crash and sleeps the backoff; false when the instance gives up (or the queue
-/// closed meanwhile).
-fn back_off(
-    ctx: &VersionContext,
-    instance: &Instance,
-    crashes: &mut VecDeque<Instant>,
-    backoff: &mut Duration,
-) -> bool {
-    let sup = &ctx.supervision;
-    let now = Instant::now();
-    crashes.push_back(now);
-    while crashes.front().is_some_and(|t| now.duration_since(*t) > sup.restart_window) {
-        crashes.pop_front();
+/// The crashes within the restart window.
+#[derive(Debug, Default)]
+struct Crashes(VecDeque<Instant>);
+
+impl Crashes {
+    /// Records a crash at `now` and returns how many fell within `window` of it.
+    fn record(&mut self, now: Instant, window: Duration) -> usize {
+        self.0.push_back(now);
+        while self.0.front().is_some_and(|t| now.duration_since(*t) > window) {
+            self.0.pop_front();
+        }
+        self.0.len()
     }
-    if crashes.len() as u32 > sup.restart_limit {
+}
+
+/// Records a crash, then either gives up (too many crashes) or enters backing off and sleeps
+/// the delay. False when the instance gives up or the queue closes meanwhile (the instance then
+/// stops).
+fn back_off(ctx: &VersionContext, instance: &Instance, crashes: &mut Crashes, backoff: &mut Duration) -> bool {
+    let sup = &ctx.supervision;
+    let recent = crashes.record(Instant::now(), sup.restart_window);
+    if recent as u64 > u64::from(sup.restart_limit) {
         instance.on(Event::GaveUp(format!(
-            "crashed {} times within {}s; marked failed (limits: --stub-restart-limit, --stub-restart-window-secs). Last: {}",
-            crashes.len(),
+            "crashed {recent} times within {}s; marked failed (limits: --stub-restart-limit, --stub-restart-window-secs). Last: {}",
             sup.restart_window.as_secs(),
             instance.reason()
         )));
         return false;
     }
+    instance.on(Event::BackOff);
     let delay = *backoff;
     *backoff = (*backoff * 2).min(sup.backoff_max);
-    let deadline = Instant::now() + delay;
-    while Instant::now() < deadline {
-        if ctx.queue.is_closed() {
-            return false;
-        }
-        std::thread::sleep((deadline - Instant::now()).min(Duration::from_millis(20)));
+    if ctx.queue.wait_closed(delay) {
+        instance.on(Event::Stop);
+        instance.on(Event::Stopped);
+        return false;
     }
-    instance.on(Event::BackoffOver);
     true
 }
 
@@ -558,7 +642,6 @@ fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
                 instance.executions.fetch_add(1, Ordering::Relaxed);
                 let result = run_batch(ctx, stub, batch);
                 instance.inflight.store(0, Ordering::Relaxed);
-                instance.status.lock().unwrap_or_else(|p| p.into_inner()).channel = Some(stub.channel().clone());
                 if let Err(e) = result {
                     error!("{e}");
                     let exit = stub.kill();
@@ -569,12 +652,93 @@ fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
     }
 }
 
-/// Runs one batch; answers every request in it. Returns the stub's error if the stub is unusable.
+/// Why one request of a batch failed before or after `execute`.
+#[derive(Debug, thiserror::Error)]
+enum RequestError {
+    /// Its input could not be copied into the stub's shared memory.
+    #[error("cannot place input '{input}' in shared memory: {source}")]
+    Placement {
+        /// The input.
+        input: String,
+        /// Why.
+        #[source]
+        source: HostError,
+    },
+    /// An output's descriptor from the stub could not be read.
+    #[error("{0}")]
+    Output(#[source] HostError),
+    /// An output asked for as classes could not be classified.
+    #[error(transparent)]
+    Classify(#[from] ClassifyError),
+}
+
+impl From<RequestError> for InferError {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::Classify(c) => c.into(),
+            other => InferError::internal(other.to_string()),
+        }
+    }
+}
+
+/// A batch's requests as sent to the stub, and those waiting for their answers by id.
+#[derive(Default)]
+struct Placed {
+    requests: Vec<Request>,
+    waiting: HashMap<u64, Pending>,
+    /// The sum of the requests' batch sizes (1 each for non-batching models).
+    batch_size: u64,
+}
+
+/// Runs one batch in four steps (place the inputs, execute, collect the responses, record the
+/// times) and answers every request in it. Returns the stub's error if the stub is unusable.
 fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(), HostError> {
     let t0 = Instant::now();
-    let mut waiting: HashMap<u64, Pending> = HashMap::with_capacity(batch.len());
-    let mut requests = Vec::with_capacity(batch.len());
-    let mut batch_size = 0;
+    let mut placed = place_inputs(ctx, stub, batch);
+    if placed.requests.is_empty() {
+        return Ok(());
+    }
+    let t1 = Instant::now();
+    let executed = match stub.execute(std::mem::take(&mut placed.requests), ctx.supervision.execute_timeout) {
+        Ok(done) => done,
+        Err(e) => {
+            let message = execute_failure(&ctx.model, stub.instance(), &e);
+            for (_, p) in placed.waiting.drain() {
+                finish(ctx, p, Err(InferError::internal(message.clone())), None);
+            }
+            return Err(e);
+        }
+    };
+    let t2 = Instant::now();
+    let batch_error = executed.error.map(|e| e.to_string());
+    let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting);
+    let times = ExecTimes { compute_input: t1 - t0, compute_infer: t2 - t1, compute_output: t2.elapsed() };
+    ctx.stats.execution(placed.batch_size, times);
+    for Answer { p, result, served } in answers {
+        let queue = t0.saturating_duration_since(p.enqueued);
+        if served {
+            ctx.stats.success(p.batch_size, p.enqueued.elapsed(), queue, times);
+            let _ = p.tx.send(result);
+        } else {
+            finish(ctx, p, result, Some((queue, times)));
+        }
+    }
+    Ok(())
+}
+
+/// One request's answer after `execute`.
+struct Answer {
+    p: Pending,
+    result: Result<InferResponse, InferError>,
+    /// The model answered it: statistics count it as a success even when its classification
+    /// is refused, as Triton's do (its frontends classify after the core has counted).
+    served: bool,
+}
+
+/// Step 1: copies each request's inputs into the stub's shared memory. Requests whose client
+/// went away, or whose inputs do not fit, are answered at once and left out.
+fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Placed {
+    let mut placed = Placed { requests: Vec::with_capacity(batch.len()), ..Default::default() };
     for p in batch {
         if p.tx.is_closed() {
             // The client went away while the request waited (a dropped HTTP connection, a
@@ -582,35 +746,16 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
             finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, "the client cancelled the request")), None);
             continue;
         }
+        let inputs = match place_request(stub, &p) {
+            Ok(inputs) => inputs,
+            Err(e) => {
+                finish(ctx, p, Err(e.into()), None);
+                continue;
+            }
+        };
         let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
-        let mut inputs = Vec::with_capacity(p.req.inputs.len());
-        let mut failed = None;
-        for t in &p.req.inputs {
-            match stub.input(&t.data) {
-                Ok(desc) => inputs.push(tritium_ipc::Tensor {
-                    name: t.name.clone(),
-                    dtype: t.datatype,
-                    shape: t.shape.clone(),
-                    data: TensorData::Shm { desc, writable: true },
-                }),
-                Err(e) => {
-                    failed =
-                        Some(InferError::internal(format!("cannot place input '{}' in shared memory: {e}", t.name)));
-                    break;
-                }
-            }
-        }
-        if let Some(err) = failed {
-            for t in &inputs {
-                if let TensorData::Shm { desc, .. } = t.data {
-                    let _ = stub.channel().free_own(desc);
-                }
-            }
-            finish(ctx, p, Err(err), None);
-            continue;
-        }
-        batch_size += p.batch_size.max(1);
-        requests.push(Request {
+        placed.batch_size += p.batch_size.max(1);
+        placed.requests.push(Request {
             id,
             request_id: p.req.id.clone(),
             correlation_id: p.req.correlation_id.clone(),
@@ -618,93 +763,111 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
             timeout_us: p.req.timeout_us,
             parameters: p.req.parameters.clone(),
             inputs,
-            requested_outputs: p.outputs.clone(),
+            requested_outputs: p.outputs.iter().map(|o| o.name.clone()).collect(),
         });
-        waiting.insert(id, p);
+        placed.waiting.insert(id, p);
     }
-    if requests.is_empty() {
-        return Ok(());
-    }
-    let t1 = Instant::now();
-    let executed = match stub.execute(requests, ctx.supervision.execute_timeout) {
-        Ok(done) => done,
-        Err(e) => {
-            let message = match &e {
-                HostError::Timeout { after, .. } => format!(
-                    "model '{}' instance '{}' did not finish execute within {}s (parameters {{ key: \"execute_timeout_secs\" }}); the instance was killed and is restarting",
-                    ctx.model,
-                    stub.instance(),
-                    after.as_secs_f64()
-                ),
-                other => other.to_string(),
-            };
-            for (_, p) in waiting.drain() {
-                finish(ctx, p, Err(InferError::internal(message.clone())), None);
-            }
-            return Err(e);
-        }
-    };
-    let t2 = Instant::now();
-    let mut answers = Vec::with_capacity(executed.responses.len());
-    for resp in &executed.responses {
-        let Some(p) = waiting.remove(&resp.request) else { continue };
-        let result = match &resp.error {
-            Some(e) => Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())),
-            None => {
-                let mut outputs = Vec::with_capacity(resp.outputs.len());
-                let mut err = None;
-                for t in &resp.outputs {
-                    match stub.output(&t.data) {
-                        Ok(view) => outputs.push(OutputTensor {
-                            name: t.name.clone(),
-                            datatype: t.dtype,
-                            shape: t.shape.clone(),
-                            data: view.to_vec(),
-                        }),
-                        Err(e) => {
-                            err = Some(InferError::internal(e.to_string()));
-                            break;
-                        }
-                    }
-                }
-                match err {
-                    Some(e) => Err(e),
-                    None => {
-                        order_outputs(&mut outputs, &p.outputs);
-                        Ok(InferResponse {
-                            model: ctx.model.clone(),
-                            version: ctx.version,
-                            id: p.req.id.clone(),
-                            outputs,
-                            parameters: resp.parameters.clone(),
-                        })
-                    }
-                }
-            }
-        };
-        stub.release_outputs(resp);
-        answers.push((p, result));
-    }
-    let fallback = executed
-        .error
-        .map(|e| e.to_string())
-        .unwrap_or_else(|| "the model sent no response for this request".to_string());
-    for (_, p) in waiting.drain() {
-        answers.push((p, Err(InferError::internal(fallback.clone()))));
-    }
-    let t3 = Instant::now();
-    let times = ExecTimes { compute_input: t1 - t0, compute_infer: t2 - t1, compute_output: t3 - t2 };
-    ctx.stats.execution(batch_size, times);
-    for (p, result) in answers {
-        let queue = t0.saturating_duration_since(p.enqueued);
-        finish(ctx, p, result, Some((queue, times)));
-    }
-    Ok(())
+    placed
 }
 
-/// Puts outputs in the order the client asked for them.
-fn order_outputs(outputs: &mut [OutputTensor], requested: &[String]) {
-    outputs.sort_by_key(|o| requested.iter().position(|r| r == &o.name).unwrap_or(usize::MAX));
+/// One request's inputs in shared memory; on failure the blocks already placed are freed.
+fn place_request(stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, RequestError> {
+    let mut inputs = Vec::with_capacity(p.req.inputs.len());
+    for t in &p.req.inputs {
+        match stub.input(&t.data) {
+            Ok(desc) => inputs.push(tritium_ipc::Tensor {
+                name: t.name.clone(),
+                dtype: t.datatype,
+                shape: t.shape.clone(),
+                data: TensorData::Shm { desc, writable: true },
+            }),
+            Err(source) => {
+                for t in &inputs {
+                    if let TensorData::Shm { desc, .. } = t.data {
+                        let _ = stub.channel().free_own(desc);
+                    }
+                }
+                return Err(RequestError::Placement { input: t.name.clone(), source });
+            }
+        }
+    }
+    Ok(inputs)
+}
+
+/// Step 2's failure as the batch's clients see it.
+fn execute_failure(model: &str, instance: &str, e: &HostError) -> String {
+    match e {
+        HostError::Timeout { after, .. } => format!(
+            "model '{model}' instance '{instance}' did not finish execute within {}s (parameters {{ key: \"execute_timeout_secs\" }}); the instance was killed and is restarting",
+            after.as_secs_f64()
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// Step 3: turns the stub's responses into answers; a request without a response gets the
+/// batch's error, or says that the model sent none.
+fn collect_responses(
+    ctx: &VersionContext,
+    stub: &Stub,
+    responses: &[tritium_ipc::Response],
+    batch_error: Option<String>,
+    mut waiting: HashMap<u64, Pending>,
+) -> Vec<Answer> {
+    let mut answers = Vec::with_capacity(responses.len());
+    for resp in responses {
+        let Some(p) = waiting.remove(&resp.request) else { continue };
+        let (result, served) = match &resp.error {
+            Some(e) => (Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())), false),
+            None => match read_outputs(stub, resp) {
+                Err(e) => (Err(e.into()), false),
+                Ok(outputs) => {
+                    let response = shape_outputs(outputs, &p.outputs, &ctx.classes).map(|outputs| InferResponse {
+                        model: ctx.model.clone(),
+                        version: ctx.version,
+                        id: p.req.id.clone(),
+                        outputs,
+                        parameters: resp.parameters.clone(),
+                    });
+                    (response.map_err(InferError::from), true)
+                }
+            },
+        };
+        stub.release_outputs(resp);
+        answers.push(Answer { p, result, served });
+    }
+    let fallback = batch_error.unwrap_or_else(|| "the model sent no response for this request".to_string());
+    for (_, p) in waiting.drain() {
+        answers.push(Answer { p, result: Err(InferError::internal(fallback.clone())), served: false });
+    }
+    answers
+}
+
+/// A response's output tensors, copied out of the stub's shared memory.
+fn read_outputs(stub: &Stub, resp: &tritium_ipc::Response) -> Result<Vec<OutputTensor>, RequestError> {
+    resp.outputs
+        .iter()
+        .map(|t| {
+            let view = stub.output(&t.data).map_err(RequestError::Output)?;
+            Ok(OutputTensor { name: t.name.clone(), datatype: t.dtype, shape: t.shape.clone(), data: view.to_vec() })
+        })
+        .collect()
+}
+
+/// The outputs in the order the client asked for them, those asked for as classes replaced by
+/// their top classes.
+fn shape_outputs(
+    mut outputs: Vec<OutputTensor>,
+    requested: &[RequestedOutput],
+    classes: &Classes,
+) -> Result<Vec<OutputTensor>, RequestError> {
+    outputs.sort_by_key(|o| requested.iter().position(|r| r.name == o.name).unwrap_or(usize::MAX));
+    for o in &mut outputs {
+        if let Some(k) = requested.iter().find(|r| r.name == o.name).and_then(|r| r.classification) {
+            *o = classes.classify(o, k)?;
+        }
+    }
+    Ok(outputs)
 }
 
 fn finish(
@@ -720,4 +883,184 @@ fn finish(
         (Ok(_), None) => ctx.stats.failure(total, ErrorKind::Internal, true),
     }
     let _ = p.tx.send(result);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use InstanceState as S;
+
+    fn channel() -> Arc<tritium_ipc::ServerChannel> {
+        let (channel, _fds) =
+            tritium_ipc::ServerChannel::create("state-test", tritium_ipc::ChannelConfig::default()).expect("channel");
+        Arc::new(channel)
+    }
+
+    /// One event of each kind, for walking the table.
+    fn events() -> Vec<Event> {
+        vec![
+            Event::Spawn,
+            Event::Spawned { pid: 42, channel: channel() },
+            Event::Initialized,
+            Event::InitFailed("init".into()),
+            Event::Died("died".into(), StubExit::Code(1)),
+            Event::BackOff,
+            Event::RestartRequested,
+            Event::GaveUp("gave up".into()),
+            Event::Stop,
+            Event::Stopped,
+        ]
+    }
+
+    #[test]
+    fn the_table_has_exactly_the_legal_transitions() {
+        let legal: &[(S, &str, S)] = &[
+            (S::Starting, "Spawn", S::Starting),
+            (S::BackingOff, "Spawn", S::Starting),
+            (S::Draining, "Spawn", S::Starting),
+            (S::Starting, "Spawned", S::Initializing),
+            (S::Initializing, "Initialized", S::Ready),
+            (S::Starting, "InitFailed", S::Failed),
+            (S::Initializing, "InitFailed", S::Failed),
+            (S::Starting, "Died", S::Crashed),
+            (S::Initializing, "Died", S::Crashed),
+            (S::Ready, "Died", S::Crashed),
+            (S::Crashed, "BackOff", S::BackingOff),
+            (S::Crashed, "GaveUp", S::Failed),
+            (S::Ready, "RestartRequested", S::Draining),
+            (S::Ready, "Stop", S::Stopping),
+            (S::Crashed, "Stop", S::Stopping),
+            (S::BackingOff, "Stop", S::Stopping),
+            (S::Stopping, "Stopped", S::Stopped),
+        ];
+        let events = events();
+        for from in InstanceState::ALL {
+            for event in &events {
+                let expected = legal.iter().find(|(f, e, _)| *f == from && *e == event.name()).map(|(_, _, to)| *to);
+                let got = transition(from, event);
+                match expected {
+                    Some(to) => assert_eq!(got, Ok(to), "{} in {}", event.name(), from.as_str()),
+                    None => assert_eq!(
+                        got,
+                        Err(ImpossibleTransition { from, event: event.name() }),
+                        "{} in {} should be impossible",
+                        event.name(),
+                        from.as_str()
+                    ),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn impossible_events_are_refused_counted_and_change_nothing() {
+        let mut st = Status::new();
+        for (event, from) in [
+            (Event::Initialized, S::Starting),
+            (Event::RestartRequested, S::Starting),
+            (Event::BackOff, S::Starting),
+            (Event::Stopped, S::Starting),
+        ] {
+            let e = st.on(event).expect_err("impossible");
+            assert_eq!(e.from, from);
+        }
+        assert_eq!(st.impossible, 4);
+        assert_eq!(st.state, S::Starting);
+        assert!(st.transitions.is_empty());
+        assert_eq!(
+            ImpossibleTransition { from: S::Failed, event: "Spawn" }.to_string(),
+            "impossible instance transition: Spawn in state failed"
+        );
+    }
+
+    #[test]
+    fn restart_then_ready_is_published_on_the_watch() {
+        let mut st = Status::new();
+        let mut rx = st.watch.subscribe();
+        st.on(Event::Spawn).expect("spawn");
+        st.on(Event::Spawned { pid: 7, channel: channel() }).expect("spawned");
+        assert_eq!(st.pid, Some(7));
+        assert!(st.channel.is_some());
+        st.on(Event::Initialized).expect("ready");
+        assert_eq!(*rx.borrow_and_update(), StateView { state: S::Ready, restarts: 0 });
+        for (event, to) in [
+            (Event::RestartRequested, S::Draining),
+            (Event::Spawn, S::Starting),
+            (Event::Spawned { pid: 8, channel: channel() }, S::Initializing),
+            (Event::Initialized, S::Ready),
+        ] {
+            assert_eq!(st.on(event), Ok(to));
+        }
+        assert!(rx.has_changed().expect("sender alive"));
+        assert_eq!(*rx.borrow_and_update(), StateView { state: S::Ready, restarts: 1 });
+        assert_eq!((st.pid, st.restarts, st.transitions["ready"], st.transitions["draining"]), (Some(8), 1, 2, 1));
+    }
+
+    #[test]
+    fn a_crash_backs_off_before_the_next_spawn_and_forgets_the_stub() {
+        let mut st = Status::new();
+        for event in [Event::Spawn, Event::Spawned { pid: 9, channel: channel() }, Event::Initialized] {
+            st.on(event).expect("start");
+        }
+        assert_eq!(
+            st.on(Event::Died("killed".into(), StubExit::Signal { signal: 9, name: "SIGKILL".into() })),
+            Ok(S::Crashed)
+        );
+        assert_eq!((st.pid, st.channel.is_none(), st.reason.as_str()), (None, true, "killed"));
+        assert_eq!(st.last_exit.as_ref().map(|(w, _)| w.to_string()).as_deref(), Some("killed by signal 9 (SIGKILL)"));
+        assert_eq!(st.reason, "killed");
+        // The restart delay is entered before it is slept, and counts as a restart.
+        assert_eq!(st.on(Event::BackOff), Ok(S::BackingOff));
+        assert_eq!(st.restarts, 1);
+        assert_eq!(st.on(Event::Spawn), Ok(S::Starting));
+        assert_eq!(st.on(Event::Died("again".into(), StubExit::Code(1))), Ok(S::Crashed));
+        assert_eq!(st.on(Event::GaveUp("too many".into())), Ok(S::Failed));
+        assert_eq!(st.reason, "too many");
+        assert!(st.on(Event::Spawn).is_err());
+    }
+
+    #[test]
+    fn crashes_outside_the_window_are_forgotten() {
+        let mut c = Crashes::default();
+        let t = Instant::now();
+        let w = Duration::from_secs(10);
+        assert_eq!(c.record(t, w), 1);
+        assert_eq!(c.record(t + Duration::from_secs(5), w), 2);
+        assert_eq!(c.record(t + Duration::from_secs(12), w), 2);
+        assert_eq!(c.record(t + Duration::from_secs(30), w), 1);
+    }
+
+    fn out(name: &str, v: &[f32]) -> OutputTensor {
+        OutputTensor {
+            name: name.into(),
+            datatype: tritium_ipc::DataType::Fp32,
+            shape: vec![v.len() as i64],
+            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+
+    #[test]
+    fn outputs_come_in_the_requested_order_with_classes() {
+        let requested =
+            vec![RequestedOutput { name: "B".into(), classification: Some(1) }, RequestedOutput::named("A")];
+        let shaped =
+            shape_outputs(vec![out("A", &[1.0]), out("B", &[0.5, 2.0])], &requested, &Classes::default()).expect("ok");
+        assert_eq!(shaped.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["B", "A"]);
+        assert_eq!(shaped[0].datatype, tritium_ipc::DataType::Bytes);
+        assert_eq!(shaped[0].data, [&10u32.to_le_bytes()[..], b"2.000000:1"].concat());
+        assert_eq!(shaped[1], out("A", &[1.0]));
+        let mut bytes = out("B", &[]);
+        bytes.datatype = tritium_ipc::DataType::Bytes;
+        let e = InferError::from(shape_outputs(vec![bytes], &requested, &Classes::default()).expect_err("BYTES"));
+        assert_eq!(e.kind, ErrorKind::InvalidArg);
+    }
+
+    #[test]
+    fn execute_failures_name_the_limit_on_timeouts() {
+        let e = HostError::Timeout { instance: "m_0".into(), what: "execute", after: Duration::from_secs(2) };
+        assert_eq!(
+            execute_failure("m", "m_0", &e),
+            "model 'm' instance 'm_0' did not finish execute within 2s (parameters { key: \"execute_timeout_secs\" }); the instance was killed and is restarting"
+        );
+    }
 }

@@ -2,10 +2,14 @@
 //! batching, request validation, and statistics. It knows nothing of HTTP, gRPC or JSON; the
 //! frontends translate their wire formats into [`types`] and call [`Server`].
 
+mod classify;
 mod instance;
 mod scheduler;
 mod server;
 mod stats;
+#[doc(hidden)]
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod types;
 mod validate;
 

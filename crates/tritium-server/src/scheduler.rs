@@ -1,6 +1,6 @@
 //! A model version's request queue, feeding its instances, with Triton's dynamic batching.
 //!
-//! Instance workers are OS threads that block in [`Queue::next_batch`]; the async frontends push
+//! Instance workers are OS threads that block in [`Queue::next_batch_unless`]; the async frontends push
 //! into the queue and await a oneshot answer. Without `dynamic_batching` each `execute` gets one
 //! request. With it, a worker gathers queued requests while their batch sizes fit
 //! `max_batch_size`, and waits up to `max_queue_delay_microseconds` (counted from the oldest
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use crate::types::{InferError, InferRequest, InferResponse};
+use crate::types::{InferError, InferRequest, InferResponse, RequestedOutput};
 
 /// A request waiting for an instance.
 pub(crate) struct Pending {
@@ -21,7 +21,7 @@ pub(crate) struct Pending {
     /// Its batch size (0 for non-batching models).
     pub batch_size: u64,
     /// Outputs to return.
-    pub outputs: Vec<String>,
+    pub outputs: Vec<RequestedOutput>,
     /// When it was queued.
     pub enqueued: Instant,
     /// Where the answer goes.
@@ -60,6 +60,8 @@ struct State {
 pub(crate) struct Queue {
     state: Mutex<State>,
     cv: Condvar,
+    /// Signalled when the queue closes (for workers backing off, which take no work).
+    closing: Condvar,
     batching: Option<Batching>,
 }
 
@@ -68,6 +70,7 @@ impl Queue {
         Self {
             state: Mutex::new(State { items: VecDeque::new(), closed: false, gathering: false }),
             cv: Condvar::new(),
+            closing: Condvar::new(),
             batching,
         }
     }
@@ -89,11 +92,6 @@ impl Queue {
         Ok(())
     }
 
-    /// Whether the queue is closed.
-    pub(crate) fn is_closed(&self) -> bool {
-        self.lock().closed
-    }
-
     /// Requests waiting.
     pub(crate) fn len(&self) -> usize {
         self.lock().items.len()
@@ -103,6 +101,7 @@ impl Queue {
     pub(crate) fn close_gracefully(&self) {
         self.lock().closed = true;
         self.cv.notify_all();
+        self.closing.notify_all();
     }
 
     /// Closes the queue and returns what was still waiting.
@@ -112,7 +111,15 @@ impl Queue {
         let rest = st.items.drain(..).collect();
         drop(st);
         self.cv.notify_all();
+        self.closing.notify_all();
         rest
+    }
+
+    /// Waits up to `timeout` for the queue to close; true if it is closed.
+    pub(crate) fn wait_closed(&self, timeout: Duration) -> bool {
+        let st = self.lock();
+        let (st, _) = self.closing.wait_timeout_while(st, timeout, |st| !st.closed).unwrap_or_else(|p| p.into_inner());
+        st.closed
     }
 
     /// Wakes every waiting worker, so that each re-checks its own interruption condition.
@@ -272,6 +279,23 @@ mod tests {
         let mut sizes: Vec<_> = workers.into_iter().map(|w| w.join().expect("worker")).collect();
         sizes.sort();
         assert_eq!(sizes, vec![None, None, Some(4)]);
+    }
+
+    #[test]
+    fn wait_closed_returns_at_once_when_the_queue_closes() {
+        let q = std::sync::Arc::new(Queue::new(None));
+        assert!(!q.wait_closed(Duration::from_millis(1)));
+        let closer = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                q.close_gracefully();
+            })
+        };
+        let t = Instant::now();
+        assert!(q.wait_closed(Duration::from_secs(30)));
+        assert!(t.elapsed() < Duration::from_secs(10));
+        let _ = closer.join();
     }
 
     #[test]

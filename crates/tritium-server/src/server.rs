@@ -7,14 +7,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tracing::{error, info};
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::model_instance_group::Kind;
 use tritium_config::ModelConfig;
 use tritium_host::{Stub, StubCommand};
 
-use crate::instance::{self, InstanceSpec, Supervision, VersionContext};
+use crate::classify::{Classes, LabelError};
+use crate::instance::{self, InstanceSpec, StateView, Supervision, VersionContext};
 use crate::scheduler::{Batching, Pending, Queue};
 use crate::stats::Stats;
 use crate::types::*;
@@ -319,6 +320,11 @@ impl Server {
         Ok(self.route(name, version)?.ctx.config_json.clone())
     }
 
+    /// A model's `max_batch_size` (0 for a model that does not batch).
+    pub fn model_max_batch_size(&self, name: &str, version: Option<i64>) -> Result<i64, InferError> {
+        Ok(i64::from(self.route(name, version)?.config.max_batch_size))
+    }
+
     /// A model's config.
     pub fn model_config(&self, name: &str, version: Option<i64>) -> Result<ModelConfig, InferError> {
         Ok((*self.route(name, version)?.config).clone())
@@ -380,34 +386,34 @@ impl Server {
         }
         let limit = targets.iter().map(|(v, _, _)| v.ctx.supervision.init_timeout).max().unwrap_or_default()
             + Duration::from_secs(60);
-        let deadline = Instant::now() + limit;
+        let deadline = tokio::time::Instant::now() + limit;
         for (_, i, before) in &targets {
-            loop {
-                match i.state() {
-                    InstanceState::Ready if i.restarts() > *before => break,
-                    InstanceState::Failed => {
-                        return Err(InferError::internal(format!(
-                            "instance '{}' failed to restart: {}",
-                            i.spec.name,
-                            i.reason()
-                        )));
-                    }
-                    InstanceState::Stopped | InstanceState::Stopping => {
-                        return Err(InferError::unavailable(format!(
-                            "instance '{}' stopped: the model is unloading",
-                            i.spec.name
-                        )));
-                    }
-                    _ if Instant::now() > deadline => {
-                        return Err(InferError::internal(format!(
-                            "instance '{}' is not ready {}s after the restart request (state {})",
-                            i.spec.name,
-                            limit.as_secs(),
-                            i.state().as_str()
-                        )));
-                    }
-                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            let view = match tokio::time::timeout_at(deadline, settled_after(i.subscribe(), *before)).await {
+                Ok(view) => view,
+                Err(_) => {
+                    return Err(InferError::internal(format!(
+                        "instance '{}' is not ready {}s after the restart request (state {})",
+                        i.spec.name,
+                        limit.as_secs(),
+                        i.state().as_str()
+                    )));
                 }
+            };
+            match view.state {
+                InstanceState::Failed => {
+                    return Err(InferError::internal(format!(
+                        "instance '{}' failed to restart: {}",
+                        i.spec.name,
+                        i.reason()
+                    )));
+                }
+                InstanceState::Stopped | InstanceState::Stopping => {
+                    return Err(InferError::unavailable(format!(
+                        "instance '{}' stopped: the model is unloading",
+                        i.spec.name
+                    )));
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -528,7 +534,7 @@ impl Server {
                 let _ = tx.send(load_versions(&inner.opts, inner.metrics.custom(), &model));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
-        let result = rx.await.unwrap_or_else(|_| Err("the loader thread died".into()));
+        let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
         let old = {
             let mut models = self.models_mut();
             let Some(entry) = models.get_mut(name) else {
@@ -540,7 +546,8 @@ impl Server {
                     entry.state = State::Ready;
                     std::mem::replace(&mut entry.versions, versions)
                 }
-                Err(reason) => {
+                Err(e) => {
+                    let reason = e.to_string();
                     if entry.versions.is_empty() {
                         entry.state = State::Unavailable(reason.clone());
                     } else {
@@ -662,6 +669,20 @@ impl Server {
     }
 }
 
+/// Waits on an instance's state changes until it is ready after more than `restarts` restarts,
+/// or in a state no waiting changes (failed, stopping, stopped).
+async fn settled_after(mut states: watch::Receiver<StateView>, restarts: u64) -> StateView {
+    let settled = |v: &StateView| {
+        (v.state == InstanceState::Ready && v.restarts > restarts)
+            || matches!(v.state, InstanceState::Failed | InstanceState::Stopping | InstanceState::Stopped)
+    };
+    match states.wait_for(settled).await {
+        Ok(view) => *view,
+        // The instance is gone (its status dropped): it stopped.
+        Err(_) => StateView { state: InstanceState::Stopped, restarts },
+    }
+}
+
 async fn retire_all(versions: BTreeMap<i64, Arc<Version>>) {
     if versions.is_empty() {
         return;
@@ -681,17 +702,17 @@ async fn retire_all(versions: BTreeMap<i64, Arc<Version>>) {
 }
 
 /// The server-wide supervision limits with the model's `parameters` overrides applied.
-fn supervision_for(base: &Supervision, config: &ModelConfig) -> Result<Supervision, String> {
+fn supervision_for(base: &Supervision, config: &ModelConfig) -> Result<Supervision, LoadError> {
     let mut sup = base.clone();
-    let secs = |key: &str| -> Result<Option<Duration>, String> {
+    let secs = |key: &str| -> Result<Option<Duration>, LoadError> {
         let Some(p) = config.parameters.get(key) else { return Ok(None) };
-        let v: f64 = p
-            .string_value
-            .trim()
-            .parse()
-            .map_err(|_| format!("parameter {key:?} must be a number of seconds, got {:?}", p.string_value))?;
+        let v: f64 = p.string_value.trim().parse().map_err(|_| {
+            LoadError::Parameter(format!("parameter {key:?} must be a number of seconds, got {:?}", p.string_value))
+        })?;
         if !(v.is_finite() && v >= 0.0) {
-            return Err(format!("parameter {key:?} must be a non-negative number of seconds, got {v}"));
+            return Err(LoadError::Parameter(format!(
+                "parameter {key:?} must be a non-negative number of seconds, got {v}"
+            )));
         }
         Ok(Some(Duration::from_secs_f64(v)))
     };
@@ -709,7 +730,10 @@ fn supervision_for(base: &Supervision, config: &ModelConfig) -> Result<Supervisi
     }
     if let Some(p) = config.parameters.get("stub_restart_limit") {
         sup.restart_limit = p.string_value.trim().parse().map_err(|_| {
-            format!("parameter \"stub_restart_limit\" must be a whole number, got {:?}", p.string_value)
+            LoadError::Parameter(format!(
+                "parameter \"stub_restart_limit\" must be a whole number, got {:?}",
+                p.string_value
+            ))
         })?;
     }
     Ok(sup)
@@ -752,30 +776,102 @@ fn auto_complete(
     name: &str,
     model_file: &Path,
     config: &ModelConfig,
-) -> Result<ModelConfig, String> {
+) -> Result<ModelConfig, LoadError> {
     let timeout = opts.supervision.init_timeout;
-    let stub = Stub::spawn(&opts.stub, &format!("{name}_autocomplete"), timeout).map_err(|e| e.to_string())?;
+    let stub = Stub::spawn(&opts.stub, &format!("{name}_autocomplete"), timeout)
+        .map_err(|e| LoadError::AutoComplete(e.to_string()))?;
     let json = tritium_config::to_json(config).to_string();
     let result = stub.auto_complete(&model_file.display().to_string(), &json, timeout);
     let _ = stub.finalize(Duration::from_secs(5));
-    let completed = result.map_err(|e| format!("auto_complete_config failed: {e}"))?;
-    let value: serde_json::Value =
-        serde_json::from_str(&completed).map_err(|e| format!("auto_complete_config returned invalid JSON: {e}"))?;
-    tritium_config::from_json(&value).map_err(|e| format!("auto_complete_config returned an invalid config: {e}"))
+    let completed = result.map_err(|e| LoadError::AutoComplete(format!("auto_complete_config failed: {e}")))?;
+    tritium_config::from_json_str(&completed)
+        .map_err(|e| LoadError::AutoComplete(format!("auto_complete_config returned an invalid config: {e}")))
 }
 
-/// Reads, completes and checks a model's config, then starts every instance of every version.
+/// Why a model could not be loaded; its text is the reason the repository index reports.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LoadError {
+    /// The repository has no such directory.
+    #[error("no model directory {0} in the repository")]
+    NoDirectory(String),
+    /// `config.pbtxt` or the version policy is invalid.
+    #[error(transparent)]
+    Config(#[from] tritium_config::ConfigError),
+    /// `auto_complete_config` failed or returned something unusable.
+    #[error("{0}")]
+    AutoComplete(String),
+    /// The model is decoupled, which tritium does not serve yet.
+    #[error(
+        "model '{0}' uses the decoupled transaction policy (model_transaction_policy {{ decoupled: true }}), which tritium does not serve yet"
+    )]
+    Decoupled(String),
+    /// No version directory matches the policy.
+    #[error("no version directory (a number, such as {0}/1) holds the model")]
+    NoVersions(String),
+    /// A supervision parameter is malformed.
+    #[error("{0}")]
+    Parameter(String),
+    /// A label file named by the config cannot be read.
+    #[error(transparent)]
+    Labels(#[from] LabelError),
+    /// A version directory lacks the model file.
+    #[error("Python model file not found in '{0}'")]
+    NoModelFile(String),
+    /// The instance worker thread could not be started.
+    #[error("cannot start an instance thread: {0}")]
+    Thread(#[source] std::io::Error),
+    /// Instances failed to start (their reasons, joined).
+    #[error("{}", .0.join("; "))]
+    Instances(Vec<String>),
+    /// The loader thread ended without an answer.
+    #[error("the loader thread died")]
+    LoaderDied,
+}
+
+/// A model's config, read and completed, and what loading its versions needs from it.
+struct Resolved {
+    dir: PathBuf,
+    config: Arc<ModelConfig>,
+    config_json: String,
+    supervision: Supervision,
+    batching: Option<Batching>,
+    classes: Classes,
+    versions: Vec<i64>,
+}
+
+/// Reads, completes and checks a model's config, then starts every instance of every version;
+/// if any version fails, every version started is retired again.
 fn load_versions(
     opts: &ServerOptions,
     metrics: &tritium_metrics::CustomMetrics,
     name: &str,
-) -> Result<BTreeMap<i64, Arc<Version>>, String> {
+) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
     let load_start = Instant::now();
+    let resolved = resolve(opts, name)?;
+    // Each version's load time is the shared preparation plus the start of its own instances.
+    let prepared = load_start.elapsed();
+    let mut loaded = BTreeMap::new();
+    for &v in &resolved.versions {
+        match start_version(opts, metrics, name, &resolved, v, prepared) {
+            Ok(version) => {
+                loaded.insert(v, version);
+            }
+            Err(e) => {
+                rollback(loaded);
+                return Err(e);
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+/// Step 1: the model's config (from `config.pbtxt`, auto-completed, normalized) and its versions.
+fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
     let dir = opts.repository.join(name);
     if !dir.is_dir() {
-        return Err(format!("no model directory {} in the repository", dir.display()));
+        return Err(LoadError::NoDirectory(dir.display().to_string()));
     }
-    let from_file = tritium_config::load_config(&dir).map_err(|e| e.to_string())?;
+    let from_file = tritium_config::load_config(&dir)?;
     let has_file = from_file.is_some();
     let mut config = from_file.unwrap_or_else(|| ModelConfig {
         name: name.to_string(),
@@ -783,100 +879,285 @@ fn load_versions(
         ..Default::default()
     });
     if opts.auto_complete {
-        let filename =
-            if config.default_model_filename.is_empty() { "model.py" } else { &config.default_model_filename };
-        if let Some(v) = newest_version_dir(&dir) {
-            let file = dir.join(v.to_string()).join(filename);
-            let mentions = std::fs::read_to_string(&file).map(|s| s.contains("auto_complete_config")).unwrap_or(false);
-            if !has_file || mentions {
-                config = auto_complete(opts, name, &file, &config)?;
-            }
+        if let Some(file) = auto_complete_file(&dir, &config, has_file) {
+            config = auto_complete(opts, name, &file, &config)?;
         }
     }
-    tritium_config::normalize(&mut config, name).map_err(|e| e.to_string())?;
-    tritium_config::resolve_instance_groups(&mut config, &[]).map_err(|e| e.to_string())?;
+    tritium_config::normalize(&mut config, name)?;
+    tritium_config::resolve_instance_groups(&mut config, &[])?;
     if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
-        return Err(format!(
-            "model '{name}' uses the decoupled transaction policy (model_transaction_policy {{ decoupled: true }}), which tritium does not serve yet"
-        ));
+        return Err(LoadError::Decoupled(name.to_string()));
     }
     let policy = config.version_policy.clone().unwrap_or_default();
-    let versions = tritium_config::model_versions(&dir, &policy).map_err(|e| e.to_string())?;
+    let versions = tritium_config::model_versions(&dir, &policy)?;
     if versions.is_empty() {
-        return Err(format!("no version directory (a number, such as {}/1) holds the model", dir.display()));
+        return Err(LoadError::NoVersions(dir.display().to_string()));
     }
     let supervision = supervision_for(&opts.supervision, &config)?;
-    let config = Arc::new(config);
+    let classes = Classes::load(&dir, &config)?;
+    let batching = batching_for(&config);
     let config_json = tritium_config::to_json(&config).to_string();
-    let batching = match &config.scheduling_choice {
+    Ok(Resolved { dir, config: Arc::new(config), config_json, supervision, batching, classes, versions })
+}
+
+/// Step 2: the model file whose `auto_complete_config` runs, if it should: the newest version's,
+/// when the model has no `config.pbtxt` or its file mentions `auto_complete_config`.
+fn auto_complete_file(dir: &Path, config: &ModelConfig, has_file: bool) -> Option<PathBuf> {
+    let filename = if config.default_model_filename.is_empty() { "model.py" } else { &config.default_model_filename };
+    let file = dir.join(newest_version_dir(dir)?.to_string()).join(filename);
+    let mentions = std::fs::read_to_string(&file).map(|s| s.contains("auto_complete_config")).unwrap_or(false);
+    (!has_file || mentions).then_some(file)
+}
+
+/// Step 3: dynamic batching, for a batching model with `dynamic_batching`.
+fn batching_for(config: &ModelConfig) -> Option<Batching> {
+    match &config.scheduling_choice {
         Some(SchedulingChoice::DynamicBatching(db)) if config.max_batch_size > 0 => Some(Batching {
             max_batch_size: config.max_batch_size as u64,
             preferred: db.preferred_batch_size.iter().map(|&p| p as u64).collect(),
             max_delay: Duration::from_micros(db.max_queue_delay_microseconds),
         }),
         _ => None,
-    };
-    let mut loaded = BTreeMap::new();
-    // Each version's load time is the shared preparation plus the start of its own instances.
-    let prepared = load_start.elapsed();
-    for v in versions {
-        let version_start = Instant::now();
-        let model_file = dir.join(v.to_string()).join(&config.default_model_filename);
-        if !model_file.is_file() {
-            return Err(format!("Python model file not found in '{}'", model_file.display()));
-        }
-        let ctx = Arc::new(VersionContext {
-            model: name.to_string(),
-            version: v,
-            model_file,
-            model_dir: dir.clone(),
-            config_json: config_json.clone(),
-            queue: Arc::new(Queue::new(batching.clone())),
-            stats: Arc::new(Stats::new(name, v)),
-            stub: opts.stub.clone(),
-            supervision: supervision.clone(),
-            live_workers: AtomicUsize::new(0),
-            instances: Mutex::new(Vec::new()),
-            metrics: metrics.clone(),
-        });
-        let (ready_tx, ready_rx) = mpsc::channel();
-        let mut workers = Vec::new();
-        let mut expected = 0;
-        for group in &config.instance_group {
-            let devices: Vec<i32> = if group.kind == Kind::Gpu as i32 { group.gpus.clone() } else { vec![0] };
-            let mut k = 0;
-            for device_id in devices {
-                for _ in 0..group.count.max(1) {
-                    let spec =
-                        InstanceSpec { name: format!("{}_{k}", group.name), kind: kind_name(group.kind), device_id };
-                    k += 1;
-                    let w = instance::spawn(ctx.clone(), spec, ready_tx.clone())
-                        .map_err(|e| format!("cannot start an instance thread: {e}"))?;
-                    workers.push(w);
-                    expected += 1;
-                }
-            }
-        }
-        drop(ready_tx);
-        let mut failures = Vec::new();
-        for _ in 0..expected {
-            match ready_rx.recv() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => failures.push(e),
-                Err(_) => failures.push("an instance thread ended before reporting".into()),
-            }
-        }
-        let load_duration = prepared + version_start.elapsed();
-        let version = Arc::new(Version { config: config.clone(), ctx, workers: Mutex::new(workers), load_duration });
-        if !failures.is_empty() {
-            version.retire();
-            for (_, other) in std::mem::take(&mut loaded) {
-                let other: Arc<Version> = other;
-                other.retire();
-            }
-            return Err(failures.join("; "));
-        }
-        loaded.insert(v, version);
     }
-    Ok(loaded)
+}
+
+/// The instances of a config, in `instance_group` order: one per count per device.
+fn instance_specs(config: &ModelConfig) -> Vec<InstanceSpec> {
+    let mut specs = Vec::new();
+    for group in &config.instance_group {
+        let devices: Vec<i32> = if group.kind == Kind::Gpu as i32 { group.gpus.clone() } else { vec![0] };
+        let mut k = 0;
+        for device_id in devices {
+            for _ in 0..group.count.max(1) {
+                specs.push(InstanceSpec {
+                    name: format!("{}_{k}", group.name),
+                    kind: kind_name(group.kind),
+                    device_id,
+                });
+                k += 1;
+            }
+        }
+    }
+    specs
+}
+
+/// Step 4: spawns the instances of version `v` and waits until each is ready or failed (step 5);
+/// a version with a failed instance is retired.
+fn start_version(
+    opts: &ServerOptions,
+    metrics: &tritium_metrics::CustomMetrics,
+    name: &str,
+    r: &Resolved,
+    v: i64,
+    prepared: Duration,
+) -> Result<Arc<Version>, LoadError> {
+    let version_start = Instant::now();
+    let model_file = r.dir.join(v.to_string()).join(&r.config.default_model_filename);
+    if !model_file.is_file() {
+        return Err(LoadError::NoModelFile(model_file.display().to_string()));
+    }
+    let ctx = Arc::new(VersionContext {
+        model: name.to_string(),
+        version: v,
+        model_file,
+        model_dir: r.dir.clone(),
+        config_json: r.config_json.clone(),
+        queue: Arc::new(Queue::new(r.batching.clone())),
+        stats: Arc::new(Stats::new(name, v)),
+        stub: opts.stub.clone(),
+        supervision: r.supervision.clone(),
+        live_workers: AtomicUsize::new(0),
+        instances: Mutex::new(Vec::new()),
+        metrics: metrics.clone(),
+        classes: r.classes.clone(),
+    });
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let mut workers = Vec::new();
+    let mut spawn_error = None;
+    for spec in instance_specs(&r.config) {
+        match instance::spawn(ctx.clone(), spec, ready_tx.clone()) {
+            Ok(w) => workers.push(w),
+            Err(e) => {
+                spawn_error = Some(LoadError::Thread(e));
+                break;
+            }
+        }
+    }
+    drop(ready_tx);
+    let failures = await_readiness(&ready_rx, workers.len());
+    let load_duration = prepared + version_start.elapsed();
+    let version = Arc::new(Version { config: r.config.clone(), ctx, workers: Mutex::new(workers), load_duration });
+    let error = spawn_error.or_else(|| (!failures.is_empty()).then_some(LoadError::Instances(failures)));
+    match error {
+        Some(e) => {
+            version.retire();
+            Err(e)
+        }
+        None => Ok(version),
+    }
+}
+
+/// Step 5: the reasons of the instances (of `expected`) that did not become ready.
+fn await_readiness(ready: &mpsc::Receiver<Result<(), String>>, expected: usize) -> Vec<String> {
+    let mut failures = Vec::new();
+    for _ in 0..expected {
+        match ready.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(_) => failures.push("an instance thread ended before reporting".into()),
+        }
+    }
+    failures
+}
+
+/// Step 6: retires the versions already started when a later one fails.
+fn rollback(loaded: BTreeMap<i64, Arc<Version>>) {
+    for version in loaded.into_values() {
+        version.retire();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A repository in a fresh temporary directory, removed on drop.
+    struct Repo(PathBuf);
+
+    impl Repo {
+        fn new(tag: &str) -> Self {
+            let dir = std::env::temp_dir().join(format!("tritium-load-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("repository");
+            Self(dir)
+        }
+
+        /// Model `name` with `config` and version directories `versions` (each with a model.py).
+        fn model(&self, name: &str, config: &str, versions: &[i64]) {
+            let dir = self.0.join(name);
+            std::fs::create_dir_all(&dir).expect("model dir");
+            std::fs::write(dir.join("config.pbtxt"), config).expect("config");
+            for v in versions {
+                std::fs::create_dir_all(dir.join(v.to_string())).expect("version dir");
+                std::fs::write(dir.join(v.to_string()).join("model.py"), "").expect("model.py");
+            }
+        }
+
+        fn options(&self) -> ServerOptions {
+            ServerOptions {
+                repository: self.0.clone(),
+                stub: StubCommand { python: "python3".into(), python_path: PathBuf::new(), env: Vec::new(), spin: 0 },
+                supervision: Supervision::default(),
+                auto_complete: false,
+                strict_readiness: true,
+                explicit_control: true,
+            }
+        }
+    }
+
+    impl Drop for Repo {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const BATCHED: &str = r#"
+        backend: "python"
+        max_batch_size: 8
+        input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt" } ]
+        instance_group [ { count: 2 kind: KIND_CPU } ]
+        dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 500 }
+        parameters { key: "execute_timeout_secs" value: { string_value: "2.5" } }
+    "#;
+
+    #[test]
+    fn resolve_reads_config_batching_labels_and_versions() {
+        let repo = Repo::new("resolve");
+        repo.model("m", BATCHED, &[1, 3]);
+        std::fs::write(repo.0.join("m/labels.txt"), "a\nb\nc\nd\n").expect("labels");
+        let r = resolve(&repo.options(), "m").expect("resolve");
+        assert_eq!(r.versions, vec![3]);
+        assert!(r.classes.batching);
+        assert_eq!(r.classes.labels["OUT"], ["a", "b", "c", "d"]);
+        assert_eq!(r.supervision.execute_timeout, Some(Duration::from_secs_f64(2.5)));
+        let b = r.batching.expect("dynamic batching");
+        assert_eq!((b.max_batch_size, b.preferred.clone(), b.max_delay), (8, vec![4], Duration::from_micros(500)));
+        let specs = instance_specs(&r.config);
+        assert_eq!(
+            specs.iter().map(|s| (s.name.as_str(), s.kind)).collect::<Vec<_>>(),
+            [("m_0_0", "CPU"), ("m_0_1", "CPU")]
+        );
+    }
+
+    #[test]
+    fn resolve_errors_are_typed_with_their_texts() {
+        let repo = Repo::new("errors");
+        let opts = repo.options();
+        assert!(matches!(resolve(&opts, "absent"), Err(LoadError::NoDirectory(_))));
+        repo.model("nolabels", BATCHED, &[1]);
+        let e = resolve(&opts, "nolabels").err().expect("missing label file");
+        assert!(matches!(e, LoadError::Labels(_)), "{e}");
+        repo.model("noversions", "backend: \"python\"", &[]);
+        let e = resolve(&opts, "noversions").err().expect("no versions");
+        assert!(matches!(e, LoadError::Config(_)), "{e}");
+        assert!(e.to_string().starts_with("at least one version must be available"), "{e}");
+        repo.model("decoupled", "backend: \"python\"\nmodel_transaction_policy { decoupled: true }", &[1]);
+        assert!(matches!(resolve(&opts, "decoupled"), Err(LoadError::Decoupled(_))));
+        repo.model(
+            "badparam",
+            "backend: \"python\"\nparameters { key: \"stub_restart_limit\" value: { string_value: \"x\" } }",
+            &[1],
+        );
+        let e = resolve(&opts, "badparam").err().expect("bad parameter");
+        assert_eq!(e.to_string(), "parameter \"stub_restart_limit\" must be a whole number, got \"x\"");
+        repo.model("badconfig", "max_batch_size: \"many\"", &[1]);
+        assert!(matches!(resolve(&opts, "badconfig"), Err(LoadError::Config(_))));
+    }
+
+    #[test]
+    fn auto_complete_runs_without_a_config_or_when_the_model_asks() {
+        let repo = Repo::new("autocomplete");
+        repo.model("m", "backend: \"python\"", &[1, 2]);
+        let dir = repo.0.join("m");
+        let config = ModelConfig::default();
+        assert_eq!(auto_complete_file(&dir, &config, false), Some(dir.join("2/model.py")));
+        assert_eq!(auto_complete_file(&dir, &config, true), None);
+        std::fs::write(dir.join("2/model.py"), "def auto_complete_config(c): return c").expect("write");
+        assert_eq!(auto_complete_file(&dir, &config, true), Some(dir.join("2/model.py")));
+    }
+
+    #[tokio::test]
+    async fn a_restart_waits_for_ready_after_the_restart_on_the_watch() {
+        use InstanceState as S;
+        let view = |state, restarts| StateView { state, restarts };
+        let (tx, rx) = watch::channel(view(S::Ready, 2));
+        let waiter = tokio::spawn(settled_after(rx, 2));
+        for v in [view(S::Draining, 3), view(S::Starting, 3), view(S::Initializing, 3), view(S::Ready, 3)] {
+            tokio::task::yield_now().await;
+            tx.send_replace(v);
+        }
+        assert_eq!(waiter.await.expect("waiter"), view(S::Ready, 3));
+        // Ready before the restart happened does not count; a failure ends the wait.
+        let (tx, rx) = watch::channel(view(S::Ready, 0));
+        let waiter = tokio::spawn(settled_after(rx, 0));
+        tokio::task::yield_now().await;
+        tx.send_replace(view(S::Failed, 1));
+        assert_eq!(waiter.await.expect("waiter").state, S::Failed);
+        // A dropped instance counts as stopped.
+        let (tx, rx) = watch::channel(view(S::Draining, 1));
+        drop(tx);
+        assert_eq!(settled_after(rx, 0).await.state, S::Stopped);
+    }
+
+    #[test]
+    fn readiness_collects_every_failure() {
+        let (tx, rx) = mpsc::channel();
+        tx.send(Ok(())).expect("send");
+        tx.send(Err("boom".to_string())).expect("send");
+        drop(tx);
+        assert_eq!(await_readiness(&rx, 3), ["boom", "an instance thread ended before reporting"]);
+        let e = LoadError::Instances(vec!["a".into(), "b".into()]);
+        assert_eq!(e.to_string(), "a; b");
+    }
 }

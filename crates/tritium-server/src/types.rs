@@ -5,6 +5,14 @@ use bytes::Bytes;
 pub use tritium_host::StubExit;
 pub use tritium_ipc::{CorrelationId, DataType, Param as ParamValue};
 
+/// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START`, a bit of [`InferRequest::flags`].
+pub const FLAG_SEQUENCE_START: u32 = 1;
+/// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_END`, a bit of [`InferRequest::flags`].
+pub const FLAG_SEQUENCE_END: u32 = 2;
+/// The most elements one classification ranks per batch entry (Triton's
+/// `kMaxClassificationElements`).
+pub const MAX_CLASSIFICATION_ELEMENTS: usize = 1_000_000;
+
 /// Triton's error codes, which the frontends map to HTTP statuses and gRPC codes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
@@ -104,8 +112,8 @@ pub struct InferRequest {
     pub id: String,
     /// Inputs.
     pub inputs: Vec<InputTensor>,
-    /// Requested outputs by name; empty asks for every output.
-    pub outputs: Vec<String>,
+    /// Requested outputs, in the client's order; empty asks for every output.
+    pub outputs: Vec<RequestedOutput>,
     /// Request parameters (the frontend has removed its own, such as `binary_data_output`).
     pub parameters: Vec<(String, ParamValue)>,
     /// Sequence correlation id.
@@ -114,6 +122,23 @@ pub struct InferRequest {
     pub flags: u32,
     /// Timeout in microseconds, 0 for none.
     pub timeout_us: u64,
+}
+
+/// An output a request asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestedOutput {
+    /// The output's name.
+    pub name: String,
+    /// Triton's classification extension: answer the top `k` classes of the tensor (as `BYTES`
+    /// strings `"value:index[:label]"`) instead of the tensor itself.
+    pub classification: Option<u32>,
+}
+
+impl RequestedOutput {
+    /// The output `name`, returned as it is.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self { name: name.into(), classification: None }
+    }
 }
 
 /// An output tensor. `BYTES` data is in Triton's serialized form.
@@ -349,6 +374,8 @@ pub struct InstanceInfo {
     pub executions: u64,
     /// How many times each state was entered.
     pub transitions: Vec<(String, u64)>,
+    /// Events the supervisor refused as impossible in the state they came in (a bug if not 0).
+    pub impossible_transitions: u64,
 }
 
 /// The server's log settings, as Triton's logging extension names them.

@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use tritium_http::Backend;
+use tritium_server::testing::{classify, growing_stats, model_stats};
 use tritium_server::{
-    BatchStats, ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, ModelMetadata, ModelStats,
-    OutputTensor, ParamValue, ServerMetadata, StatDuration, TensorMetadata,
+    ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, ModelMetadata, ModelStats, OutputTensor,
+    ParamValue, ServerMetadata, TensorMetadata,
 };
 
 #[derive(Default)]
@@ -36,21 +37,25 @@ impl Backend for Mock {
             };
             return Err(InferError::new(kind, format!("model failed: {kind:?}")));
         }
+        let mut outputs = Vec::new();
+        for i in &req.inputs {
+            let name = format!("OUT_{}", i.name);
+            let requested = req.outputs.iter().find(|r| r.name == name);
+            if !req.outputs.is_empty() && requested.is_none() {
+                continue;
+            }
+            let o = OutputTensor { name, datatype: i.datatype, shape: i.shape.clone(), data: i.data.to_vec() };
+            // Classification is the core's; the mock model batches (max_batch_size 4).
+            outputs.push(match requested.and_then(|r| r.classification) {
+                Some(k) => classify(&o, k, true)?,
+                None => o,
+            });
+        }
         Ok(InferResponse {
             model: req.model.clone(),
             version: req.version.unwrap_or(1),
             id: req.id.clone(),
-            outputs: req
-                .inputs
-                .iter()
-                .map(|i| OutputTensor {
-                    name: format!("OUT_{}", i.name),
-                    datatype: i.datatype,
-                    shape: i.shape.clone(),
-                    data: i.data.to_vec(),
-                })
-                .filter(|o| req.outputs.is_empty() || req.outputs.contains(&o.name))
-                .collect(),
+            outputs,
             parameters: vec![("echo".into(), ParamValue::Bool(true))],
         })
     }
@@ -117,51 +122,10 @@ impl Backend for Mock {
         if name == Some("missing") {
             return Err(InferError::invalid("requested model 'missing' is not available"));
         }
-        let d = |count, ns| StatDuration { count, ns };
         if name == Some("perf") {
             // Numbers that grow with the inferences served, as perf_analyzer expects.
-            let n = self.infers.load(Ordering::SeqCst);
-            return Ok(vec![ModelStats {
-                name: "perf".into(),
-                version: "1".into(),
-                last_inference: 1_700_000_000_000 + n,
-                inference_count: 2 * n,
-                execution_count: n,
-                success: d(n, 1000 * n),
-                queue: d(n, 100 * n),
-                compute_input: d(n, 10 * n),
-                compute_infer: d(n, 800 * n),
-                compute_output: d(n, 10 * n),
-                batch_stats: vec![BatchStats {
-                    batch_size: 2,
-                    compute_input: d(n, 10 * n),
-                    compute_infer: d(n, 800 * n),
-                    compute_output: d(n, 10 * n),
-                }],
-                ..Default::default()
-            }]);
+            return Ok(vec![growing_stats("perf", self.infers.load(Ordering::SeqCst))]);
         }
-        Ok(vec![ModelStats {
-            name: name.unwrap_or("a").into(),
-            version: "1".into(),
-            last_inference: 1_700_000_000_000,
-            inference_count: 10,
-            execution_count: 4,
-            success: d(5, 500),
-            fail: d(1, 10),
-            fail_reasons: Default::default(),
-            queue: d(5, 50),
-            compute_input: d(4, 40),
-            compute_infer: d(4, 400),
-            compute_output: d(4, 4),
-            cache_hit: d(0, 0),
-            cache_miss: d(0, 0),
-            batch_stats: vec![BatchStats {
-                batch_size: 2,
-                compute_input: d(2, 20),
-                compute_infer: d(2, 200),
-                compute_output: d(2, 2),
-            }],
-        }])
+        Ok(vec![model_stats(name.unwrap_or("a"))])
     }
 }
