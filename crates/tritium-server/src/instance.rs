@@ -662,11 +662,11 @@ enum RequestError {
         input: String,
         /// Why.
         #[source]
-        source: HostError,
+        source: Box<HostError>,
     },
     /// An output's descriptor from the stub could not be read.
     #[error("{0}")]
-    Output(#[source] HostError),
+    Output(#[source] Box<HostError>),
     /// An output asked for as classes could not be classified.
     #[error(transparent)]
     Classify(#[from] ClassifyError),
@@ -787,7 +787,7 @@ fn place_request(stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, R
                         let _ = stub.channel().free_own(desc);
                     }
                 }
-                return Err(RequestError::Placement { input: t.name.clone(), source });
+                return Err(RequestError::Placement { input: t.name.clone(), source: Box::new(source) });
             }
         }
     }
@@ -848,7 +848,7 @@ fn read_outputs(stub: &Stub, resp: &tritium_ipc::Response) -> Result<Vec<OutputT
     resp.outputs
         .iter()
         .map(|t| {
-            let view = stub.output(&t.data).map_err(RequestError::Output)?;
+            let view = stub.output(&t.data).map_err(|e| RequestError::Output(Box::new(e)))?;
             Ok(OutputTensor { name: t.name.clone(), datatype: t.dtype, shape: t.shape.clone(), data: view.to_vec() })
         })
         .collect()
@@ -1003,7 +1003,7 @@ mod tests {
             st.on(event).expect("start");
         }
         assert_eq!(
-            st.on(Event::Died("killed".into(), StubExit::Signal { signal: 9, name: "SIGKILL".into() })),
+            st.on(Event::Died("killed".into(), StubExit::Signal { signal: 9, name: "SIGKILL" })),
             Ok(S::Crashed)
         );
         assert_eq!((st.pid, st.channel.is_none(), st.reason.as_str()), (None, true, "killed"));
