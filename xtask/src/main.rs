@@ -203,6 +203,7 @@ fn test() -> Result<()> {
         "test",
         "--workspace",
         "--release",
+        "--no-fail-fast",
     ]))?;
     // The pure-Python tests, then the end-to-end tests: the real server, real stubs, tritonclient
     // and perf_analyzer.
