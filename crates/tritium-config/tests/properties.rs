@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use tritium_config::{
     parse_config,
     proto::{
-        model_config::SchedulingChoice, model_instance_group::Kind, DataType, ModelDynamicBatching,
-        ModelInput, ModelInstanceGroup, ModelOutput, ModelParameter,
+        model_config::SchedulingChoice, model_instance_group::Kind, DataType, ModelDynamicBatching, ModelInput,
+        ModelInstanceGroup, ModelOutput, ModelParameter,
     },
     ConfigError, ModelConfig,
 };
@@ -232,9 +232,10 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
         ..Default::default()
     });
     let kind = prop_oneof![Just(Kind::Auto), Just(Kind::Gpu), Just(Kind::Cpu), Just(Kind::Model)];
-    let group = (text_value(), kind, 0..8_i32, prop::collection::vec(0..8_i32, 0..3)).prop_map(
-        |(name, kind, count, gpus)| ModelInstanceGroup { name, kind: kind as i32, count, gpus, ..Default::default() },
-    );
+    let group =
+        (text_value(), kind, 0..8_i32, prop::collection::vec(0..8_i32, 0..3)).prop_map(|(name, kind, count, gpus)| {
+            ModelInstanceGroup { name, kind: kind as i32, count, gpus, ..Default::default() }
+        });
     let batching = prop::option::of((prop::collection::vec(1..64_i32, 0..3), 0..10_000_u64)).prop_map(|b| {
         b.map(|(preferred_batch_size, max_queue_delay_microseconds)| {
             SchedulingChoice::DynamicBatching(ModelDynamicBatching {
