@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use tritium_config::{
     parse_config,
     proto::{
-        model_config::SchedulingChoice, model_instance_group::Kind, DataType, ModelDynamicBatching, ModelInput,
-        ModelInstanceGroup, ModelOutput, ModelParameter,
+        model_config::SchedulingChoice, model_instance_group::Kind, model_rate_limiter::Resource, DataType,
+        ModelDynamicBatching, ModelInput, ModelInstanceGroup, ModelOutput, ModelParameter, ModelRateLimiter,
     },
     ConfigError, ModelConfig,
 };
@@ -232,10 +232,21 @@ fn model_config() -> impl Strategy<Value = ModelConfig> {
         ..Default::default()
     });
     let kind = prop_oneof![Just(Kind::Auto), Just(Kind::Gpu), Just(Kind::Cpu), Just(Kind::Model)];
-    let group =
-        (text_value(), kind, 0..8_i32, prop::collection::vec(0..8_i32, 0..3)).prop_map(|(name, kind, count, gpus)| {
-            ModelInstanceGroup { name, kind: kind as i32, count, gpus, ..Default::default() }
-        });
+    // A rate limiter nests a list of messages in a list of messages.
+    let resource =
+        (text_value(), any::<bool>(), 0..4_u32).prop_map(|(name, global, count)| Resource { name, global, count });
+    let rate_limiter = prop::option::of((prop::collection::vec(resource, 0..3), 0..4_u32))
+        .prop_map(|r| r.map(|(resources, priority)| ModelRateLimiter { resources, priority }));
+    let group = (text_value(), kind, 0..8_i32, prop::collection::vec(0..8_i32, 0..3), rate_limiter).prop_map(
+        |(name, kind, count, gpus, rate_limiter)| ModelInstanceGroup {
+            name,
+            kind: kind as i32,
+            count,
+            gpus,
+            rate_limiter,
+            ..Default::default()
+        },
+    );
     let batching = prop::option::of((prop::collection::vec(1..64_i32, 0..3), 0..10_000_u64)).prop_map(|b| {
         b.map(|(preferred_batch_size, max_queue_delay_microseconds)| {
             SchedulingChoice::DynamicBatching(ModelDynamicBatching {
@@ -372,11 +383,24 @@ impl<'a> Printer<'a> {
         self.token(field);
         self.token(":");
         self.token(value.to_string());
+        self.separator();
+    }
+
+    /// Sometimes `,` or `;` after a field, as the text format allows.
+    fn separator(&mut self) {
+        if self.choose() {
+            let separator = if self.choose() { "," } else { ";" };
+            self.token(separator);
+        }
     }
 
     fn enum_field(&mut self, field: &str, value: &str) {
-        self.scalar(field, value);
-        self.enums.push(self.tokens.len() - 1);
+        self.slot();
+        self.token(field);
+        self.token(":");
+        self.enums.push(self.tokens.len());
+        self.token(value);
+        self.separator();
     }
 
     fn string_field(&mut self, field: &str, value: &str) {
@@ -384,6 +408,7 @@ impl<'a> Printer<'a> {
         self.token(field);
         self.token(":");
         self.string(value);
+        self.separator();
     }
 
     fn scalar_list<T: ToString>(&mut self, field: &str, values: &[T]) {
@@ -398,6 +423,7 @@ impl<'a> Printer<'a> {
             self.token(value.to_string());
         }
         self.token("]");
+        self.separator();
     }
 
     /// `field { ... }` or `field: { ... }`.
@@ -410,11 +436,13 @@ impl<'a> Printer<'a> {
         self.braces(body);
     }
 
+    /// `{ ... }` or `< ... >`.
     fn braces(&mut self, body: impl FnOnce(&mut Self)) {
-        self.token("{");
+        let (open, close) = if self.choose() { ("{", "}") } else { ("<", ">") };
+        self.token(open);
         body(self);
         self.slot();
-        self.token("}");
+        self.token(close);
     }
 
     /// `field: [ {..}, {..} ]` or `field [ {..}, {..} ]`; an empty list is sometimes left out.
@@ -455,6 +483,16 @@ impl<'a> Printer<'a> {
             p.enum_field("kind", group.kind().as_str_name());
             p.scalar("count", group.count);
             p.scalar_list("gpus", &group.gpus);
+            if let Some(limiter) = &group.rate_limiter {
+                p.message("rate_limiter", |p| {
+                    p.message_list("resources", &limiter.resources, |p, resource| {
+                        p.string_field("name", &resource.name);
+                        p.scalar("global", resource.global);
+                        p.scalar("count", resource.count);
+                    });
+                    p.scalar("priority", limiter.priority);
+                });
+            }
         });
         let parameters: BTreeMap<&String, &ModelParameter> = model.parameters.iter().collect();
         let parameters: Vec<(&String, &ModelParameter)> = parameters.into_iter().collect();
