@@ -16,7 +16,6 @@ use tritium_config::{
 
 // The pre-pass is crate-private; compiling its file into this test reaches it without making it
 // part of the crate's API. (Its own unit tests run here a second time.)
-#[allow(dead_code, unreachable_pub)]
 #[path = "../src/pbtxt_prepass.rs"]
 mod pbtxt_prepass;
 
