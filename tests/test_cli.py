@@ -26,6 +26,7 @@ STUB_KEYS = {
     "shm_bytes",
     "inflight",
     "executions",
+    "impossible_transitions",
 }
 TABLE_COLUMNS = [
     "MODEL",
@@ -120,6 +121,7 @@ def test_stubs_json_lists_live_stub_processes(server):
     for s in all_stubs:
         assert set(s) == STUB_KEYS, s
         assert isinstance(s["version"], int) and isinstance(s["restarts"], int), s
+        assert s["impossible_transitions"] == 0, s
         if s["model"] not in GOOD_MODELS:
             continue
         assert s["state"] == "ready", s

@@ -78,6 +78,7 @@ def test_statistics_and_metrics_count_what_was_sent(server):
     assert value(text, "nv_inference_pending_request_count", **labels) == 0
     assert value(text, "tritium_stub_state", model="metered", state="ready") == 1
     assert value(text, "tritium_stub_restarts_total", model="metered") == 0
+    assert value(text, "tritium_stub_impossible_transitions_total", model="metered") == 0
     assert value(text, "tritium_stub_rss_bytes", model="metered") > 1 << 20
     assert value(text, "tritium_stub_shm_bytes", model="metered") > 0
 

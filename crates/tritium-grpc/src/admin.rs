@@ -137,6 +137,7 @@ pub fn stub_to_proto(i: InstanceInfo) -> StubInfo {
         shm_bytes: i.shm_bytes,
         inflight: i.inflight,
         executions: i.executions,
+        impossible_transitions: i.impossible_transitions,
     }
 }
 
@@ -203,6 +204,54 @@ mod tests {
         // Before the epoch is 0, not a panic.
         assert_eq!(exit_to_proto(&StubExit::Code(0), UNIX_EPOCH - std::time::Duration::from_secs(1)).unix_ms, 0);
     }
+
+    #[test]
+    fn an_instance_on_the_wire_has_every_field() {
+        use prost::Message;
+
+        let when = UNIX_EPOCH + std::time::Duration::from_millis(1_700_000_000_123);
+        let info = InstanceInfo {
+            model: "m".into(),
+            version: 2,
+            instance: "m_0_0".into(),
+            pid: Some(1234),
+            state: tritium_server::InstanceState::Ready,
+            uptime: Some(std::time::Duration::from_millis(1500)),
+            restarts: 3,
+            last_exit: Some((StubExit::Code(1), when)),
+            reason: "exited with 1".into(),
+            rss_bytes: 10,
+            shm_bytes: 20,
+            inflight: 1,
+            executions: 7,
+            transitions: vec![("ready".into(), 4)],
+            impossible_transitions: 5,
+        };
+        let want = StubInfo {
+            model: "m".into(),
+            version: 2,
+            instance: "m_0_0".into(),
+            pid: 1234,
+            state: "ready".into(),
+            uptime_secs: 1.5,
+            restarts: 3,
+            reason: "exited with 1".into(),
+            rss_bytes: 10,
+            shm_bytes: 20,
+            inflight: 1,
+            executions: 7,
+            last_exit: Some(proto::StubExit { status: Some(stub_exit::Status::Code(1)), unix_ms: 1_700_000_000_123 }),
+            impossible_transitions: 5,
+        };
+        let got = stub_to_proto(info.clone());
+        assert_eq!(got, want);
+        assert_eq!(StubInfo::decode(got.encode_to_vec().as_slice()).expect("decode"), want);
+        // No process: pid and uptime are 0, and no impossible transition is 0 on the wire.
+        let idle =
+            stub_to_proto(InstanceInfo { pid: None, uptime: None, last_exit: None, impossible_transitions: 0, ..info });
+        assert_eq!((idle.pid, idle.uptime_secs, idle.last_exit, idle.impossible_transitions), (0, 0.0, None, 0));
+    }
+
     const REMOTE: Option<IpAddr> = Some(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3)));
 
     #[test]

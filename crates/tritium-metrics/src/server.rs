@@ -71,6 +71,8 @@ pub struct InstanceSnapshot {
     pub state: String,
     /// How many times the stub was restarted.
     pub restarts: u64,
+    /// Events the supervisor refused as impossible in the state they came in (a bug if not 0).
+    pub impossible_transitions: u64,
     /// The stub's resident memory in bytes; `None` (no live process) leaves the series out.
     pub rss_bytes: Option<u64>,
     /// Shared memory mapped for the stub (control and arena segments), in bytes.
@@ -176,6 +178,12 @@ family!(
     Counter,
     "Number of times the supervisor restarted the stub of a model instance"
 );
+family!(
+    STUB_IMPOSSIBLE_TRANSITIONS,
+    "tritium_stub_impossible_transitions_total",
+    Counter,
+    "Number of events the supervisor of a model instance refused as impossible in its state (a bug if not 0)"
+);
 family!(STUB_RSS, "tritium_stub_rss_bytes", Gauge, "Resident memory of the stub process of a model instance, in bytes");
 family!(
     STUB_SHM,
@@ -191,7 +199,7 @@ family!(
 );
 
 /// The server's families in output order (Triton's registration order, then tritium's).
-const FAMILIES: [&FamilyDef; 16] = [
+const FAMILIES: [&FamilyDef; 17] = [
     &SUCCESS,
     &FAILURE,
     &COUNT,
@@ -205,13 +213,14 @@ const FAMILIES: [&FamilyDef; 16] = [
     &LOAD_DURATION,
     &STUB_STATE,
     &STUB_RESTARTS,
+    &STUB_IMPOSSIBLE_TRANSITIONS,
     &STUB_RSS,
     &STUB_SHM,
     &STUB_INFLIGHT,
 ];
 
 /// The names of the server's metric families; custom metrics may not use them.
-pub const SERVER_METRIC_NAMES: [&str; 16] = [
+pub const SERVER_METRIC_NAMES: [&str; 17] = [
     SUCCESS.name,
     FAILURE.name,
     COUNT.name,
@@ -225,6 +234,7 @@ pub const SERVER_METRIC_NAMES: [&str; 16] = [
     LOAD_DURATION.name,
     STUB_STATE.name,
     STUB_RESTARTS.name,
+    STUB_IMPOSSIBLE_TRANSITIONS.name,
     STUB_RSS.name,
     STUB_SHM.name,
     STUB_INFLIGHT.name,
@@ -337,6 +347,7 @@ fn server_families<'a>(snapshot: &'a Snapshot, options: MetricsOptions) -> Vec<F
         state.push(("state", instance.state.as_str()));
         add(&STUB_STATE, state, Number::Int(1));
         add(&STUB_RESTARTS, labels(), Number::Int(instance.restarts));
+        add(&STUB_IMPOSSIBLE_TRANSITIONS, labels(), Number::Int(instance.impossible_transitions));
         if let Some(rss) = instance.rss_bytes {
             add(&STUB_RSS, labels(), Number::Int(rss));
         }
@@ -377,6 +388,7 @@ mod tests {
             instance: "simple_0_0".into(),
             state: "ready".into(),
             restarts: 1,
+            impossible_transitions: 2,
             rss_bytes: Some(1_048_576),
             shm_bytes: 268_443_648,
             inflight: 1,
@@ -451,6 +463,9 @@ mod tests {
             "# HELP tritium_stub_restarts_total Number of times the supervisor restarted the stub of a model instance",
             "# TYPE tritium_stub_restarts_total counter",
             "tritium_stub_restarts_total{instance=\"simple_0_0\",model=\"simple\",version=\"1\"} 1",
+            "# HELP tritium_stub_impossible_transitions_total Number of events the supervisor of a model instance refused as impossible in its state (a bug if not 0)",
+            "# TYPE tritium_stub_impossible_transitions_total counter",
+            "tritium_stub_impossible_transitions_total{instance=\"simple_0_0\",model=\"simple\",version=\"1\"} 2",
             "# HELP tritium_stub_rss_bytes Resident memory of the stub process of a model instance, in bytes",
             "# TYPE tritium_stub_rss_bytes gauge",
             "tritium_stub_rss_bytes{instance=\"simple_0_0\",model=\"simple\",version=\"1\"} 1048576",
@@ -504,6 +519,29 @@ mod tests {
         // Unloaded.
         let text = metrics.render(&Snapshot::default());
         assert_eq!(text, "");
+    }
+
+    #[test]
+    fn impossible_transitions_are_a_counter_per_instance_even_at_zero() {
+        let metrics = Metrics::new();
+        let mut snapshot = Snapshot { models: vec![], instances: vec![instance()] };
+        snapshot.instances[0].impossible_transitions = 0;
+        let text = metrics.render(&snapshot);
+        assert!(
+            text.contains(
+                "# TYPE tritium_stub_impossible_transitions_total counter\n\
+                 tritium_stub_impossible_transitions_total{instance=\"simple_0_0\",model=\"simple\",version=\"1\"} 0\n"
+            ),
+            "{text}"
+        );
+        snapshot.instances[0].impossible_transitions = 3;
+        let text = metrics.render(&snapshot);
+        assert!(
+            text.contains(
+                "tritium_stub_impossible_transitions_total{instance=\"simple_0_0\",model=\"simple\",version=\"1\"} 3\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -645,6 +645,7 @@ impl Server {
                 instance: i.instance,
                 state: i.state.as_str().to_string(),
                 restarts: i.restarts,
+                impossible_transitions: i.impossible_transitions,
                 rss_bytes: i.pid.map(|_| i.rss_bytes),
                 shm_bytes: i.shm_bytes,
                 inflight: i.inflight,

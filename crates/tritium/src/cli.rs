@@ -265,14 +265,16 @@ fn stubs_json(stubs: &[StubInfo]) -> Value {
                     "shm_bytes": s.shm_bytes,
                     "inflight": s.inflight,
                     "executions": s.executions,
+                    "impossible_transitions": s.impossible_transitions,
                 })
             })
             .collect(),
     )
 }
 
-/// The table of `tritium stubs`, then the reason of each instance that has one. `now_ms` is
-/// the current time, for "how long ago".
+/// The table of `tritium stubs`, then the reason of each instance that has one and the count of
+/// impossible supervisor transitions of each that had any. `now_ms` is the current time, for
+/// "how long ago".
 fn stubs_table(stubs: &[StubInfo], model: Option<&str>, now_ms: u64) -> String {
     if stubs.is_empty() {
         return match model {
@@ -315,12 +317,21 @@ fn stubs_table(stubs: &[StubInfo], model: Option<&str>, now_ms: u64) -> String {
         })
         .collect();
     let mut out = table(&header, &rows);
-    let reasons: Vec<&StubInfo> = stubs.iter().filter(|s| !s.reason.trim().is_empty()).collect();
-    if !reasons.is_empty() {
-        out.push('\n');
-        for s in reasons {
-            out.push_str(&format!("{}: {}\n", s.instance, first_line(&s.reason)));
+    let mut notes = String::new();
+    for s in stubs {
+        if !s.reason.trim().is_empty() {
+            notes.push_str(&format!("{}: {}\n", s.instance, first_line(&s.reason)));
         }
+        if s.impossible_transitions != 0 {
+            notes.push_str(&format!(
+                "{}: {} impossible supervisor transition(s) refused (a tritium bug; the server log has each)\n",
+                s.instance, s.impossible_transitions
+            ));
+        }
+    }
+    if !notes.is_empty() {
+        out.push('\n');
+        out.push_str(&notes);
     }
     out
 }
@@ -586,6 +597,28 @@ add_sub_0_1: stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last st
     }
 
     #[test]
+    fn impossible_transitions_are_a_line_under_the_table_when_not_zero() {
+        let mut buggy = stub("add_sub_0_1", 4243);
+        buggy.impossible_transitions = 2;
+        let out = stubs_table(&[stub("add_sub_0_0", 4242), buggy.clone()], None, 0);
+        let want = "\
+MODEL    VERSION  INSTANCE     PID   STATE  UPTIME  RESTARTS  LAST EXIT  RSS     SHM      INFLIGHT  EXECUTIONS
+add_sub  1        add_sub_0_0  4242  ready  1m15s   0         -          30 MiB  1.0 MiB  0         12
+add_sub  1        add_sub_0_1  4243  ready  1m15s   0         -          30 MiB  1.0 MiB  0         12
+
+add_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; the server log has each)
+";
+        assert_eq!(out, want);
+        // After the instance's reason, when it has one.
+        buggy.reason = "crashed".into();
+        assert!(stubs_table(&[buggy.clone()], None, 0).ends_with(
+            "\n\nadd_sub_0_1: crashed\nadd_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; \
+             the server log has each)\n"
+        ));
+        assert_eq!(stubs_json(&[buggy])[0]["impossible_transitions"], 2);
+    }
+
+    #[test]
     fn stubs_json_keys_and_nulls() {
         let mut crashed = stub("add_sub_0_1", 0);
         crashed.last_exit = Some(exit(signal(9, "SIGKILL"), 1_700_000_000_000));
@@ -597,6 +630,7 @@ add_sub_0_1: stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last st
             keys,
             [
                 "executions",
+                "impossible_transitions",
                 "inflight",
                 "instance",
                 "last_exit",
@@ -612,6 +646,7 @@ add_sub_0_1: stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last st
         );
         assert_eq!(first["pid"], 4242);
         assert_eq!(first["last_exit"], Value::Null);
+        assert_eq!(first["impossible_transitions"], 0);
         assert_eq!(v[1]["pid"], Value::Null);
         assert_eq!(
             v[1]["last_exit"],
