@@ -1229,7 +1229,7 @@ mod tests {
             Err("output 'A' of type FP32 and shape [2,3] needs 24 bytes, but its descriptor holds 20".into())
         );
         // A made-up batch dimension cannot claim bytes that are not there.
-        let huge = response(vec![shm("A", D::Int64, &[i64::MAX, 4], 32)]);
+        let huge = response(vec![shm("A", D::Int64, &[i64::MAX, 2], 32)]);
         assert!(output_bytes(&huge).expect_err("overflow").contains("more than 2^64"));
         let negative = response(vec![shm("A", D::Uint8, &[-1], 0)]);
         assert_eq!(output_bytes(&negative), Err("output 'A' has shape [-1], which no tensor has".into()));
