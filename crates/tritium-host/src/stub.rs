@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use tracing::Span;
 use tritium_ipc::{
-    CallOp, CallResult, ChannelConfig, ChannelLimits, Descriptor, Initialize, IpcError, LogLevel, Request, Response, ServerChannel,
-    StubError, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
+    CallOp, CallResult, ChannelConfig, ChannelLimits, Descriptor, Initialize, IpcError, LogLevel, Request, Response,
+    ServerChannel, StubError, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
 use crate::process::{self, ChildGuard, StderrTail, StubCommand, StubExit};
@@ -141,7 +141,7 @@ impl Collected {
 
     /// Keeps `r`, or hands it back with why the protocol does not allow it (its blocks are the
     /// caller's to release).
-    fn accept(&mut self, r: Response) -> Result<(), (Response, String)> {
+    fn accept(&mut self, r: Response) -> Result<(), Box<(Response, String)>> {
         if self.waiting.remove(&r.request) {
             self.responses.push(r);
             return Ok(());
@@ -154,16 +154,16 @@ impl Collected {
         } else {
             format!("responded to unknown request {}", r.request)
         };
-        Err((r, why))
+        Err(Box::new((r, why)))
     }
 }
 
 /// Names the server flag behind a shared-memory limit the channel enforced.
 fn with_flag_hint(e: IpcError) -> IpcError {
     match e {
-        IpcError::Protocol(m) if m.contains("the limit is") => IpcError::Protocol(format!(
-            "{m} (server flags --max-stub-segments and --max-stub-shm-bytes)"
-        )),
+        IpcError::Protocol(m) if m.contains("the limit is") => {
+            IpcError::Protocol(format!("{m} (server flags --max-stub-segments and --max-stub-shm-bytes)"))
+        }
         IpcError::OutOfMemory(len, m) if m.contains("limit") => {
             IpcError::OutOfMemory(len, format!("{m} (server flag --max-server-shm-bytes-per-stub)"))
         }
@@ -488,7 +488,8 @@ impl Stub {
         let result = loop {
             match self.recv(timeout, "finish execute") {
                 Ok(ToServer::Response(r)) => {
-                    if let Err((dropped, why)) = collected.accept(r) {
+                    if let Err(refused) = collected.accept(r) {
+                        let (dropped, why) = *refused;
                         self.release_outputs(&dropped);
                         break Err(self.protocol_error(why));
                     }
@@ -564,10 +565,10 @@ mod tests {
     fn one_response_per_request_and_no_strangers() {
         let mut c = Collected::new([1, 2].into_iter());
         assert!(c.accept(response(1)).is_ok());
-        let (dropped, why) = c.accept(response(1)).expect_err("a second response");
+        let (dropped, why) = *c.accept(response(1)).expect_err("a second response");
         assert_eq!(dropped.request, 1);
         assert!(why.contains("second response for request 1"), "{why}");
-        let (_, why) = c.accept(response(9)).expect_err("unknown");
+        let (_, why) = *c.accept(response(9)).expect_err("unknown");
         assert_eq!(why, "responded to unknown request 9");
         assert!(c.accept(response(2)).is_ok());
         assert_eq!(c.responses.iter().map(|r| r.request).collect::<Vec<_>>(), [1, 2]);

@@ -26,8 +26,8 @@ use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
 use crate::classify::{Classes, ClassifyError};
 use crate::scheduler::{Next, Pending, Queue};
 use crate::stats::{ExecTimes, Stats};
-use crate::validate;
 use crate::types::{ErrorKind, InferError, InferResponse, InstanceInfo, InstanceState, OutputTensor, RequestedOutput};
+use crate::validate;
 
 /// Supervision limits: server-wide flags, overridable per model in `parameters`.
 #[derive(Debug, Clone)]
@@ -1243,7 +1243,10 @@ mod tests {
             "the model's response holds 10 bytes of outputs, more than the limit of 8 bytes (server flag --max-output-bytes)"
         );
         let m = too_large_batch("m", 300_000, 258_048, 65_536);
-        assert!(m.contains("300000 bytes") && m.contains("258048 bytes") && m.contains("--max-request-metadata-bytes"), "{m}");
+        assert!(
+            m.contains("300000 bytes") && m.contains("258048 bytes") && m.contains("--max-request-metadata-bytes"),
+            "{m}"
+        );
     }
 
     #[test]

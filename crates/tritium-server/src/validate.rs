@@ -488,7 +488,10 @@ mod tests {
     fn request_metadata_over_the_limit_is_refused_without_quoting_it() {
         let mut r = req(vec![]);
         r.id = "x".repeat(1000);
-        r.parameters = vec![("key".into(), crate::types::ParamValue::Str("v".repeat(100))), ("n".into(), crate::types::ParamValue::Int(1))];
+        r.parameters = vec![
+            ("key".into(), crate::types::ParamValue::Str("v".repeat(100))),
+            ("n".into(), crate::types::ParamValue::Int(1)),
+        ];
         assert_eq!(metadata_bytes(&r), 1000 + 3 + 100 + 1 + 8);
         assert!(check_metadata(&r, "m", 1112).is_ok());
         let e = check_metadata(&r, "m", 1111).expect_err("over");
