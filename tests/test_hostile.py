@@ -302,3 +302,27 @@ def test_a_model_thread_logging_without_pause_does_not_starve_requests(logspam):
     assert time.time() - started < 30
     assert len(pids) == 1, "served by one stub, never restarted"
     assert client.is_model_ready("logspam")
+
+
+def test_a_batch_too_large_for_the_ring_fails_alone_without_a_restart(tmp_path):
+    # With the per-request limit raised past the ring's size, a 1 MiB id reaches the send to the
+    # stub: nothing is sent, the batch fails with a clear error, and the stub is not touched.
+    repo = str(tmp_path / "repo")
+    os.makedirs(repo)
+    add_model(repo, "sized", SIZED_CONFIG, SIZED)
+    srv = Server(repo, str(tmp_path / "tritium.log"), ["--max-request-metadata-bytes", str(4 << 20)])
+    try:
+        srv.wait_models(["sized"])
+        for module, client in clients(srv):
+            pid, _ = sized(module, client, 4)
+            for _ in range(8):
+                with pytest.raises(InferenceServerException) as e:
+                    sized(module, client, 4, request_id="x" * (1 << 20))
+                message = e.value.message()
+                assert "nothing was sent to the model" in message, message[:500]
+                assert "--max-request-metadata-bytes" in message, message[:500]
+            assert client.is_model_ready("sized")
+            assert sized(module, client, 4)[0] == pid
+        assert "crashed" not in srv.log_text()
+    finally:
+        srv.stop()
