@@ -288,9 +288,10 @@ impl Stub {
         }
     }
 
-    /// Watches the process from a thread of its own: when it exits, a waiting `recv` is
-    /// interrupted at once and `on_exit` runs; when its heartbeat stops advancing for
-    /// `heartbeat_timeout` (a frozen process), it is killed. Ends when the stub is dropped.
+    /// Watches the process from a thread of its own: when it exits, both rings are closed (a
+    /// waiting `recv`, and a `send` waiting for room, end at once) and `on_exit` runs; when its
+    /// heartbeat stops advancing for `heartbeat_timeout` (a frozen process), it is killed through
+    /// its pidfd. Ends when the stub is dropped.
     pub fn watch(
         &self,
         heartbeat_timeout: Option<Duration>,
