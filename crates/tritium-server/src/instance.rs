@@ -587,6 +587,7 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
         // (or gives up) as for any other. The batch in flight is answered as dropped.
         let served = unwind_to_error(|| serve(ctx, instance, &stub)).unwrap_or_else(|why| {
             error!("instance worker panicked: {why}");
+            instance.inflight.store(0, Ordering::Relaxed);
             let exit = stub.kill();
             Served::Died(format!("the instance worker panicked: {why}"), exit)
         });
