@@ -326,3 +326,49 @@ def test_a_batch_too_large_for_the_ring_fails_alone_without_a_restart(tmp_path):
         assert "crashed" not in srv.log_text()
     finally:
         srv.stop()
+
+
+# Model code that reaches past pb_utils to answer one request twice.
+DOUBLE = """
+import os
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from tritium import _runtime
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        n = int(pb_utils.get_input_tensor_by_name(requests[0], "N").as_numpy()[0])
+        if n == 2:
+            extra = [("PID", "INT64", [1], np.array([os.getpid()], np.int64))]
+            _runtime.channel.send_response(requests[0]._id, extra, None, [], True)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))])
+                for _ in requests]
+"""
+
+
+def test_a_second_response_for_a_request_restarts_the_stub(tmp_path):
+    repo = str(tmp_path / "repo")
+    os.makedirs(repo)
+    add_model(repo, "double", LOGSPAM_CONFIG.replace('"logspam"', '"double"'), DOUBLE)
+    srv = Server(repo, str(tmp_path / "tritium.log"))
+    try:
+        srv.wait_models(["double"])
+        client = grpcclient.InferenceServerClient(srv.grpc_url)
+
+        def call(n):
+            inp = grpcclient.InferInput("N", [1], "INT64")
+            inp.set_data_from_numpy(np.array([n], np.int64))
+            return int(client.infer("double", [inp], client_timeout=30).as_numpy("PID")[0])
+
+        pid = call(1)
+        with pytest.raises(InferenceServerException) as e:
+            call(2)
+        assert "second response for request" in e.value.message(), e.value.message()
+        deadline = time.time() + 30
+        while not client.is_model_ready("double"):
+            assert time.time() < deadline, srv.log_text()[-3000:]
+            time.sleep(0.1)
+        assert call(1) != pid, "the stub that broke the protocol was replaced"
+    finally:
+        srv.stop()
