@@ -11,4 +11,5 @@ pub mod process;
 pub mod stub;
 
 pub use process::{StubCommand, StubExit};
-pub use stub::{CallHandler, HostError, Stub, StubInfo};
+pub use stub::{CallHandler, HostError, Stub, StubInfo, POLL_CHUNK};
+pub use tritium_ipc::ChannelLimits;

@@ -194,6 +194,36 @@ fn forward_lines(reader: impl Read + Send + 'static, span: Span, stderr: Option<
     }
 }
 
+/// Sends SIGKILL to the process `pidfd` refers to. Unlike `kill(pid)`, this cannot reach
+/// another process that was given the same pid after ours exited and was reaped.
+pub fn pidfd_kill(pidfd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    // SAFETY: pidfd_send_signal takes a pidfd, a signal, a null siginfo and no flags.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Opens a pidfd for `pid`.
+pub fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as libc::c_int;
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pidfd_open just returned this fd to us.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
 /// Starts `python -m tritium.stub` with the channel's fds as 3 and 4.
 pub(crate) fn spawn(
     cmd: &StubCommand,
@@ -265,6 +295,19 @@ mod tests {
         assert_eq!(StubExit::signal(9).to_string(), "killed by signal 9 (SIGKILL)");
         assert_eq!(StubExit::signal(64).to_string(), "killed by signal 64 (unknown)");
         assert_eq!(StubExit::Other("unknown (no child)".into()).to_string(), "unknown (no child)");
+    }
+
+    #[test]
+    fn a_pidfd_kill_reaches_its_process() {
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pidfd = pidfd_open(child.id()).expect("pidfd_open");
+        pidfd_kill(std::os::fd::AsFd::as_fd(&pidfd)).expect("pidfd_send_signal");
+        let status = child.wait().expect("wait");
+        assert_eq!(StubExit::from(status), StubExit::signal(libc::SIGKILL));
+        // Once reaped, the pidfd refers to no process: the signal goes nowhere (ESRCH), it
+        // cannot hit a process that reused the pid.
+        let again = pidfd_kill(std::os::fd::AsFd::as_fd(&pidfd)).expect_err("reaped");
+        assert_eq!(again.raw_os_error(), Some(libc::ESRCH));
     }
 
     #[test]

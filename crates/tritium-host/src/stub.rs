@@ -5,13 +5,14 @@
 //! instead of a hang. Log records the stub sends are re-emitted through `tracing` inside the
 //! stub's span on the way.
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tracing::Span;
 use tritium_ipc::{
-    CallOp, CallResult, ChannelConfig, Descriptor, Initialize, IpcError, LogLevel, Request, Response, ServerChannel,
-    StubError, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
+    CallOp, CallResult, ChannelConfig, ChannelLimits, Descriptor, Initialize, IpcError, LogLevel, Request, Response,
+    ServerChannel, StubError, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
 use crate::process::{self, ChildGuard, StderrTail, StubCommand, StubExit};
@@ -24,6 +25,10 @@ impl Drop for Stub {
 
 /// How often a wait stops to check that the stub process is alive.
 const LIVENESS_SLICE: Duration = Duration::from_millis(50);
+
+/// Most unasked messages (log records, calls) one [`Stub::poll`] handles before it returns, so
+/// that a model thread logging without pause cannot keep an idle worker from its queue.
+pub const POLL_CHUNK: usize = 256;
 
 /// Everything that can go wrong with a stub.
 #[derive(Debug, thiserror::Error)]
@@ -119,6 +124,53 @@ pub struct Executed {
     pub error: Option<StubError>,
 }
 
+/// The responses of one `execute`: at most one per request of the batch, since the models
+/// tritium serves are not decoupled (Triton's python_backend likewise takes exactly one
+/// response per request from `execute`). The stub's own code sends one per request, so anything
+/// else means the stub's side of the protocol was subverted.
+struct Collected {
+    waiting: HashSet<u64>,
+    responses: Vec<Response>,
+}
+
+impl Collected {
+    fn new(ids: impl Iterator<Item = u64>) -> Self {
+        let waiting: HashSet<u64> = ids.collect();
+        Self { responses: Vec::with_capacity(waiting.len()), waiting }
+    }
+
+    /// Keeps `r`, or hands it back with why the protocol does not allow it (its blocks are the
+    /// caller's to release).
+    fn accept(&mut self, r: Response) -> Result<(), Box<(Response, String)>> {
+        if self.waiting.remove(&r.request) {
+            self.responses.push(r);
+            return Ok(());
+        }
+        let why = if self.responses.iter().any(|k| k.request == r.request) {
+            format!(
+                "sent a second response for request {}; a model that is not decoupled sends exactly one response per request",
+                r.request
+            )
+        } else {
+            format!("responded to unknown request {}", r.request)
+        };
+        Err(Box::new((r, why)))
+    }
+}
+
+/// Names the server flag behind a shared-memory limit the channel enforced.
+fn with_flag_hint(e: IpcError) -> IpcError {
+    match e {
+        IpcError::Protocol(m) if m.contains("the limit is") => {
+            IpcError::Protocol(format!("{m} (server flags --max-stub-segments and --max-stub-shm-bytes)"))
+        }
+        IpcError::OutOfMemory(len, m) if m.contains("limit") => {
+            IpcError::OutOfMemory(len, format!("{m} (server flag --max-server-shm-bytes-per-stub)"))
+        }
+        other => other,
+    }
+}
+
 /// Answers the calls model code makes on the server (custom metrics).
 pub type CallHandler = Arc<dyn Fn(CallOp) -> Result<CallResult, String> + Send + Sync>;
 
@@ -140,10 +192,23 @@ pub struct Stub {
 }
 
 impl Stub {
-    /// Starts a stub for `instance` and waits up to `hello_timeout` for its hello.
+    /// Starts a stub for `instance` and waits up to `hello_timeout` for its hello, with the
+    /// default shared-memory limits.
     pub fn spawn(cmd: &StubCommand, instance: &str, hello_timeout: Duration) -> Result<Self, HostError> {
+        Self::spawn_with_limits(cmd, instance, hello_timeout, ChannelLimits::default())
+    }
+
+    /// Starts a stub for `instance` whose channel has `limits` (`--max-stub-segments`,
+    /// `--max-stub-shm-bytes`, `--max-server-shm-bytes-per-stub`), and waits up to
+    /// `hello_timeout` for its hello.
+    pub fn spawn_with_limits(
+        cmd: &StubCommand,
+        instance: &str,
+        hello_timeout: Duration,
+        limits: ChannelLimits,
+    ) -> Result<Self, HostError> {
         let wait = WaitPolicy { spin: Duration::from_micros(cmd.spin.into()), ..WaitPolicy::default() };
-        let config = ChannelConfig { wait, ..ChannelConfig::default() };
+        let config = ChannelConfig { wait, limits, ..ChannelConfig::default() };
         let ipc = |source| HostError::Ipc { instance: instance.to_string(), source };
         let (channel, fds) = ServerChannel::create(&format!("tritium-{instance}"), config).map_err(ipc)?;
         let span = tracing::info_span!("stub", instance = %instance, pid = tracing::field::Empty);
@@ -223,22 +288,16 @@ impl Stub {
         }
     }
 
-    /// Watches the process from a thread of its own: when it exits, a waiting `recv` is
-    /// interrupted at once and `on_exit` runs; when its heartbeat stops advancing for
-    /// `heartbeat_timeout` (a frozen process), it is killed. Ends when the stub is dropped.
+    /// Watches the process from a thread of its own: when it exits, both rings are closed (a
+    /// waiting `recv`, and a `send` waiting for room, end at once) and `on_exit` runs; when its
+    /// heartbeat stops advancing for `heartbeat_timeout` (a frozen process), it is killed through
+    /// its pidfd. Ends when the stub is dropped.
     pub fn watch(
         &self,
         heartbeat_timeout: Option<Duration>,
         on_exit: impl Fn() + Send + 'static,
     ) -> std::io::Result<()> {
-        let pid = self.pid() as libc::pid_t;
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: pidfd_open just returned this fd to us.
-        let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let pidfd = process::pidfd_open(self.pid())?;
         let interrupter = self.channel.interrupter();
         let channel = self.channel.clone();
         let stop = self.unwatched.clone();
@@ -268,8 +327,10 @@ impl Stub {
                         let msg = format!("heartbeat lost for {limit:?} (the process stopped running)");
                         tracing::error!("{msg}; killing it");
                         *reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg);
-                        // SAFETY: plain kill of our own child; the pidfd keeps the pid from being reused.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                        // Through the pidfd: a pid number could by now name another process.
+                        if let Err(e) = process::pidfd_kill(std::os::fd::AsFd::as_fd(&pidfd)) {
+                            tracing::error!("cannot kill the hung stub: {e}");
+                        }
                         last_beat.1 = Instant::now();
                     }
                 }
@@ -284,7 +345,7 @@ impl Stub {
                 let status = self.lock_child().wait_or_kill(Duration::from_millis(500));
                 self.exited(status)
             }
-            source => HostError::Ipc { instance: self.instance.clone(), source },
+            source => HostError::Ipc { instance: self.instance.clone(), source: with_flag_hint(source) },
         }
     }
 
@@ -347,14 +408,19 @@ impl Stub {
     }
 
     /// Handles what the stub sent while nobody waited for it (log records, calls from model
-    /// threads), without blocking. Anything else is a protocol error.
-    pub fn poll(&self) -> Result<(), HostError> {
-        while let Some(msg) = self.channel.recv(Duration::ZERO).map_err(|e| self.ipc(e))? {
+    /// threads), without blocking, at most [`POLL_CHUNK`] messages at a time: true when it
+    /// stopped at that bound (more may be waiting), so the caller gets to look at its queue
+    /// between chunks. Anything else is a protocol error.
+    pub fn poll(&self) -> Result<bool, HostError> {
+        for _ in 0..POLL_CHUNK {
+            let Some(msg) = self.channel.recv(Duration::ZERO).map_err(|e| self.ipc(e))? else {
+                return Ok(false);
+            };
             if let Some(other) = self.unasked(msg)? {
                 return Err(self.protocol_error(format!("sent {other:?} while idle")));
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Handles what the stub sends unasked (log records, calls from model code) and hands back
@@ -418,21 +484,30 @@ impl Stub {
             *b += 1;
             *b
         };
-        let ids: Vec<u64> = requests.iter().map(|r| r.id).collect();
+        let mut collected = Collected::new(requests.iter().map(|r| r.id));
         self.send(&ToStub::Execute { batch, requests })?;
-        let mut responses = Vec::with_capacity(ids.len());
-        loop {
-            match self.recv(timeout, "finish execute")? {
-                ToServer::Response(r) => {
-                    if !ids.contains(&r.request) {
-                        return Err(self.protocol_error(format!("responded to unknown request {}", r.request)));
+        let result = loop {
+            match self.recv(timeout, "finish execute") {
+                Ok(ToServer::Response(r)) => {
+                    if let Err(refused) = collected.accept(r) {
+                        let (dropped, why) = *refused;
+                        self.release_outputs(&dropped);
+                        break Err(self.protocol_error(why));
                     }
-                    responses.push(r);
                 }
-                ToServer::ExecuteDone { batch: done, error } if done == batch => {
-                    return Ok(Executed { responses, error });
+                Ok(ToServer::ExecuteDone { batch: done, error }) if done == batch => break Ok(error),
+                Ok(other) => break Err(self.protocol_error(format!("sent {other:?} during execute"))),
+                Err(e) => break Err(e),
+            }
+        };
+        match result {
+            Ok(error) => Ok(Executed { responses: collected.responses, error }),
+            Err(e) => {
+                // Nobody will read the responses gathered so far: hand their blocks back.
+                for r in &collected.responses {
+                    self.release_outputs(r);
                 }
-                other => return Err(self.protocol_error(format!("sent {other:?} during execute"))),
+                Err(e)
             }
         }
     }
@@ -476,5 +551,37 @@ impl Stub {
     /// How the process ended, if it has.
     pub fn try_exit(&self) -> Option<StubExit> {
         self.lock_child().try_exit()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(request: u64) -> Response {
+        Response { request, outputs: Vec::new(), error: None, parameters: Vec::new(), final_response: true }
+    }
+
+    #[test]
+    fn one_response_per_request_and_no_strangers() {
+        let mut c = Collected::new([1, 2].into_iter());
+        assert!(c.accept(response(1)).is_ok());
+        let (dropped, why) = *c.accept(response(1)).expect_err("a second response");
+        assert_eq!(dropped.request, 1);
+        assert!(why.contains("second response for request 1"), "{why}");
+        let (_, why) = *c.accept(response(9)).expect_err("unknown");
+        assert_eq!(why, "responded to unknown request 9");
+        assert!(c.accept(response(2)).is_ok());
+        assert_eq!(c.responses.iter().map(|r| r.request).collect::<Vec<_>>(), [1, 2]);
+    }
+
+    #[test]
+    fn limit_errors_name_their_flags() {
+        let e = with_flag_hint(IpcError::Protocol("peer has 2 segments; the limit is 2".into()));
+        assert!(e.to_string().contains("--max-stub-segments"), "{e}");
+        let e = with_flag_hint(IpcError::OutOfMemory(5, "its limit is 4 bytes".into()));
+        assert!(e.to_string().contains("--max-server-shm-bytes-per-stub"), "{e}");
+        let e = with_flag_hint(IpcError::Protocol("bad descriptor".into()));
+        assert_eq!(e.to_string(), "protocol violation: bad descriptor");
     }
 }

@@ -187,16 +187,19 @@ struct Rx {
 #[derive(Clone)]
 pub struct Interrupter {
     control: Arc<Segment>,
-    ring: usize,
 }
 
 impl Interrupter {
-    /// Makes a waiting (and every later) `recv` on the channel fail with `IpcError::Closed` once
-    /// what was already sent is consumed. Use it when the peer process is known to be dead.
+    /// Closes both rings: a waiting (and every later) `recv` on the channel fails with
+    /// `IpcError::Closed` once what was already sent is consumed, and a `send` waiting for room
+    /// in a full ring fails with `IpcError::Closed` at once instead of waiting out its timeout.
+    /// Use it when the peer process is known to be dead.
     pub fn interrupt(&self) {
-        // SAFETY: the ring header lies at a fixed offset of the control segment, initialised at
-        // creation and kept mapped by the Arc.
-        unsafe { ring::interrupt(self.control.as_ptr().add(self.ring) as *const RingHeader) };
+        for ring in [RING_A, RING_B] {
+            // SAFETY: both ring headers lie at fixed offsets of the control segment, initialised
+            // at creation and kept mapped by the Arc.
+            unsafe { ring::interrupt(self.control.as_ptr().add(ring) as *const RingHeader) };
+        }
     }
 }
 
@@ -266,7 +269,7 @@ impl ServerChannel {
 
     /// A handle that interrupts this channel's `recv` from another thread.
     pub fn interrupter(&self) -> Interrupter {
-        Interrupter { control: self.control.clone(), ring: RING_B }
+        Interrupter { control: self.control.clone() }
     }
 
     /// The stub's heartbeat counter (advanced by a native thread in the stub).
@@ -675,6 +678,32 @@ mod tests {
         assert_eq!(server.live_blocks(), 1);
         assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::ExecuteDone { batch: 1, error: None })));
         assert_eq!(server.live_blocks(), 0, "the release arrived before the message");
+    }
+
+    #[test]
+    fn an_interrupt_ends_a_send_waiting_for_room_at_once() {
+        // A small ring and a long send timeout: the stub never reads, as if it had died.
+        let config = ChannelConfig {
+            geometry: RingGeometry { slot_size: 256, slot_count: 4 },
+            send_timeout: Duration::from_secs(30),
+            ..ChannelConfig::default()
+        };
+        let (server, _fds) = ServerChannel::create("interrupt-send", config).expect("create");
+        for seq in 0..4 {
+            server.send(&ToStub::Ping { seq }).expect("room for one slot each");
+        }
+        let interrupter = server.interrupter();
+        let started = Instant::now();
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            interrupter.interrupt();
+        });
+        let full = server.send(&ToStub::Ping { seq: 4 });
+        waker.join().expect("interrupter thread");
+        assert!(matches!(full, Err(IpcError::Closed)), "{full:?}");
+        assert!(started.elapsed() < Duration::from_secs(5), "waited {:?}", started.elapsed());
+        // The receiving direction is closed too.
+        assert!(matches!(server.recv(Duration::from_secs(5)), Err(IpcError::Closed)));
     }
 
     #[test]

@@ -181,7 +181,8 @@ pub(crate) unsafe fn attach(
     (Producer { ring, head, seq: 0, policy, hot: true }, Consumer { ring, tail, policy, hot: true })
 }
 
-/// Marks a ring closed and wakes its consumer, for when the producer is known to be gone.
+/// Marks a ring closed and wakes both its consumer (sleeping on `head`) and its producer
+/// (sleeping on `tail` for room), for when the process at the other end is known to be gone.
 ///
 /// # Safety
 /// `header` must point to a live, initialised ring header.
@@ -190,6 +191,7 @@ pub(crate) unsafe fn interrupt(header: *const RingHeader) {
     let h = unsafe { &*header };
     h.closed.store(1, Ordering::Release);
     futex::wake(&h.head, 1);
+    futex::wake(&h.tail, 1);
 }
 
 /// Spins (if `hot`), then sleeps on `word` until `ready()` holds, `closed` is set, or `timeout`

@@ -119,7 +119,12 @@ pub(crate) fn classify(
     let k = usize::try_from(k).unwrap_or(usize::MAX);
     let mut data = Vec::new();
     let mut offset = 0usize;
+    // The shape comes from model code: the batch dimension bounds nothing by itself, so the
+    // loop ends with the data (an entry past its end, or of no bytes, ranks nothing anyway).
     for _ in 0..batch_size.max(1) {
+        if batch1_bytes == 0 || offset >= output.data.len() {
+            break;
+        }
         let chunk = offset.checked_add(batch1_bytes).and_then(|end| output.data.get(offset..end)).unwrap_or(&[]);
         if chunk.len() / size > MAX_CLASSIFICATION_ELEMENTS {
             return Err(ClassifyError::TooLarge);
@@ -312,6 +317,15 @@ mod tests {
         // A batch entry past the end of the data ranks nothing.
         let short = tensor(DataType::Fp32, &[2, 3], f32s(&[1.0, 3.0, 2.0]));
         assert_eq!(check(&short, 1, true, None), (vec![2, 1], vec!["3.000000:1".into()]));
+    }
+
+    #[test]
+    fn a_made_up_batch_dimension_does_not_drive_the_loop() {
+        // Shapes claiming 2^62 entries over a few bytes finish at once.
+        let t = tensor(DataType::Fp32, &[1 << 62, 2], f32s(&[1.0, 2.0]));
+        assert_eq!(check(&t, 1, true, None), (vec![1 << 62, 1], vec!["2.000000:1".into()]));
+        let t = tensor(DataType::Fp32, &[1 << 62, 0], f32s(&[1.0]));
+        assert_eq!(check(&t, 1, true, None).1, Vec::<String>::new());
     }
 
     #[test]

@@ -19,14 +19,15 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 use tracing::{error, info, warn};
-use tritium_host::{CallHandler, HostError, Stub, StubCommand, StubExit};
-use tritium_ipc::{CallOp, CallResult, Initialize, Request, TensorData};
+use tritium_host::{CallHandler, ChannelLimits, HostError, Stub, StubCommand, StubExit};
+use tritium_ipc::{CallOp, CallResult, Descriptor, Initialize, IpcError, Request, TensorData};
 use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
 
 use crate::classify::{Classes, ClassifyError};
 use crate::scheduler::{Next, Pending, Queue};
 use crate::stats::{ExecTimes, Stats};
 use crate::types::{ErrorKind, InferError, InferResponse, InstanceInfo, InstanceState, OutputTensor, RequestedOutput};
+use crate::validate;
 
 /// Supervision limits: server-wide flags, overridable per model in `parameters`.
 #[derive(Debug, Clone)]
@@ -48,7 +49,26 @@ pub struct Supervision {
     pub backoff_max: Duration,
     /// An instance ready this long has its backoff reset.
     pub healthy_after: Duration,
+    /// Most bytes of a request's id and parameters (keys and string values), checked before it
+    /// is queued (`--max-request-metadata-bytes`).
+    pub max_request_metadata_bytes: usize,
+    /// Most bytes of output tensors in one response, checked before any is copied
+    /// (`--max-output-bytes`).
+    pub max_output_bytes: u64,
+    /// What a stub may make the server map, and how much the server's arena for one stub may
+    /// hold (`--max-stub-segments`, `--max-stub-shm-bytes`, `--max-server-shm-bytes-per-stub`).
+    pub channel: ChannelLimits,
 }
+
+/// Default of `--max-request-metadata-bytes`: 64 KiB. Request ids are short tokens (UUIDs are
+/// 36 bytes), and one request's metadata must leave room in the 252 KiB ring to the stub for the
+/// rest of its batch.
+pub const DEFAULT_MAX_REQUEST_METADATA_BYTES: usize = 64 << 10;
+
+/// Default of `--max-output-bytes`: 2 GiB, the largest message Triton's gRPC endpoint sends
+/// (its `max_send_message_length` is `INT32_MAX`); a larger response could not reach a gRPC
+/// client anyway, and the server must hold a copy of it in memory.
+pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 2 << 30;
 
 impl Default for Supervision {
     fn default() -> Self {
@@ -61,6 +81,9 @@ impl Default for Supervision {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(10),
             healthy_after: Duration::from_secs(30),
+            max_request_metadata_bytes: DEFAULT_MAX_REQUEST_METADATA_BYTES,
+            max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            channel: ChannelLimits::default(),
         }
     }
 }
@@ -407,7 +430,7 @@ fn start(ctx: &VersionContext, instance: &Instance) -> Started {
     let spec = &instance.spec;
     let sup = &ctx.supervision;
     instance.on(Event::Spawn);
-    let stub = match Stub::spawn(&ctx.stub, &spec.name, sup.init_timeout) {
+    let stub = match Stub::spawn_with_limits(&ctx.stub, &spec.name, sup.init_timeout, sup.channel) {
         Ok(stub) => stub,
         Err(e) => return Started::Died(e.to_string(), StubExit::Other(e.to_string())),
     };
@@ -464,7 +487,13 @@ pub(crate) fn spawn(
         let span =
             tracing::info_span!("instance", model = %ctx.model, version = ctx.version, instance = %instance.spec.name);
         let _enter = span.enter();
-        supervise(&ctx, &instance, ready);
+        if let Err(why) = unwind_to_error(|| supervise(&ctx, &instance, ready)) {
+            // The supervisor itself broke (serve's panics are caught inside it): the instance
+            // cannot go on, so it is marked failed instead of staying "ready" without a worker.
+            error!("instance supervisor panicked: {why}");
+            instance.on(Event::Died(format!("the instance worker panicked: {why}"), StubExit::Other(why.clone())));
+            instance.on(Event::GaveUp(format!("the instance worker panicked and stopped: {why}")));
+        }
         leave(&ctx);
     });
     if spawned.is_err() {
@@ -482,6 +511,17 @@ fn leave(ctx: &VersionContext) {
             ))));
         }
     }
+}
+
+/// Runs `f`, turning a panic into its message.
+fn unwind_to_error<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".to_string())
+    })
 }
 
 /// Why serving stopped.
@@ -542,7 +582,16 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
             let _ = tx.send(Ok(()));
         }
         let ready_at = Instant::now();
-        match serve(ctx, instance, &stub) {
+        // A panic while serving (a bug in the worker) must not leave the instance "ready" with
+        // nobody taking its queue: it ends this stub like a crash, and the supervisor restarts
+        // (or gives up) as for any other. The batch in flight is answered as dropped.
+        let served = unwind_to_error(|| serve(ctx, instance, &stub)).unwrap_or_else(|why| {
+            error!("instance worker panicked: {why}");
+            instance.inflight.store(0, Ordering::Relaxed);
+            let exit = stub.kill();
+            Served::Died(format!("the instance worker panicked: {why}"), exit)
+        });
+        match served {
             Served::Closed => {
                 instance.on(Event::Stop);
                 if let Err(e) = stub.finalize(Duration::from_secs(30)) {
@@ -618,15 +667,18 @@ const IDLE_POLL: Duration = Duration::from_millis(50);
 
 fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
     let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
+    // Set when the last poll stopped at its bound: the queue is then looked at without waiting.
+    let mut more = false;
     loop {
-        match ctx.queue.next_batch_unless(&interrupted, IDLE_POLL) {
+        match ctx.queue.next_batch_unless(&interrupted, if more { Duration::ZERO } else { IDLE_POLL }) {
             Next::Closed => return Served::Closed,
-            Next::Idle => {
-                if let Err(e) = stub.poll() {
+            Next::Idle => match stub.poll() {
+                Ok(m) => more = m,
+                Err(e) => {
                     let exit = stub.kill();
                     return Served::Died(e.to_string(), exit);
                 }
-            }
+            },
             Next::Interrupted => {
                 if instance.died.load(Ordering::Acquire) {
                     let status = stub.kill();
@@ -670,6 +722,16 @@ enum RequestError {
     /// An output asked for as classes could not be classified.
     #[error(transparent)]
     Classify(#[from] ClassifyError),
+    /// The response's outputs are larger than `--max-output-bytes`.
+    #[error(
+        "the model's response holds {bytes} bytes of outputs, more than the limit of {limit} bytes (server flag --max-output-bytes)"
+    )]
+    OutputTooLarge {
+        /// The outputs' bytes.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 impl From<RequestError> for InferError {
@@ -699,8 +761,29 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
         return Ok(());
     }
     let t1 = Instant::now();
+    let blocks: Vec<Descriptor> = placed
+        .requests
+        .iter()
+        .flat_map(|r| &r.inputs)
+        .filter_map(|t| match t.data {
+            TensorData::Shm { desc, .. } => Some(desc),
+            TensorData::Cuda { .. } => None,
+        })
+        .collect();
     let executed = match stub.execute(std::mem::take(&mut placed.requests), ctx.supervision.execute_timeout) {
         Ok(done) => done,
+        Err(HostError::Ipc { source: IpcError::TooLarge { len, capacity }, .. }) => {
+            // Nothing reached the stub (the message was refused before a byte of it was
+            // written), so the stub is fine: only this batch fails, and its inputs are freed.
+            for desc in blocks {
+                let _ = stub.channel().free_own(desc);
+            }
+            let message = too_large_batch(&ctx.model, len, capacity, ctx.supervision.max_request_metadata_bytes);
+            for (_, p) in placed.waiting.drain() {
+                finish(ctx, p, Err(InferError::invalid(message.clone())), None);
+            }
+            return Ok(());
+        }
         Err(e) => {
             let message = execute_failure(&ctx.model, stub.instance(), &e);
             for (_, p) in placed.waiting.drain() {
@@ -711,7 +794,7 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
     };
     let t2 = Instant::now();
     let batch_error = executed.error.map(|e| e.to_string());
-    let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting);
+    let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting)?;
     let times = ExecTimes { compute_input: t1 - t0, compute_infer: t2 - t1, compute_output: t2.elapsed() };
     ctx.stats.execution(placed.batch_size, times);
     for Answer { p, result, served } in answers {
@@ -794,6 +877,16 @@ fn place_request(stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, R
     Ok(inputs)
 }
 
+/// A batch whose `Execute` message does not fit the ring, as its clients see it.
+fn too_large_batch(model: &str, len: usize, capacity: usize, per_request: usize) -> String {
+    format!(
+        "the batch's request metadata for model '{model}' (request ids, parameters, tensor names) encodes to {len} bytes, \
+         more than the {capacity} bytes the message ring to the model's stub holds; nothing was sent to the model. \
+         Send less metadata per request (each request may carry at most {per_request} bytes of id and parameters: \
+         server flag --max-request-metadata-bytes)"
+    )
+}
+
 /// Step 2's failure as the batch's clients see it.
 fn execute_failure(model: &str, instance: &str, e: &HostError) -> String {
     match e {
@@ -806,19 +899,44 @@ fn execute_failure(model: &str, instance: &str, e: &HostError) -> String {
 }
 
 /// Step 3: turns the stub's responses into answers; a request without a response gets the
-/// batch's error, or says that the model sent none.
+/// batch's error, or says that the model sent none. Every output descriptor is checked against
+/// its tensor's shape and type first: a mismatch is the stub breaking the protocol (its own code
+/// writes both from one array), so the whole batch fails and the error is returned for the
+/// supervisor to restart the stub. Responses over `--max-output-bytes` fail alone.
 fn collect_responses(
     ctx: &VersionContext,
     stub: &Stub,
     responses: &[tritium_ipc::Response],
     batch_error: Option<String>,
     mut waiting: HashMap<u64, Pending>,
-) -> Vec<Answer> {
-    let mut answers = Vec::with_capacity(responses.len());
+) -> Result<Vec<Answer>, HostError> {
+    let limit = ctx.supervision.max_output_bytes;
+    let mut sizes = Vec::with_capacity(responses.len());
     for resp in responses {
-        let Some(p) = waiting.remove(&resp.request) else { continue };
+        match output_bytes(resp) {
+            Ok(bytes) => sizes.push(bytes),
+            Err(why) => {
+                for r in responses {
+                    stub.release_outputs(r);
+                }
+                let e = HostError::Protocol { instance: stub.instance().to_string(), message: why };
+                let message = e.to_string();
+                for (_, p) in waiting.drain() {
+                    finish(ctx, p, Err(InferError::internal(message.clone())), None);
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut answers = Vec::with_capacity(responses.len());
+    for (resp, bytes) in responses.iter().zip(sizes) {
+        let Some(p) = waiting.remove(&resp.request) else {
+            stub.release_outputs(resp);
+            continue;
+        };
         let (result, served) = match &resp.error {
             Some(e) => (Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())), false),
+            None if bytes > limit => (Err(RequestError::OutputTooLarge { bytes, limit }.into()), false),
             None => match read_outputs(stub, resp) {
                 Err(e) => (Err(e.into()), false),
                 Ok(outputs) => {
@@ -840,7 +958,39 @@ fn collect_responses(
     for (_, p) in waiting.drain() {
         answers.push(Answer { p, result: Err(InferError::internal(fallback.clone())), served: false });
     }
-    answers
+    Ok(answers)
+}
+
+/// The bytes of a response's outputs, after checking that each fixed-size output's descriptor
+/// holds exactly shape × element size bytes (and every shape is a real one). The error is the
+/// protocol violation, in words.
+fn output_bytes(resp: &tritium_ipc::Response) -> Result<u64, String> {
+    let mut total = 0u64;
+    for t in &resp.outputs {
+        let len = match &t.data {
+            TensorData::Shm { desc, .. } => desc.len,
+            TensorData::Cuda { .. } => 0,
+        };
+        let dims = validate::dims(&t.shape);
+        let elements = t
+            .shape
+            .iter()
+            .try_fold(1u64, |acc, &d| u64::try_from(d).ok().and_then(|d| acc.checked_mul(d)))
+            .ok_or_else(|| format!("output '{}' has shape {dims}, which no tensor has", t.name))?;
+        if let Some(size) = t.dtype.element_size() {
+            let expected = elements.checked_mul(size as u64);
+            if expected != Some(len) {
+                return Err(format!(
+                    "output '{}' of type {} and shape {dims} needs {} bytes, but its descriptor holds {len}",
+                    t.name,
+                    t.dtype.wire_name(),
+                    expected.map_or_else(|| "more than 2^64".to_string(), |e| e.to_string()),
+                ));
+            }
+        }
+        total = total.saturating_add(len);
+    }
+    Ok(total)
 }
 
 /// A response's output tensors, copied out of the stub's shared memory.
@@ -1053,6 +1203,63 @@ mod tests {
         bytes.datatype = tritium_ipc::DataType::Bytes;
         let e = InferError::from(shape_outputs(vec![bytes], &requested, &Classes::default()).expect_err("BYTES"));
         assert_eq!(e.kind, ErrorKind::InvalidArg);
+    }
+
+    fn response(outputs: Vec<tritium_ipc::Tensor>) -> tritium_ipc::Response {
+        tritium_ipc::Response { request: 1, outputs, error: None, parameters: Vec::new(), final_response: true }
+    }
+
+    fn shm(name: &str, dtype: tritium_ipc::DataType, shape: &[i64], len: u64) -> tritium_ipc::Tensor {
+        tritium_ipc::Tensor {
+            name: name.into(),
+            dtype,
+            shape: shape.to_vec(),
+            data: TensorData::Shm { desc: Descriptor { segment: 1 << 31, offset: 0, len }, writable: true },
+        }
+    }
+
+    #[test]
+    fn output_descriptors_must_match_shape_and_type() {
+        use tritium_ipc::DataType as D;
+        let ok = response(vec![shm("A", D::Fp32, &[2, 3], 24), shm("S", D::Bytes, &[2], 13)]);
+        assert_eq!(output_bytes(&ok), Ok(37));
+        // A length that is not shape × element size: the stub broke the protocol.
+        let short = response(vec![shm("A", D::Fp32, &[2, 3], 20)]);
+        assert_eq!(
+            output_bytes(&short),
+            Err("output 'A' of type FP32 and shape [2,3] needs 24 bytes, but its descriptor holds 20".into())
+        );
+        // A made-up batch dimension cannot claim bytes that are not there.
+        let huge = response(vec![shm("A", D::Int64, &[i64::MAX, 2], 32)]);
+        assert!(output_bytes(&huge).expect_err("overflow").contains("more than 2^64"));
+        let negative = response(vec![shm("A", D::Uint8, &[-1], 0)]);
+        assert_eq!(output_bytes(&negative), Err("output 'A' has shape [-1], which no tensor has".into()));
+    }
+
+    #[test]
+    fn oversized_outputs_and_overlong_batches_name_their_flags() {
+        let e = InferError::from(RequestError::OutputTooLarge { bytes: 10, limit: 8 });
+        assert_eq!(
+            e.message,
+            "the model's response holds 10 bytes of outputs, more than the limit of 8 bytes (server flag --max-output-bytes)"
+        );
+        let m = too_large_batch("m", 300_000, 258_048, 65_536);
+        assert!(
+            m.contains("300000 bytes") && m.contains("258048 bytes") && m.contains("--max-request-metadata-bytes"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_panic_becomes_an_error_with_its_message() {
+        assert_eq!(unwind_to_error(|| 7), Ok(7));
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let literal = unwind_to_error(|| -> u32 { panic!("boom") });
+        let formatted = unwind_to_error(|| -> u32 { panic!("batch {}", 3) });
+        std::panic::set_hook(prev);
+        assert_eq!(literal, Err("boom".into()));
+        assert_eq!(formatted, Err("batch 3".into()));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use crate::instance::{self, InstanceSpec, StateView, Supervision, VersionContext
 use crate::scheduler::{Batching, Pending, Queue};
 use crate::stats::Stats;
 use crate::types::*;
-use crate::validate::{validate, wire_type};
+use crate::validate::{check_metadata, validate, wire_type};
 
 /// How the server runs models.
 #[derive(Debug, Clone)]
@@ -194,7 +194,8 @@ impl Server {
     pub async fn infer(&self, req: InferRequest) -> Result<InferResponse, InferError> {
         let start = Instant::now();
         let version = self.route(&req.model, req.version)?;
-        let checked = match validate(&req, &version.config) {
+        let limit = version.ctx.supervision.max_request_metadata_bytes;
+        let checked = match check_metadata(&req, &req.model, limit).and_then(|()| validate(&req, &version.config)) {
             Ok(v) => v,
             Err(e) => {
                 version.ctx.stats.failure(start.elapsed(), e.kind, false);

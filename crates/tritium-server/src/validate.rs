@@ -186,6 +186,31 @@ fn check_bytes(cx: &Context<'_>, input: &str, data: &[u8], expected: u64) -> Res
     Ok(())
 }
 
+/// The bytes of a request's metadata that travel to the stub besides its tensors: its id, and
+/// its parameters' keys and string values (other values count 8 bytes).
+pub(crate) fn metadata_bytes(req: &InferRequest) -> usize {
+    req.parameters.iter().fold(req.id.len(), |acc, (k, v)| {
+        let value = match v {
+            crate::types::ParamValue::Str(s) => s.len(),
+            _ => 8,
+        };
+        acc.saturating_add(k.len()).saturating_add(value)
+    })
+}
+
+/// tritium's own check, made before Triton's: a request's id and parameters must fit in
+/// `limit` bytes (`--max-request-metadata-bytes`). The id is not quoted: it may be the problem.
+pub(crate) fn check_metadata(req: &InferRequest, model: &str, limit: usize) -> Result<(), InferError> {
+    let bytes = metadata_bytes(req);
+    if bytes > limit {
+        return Err(InferError::invalid(format!(
+            "request for model '{model}' carries {bytes} bytes of request id and parameters, more than the limit of \
+             {limit} bytes (server flag --max-request-metadata-bytes)"
+        )));
+    }
+    Ok(())
+}
+
 /// Validates `req` for `config` as Triton's `InferenceRequest::Normalize` does, in its order:
 /// requested outputs, input names and count, batch size, then each input's type, shape and size.
 pub(crate) fn validate(req: &InferRequest, config: &ModelConfig) -> Result<Validated, InferError> {
@@ -457,6 +482,24 @@ mod tests {
             assert!(err.message.contains(expected), "case {i}: {}", err.message);
             assert_eq!(err.kind, crate::types::ErrorKind::InvalidArg);
         }
+    }
+
+    #[test]
+    fn request_metadata_over_the_limit_is_refused_without_quoting_it() {
+        let mut r = req(vec![]);
+        r.id = "x".repeat(1000);
+        r.parameters = vec![
+            ("key".into(), crate::types::ParamValue::Str("v".repeat(100))),
+            ("n".into(), crate::types::ParamValue::Int(1)),
+        ];
+        assert_eq!(metadata_bytes(&r), 1000 + 3 + 100 + 1 + 8);
+        assert!(check_metadata(&r, "m", 1112).is_ok());
+        let e = check_metadata(&r, "m", 1111).expect_err("over");
+        assert_eq!(e.kind, crate::types::ErrorKind::InvalidArg);
+        assert_eq!(
+            e.message,
+            "request for model 'm' carries 1112 bytes of request id and parameters, more than the limit of 1111 bytes (server flag --max-request-metadata-bytes)"
+        );
     }
 
     #[test]

@@ -117,6 +117,28 @@ pub(crate) struct ServeArgs {
     /// --admin-token`); without one, only clients on this host may.
     #[arg(long, env = "TRITIUM_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    // Stub and request limits (instance-hardening work).
+    /// Most bytes of one request's id and parameters (keys and string values); a request with
+    /// more is refused (400 / INVALID_ARGUMENT) before it is queued.
+    #[arg(long, env = "TRITIUM_MAX_REQUEST_METADATA_BYTES", default_value_t = tritium_server::DEFAULT_MAX_REQUEST_METADATA_BYTES)]
+    max_request_metadata_bytes: usize,
+    /// Most bytes of output tensors in one response from a model; a larger response fails that
+    /// request alone, before anything is copied. The default, 2 GiB, is the largest message
+    /// Triton's gRPC endpoint sends.
+    #[arg(long, env = "TRITIUM_MAX_OUTPUT_BYTES", default_value_t = tritium_server::DEFAULT_MAX_OUTPUT_BYTES)]
+    max_output_bytes: u64,
+    /// Most shared-memory segments one stub may have the server map at once; a stub that
+    /// announces more breaks the protocol and is restarted.
+    #[arg(long, env = "TRITIUM_MAX_STUB_SEGMENTS", default_value_t = tritium_host::ChannelLimits::default().max_peer_segments)]
+    max_stub_segments: usize,
+    /// Most bytes of one stub's shared-memory segments the server maps at once (address space;
+    /// pages cost memory only once written); past it the stub is restarted.
+    #[arg(long, env = "TRITIUM_MAX_STUB_SHM_BYTES", default_value_t = tritium_host::ChannelLimits::default().max_peer_mapped_bytes)]
+    max_stub_shm_bytes: u64,
+    /// Most bytes of shared memory the server holds for one stub's inputs at once; a request
+    /// whose inputs do not fit fails alone.
+    #[arg(long, env = "TRITIUM_MAX_SERVER_SHM_BYTES_PER_STUB", default_value_t = tritium_host::ChannelLimits::default().max_own_bytes)]
+    max_server_shm_bytes_per_stub: u64,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -175,6 +197,16 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             restart_limit: args.stub_restart_limit,
             restart_window: Duration::from_secs(args.stub_restart_window_secs),
             backoff_max: Duration::from_secs(args.stub_backoff_max_secs),
+            max_request_metadata_bytes: args.max_request_metadata_bytes,
+            max_output_bytes: args.max_output_bytes,
+            channel: tritium_host::ChannelLimits {
+                max_peer_segments: args.max_stub_segments,
+                max_peer_segment_bytes: tritium_host::ChannelLimits::default()
+                    .max_peer_segment_bytes
+                    .min(args.max_stub_shm_bytes),
+                max_peer_mapped_bytes: args.max_stub_shm_bytes,
+                max_own_bytes: args.max_server_shm_bytes_per_stub,
+            },
             ..Supervision::default()
         },
         auto_complete: !args.disable_auto_complete_config,
