@@ -16,7 +16,7 @@ use tritium_host::{Stub, StubCommand};
 
 use crate::classify::{Classes, LabelError};
 use crate::instance::{self, InstanceSpec, StateView, Supervision, VersionContext};
-use crate::scheduler::{Batching, Pending, Queue};
+use crate::scheduler::{Batching, Pending, Priorities, Queue, Refused};
 use crate::stats::Stats;
 use crate::types::*;
 use crate::validate::{validate, wire_type};
@@ -37,6 +37,9 @@ pub struct ServerOptions {
     pub strict_readiness: bool,
     /// Whether clients may load and unload models (Triton's explicit model-control mode).
     pub explicit_control: bool,
+    /// Requests a model version (each of its priority levels) holds at most, for models without
+    /// a `max_queue_size` of their own (`--max-queue-size`); 0: unbounded, as in Triton.
+    pub max_queue_size: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -203,14 +206,30 @@ impl Server {
         };
         let (tx, rx) = oneshot::channel();
         let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
-        if let Err(p) = version.ctx.queue.push(pending) {
-            return Err(InferError::unavailable(format!(
-                "model '{}' is unloading; retry once it is loaded again",
-                p.req.model
-            )));
+        let deadline = match version.ctx.queue.push(pending) {
+            Ok(deadline) => deadline,
+            Err(Refused::Closed(p)) => {
+                return Err(InferError::unavailable(format!(
+                    "model '{}' is unloading; retry once it is loaded again",
+                    p.req.model
+                )));
+            }
+            Err(Refused::Full(e)) => {
+                // Triton counts a full queue as a failed request, reason REJECTED.
+                version.ctx.stats.failure(start.elapsed(), e.kind, false);
+                return Err(e);
+            }
+        };
+        let mut rx = rx;
+        if let Some(deadline) = deadline {
+            // At its deadline the request times out if it is still queued, even while every
+            // instance is busy (Triton's batcher checks timeouts while it waits for a slot).
+            match tokio::time::timeout_at(deadline.into(), &mut rx).await {
+                Ok(answer) => return answer.unwrap_or_else(|_| Err(dropped())),
+                Err(_) => version.ctx.queue.expire(),
+            }
         }
-        rx.await
-            .unwrap_or_else(|_| Err(InferError::internal("the model instance dropped the request without answering")))
+        rx.await.unwrap_or_else(|_| Err(dropped()))
     }
 
     fn route(&self, model: &str, version: Option<i64>) -> Result<Arc<Version>, InferError> {
@@ -811,6 +830,9 @@ pub(crate) enum LoadError {
     /// A supervision parameter is malformed.
     #[error("{0}")]
     Parameter(String),
+    /// Invalid queue policy settings (Triton's texts).
+    #[error("{0}")]
+    QueuePolicy(String),
     /// A label file named by the config cannot be read.
     #[error(transparent)]
     Labels(#[from] LabelError),
@@ -835,6 +857,7 @@ struct Resolved {
     config_json: String,
     supervision: Supervision,
     batching: Option<Batching>,
+    priorities: Priorities,
     classes: Classes,
     versions: Vec<i64>,
 }
@@ -863,6 +886,11 @@ fn load_versions(
         }
     }
     Ok(loaded)
+}
+
+/// The answer of a request whose sender went away unanswered.
+fn dropped() -> InferError {
+    InferError::internal("the model instance dropped the request without answering")
 }
 
 /// Step 1: the model's config (from `config.pbtxt`, auto-completed, normalized) and its versions.
@@ -896,8 +924,9 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
     let supervision = supervision_for(&opts.supervision, &config)?;
     let classes = Classes::load(&dir, &config)?;
     let batching = batching_for(&config);
+    let priorities = Priorities::for_config(&config, opts.max_queue_size).map_err(LoadError::QueuePolicy)?;
     let config_json = tritium_config::to_json(&config).to_string();
-    Ok(Resolved { dir, config: Arc::new(config), config_json, supervision, batching, classes, versions })
+    Ok(Resolved { dir, config: Arc::new(config), config_json, supervision, batching, priorities, classes, versions })
 }
 
 /// Step 2: the model file whose `auto_complete_config` runs, if it should: the newest version's,
@@ -956,14 +985,15 @@ fn start_version(
     if !model_file.is_file() {
         return Err(LoadError::NoModelFile(model_file.display().to_string()));
     }
+    let stats = Arc::new(Stats::new(name, v));
     let ctx = Arc::new(VersionContext {
         model: name.to_string(),
         version: v,
         model_file,
         model_dir: r.dir.clone(),
         config_json: r.config_json.clone(),
-        queue: Arc::new(Queue::new(r.batching.clone())),
-        stats: Arc::new(Stats::new(name, v)),
+        queue: Arc::new(Queue::new(r.batching.clone(), r.priorities.clone(), stats.clone())),
+        stats,
         stub: opts.stub.clone(),
         supervision: r.supervision.clone(),
         live_workers: AtomicUsize::new(0),
@@ -1051,6 +1081,7 @@ mod tests {
                 auto_complete: false,
                 strict_readiness: true,
                 explicit_control: true,
+                max_queue_size: 0,
             }
         }
     }
