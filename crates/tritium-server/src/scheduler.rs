@@ -189,7 +189,7 @@ impl Priorities {
                 ));
             }
         }
-        let default = db.default_queue_policy.clone().unwrap_or_default();
+        let default = db.default_queue_policy.unwrap_or_default();
         if db.preserve_ordering {
             if levels > 1 {
                 return Err(format!("Only one priority level is allowed when 'preserve_ordering' is true for {name}"));
@@ -236,10 +236,11 @@ impl Priorities {
     }
 }
 
-/// Why [`Queue::push`] refused a request; the request is handed back.
+/// Why [`Queue::push`] refused a request.
+#[derive(Debug)]
 pub(crate) enum Refused {
     /// The queue is closed (the version is unloading).
-    Closed(Pending),
+    Closed,
     /// The request's level is full; the error carries Triton's text and names the limit.
     Full(InferError),
 }
@@ -320,12 +321,11 @@ impl Queue {
     /// Queues a request at the level of its `priority`; returns its queue deadline, if it has
     /// one (the caller calls [`Queue::expire`] then). Refuses it if the queue is closed or the
     /// level is full.
-    #[allow(clippy::result_large_err)] // the request is handed back, not copied
     pub(crate) fn push(&self, p: Pending) -> Result<Option<Instant>, Refused> {
         let now = Instant::now();
         let mut st = self.lock();
         if st.closed {
-            return Err(Refused::Closed(p));
+            return Err(Refused::Closed);
         }
         self.expire_locked(&mut st, now);
         let level = self.priorities.level_of(p.req.priority);
@@ -552,7 +552,7 @@ mod tests {
                 assert_eq!(e.kind, ErrorKind::Unavailable);
                 e.message
             }
-            Err(Refused::Closed(_)) => panic!("closed, not full"),
+            Err(Refused::Closed) => panic!("closed, not full"),
             Ok(_) => panic!("queued"),
         }
     }
@@ -666,7 +666,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert!(q.close().is_empty());
         assert!(worker.join().expect("worker"));
-        assert!(matches!(q.push(pending(1).0), Err(Refused::Closed(_))));
+        assert!(matches!(q.push(pending(1).0), Err(Refused::Closed)));
     }
 
     #[test]
@@ -766,7 +766,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         q.expire();
         assert_eq!(q.len(), 0);
-        let e = rx.try_recv().expect("answered").err().expect("an error");
+        let e = rx.try_recv().expect("answered").expect_err("an error");
         assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Unavailable, TIMEOUT_EXPIRED));
         let snap = s.snapshot();
         assert_eq!((snap.fail.count, snap.fail_reasons.rejected), (1, 1));
@@ -806,7 +806,7 @@ mod tests {
 
     #[test]
     fn invalid_priority_settings_fail_with_tritons_texts() {
-        let err = |db: &str| Priorities::for_config(&config(db), 0).err().expect("invalid");
+        let err = |db: &str| Priorities::for_config(&config(db), 0).expect_err("invalid");
         assert_eq!(err("priority_levels: 2"), "default priority level must be in range [1, 2] for m");
         assert_eq!(
             err("priority_levels: 2 default_priority_level: 3"),

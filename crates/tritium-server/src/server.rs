@@ -208,10 +208,10 @@ impl Server {
         let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
         let deadline = match version.ctx.queue.push(pending) {
             Ok(deadline) => deadline,
-            Err(Refused::Closed(p)) => {
+            Err(Refused::Closed) => {
                 return Err(InferError::unavailable(format!(
                     "model '{}' is unloading; retry once it is loaded again",
-                    p.req.model
+                    version.ctx.model
                 )));
             }
             Err(Refused::Full(e)) => {
