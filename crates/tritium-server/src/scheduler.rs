@@ -171,39 +171,15 @@ impl Priorities {
         Self { levels: 0, default_level: 0, default_policy: policy, per_level: BTreeMap::new() }
     }
 
-    /// The policies of `config` (validated with Triton's texts, `model_config_utils.cc`), each
-    /// bounded by `flag_max` (`--max-queue-size`) where the config sets no `max_queue_size`.
-    pub(crate) fn for_config(config: &ModelConfig, flag_max: usize) -> Result<Self, String> {
+    /// The policies of `config` (which `tritium_config::normalize` has checked with Triton's
+    /// texts: levels in range, no DELAY with `preserve_ordering`), each bounded by `flag_max`
+    /// (`--max-queue-size`) where the config sets no `max_queue_size`.
+    pub(crate) fn for_config(config: &ModelConfig, flag_max: usize) -> Self {
         let Some(SchedulingChoice::DynamicBatching(db)) = &config.scheduling_choice else {
-            return Ok(Self::single(Policy::bounded_by_flag(flag_max)));
+            return Self::single(Policy::bounded_by_flag(flag_max));
         };
-        let name = &config.name;
         let levels = db.priority_levels;
-        if levels != 0 {
-            if db.default_priority_level == 0 || db.default_priority_level > levels {
-                return Err(format!("default priority level must be in range [1, {levels}] for {name}"));
-            }
-            if db.priority_queue_policy.keys().any(|&k| k == 0 || k > levels) {
-                return Err(format!(
-                    "priority queue policy must have priority level in range [1, {levels}] for {name}"
-                ));
-            }
-        }
         let default = db.default_queue_policy.unwrap_or_default();
-        if db.preserve_ordering {
-            if levels > 1 {
-                return Err(format!("Only one priority level is allowed when 'preserve_ordering' is true for {name}"));
-            }
-            let delays = |p: &ModelQueuePolicy| {
-                p.default_timeout_microseconds != 0
-                    && p.timeout_action == model_queue_policy::TimeoutAction::Delay as i32
-            };
-            if delays(&default) || db.priority_queue_policy.values().any(delays) {
-                return Err(format!(
-                    "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for {name}"
-                ));
-            }
-        }
         let default_policy =
             Policy::from_config(&default, "dynamic_batching.default_queue_policy.max_queue_size".into(), flag_max);
         // Triton instantiates the per-level policies only with priority levels.
@@ -219,7 +195,7 @@ impl Priorities {
                 .collect()
         };
         let default_level = if levels == 0 { 0 } else { db.default_priority_level };
-        Ok(Self { levels, default_level, default_policy, per_level })
+        Self { levels, default_level, default_policy, per_level }
     }
 
     /// The level of a request with `priority` (Triton's `InferenceRequest::SetPriority`).
@@ -671,7 +647,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_refuses_with_tritons_text_naming_the_field() {
-        let p = Priorities::for_config(&config("default_queue_policy { max_queue_size: 2 }"), 0).expect("valid");
+        let p = Priorities::for_config(&config("default_queue_policy { max_queue_size: 2 }"), 0);
         let q = Queue::new(None, p, stats());
         assert!(q.push(request("a", 0, 0, 1).0).is_ok());
         assert!(q.push(request("b", 0, 0, 1).0).is_ok());
@@ -691,7 +667,7 @@ mod tests {
     fn the_server_flag_bounds_models_without_a_bound_of_their_own() {
         let mut plain = config("");
         plain.scheduling_choice = None;
-        let p = Priorities::for_config(&plain, 1).expect("valid");
+        let p = Priorities::for_config(&plain, 1);
         assert_eq!(p, Priorities::single(Policy::bounded_by_flag(1)));
         let q = Queue::new(None, p, stats());
         assert!(q.push(pending(1).0).is_ok());
@@ -699,15 +675,15 @@ mod tests {
         assert!(text.contains("Exceeds maximum queue size: 1 requests"), "{text}");
         assert!(text.contains("--max-queue-size"), "{text}");
         // The model's own bound wins over the flag.
-        let own = Priorities::for_config(&config("default_queue_policy { max_queue_size: 3 }"), 1).expect("valid");
+        let own = Priorities::for_config(&config("default_queue_policy { max_queue_size: 3 }"), 1);
         assert_eq!(own.default_policy.max_queue_size, 3);
-        let unbounded = Priorities::for_config(&plain, 0).expect("valid");
+        let unbounded = Priorities::for_config(&plain, 0);
         assert_eq!(unbounded.default_policy.max_queue_size, 0);
     }
 
     #[test]
     fn higher_priorities_go_first_and_out_of_range_ones_take_the_default_level() {
-        let p = Priorities::for_config(&config("priority_levels: 3 default_priority_level: 2"), 0).expect("valid");
+        let p = Priorities::for_config(&config("priority_levels: 3 default_priority_level: 2"), 0);
         let q = Queue::new(None, p, stats());
         for (id, priority) in [("low", 3), ("zero", 0), ("high", 1), ("seven", 7), ("mid", 2)] {
             assert!(q.push(request(id, priority, 0, 1).0).is_ok());
@@ -726,7 +702,7 @@ mod tests {
 
     #[test]
     fn a_batch_is_gathered_in_priority_order() {
-        let p = Priorities::for_config(&config("priority_levels: 2 default_priority_level: 2"), 0).expect("valid");
+        let p = Priorities::for_config(&config("priority_levels: 2 default_priority_level: 2"), 0);
         let batching = Batching { max_batch_size: 2, preferred: vec![], max_delay: Duration::from_secs(60) };
         let q = Queue::new(Some(batching), p, stats());
         for (id, priority) in [("l1", 2), ("l2", 2), ("h1", 1)] {
@@ -743,8 +719,7 @@ mod tests {
                  priority_queue_policy { key: 1 value: { max_queue_size: 1 } }",
             ),
             0,
-        )
-        .expect("valid");
+        );
         let q = Queue::new(None, p, stats());
         assert!(q.push(request("h1", 1, 0, 1).0).is_ok());
         let text = refused_text(q.push(request("h2", 1, 0, 1).0));
@@ -757,8 +732,7 @@ mod tests {
 
     #[test]
     fn a_timed_out_request_is_rejected_and_counted() {
-        let p = Priorities::for_config(&config("default_queue_policy { default_timeout_microseconds: 1000 }"), 0)
-            .expect("valid");
+        let p = Priorities::for_config(&config("default_queue_policy { default_timeout_microseconds: 1000 }"), 0);
         let s = stats();
         let q = Queue::new(None, p, s.clone());
         let (a, mut rx) = request("a", 0, 0, 1);
@@ -780,8 +754,7 @@ mod tests {
                  allow_timeout_override: true }",
             ),
             0,
-        )
-        .expect("valid");
+        );
         let q = Queue::new(None, p, stats());
         assert!(q.push(request("late", 0, 1000, 1).0).is_ok());
         assert!(q.push(request("on_time", 0, 0, 1).0).is_ok());
@@ -802,27 +775,5 @@ mod tests {
         assert_eq!(policy(1000, true).timeout_for(500), Some(us(500)));
         assert_eq!(policy(1000, true).timeout_for(5000), Some(us(1000)));
         assert_eq!(policy(1000, true).timeout_for(0), Some(us(1000)));
-    }
-
-    #[test]
-    fn invalid_priority_settings_fail_with_tritons_texts() {
-        let err = |db: &str| Priorities::for_config(&config(db), 0).expect_err("invalid");
-        assert_eq!(err("priority_levels: 2"), "default priority level must be in range [1, 2] for m");
-        assert_eq!(
-            err("priority_levels: 2 default_priority_level: 3"),
-            "default priority level must be in range [1, 2] for m"
-        );
-        assert_eq!(
-            err("priority_levels: 2 default_priority_level: 1 priority_queue_policy { key: 3 value: {} }"),
-            "priority queue policy must have priority level in range [1, 2] for m"
-        );
-        assert_eq!(
-            err("priority_levels: 2 default_priority_level: 1 preserve_ordering: true"),
-            "Only one priority level is allowed when 'preserve_ordering' is true for m"
-        );
-        assert_eq!(
-            err("preserve_ordering: true default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 5 }"),
-            "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is true for m"
-        );
     }
 }

@@ -830,9 +830,6 @@ pub(crate) enum LoadError {
     /// A supervision parameter is malformed.
     #[error("{0}")]
     Parameter(String),
-    /// Invalid queue policy settings (Triton's texts).
-    #[error("{0}")]
-    QueuePolicy(String),
     /// A label file named by the config cannot be read.
     #[error(transparent)]
     Labels(#[from] LabelError),
@@ -924,7 +921,7 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
     let supervision = supervision_for(&opts.supervision, &config)?;
     let classes = Classes::load(&dir, &config)?;
     let batching = batching_for(&config);
-    let priorities = Priorities::for_config(&config, opts.max_queue_size).map_err(LoadError::QueuePolicy)?;
+    let priorities = Priorities::for_config(&config, opts.max_queue_size);
     let config_json = tritium_config::to_json(&config).to_string();
     Ok(Resolved { dir, config: Arc::new(config), config_json, supervision, batching, priorities, classes, versions })
 }
@@ -1144,6 +1141,30 @@ mod tests {
         assert_eq!(e.to_string(), "parameter \"stub_restart_limit\" must be a whole number, got \"x\"");
         repo.model("badconfig", "max_batch_size: \"many\"", &[1]);
         assert!(matches!(resolve(&opts, "badconfig"), Err(LoadError::Config(_))));
+        repo.model(
+            "badpriority",
+            "backend: \"python\"\nmax_batch_size: 4\ndynamic_batching { priority_levels: 2 }",
+            &[1],
+        );
+        let e = resolve(&opts, "badpriority").err().expect("bad priority level");
+        assert!(matches!(e, LoadError::Config(_)), "{e}");
+        assert_eq!(e.to_string(), "default priority level must be in range [1, 2] for badpriority");
+    }
+
+    #[test]
+    fn the_max_queue_size_option_bounds_models_without_their_own() {
+        let repo = Repo::new("queue");
+        repo.model("plain", "backend: \"python\"", &[1]);
+        repo.model(
+            "own",
+            "backend: \"python\"\nmax_batch_size: 4\ndynamic_batching { default_queue_policy { max_queue_size: 7 } }",
+            &[1],
+        );
+        let opts = ServerOptions { max_queue_size: 3, ..repo.options() };
+        let plain = resolve(&opts, "plain").expect("resolve");
+        assert_eq!((plain.priorities.default_policy.max_queue_size, plain.priorities.levels), (3, 0));
+        let own = resolve(&opts, "own").expect("resolve");
+        assert_eq!(own.priorities.default_policy.max_queue_size, 7);
     }
 
     #[test]
