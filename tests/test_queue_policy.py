@@ -197,3 +197,45 @@ def test_a_higher_priority_runs_before_an_earlier_lower_one(queued, protocol):
         t.join(60)
     blocked.join()
     assert orders["high"] < orders["low"], orders
+
+
+@pytest.fixture(scope="module")
+def flag_bounded(tmp_path_factory):
+    base = tmp_path_factory.mktemp("max_queue_size")
+    repo, started = str(base / "repo"), str(base / "started")
+    os.makedirs(started)
+    plain = CONFIG.replace("dynamic_batching {{ {batching} }}", "")
+    write_model(repo, "plain", MODEL.format(started=started), plain.format(name="plain"))
+    srv = Server(repo, str(base / "tritium.log"), ["--max-queue-size", "1"])
+    try:
+        srv.wait_models(["plain"])
+        srv.started = started
+        yield srv
+    finally:
+        code = srv.stop()
+        assert code == 0, f"tritium exited with {code}; log:\n{srv.log_text()}"
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_server_flag_bounds_a_model_without_a_queue_policy(flag_bounded, protocol):
+    blocked = Blocked(flag_bounded, protocol, "plain")
+    results = [None] * 3
+
+    def one(i):
+        try:
+            results[i] = infer(flag_bounded, protocol, "plain")
+        except InferenceServerException as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(results))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    blocked.join()
+    errors = [r for r in results if isinstance(r, InferenceServerException)]
+    assert len(errors) == 2, results
+    for e in errors:
+        assert e.status() == unavailable(protocol), e
+        assert "Exceeds maximum queue size: 1 requests" in e.message(), e
+        assert "--max-queue-size" in e.message(), e
