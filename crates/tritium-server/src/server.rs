@@ -204,7 +204,7 @@ impl Server {
                 return Err(e);
             }
         };
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
         let deadline = match version.ctx.queue.push(pending) {
             Ok(deadline) => deadline,
@@ -220,7 +220,6 @@ impl Server {
                 return Err(e);
             }
         };
-        let mut rx = rx;
         if let Some(deadline) = deadline {
             // At its deadline the request times out if it is still queued, even while every
             // instance is busy (Triton's batcher checks timeouts while it waits for a slot).
