@@ -63,6 +63,8 @@ pub struct RequestParams {
     pub flags: u32,
     /// From `timeout`, in microseconds.
     pub timeout_us: u64,
+    /// From `priority`.
+    pub priority: u64,
 }
 
 fn invalid(message: impl Into<String>) -> InferError {
@@ -110,9 +112,9 @@ pub fn request_parameters(params: &HashMap<String, InferParameter>) -> Result<Re
                 Some(ParameterChoice::Int64Param(v)) if *v < 0 => {
                     return Err(invalid("invalid value for 'priority', expected value >= 0."))
                 }
-                // Triton consumes the priority itself (it never reaches the model); tritium's
-                // scheduler has a single priority level, so it is checked and not used.
-                Some(ParameterChoice::Int64Param(_) | ParameterChoice::Uint64Param(_)) => {}
+                // Triton consumes the priority itself: it never reaches the model's parameters.
+                Some(ParameterChoice::Int64Param(v)) => out.priority = u64::try_from(*v).unwrap_or(0),
+                Some(ParameterChoice::Uint64Param(v)) => out.priority = *v,
                 _ => {
                     return Err(invalid(
                         "invalid value type for 'priority' parameter, expected int64_param or uint64_param.",
@@ -442,6 +444,7 @@ pub fn decode_infer_request(msg: ModelInferRequest) -> Result<InferRequest, Infe
         correlation_id: params.correlation_id,
         flags: params.flags,
         timeout_us: params.timeout_us,
+        priority: params.priority,
     })
 }
 

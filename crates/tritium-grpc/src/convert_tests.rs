@@ -416,11 +416,13 @@ fn sequence_parameters_of_the_wrong_type() {
 fn priority_and_timeout() {
     let p = request_parameters(&params(&[("priority", P::Uint64Param(2)), ("timeout", P::Int64Param(1500))]))
         .expect("parses");
-    assert_eq!(p.timeout_us, 1500);
+    assert_eq!((p.timeout_us, p.priority), (1500, 2));
     assert!(p.parameters.is_empty());
     let p =
         request_parameters(&params(&[("priority", P::Int64Param(0)), ("timeout", P::Int64Param(-5))])).expect("parses");
-    assert_eq!(p.timeout_us, 0);
+    assert_eq!((p.timeout_us, p.priority), (0, 0));
+    let p = request_parameters(&params(&[("priority", P::Int64Param(3))])).expect("parses");
+    assert_eq!(p.priority, 3);
     assert_invalid(
         request_parameters(&params(&[("priority", P::Int64Param(-1))])),
         "invalid value for 'priority', expected value >= 0.",

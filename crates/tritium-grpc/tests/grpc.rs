@@ -67,6 +67,7 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
         auto_complete: false,
         strict_readiness,
         explicit_control: true,
+        max_queue_size: 0,
     }
 }
 

@@ -343,10 +343,11 @@ fn parse_request_parameters(
                         describe(&value)
                     )));
                 };
-                // Triton consumes `priority` itself (it never reaches the model); tritium's
-                // scheduler has no priority levels, so it is accepted and not used.
+                // Triton consumes both itself: they never reach the model's parameters.
                 if key == "timeout" {
                     request.timeout_us = n;
+                } else {
+                    request.priority = n;
                 }
             }
             k if k.starts_with("triton_") => {

@@ -99,7 +99,7 @@ fn request_fields() {
     assert_eq!(r.id, "req-7");
     assert_eq!(r.correlation_id, CorrelationId::U64(42));
     assert_eq!(r.flags, FLAG_SEQUENCE_START);
-    assert_eq!(r.timeout_us, 1500);
+    assert_eq!((r.timeout_us, r.priority), (1500, 2));
     assert_eq!(
         r.outputs,
         vec![

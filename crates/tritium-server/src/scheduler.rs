@@ -1,18 +1,39 @@
-//! A model version's request queue, feeding its instances, with Triton's dynamic batching.
+//! A model version's request queue, feeding its instances, with Triton's dynamic batching and
+//! queue policies.
 //!
 //! Instance workers are OS threads that block in [`Queue::next_batch_unless`]; the async frontends push
 //! into the queue and await a oneshot answer. Without `dynamic_batching` each `execute` gets one
 //! request. With it, a worker gathers queued requests while their batch sizes fit
 //! `max_batch_size`, and waits up to `max_queue_delay_microseconds` (counted from the oldest
 //! request) for more unless it already has `max_batch_size` or a preferred batch size.
+//!
+//! Queue policies follow Triton's `PriorityQueue` (`scheduler_utils.cc`): one FIFO per priority
+//! level, the lowest level number first; each level has its own [`Policy`]. A level holding
+//! `max_queue_size` requests refuses the next one (`Exceeds maximum queue size`, UNAVAILABLE). A
+//! request whose queue timeout passes is rejected (`Request timeout expired`, UNAVAILABLE, counted
+//! as a `REJECTED` failure) or, with `timeout_action: DELAY`, moved behind the level's requests
+//! that have not timed out and still executed. Timeouts are checked when a worker takes work, on
+//! every push, and by [`Queue::expire`], which the server calls at a request's deadline so that a
+//! request times out even while every instance is busy.
+//!
+//! Triton applies queue policies only with `dynamic_batching` (without it a request goes straight
+//! to an instance and its `timeout` is not enforced); tritium does the same, and adds one bound of
+//! its own: `--max-queue-size` caps every level that has no `max_queue_size` of its own, with or
+//! without dynamic batching.
 
-use std::collections::VecDeque;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
+use tritium_config::proto::model_config::SchedulingChoice;
+use tritium_config::proto::{model_queue_policy, ModelConfig, ModelQueuePolicy};
 
-use crate::types::{InferError, InferRequest, InferResponse, RequestedOutput};
+use crate::stats::Stats;
+use crate::types::{ErrorKind, InferError, InferRequest, InferResponse, RequestedOutput};
+
+/// Triton's text for a request rejected by its queue timeout (`dynamic_batch_scheduler.cc`).
+pub(crate) const TIMEOUT_EXPIRED: &str = "Request timeout expired";
 
 /// A request waiting for an instance.
 pub(crate) struct Pending {
@@ -48,12 +69,201 @@ pub(crate) struct Batching {
     pub max_delay: Duration,
 }
 
+/// What a timed-out request does (Triton's `ModelQueuePolicy.TimeoutAction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TimeoutAction {
+    /// It leaves the queue with [`TIMEOUT_EXPIRED`].
+    Reject,
+    /// It moves behind the requests that have not timed out, and still executes.
+    Delay,
+}
+
+/// Where a level's `max_queue_size` comes from, for the error text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BoundFrom {
+    /// The model's config, at this field.
+    Config(String),
+    /// The server's `--max-queue-size`.
+    Flag,
+}
+
+/// One priority level's queue policy (Triton's `ModelQueuePolicy`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Policy {
+    /// Requests the level holds at most (delayed ones included); 0: unbounded.
+    pub max_queue_size: usize,
+    /// Where `max_queue_size` comes from.
+    pub bound_from: BoundFrom,
+    /// The queue timeout of a request; `None`: none.
+    pub default_timeout: Option<Duration>,
+    /// Whether a request's `timeout` parameter may shorten `default_timeout`.
+    pub allow_timeout_override: bool,
+    /// What a timed-out request does.
+    pub timeout_action: TimeoutAction,
+}
+
+impl Policy {
+    /// No bound, no timeout: Triton's default.
+    pub(crate) fn unbounded() -> Self {
+        Self {
+            max_queue_size: 0,
+            bound_from: BoundFrom::Flag,
+            default_timeout: None,
+            allow_timeout_override: false,
+            timeout_action: TimeoutAction::Reject,
+        }
+    }
+
+    /// Only the server's `--max-queue-size` (0: unbounded).
+    pub(crate) fn bounded_by_flag(max_queue_size: usize) -> Self {
+        Self { max_queue_size, ..Self::unbounded() }
+    }
+
+    /// A config's `ModelQueuePolicy` at `field`; `flag_max` bounds it when it has no
+    /// `max_queue_size` of its own.
+    fn from_config(p: &ModelQueuePolicy, field: String, flag_max: usize) -> Self {
+        let (max_queue_size, bound_from) = if p.max_queue_size > 0 {
+            (p.max_queue_size as usize, BoundFrom::Config(field))
+        } else {
+            (flag_max, BoundFrom::Flag)
+        };
+        Self {
+            max_queue_size,
+            bound_from,
+            default_timeout: (p.default_timeout_microseconds > 0)
+                .then(|| Duration::from_micros(p.default_timeout_microseconds)),
+            allow_timeout_override: p.allow_timeout_override,
+            timeout_action: if p.timeout_action == model_queue_policy::TimeoutAction::Delay as i32 {
+                TimeoutAction::Delay
+            } else {
+                TimeoutAction::Reject
+            },
+        }
+    }
+
+    /// A request's timeout under this policy, as Triton's `PolicyQueue::Enqueue` computes it:
+    /// the request's own `timeout` counts only when overrides are allowed, and only to shorten
+    /// the default (so without a `default_timeout_microseconds` there is no timeout at all).
+    fn timeout_for(&self, request_timeout_us: u64) -> Option<Duration> {
+        let default = self.default_timeout?;
+        let own = Duration::from_micros(request_timeout_us);
+        Some(if self.allow_timeout_override && request_timeout_us != 0 && own < default { own } else { default })
+    }
+}
+
+/// A version's queue policies: Triton's `priority_levels`, `default_priority_level`,
+/// `default_queue_policy` and `priority_queue_policy`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Priorities {
+    /// Levels 1..=`levels`; 0: one level (0), and every request's priority is ignored.
+    pub levels: u64,
+    /// The level of a request with priority 0 or out of range.
+    pub default_level: u64,
+    /// The policy of a level without one of its own.
+    pub default_policy: Policy,
+    /// Levels with a policy of their own.
+    pub per_level: BTreeMap<u64, Policy>,
+}
+
+impl Priorities {
+    /// One level under `policy`.
+    pub(crate) fn single(policy: Policy) -> Self {
+        Self { levels: 0, default_level: 0, default_policy: policy, per_level: BTreeMap::new() }
+    }
+
+    /// The policies of `config` (which `tritium_config::normalize` has checked with Triton's
+    /// texts: levels in range, no DELAY with `preserve_ordering`), each bounded by `flag_max`
+    /// (`--max-queue-size`) where the config sets no `max_queue_size`.
+    pub(crate) fn for_config(config: &ModelConfig, flag_max: usize) -> Self {
+        let Some(SchedulingChoice::DynamicBatching(db)) = &config.scheduling_choice else {
+            return Self::single(Policy::bounded_by_flag(flag_max));
+        };
+        let levels = db.priority_levels;
+        let default = db.default_queue_policy.unwrap_or_default();
+        let default_policy =
+            Policy::from_config(&default, "dynamic_batching.default_queue_policy.max_queue_size".into(), flag_max);
+        // Triton instantiates the per-level policies only with priority levels.
+        let per_level = if levels == 0 {
+            BTreeMap::new()
+        } else {
+            db.priority_queue_policy
+                .iter()
+                .map(|(&level, p)| {
+                    let field = format!("dynamic_batching.priority_queue_policy[{level}].max_queue_size");
+                    (level, Policy::from_config(p, field, flag_max))
+                })
+                .collect()
+        };
+        let default_level = if levels == 0 { 0 } else { db.default_priority_level };
+        Self { levels, default_level, default_policy, per_level }
+    }
+
+    /// The level of a request with `priority` (Triton's `InferenceRequest::SetPriority`).
+    pub(crate) fn level_of(&self, priority: u64) -> u64 {
+        if priority == 0 || priority > self.levels {
+            self.default_level
+        } else {
+            priority
+        }
+    }
+
+    fn policy(&self, level: u64) -> &Policy {
+        self.per_level.get(&level).unwrap_or(&self.default_policy)
+    }
+}
+
+/// Why [`Queue::push`] refused a request.
+#[derive(Debug)]
+pub(crate) enum Refused {
+    /// The queue is closed (the version is unloading).
+    Closed,
+    /// The request's level is full; the error carries Triton's text and names the limit.
+    Full(InferError),
+}
+
+/// A request in its level's queue, with its deadline.
+struct Queued {
+    p: Pending,
+    deadline: Option<Instant>,
+}
+
+/// One priority level: requests in arrival order, then the delayed ones.
+#[derive(Default)]
+struct Level {
+    items: VecDeque<Queued>,
+    delayed: VecDeque<Pending>,
+}
+
+impl Level {
+    fn len(&self) -> usize {
+        self.items.len() + self.delayed.len()
+    }
+}
+
 struct State {
-    items: VecDeque<Pending>,
+    levels: BTreeMap<u64, Level>,
+    len: usize,
     closed: bool,
     /// A worker is forming a batch; the others wait, so that idle instances do not split
     /// requests that arrive together into batches of one.
     gathering: bool,
+}
+
+impl State {
+    /// The next request to hand out: the first level's oldest, then its delayed ones.
+    fn front(&self) -> Option<&Pending> {
+        self.levels.values().find_map(|l| l.items.front().map(|q| &q.p).or_else(|| l.delayed.front()))
+    }
+
+    fn pop_front(&mut self) -> Option<Pending> {
+        let (&level, l) = self.levels.iter_mut().find(|(_, l)| l.len() > 0)?;
+        let p = l.items.pop_front().map(|q| q.p).or_else(|| l.delayed.pop_front())?;
+        if l.len() == 0 {
+            self.levels.remove(&level);
+        }
+        self.len -= 1;
+        Some(p)
+    }
 }
 
 /// The queue of one model version.
@@ -63,15 +273,20 @@ pub(crate) struct Queue {
     /// Signalled when the queue closes (for workers backing off, which take no work).
     closing: Condvar,
     batching: Option<Batching>,
+    priorities: Priorities,
+    /// Where requests rejected in the queue are counted.
+    stats: Arc<Stats>,
 }
 
 impl Queue {
-    pub(crate) fn new(batching: Option<Batching>) -> Self {
+    pub(crate) fn new(batching: Option<Batching>, priorities: Priorities, stats: Arc<Stats>) -> Self {
         Self {
-            state: Mutex::new(State { items: VecDeque::new(), closed: false, gathering: false }),
+            state: Mutex::new(State { levels: BTreeMap::new(), len: 0, closed: false, gathering: false }),
             cv: Condvar::new(),
             closing: Condvar::new(),
             batching,
+            priorities,
+            stats,
         }
     }
 
@@ -79,22 +294,75 @@ impl Queue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues a request; hands it back if the queue is closed.
-    #[allow(clippy::result_large_err)] // the request is handed back, not copied
-    pub(crate) fn push(&self, p: Pending) -> Result<(), Pending> {
+    /// Queues a request at the level of its `priority`; returns its queue deadline, if it has
+    /// one (the caller calls [`Queue::expire`] then). Refuses it if the queue is closed or the
+    /// level is full.
+    pub(crate) fn push(&self, p: Pending) -> Result<Option<Instant>, Refused> {
+        let now = Instant::now();
         let mut st = self.lock();
         if st.closed {
-            return Err(p);
+            return Err(Refused::Closed);
         }
-        st.items.push_back(p);
+        self.expire_locked(&mut st, now);
+        let level = self.priorities.level_of(p.req.priority);
+        let policy = self.priorities.policy(level);
+        let held = st.levels.get(&level).map_or(0, Level::len);
+        if policy.max_queue_size != 0 && held >= policy.max_queue_size {
+            return Err(Refused::Full(full_error(&p.req.id, policy, level)));
+        }
+        let deadline = policy.timeout_for(p.req.timeout_us).map(|t| now + t);
+        st.levels.entry(level).or_default().items.push_back(Queued { p, deadline });
+        st.len += 1;
         drop(st);
         self.cv.notify_one();
-        Ok(())
+        Ok(deadline)
+    }
+
+    /// Applies the timeouts that have passed: rejected requests are answered and counted,
+    /// delayed ones move behind their level's other requests.
+    pub(crate) fn expire(&self) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        self.expire_locked(&mut st, now);
+    }
+
+    fn expire_locked(&self, st: &mut State, now: Instant) {
+        let mut rejected = Vec::new();
+        for (&level, l) in st.levels.iter_mut() {
+            if self.priorities.policy(level).default_timeout.is_none()
+                || !l.items.iter().any(|q| q.deadline.is_some_and(|d| now >= d))
+            {
+                continue;
+            }
+            let mut kept = VecDeque::with_capacity(l.items.len());
+            for q in l.items.drain(..) {
+                match q.deadline {
+                    Some(d) if now >= d => rejected.push(q.p),
+                    _ => kept.push_back(q),
+                }
+            }
+            l.items = kept;
+        }
+        // Sort the expired by their level's action; levels keep their order.
+        let mut gone = 0;
+        for p in rejected {
+            let level = self.priorities.level_of(p.req.priority);
+            match self.priorities.policy(level).timeout_action {
+                TimeoutAction::Delay => st.levels.entry(level).or_default().delayed.push_back(p),
+                TimeoutAction::Reject => {
+                    gone += 1;
+                    self.stats.failure(p.enqueued.elapsed(), ErrorKind::Unavailable, false);
+                    let _ = p.tx.send(Err(InferError::unavailable(TIMEOUT_EXPIRED)));
+                }
+            }
+        }
+        st.len -= gone;
+        st.levels.retain(|_, l| l.len() > 0);
     }
 
     /// Requests waiting.
     pub(crate) fn len(&self) -> usize {
-        self.lock().items.len()
+        self.lock().len
     }
 
     /// Stops taking requests; what is queued is still handed out by `next_batch`.
@@ -108,7 +376,10 @@ impl Queue {
     pub(crate) fn close(&self) -> Vec<Pending> {
         let mut st = self.lock();
         st.closed = true;
-        let rest = st.items.drain(..).collect();
+        let mut rest = Vec::with_capacity(st.len);
+        while let Some(p) = st.pop_front() {
+            rest.push(p);
+        }
         drop(st);
         self.cv.notify_all();
         self.closing.notify_all();
@@ -151,7 +422,8 @@ impl Queue {
                 return Next::Interrupted;
             }
             if !st.gathering {
-                if let Some(p) = st.items.pop_front() {
+                self.expire_locked(&mut st, Instant::now());
+                if let Some(p) = st.pop_front() {
                     break p;
                 }
                 if st.closed {
@@ -170,15 +442,16 @@ impl Queue {
         let mut size = first.batch_size.max(1);
         let mut batch = vec![first];
         loop {
-            while let Some(next) = st.items.front() {
+            self.expire_locked(&mut st, Instant::now());
+            while let Some(next) = st.front() {
                 let n = next.batch_size.max(1);
                 if size + n > b.max_batch_size {
                     break;
                 }
                 size += n;
-                batch.extend(st.items.pop_front());
+                batch.extend(st.pop_front());
             }
-            let full = size >= b.max_batch_size || st.items.front().is_some();
+            let full = size >= b.max_batch_size || st.front().is_some();
             let preferred = b.preferred.contains(&size);
             let now = Instant::now();
             if full || preferred || st.closed || now >= deadline {
@@ -194,22 +467,86 @@ impl Queue {
     }
 }
 
+/// Triton's text for a full level (`PolicyQueue::Enqueue`: the request's log prefix, then
+/// `Exceeds maximum queue size`), followed by the limit and what sets it.
+fn full_error(id: &str, policy: &Policy, level: u64) -> InferError {
+    let id = if id.is_empty() { "<id_unknown>" } else { id };
+    let max = policy.max_queue_size;
+    let at = if level == 0 { String::new() } else { format!(" at priority level {level}") };
+    let knob = match &policy.bound_from {
+        BoundFrom::Config(field) => format!("the model's {field}"),
+        BoundFrom::Flag => "the server's --max-queue-size, or the model's \
+                           dynamic_batching.default_queue_policy.max_queue_size"
+            .to_string(),
+    };
+    InferError::unavailable(format!(
+        "[request id: {id}] Exceeds maximum queue size: {max} requests wait{at}; the limit is {knob}"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn pending(batch_size: u64) -> (Pending, oneshot::Receiver<Result<InferResponse, InferError>>) {
+    type Rx = oneshot::Receiver<Result<InferResponse, InferError>>;
+
+    fn stats() -> Arc<Stats> {
+        Arc::new(Stats::new("m", 1))
+    }
+
+    fn queue(batching: Option<Batching>) -> Queue {
+        Queue::new(batching, Priorities::single(Policy::unbounded()), stats())
+    }
+
+    fn request(id: &str, priority: u64, timeout_us: u64, batch_size: u64) -> (Pending, Rx) {
         let (tx, rx) = oneshot::channel();
-        (Pending { req: InferRequest::default(), batch_size, outputs: vec![], enqueued: Instant::now(), tx }, rx)
+        let req = InferRequest { id: id.into(), priority, timeout_us, ..Default::default() };
+        (Pending { req, batch_size, outputs: vec![], enqueued: Instant::now(), tx }, rx)
+    }
+
+    fn pending(batch_size: u64) -> (Pending, Rx) {
+        request("", 0, 0, batch_size)
     }
 
     fn sizes(batch: &[Pending]) -> Vec<u64> {
         batch.iter().map(|p| p.batch_size).collect()
     }
 
+    fn ids(batch: &[Pending]) -> Vec<&str> {
+        batch.iter().map(|p| p.req.id.as_str()).collect()
+    }
+
+    fn config(dynamic_batching: &str) -> ModelConfig {
+        let text =
+            format!("name: \"m\" backend: \"python\" max_batch_size: 8 dynamic_batching {{ {dynamic_batching} }}");
+        tritium_config::parse_config(&text, std::path::Path::new("config.pbtxt")).expect("config parses")
+    }
+
+    fn refused_text(r: Result<Option<Instant>, Refused>) -> String {
+        match r {
+            Err(Refused::Full(e)) => {
+                assert_eq!(e.kind, ErrorKind::Unavailable);
+                e.message
+            }
+            Err(Refused::Closed) => panic!("closed, not full"),
+            Ok(_) => panic!("queued"),
+        }
+    }
+
+    /// Takes every queued request, one per batch, in order.
+    fn drain_ids(q: &Queue) -> Vec<String> {
+        let mut out = Vec::new();
+        while q.len() > 0 {
+            for p in q.next_batch().expect("batch") {
+                out.push(p.req.id);
+            }
+        }
+        out
+    }
+
     #[test]
     fn without_batching_each_request_goes_alone() {
-        let q = Queue::new(None);
+        let q = queue(None);
         for _ in 0..3 {
             assert!(q.push(pending(1).0).is_ok());
         }
@@ -219,7 +556,7 @@ mod tests {
 
     #[test]
     fn batches_fill_up_to_max_batch_size_without_waiting() {
-        let q = Queue::new(Some(Batching { max_batch_size: 4, preferred: vec![], max_delay: Duration::from_secs(60) }));
+        let q = queue(Some(Batching { max_batch_size: 4, preferred: vec![], max_delay: Duration::from_secs(60) }));
         for bs in [2, 1, 1, 3] {
             assert!(q.push(pending(bs).0).is_ok());
         }
@@ -231,7 +568,7 @@ mod tests {
 
     #[test]
     fn a_partial_batch_waits_for_the_delay_and_collects_late_arrivals() {
-        let q = std::sync::Arc::new(Queue::new(Some(Batching {
+        let q = Arc::new(queue(Some(Batching {
             max_batch_size: 8,
             preferred: vec![],
             max_delay: Duration::from_millis(300),
@@ -249,8 +586,7 @@ mod tests {
 
     #[test]
     fn a_preferred_size_ends_the_wait() {
-        let q =
-            Queue::new(Some(Batching { max_batch_size: 8, preferred: vec![2], max_delay: Duration::from_secs(60) }));
+        let q = queue(Some(Batching { max_batch_size: 8, preferred: vec![2], max_delay: Duration::from_secs(60) }));
         assert!(q.push(pending(1).0).is_ok());
         assert!(q.push(pending(1).0).is_ok());
         assert_eq!(sizes(&q.next_batch().expect("batch")), vec![1, 1]);
@@ -258,7 +594,7 @@ mod tests {
 
     #[test]
     fn idle_workers_do_not_split_a_forming_batch() {
-        let q = std::sync::Arc::new(Queue::new(Some(Batching {
+        let q = Arc::new(queue(Some(Batching {
             max_batch_size: 8,
             preferred: vec![],
             max_delay: Duration::from_millis(200),
@@ -283,7 +619,7 @@ mod tests {
 
     #[test]
     fn wait_closed_returns_at_once_when_the_queue_closes() {
-        let q = std::sync::Arc::new(Queue::new(None));
+        let q = Arc::new(queue(None));
         assert!(!q.wait_closed(Duration::from_millis(1)));
         let closer = {
             let q = q.clone();
@@ -300,12 +636,144 @@ mod tests {
 
     #[test]
     fn close_wakes_workers_and_returns_the_rest() {
-        let q = std::sync::Arc::new(Queue::new(None));
+        let q = Arc::new(queue(None));
         let q2 = q.clone();
         let worker = std::thread::spawn(move || q2.next_batch().is_none());
         std::thread::sleep(Duration::from_millis(20));
         assert!(q.close().is_empty());
         assert!(worker.join().expect("worker"));
-        assert!(q.push(pending(1).0).is_err());
+        assert!(matches!(q.push(pending(1).0), Err(Refused::Closed)));
+    }
+
+    #[test]
+    fn a_full_queue_refuses_with_tritons_text_naming_the_field() {
+        let p = Priorities::for_config(&config("default_queue_policy { max_queue_size: 2 }"), 0);
+        let q = Queue::new(None, p, stats());
+        assert!(q.push(request("a", 0, 0, 1).0).is_ok());
+        assert!(q.push(request("b", 0, 0, 1).0).is_ok());
+        let text = refused_text(q.push(request("c", 0, 0, 1).0));
+        assert!(text.starts_with("[request id: c] Exceeds maximum queue size"), "{text}");
+        assert!(text.contains("2 requests"), "{text}");
+        assert!(text.contains("dynamic_batching.default_queue_policy.max_queue_size"), "{text}");
+        let text = refused_text(q.push(request("", 0, 0, 1).0));
+        assert!(text.starts_with("[request id: <id_unknown>] Exceeds maximum queue size"), "{text}");
+        // Taking one makes room for one.
+        assert_eq!(q.next_batch().map(|b| b.len()), Some(1));
+        assert!(q.push(request("d", 0, 0, 1).0).is_ok());
+        assert_eq!(q.len(), 2);
+    }
+
+    #[test]
+    fn the_server_flag_bounds_models_without_a_bound_of_their_own() {
+        let mut plain = config("");
+        plain.scheduling_choice = None;
+        let p = Priorities::for_config(&plain, 1);
+        assert_eq!(p, Priorities::single(Policy::bounded_by_flag(1)));
+        let q = Queue::new(None, p, stats());
+        assert!(q.push(pending(1).0).is_ok());
+        let text = refused_text(q.push(pending(1).0));
+        assert!(text.contains("Exceeds maximum queue size: 1 requests"), "{text}");
+        assert!(text.contains("--max-queue-size"), "{text}");
+        // The model's own bound wins over the flag.
+        let own = Priorities::for_config(&config("default_queue_policy { max_queue_size: 3 }"), 1);
+        assert_eq!(own.default_policy.max_queue_size, 3);
+        let unbounded = Priorities::for_config(&plain, 0);
+        assert_eq!(unbounded.default_policy.max_queue_size, 0);
+    }
+
+    #[test]
+    fn higher_priorities_go_first_and_out_of_range_ones_take_the_default_level() {
+        let p = Priorities::for_config(&config("priority_levels: 3 default_priority_level: 2"), 0);
+        let q = Queue::new(None, p, stats());
+        for (id, priority) in [("low", 3), ("zero", 0), ("high", 1), ("seven", 7), ("mid", 2)] {
+            assert!(q.push(request(id, priority, 0, 1).0).is_ok());
+        }
+        assert_eq!(drain_ids(&q), ["high", "zero", "seven", "mid", "low"]);
+    }
+
+    #[test]
+    fn without_priority_levels_the_priority_is_ignored() {
+        let q = queue(None);
+        for (id, priority) in [("a", 5), ("b", 1), ("c", 0)] {
+            assert!(q.push(request(id, priority, 0, 1).0).is_ok());
+        }
+        assert_eq!(drain_ids(&q), ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn a_batch_is_gathered_in_priority_order() {
+        let p = Priorities::for_config(&config("priority_levels: 2 default_priority_level: 2"), 0);
+        let batching = Batching { max_batch_size: 2, preferred: vec![], max_delay: Duration::from_secs(60) };
+        let q = Queue::new(Some(batching), p, stats());
+        for (id, priority) in [("l1", 2), ("l2", 2), ("h1", 1)] {
+            assert!(q.push(request(id, priority, 0, 1).0).is_ok());
+        }
+        assert_eq!(ids(&q.next_batch().expect("batch")), ["h1", "l1"]);
+    }
+
+    #[test]
+    fn each_level_has_its_own_policy() {
+        let p = Priorities::for_config(
+            &config(
+                "priority_levels: 2 default_priority_level: 2 \
+                 priority_queue_policy { key: 1 value: { max_queue_size: 1 } }",
+            ),
+            0,
+        );
+        let q = Queue::new(None, p, stats());
+        assert!(q.push(request("h1", 1, 0, 1).0).is_ok());
+        let text = refused_text(q.push(request("h2", 1, 0, 1).0));
+        assert!(text.contains("at priority level 1"), "{text}");
+        assert!(text.contains("dynamic_batching.priority_queue_policy[1].max_queue_size"), "{text}");
+        for _ in 0..3 {
+            assert!(q.push(request("l", 2, 0, 1).0).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_timed_out_request_is_rejected_and_counted() {
+        let p = Priorities::for_config(&config("default_queue_policy { default_timeout_microseconds: 1000 }"), 0);
+        let s = stats();
+        let q = Queue::new(None, p, s.clone());
+        let (a, mut rx) = request("a", 0, 0, 1);
+        assert!(matches!(q.push(a), Ok(Some(_))), "the request is queued with a deadline");
+        std::thread::sleep(Duration::from_millis(20));
+        q.expire();
+        assert_eq!(q.len(), 0);
+        let e = rx.try_recv().expect("answered").expect_err("an error");
+        assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Unavailable, TIMEOUT_EXPIRED));
+        let snap = s.snapshot();
+        assert_eq!((snap.fail.count, snap.fail_reasons.rejected), (1, 1));
+    }
+
+    #[test]
+    fn a_delayed_request_goes_behind_the_others_and_still_runs() {
+        let p = Priorities::for_config(
+            &config(
+                "default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 60000000 \
+                 allow_timeout_override: true }",
+            ),
+            0,
+        );
+        let q = Queue::new(None, p, stats());
+        assert!(q.push(request("late", 0, 1000, 1).0).is_ok());
+        assert!(q.push(request("on_time", 0, 0, 1).0).is_ok());
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(drain_ids(&q), ["on_time", "late"]);
+    }
+
+    #[test]
+    fn a_request_timeout_only_shortens_an_allowed_default() {
+        let policy = |default_us: u64, allow: bool| Policy {
+            default_timeout: (default_us > 0).then(|| Duration::from_micros(default_us)),
+            allow_timeout_override: allow,
+            ..Policy::unbounded()
+        };
+        let us = Duration::from_micros;
+        assert_eq!(policy(0, true).timeout_for(500), None);
+        assert_eq!(policy(1000, false).timeout_for(500), Some(us(1000)));
+        assert_eq!(policy(1000, true).timeout_for(500), Some(us(500)));
+        assert_eq!(policy(1000, true).timeout_for(5000), Some(us(1000)));
+        assert_eq!(policy(1000, true).timeout_for(0), Some(us(1000)));
     }
 }

@@ -16,7 +16,7 @@ use tritium_host::{Stub, StubCommand};
 
 use crate::classify::{Classes, LabelError};
 use crate::instance::{self, InstanceSpec, StateView, Supervision, VersionContext};
-use crate::scheduler::{Batching, Pending, Queue};
+use crate::scheduler::{Batching, Pending, Priorities, Queue, Refused};
 use crate::stats::Stats;
 use crate::types::*;
 use crate::validate::{check_metadata, validate, wire_type};
@@ -37,6 +37,9 @@ pub struct ServerOptions {
     pub strict_readiness: bool,
     /// Whether clients may load and unload models (Triton's explicit model-control mode).
     pub explicit_control: bool,
+    /// Requests a model version (each of its priority levels) holds at most, for models without
+    /// a `max_queue_size` of their own (`--max-queue-size`); 0: unbounded, as in Triton.
+    pub max_queue_size: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,16 +205,31 @@ impl Server {
                 return Err(e);
             }
         };
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
-        if let Err(p) = version.ctx.queue.push(pending) {
-            return Err(InferError::unavailable(format!(
-                "model '{}' is unloading; retry once it is loaded again",
-                p.req.model
-            )));
+        let deadline = match version.ctx.queue.push(pending) {
+            Ok(deadline) => deadline,
+            Err(Refused::Closed) => {
+                return Err(InferError::unavailable(format!(
+                    "model '{}' is unloading; retry once it is loaded again",
+                    version.ctx.model
+                )));
+            }
+            Err(Refused::Full(e)) => {
+                // Triton counts a full queue as a failed request, reason REJECTED.
+                version.ctx.stats.failure(start.elapsed(), e.kind, false);
+                return Err(e);
+            }
+        };
+        if let Some(deadline) = deadline {
+            // At its deadline the request times out if it is still queued, even while every
+            // instance is busy (Triton's batcher checks timeouts while it waits for a slot).
+            match tokio::time::timeout_at(deadline.into(), &mut rx).await {
+                Ok(answer) => return answer.unwrap_or_else(|_| Err(dropped())),
+                Err(_) => version.ctx.queue.expire(),
+            }
         }
-        rx.await
-            .unwrap_or_else(|_| Err(InferError::internal("the model instance dropped the request without answering")))
+        rx.await.unwrap_or_else(|_| Err(dropped()))
     }
 
     fn route(&self, model: &str, version: Option<i64>) -> Result<Arc<Version>, InferError> {
@@ -837,6 +855,7 @@ struct Resolved {
     config_json: String,
     supervision: Supervision,
     batching: Option<Batching>,
+    priorities: Priorities,
     classes: Classes,
     versions: Vec<i64>,
 }
@@ -865,6 +884,11 @@ fn load_versions(
         }
     }
     Ok(loaded)
+}
+
+/// The answer of a request whose sender went away unanswered.
+fn dropped() -> InferError {
+    InferError::internal("the model instance dropped the request without answering")
 }
 
 /// Step 1: the model's config (from `config.pbtxt`, auto-completed, normalized) and its versions.
@@ -898,8 +922,9 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
     let supervision = supervision_for(&opts.supervision, &config)?;
     let classes = Classes::load(&dir, &config)?;
     let batching = batching_for(&config);
+    let priorities = Priorities::for_config(&config, opts.max_queue_size);
     let config_json = tritium_config::to_json(&config).to_string();
-    Ok(Resolved { dir, config: Arc::new(config), config_json, supervision, batching, classes, versions })
+    Ok(Resolved { dir, config: Arc::new(config), config_json, supervision, batching, priorities, classes, versions })
 }
 
 /// Step 2: the model file whose `auto_complete_config` runs, if it should: the newest version's,
@@ -958,14 +983,15 @@ fn start_version(
     if !model_file.is_file() {
         return Err(LoadError::NoModelFile(model_file.display().to_string()));
     }
+    let stats = Arc::new(Stats::new(name, v));
     let ctx = Arc::new(VersionContext {
         model: name.to_string(),
         version: v,
         model_file,
         model_dir: r.dir.clone(),
         config_json: r.config_json.clone(),
-        queue: Arc::new(Queue::new(r.batching.clone())),
-        stats: Arc::new(Stats::new(name, v)),
+        queue: Arc::new(Queue::new(r.batching.clone(), r.priorities.clone(), stats.clone())),
+        stats,
         stub: opts.stub.clone(),
         supervision: r.supervision.clone(),
         live_workers: AtomicUsize::new(0),
@@ -1053,6 +1079,7 @@ mod tests {
                 auto_complete: false,
                 strict_readiness: true,
                 explicit_control: true,
+                max_queue_size: 0,
             }
         }
     }
@@ -1115,6 +1142,30 @@ mod tests {
         assert_eq!(e.to_string(), "parameter \"stub_restart_limit\" must be a whole number, got \"x\"");
         repo.model("badconfig", "max_batch_size: \"many\"", &[1]);
         assert!(matches!(resolve(&opts, "badconfig"), Err(LoadError::Config(_))));
+        repo.model(
+            "badpriority",
+            "backend: \"python\"\nmax_batch_size: 4\ndynamic_batching { priority_levels: 2 }",
+            &[1],
+        );
+        let e = resolve(&opts, "badpriority").err().expect("bad priority level");
+        assert!(matches!(e, LoadError::Config(_)), "{e}");
+        assert_eq!(e.to_string(), "default priority level must be in range [1, 2] for badpriority");
+    }
+
+    #[test]
+    fn the_max_queue_size_option_bounds_models_without_their_own() {
+        let repo = Repo::new("queue");
+        repo.model("plain", "backend: \"python\"", &[1]);
+        repo.model(
+            "own",
+            "backend: \"python\"\nmax_batch_size: 4\ndynamic_batching { default_queue_policy { max_queue_size: 7 } }",
+            &[1],
+        );
+        let opts = ServerOptions { max_queue_size: 3, ..repo.options() };
+        let plain = resolve(&opts, "plain").expect("resolve");
+        assert_eq!((plain.priorities.default_policy.max_queue_size, plain.priorities.levels), (3, 0));
+        let own = resolve(&opts, "own").expect("resolve");
+        assert_eq!(own.priorities.default_policy.max_queue_size, 7);
     }
 
     #[test]

@@ -120,8 +120,12 @@ pub struct InferRequest {
     pub correlation_id: CorrelationId,
     /// Triton request flags (sequence start = 1, end = 2).
     pub flags: u32,
-    /// Timeout in microseconds, 0 for none.
+    /// Timeout in microseconds, 0 for none. Enforced in the queue only under a queue policy
+    /// with a `default_timeout_microseconds` that allows overrides, as in Triton.
     pub timeout_us: u64,
+    /// Priority (Triton's `priority` parameter): 0 for the model's default level; a model
+    /// without `priority_levels` ignores it.
+    pub priority: u64,
 }
 
 /// An output a request asks for.

@@ -139,6 +139,12 @@ pub(crate) struct ServeArgs {
     /// whose inputs do not fit fails alone.
     #[arg(long, env = "TRITIUM_MAX_SERVER_SHM_BYTES_PER_STUB", default_value_t = tritium_host::ChannelLimits::default().max_own_bytes)]
     max_server_shm_bytes_per_stub: u64,
+    // Queue limits (queue-policy work).
+    /// Requests a model version queues at most (per priority level) when its config sets no
+    /// `max_queue_size` of its own, with or without dynamic batching; the overflow is rejected
+    /// with UNAVAILABLE ("Exceeds maximum queue size"). 0: unbounded, Triton's behaviour.
+    #[arg(long, env = "TRITIUM_MAX_QUEUE_SIZE", default_value_t = 0)]
+    max_queue_size: usize,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -212,6 +218,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         auto_complete: !args.disable_auto_complete_config,
         strict_readiness: args.strict_readiness,
         explicit_control: args.model_control_mode == ControlMode::Explicit,
+        max_queue_size: args.max_queue_size,
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
