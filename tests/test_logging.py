@@ -102,7 +102,7 @@ def python_logging_lines(server, marker, verbose):
         ("info", " INFO ", 'log.info("info:"'),
         ("warning", " WARN ", 'log.warning("warning:"'),
         ("error", " ERROR ", 'log.error("error:"'),
-        ("thread", " WARN ", "target=log.warning"),
+        ("thread", " WARN ", 'log.warning("thread:"'),
     ]
     if verbose:
         expected.append(("debug", " DEBUG ", 'log.debug("debug:"'))

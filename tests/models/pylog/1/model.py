@@ -7,6 +7,10 @@ import triton_python_backend_utils as pb_utils
 log = logging.getLogger("my.model")
 
 
+def from_thread(marker):
+    log.warning("thread:" + marker)
+
+
 class TritonPythonModel:
     def initialize(self, args):
         log.info("pylog-init-info")
@@ -22,7 +26,7 @@ class TritonPythonModel:
             log.info("info:" + marker)
             log.warning("warning:" + marker)
             log.error("error:" + marker)
-            worker = threading.Thread(target=log.warning, args=("thread:" + marker,))
+            worker = threading.Thread(target=from_thread, args=(marker,))
             worker.start()
             worker.join()
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OK", np.array([True]))]))
