@@ -61,7 +61,7 @@ class ServerHandler(logging.Handler):
         try:
             text = record_text(record)
             _runtime.log(server_level(record.levelno), record.pathname, record.lineno, text, record.name)
-        except Exception:  # noqa: BLE001, S110 - never raise into model code (shutdown, closed channel)
+        except Exception:  # noqa: BLE001 - never raise into model code (shutdown, closed channel)
             pass
 
 
