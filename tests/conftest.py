@@ -23,6 +23,7 @@ GOOD_MODELS = [
     "slow_batch",
     "no_config",
     "chatty",
+    "pylog",
     "metered",
 ]
 

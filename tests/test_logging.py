@@ -1,6 +1,7 @@
-"""Logs: pb_utils.Logger and print() reach the server log at the right level inside the
-instance's span, and the logging extension changes the settings at run time."""
+"""Logs: pb_utils.Logger, Python's logging module and print() reach the server log at the right
+level inside the instance's span, and the logging extension changes the settings at run time."""
 
+import os
 import re
 import time
 
@@ -9,11 +10,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 
-def say(server, marker):
+def say(server, marker, model="chatty"):
     c = httpclient.InferenceServerClient(server.http_url)
     inp = httpclient.InferInput("MARKER", [1], "BYTES")
     inp.set_data_from_numpy(np.array([marker.encode()], dtype=np.object_))
-    c.infer("chatty", [inp])
+    c.infer(model, [inp])
 
 
 def log_lines(server, needle, timeout=5):
@@ -84,3 +85,59 @@ def test_logging_extension_over_http_and_grpc(server):
     except Exception as e:  # noqa: BLE001
         bad = str(e)
     assert bad and "invalid log format 'xml'" in bad
+
+
+PYLOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "pylog", "1", "model.py")
+
+
+def pylog_line(call):
+    """The line of `pylog/1/model.py` that makes `call` (`log.info("info:"`...)."""
+    with open(PYLOG) as f:
+        return next(n for n, text in enumerate(f, 1) if call in text)
+
+
+def python_logging_lines(server, marker, verbose):
+    """Checks the records of one `pylog` request: each once, at its level, with logger, file and line."""
+    expected = [
+        ("info", " INFO ", 'log.info("info:"'),
+        ("warning", " WARN ", 'log.warning("warning:"'),
+        ("error", " ERROR ", 'log.error("error:"'),
+        ("thread", " WARN ", 'log.warning("thread:"'),
+    ]
+    if verbose:
+        expected.append(("debug", " DEBUG ", 'log.debug("debug:"'))
+    say(server, marker, "pylog")
+    for what, level, call in expected:
+        lines = log_lines(server, f"{what}:{marker}")
+        assert lines, (what, server.log_text()[-3000:])
+        time.sleep(0.2)  # a duplicate (the model's stream handler, forwarded stderr) would follow quickly
+        lines = log_lines(server, f"{what}:{marker}")
+        assert len(lines) == 1, lines
+        line = lines[0]
+        assert level in line, line
+        assert re.search(rf"pylog/1/model\.py:{pylog_line(call)}\] my\.model: {what}:{marker}$", line), line
+        assert "model=pylog" in line and "instance=pylog_0" in line, line
+    if not verbose:
+        assert not log_lines(server, f"debug:{marker}", timeout=0.3), "debug records need --log-verbose"
+
+
+def test_python_logging_reaches_the_server_log_with_and_without_basic_config(server):
+    h = httpclient.InferenceServerClient(server.http_url)
+    assert log_lines(server, "my.model: pylog-init-info")
+    try:
+        python_logging_lines(server, "plain-1", verbose=False)
+        h.update_log_settings({"log_verbose_level": 1})
+        python_logging_lines(server, "plain-2", verbose=True)
+        h.update_log_settings({"log_warning": False})
+        say(server, "plain-3", "pylog")
+        assert log_lines(server, "error:plain-3")
+        assert not log_lines(server, "warning:plain-3", timeout=0.3), "--log-warning false hides warnings"
+        h.update_log_settings({"log_warning": True, "log_verbose_level": 0})
+        # basicConfig(level=INFO, format=...): the model's level applies, no stream handler is added.
+        python_logging_lines(server, "basic-4", verbose=False)
+        h.update_log_settings({"log_verbose_level": 1})
+        say(server, "basic-5", "pylog")
+        assert log_lines(server, "error:basic-5")
+        assert not log_lines(server, "debug:basic-5", timeout=0.3), "the model's basicConfig level is INFO"
+    finally:
+        h.update_log_settings({"log_info": True, "log_warning": True, "log_verbose_level": 0})

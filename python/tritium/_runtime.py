@@ -6,9 +6,11 @@ channel = None
 cancelled = set()
 
 
-def log(level, file, line, message):
-    """Sends a log record (`level` is an `errors.LogLevel`) to the server, or writes it to stderr outside a stub."""
+def log(level, file, line, message, logger=""):
+    """Sends a log record (`level` is an `errors.LogLevel`, `logger` a `logging` logger's name or empty) to
+    the server, or writes it to stderr outside a stub."""
     if channel is not None:
-        channel.send_log(int(level), file, line, message)
+        channel.send_log(int(level), file, line, message, logger)
     else:
-        sys.stderr.write(f"{level.name[0]} {file}:{line}] {message}\n")
+        name = f"{logger}: " if logger else ""
+        sys.stderr.write(f"{level.name[0]} {file}:{line}] {name}{message}\n")

@@ -6,6 +6,8 @@
 dispatches on that class: it calls the model's `auto_complete_config`, `initialize`, `execute`
 and `finalize`, and answers through the channel's `send_*` methods. Between messages it checks
 that the server that started it is still its parent, and exits when it is not.
+
+Before any model code runs, `pylogging.install()` sends Python `logging` records to the server's log.
 """
 
 import argparse
@@ -18,7 +20,7 @@ import traceback
 
 import numpy as np
 
-from . import _native, _runtime
+from . import _native, _runtime, pylogging
 from .config import ModelConfig
 from .errors import ErrorCode
 from .tensor import InferenceRequest, InferenceResponse
@@ -213,6 +215,7 @@ def main(argv=None):
     opts = parser.parse_args(argv)
     channel = _native.Channel(opts.control_fd, opts.socket_fd, opts.spin_us, opts.arena_segment_mb << 20)
     _runtime.channel = channel
+    pylogging.install()
     Stub(channel).run()
     _runtime.channel = None
 

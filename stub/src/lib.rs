@@ -601,12 +601,21 @@ impl Channel {
         self.send(py, ToServer::ExecuteDone { batch, error: stub_error(error) })
     }
 
-    /// Sends a `pb_utils.Logger` record; `level` is a `pb_utils.LogLevel` (0 info, 1 warning,
-    /// 2 error, 3 verbose).
-    fn send_log(&self, py: Python<'_>, level: i64, file: String, line: u32, message: String) -> PyResult<()> {
+    /// Sends a log record; `level` is a `pb_utils.LogLevel` (0 info, 1 warning, 2 error,
+    /// 3 verbose), `logger` the `logging` logger's name (empty for `pb_utils.Logger`).
+    #[pyo3(signature = (level, file, line, message, logger = String::new()))]
+    fn send_log(
+        &self,
+        py: Python<'_>,
+        level: i64,
+        file: String,
+        line: u32,
+        message: String,
+        logger: String,
+    ) -> PyResult<()> {
         let level =
             LogLevel::from_index(level).ok_or_else(|| PyValueError::new_err(format!("unknown log level {level}")))?;
-        self.send(py, ToServer::Log(LogRecord { level, file, line, message }))
+        self.send(py, ToServer::Log(LogRecord { level, logger, file, line, message }))
     }
 
     /// `pb_utils.MetricFamily(...)`: returns the family id. `kind` is a `pb_utils.MetricKind`

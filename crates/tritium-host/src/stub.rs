@@ -436,12 +436,12 @@ impl Stub {
 
     fn emit_log(&self, r: &tritium_ipc::LogRecord) {
         let _enter = self.span.enter();
-        let (file, line, msg) = (&r.file, r.line, &r.message);
+        let line = ModelLogLine(r);
         match r.level {
-            LogLevel::Error => tracing::error!(target: "tritium::model", "{file}:{line}] {msg}"),
-            LogLevel::Warning => tracing::warn!(target: "tritium::model", "{file}:{line}] {msg}"),
-            LogLevel::Info => tracing::info!(target: "tritium::model", "{file}:{line}] {msg}"),
-            LogLevel::Verbose => tracing::debug!(target: "tritium::model", "{file}:{line}] {msg}"),
+            LogLevel::Error => tracing::error!(target: "tritium::model", "{line}"),
+            LogLevel::Warning => tracing::warn!(target: "tritium::model", "{line}"),
+            LogLevel::Info => tracing::info!(target: "tritium::model", "{line}"),
+            LogLevel::Verbose => tracing::debug!(target: "tritium::model", "{line}"),
         }
     }
 
@@ -583,5 +583,43 @@ mod tests {
         assert!(e.to_string().contains("--max-server-shm-bytes-per-stub"), "{e}");
         let e = with_flag_hint(IpcError::Protocol("bad descriptor".into()));
         assert_eq!(e.to_string(), "protocol violation: bad descriptor");
+    }
+}
+
+/// A model's log record as the server prints it: `file:line] message`, or
+/// `file:line] logger: message` for a record from Python's `logging` module. Formatted only when
+/// the record's level is enabled.
+struct ModelLogLine<'a>(&'a tritium_ipc::LogRecord);
+
+impl std::fmt::Display for ModelLogLine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self.0;
+        if r.logger.is_empty() {
+            write!(f, "{}:{}] {}", r.file, r.line, r.message)
+        } else {
+            write!(f, "{}:{}] {}: {}", r.file, r.line, r.logger, r.message)
+        }
+    }
+}
+
+#[cfg(test)]
+mod log_line_tests {
+    use super::ModelLogLine;
+    use tritium_ipc::{LogLevel, LogRecord};
+
+    fn record(logger: &str) -> LogRecord {
+        LogRecord {
+            level: LogLevel::Info,
+            logger: logger.into(),
+            file: "/m/1/model.py".into(),
+            line: 12,
+            message: "hello".into(),
+        }
+    }
+
+    #[test]
+    fn logging_records_name_their_logger_and_pb_utils_records_do_not() {
+        assert_eq!(ModelLogLine(&record("my.model")).to_string(), "/m/1/model.py:12] my.model: hello");
+        assert_eq!(ModelLogLine(&record("")).to_string(), "/m/1/model.py:12] hello");
     }
 }

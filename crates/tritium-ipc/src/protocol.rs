@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::arena::Descriptor;
 
 /// Version of this protocol; the stub's hello must carry the same number.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// A tensor element type, named as KServe v2 names it on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -229,11 +229,13 @@ pub struct Response {
     pub final_response: bool,
 }
 
-/// A log record from `pb_utils.Logger`.
+/// A log record from `pb_utils.Logger` or Python's `logging` module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogRecord {
     /// Level.
     pub level: LogLevel,
+    /// The `logging` logger's name (`my.model`); empty for `pb_utils.Logger`.
+    pub logger: String,
     /// Source file of the call.
     pub file: String,
     /// Source line of the call.
@@ -540,7 +542,13 @@ mod tests {
             msgs.push(ToServer::Call { call: 0, op: CallOp::MetricOp { id: 7, op, value: 1.5 } });
         }
         for level in [LogLevel::Info, LogLevel::Warning, LogLevel::Error, LogLevel::Verbose] {
-            msgs.push(ToServer::Log(LogRecord { level, file: "m.py".into(), line: 4, message: "hi".into() }));
+            msgs.push(ToServer::Log(LogRecord {
+                level,
+                logger: "my.model".into(),
+                file: "m.py".into(),
+                line: 4,
+                message: "hi".into(),
+            }));
         }
         for msg in msgs {
             let bytes = postcard::to_stdvec(&msg).expect("encode");

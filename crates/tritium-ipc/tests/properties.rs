@@ -33,7 +33,7 @@ fn pair() -> (ServerChannel, StubChannel, Segment) {
 }
 
 fn log(message: String) -> ToServer {
-    ToServer::Log(LogRecord { level: LogLevel::Info, file: "model.py".into(), line: 1, message })
+    ToServer::Log(LogRecord { level: LogLevel::Info, logger: String::new(), file: "model.py".into(), line: 1, message })
 }
 
 proptest! {

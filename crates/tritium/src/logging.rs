@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tracing::{Level, Metadata};
-use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::filter::dynamic_filter_fn;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -103,17 +103,19 @@ impl Logging {
             .with_target(false)
             .with_ansi(false)
             .with_writer(logging.sink.clone())
-            .with_filter(filter_fn(move |_| text_switch.format.load(Ordering::Relaxed) != FORMAT_JSON));
+            .with_filter(dynamic_filter_fn(move |_, _| text_switch.format.load(Ordering::Relaxed) != FORMAT_JSON));
         let json = tracing_subscriber::fmt::layer()
             .json()
             .with_current_span(true)
             .with_span_list(true)
             .with_writer(logging.sink.clone())
-            .with_filter(filter_fn(move |_| json_switch.format.load(Ordering::Relaxed) == FORMAT_JSON));
+            .with_filter(dynamic_filter_fn(move |_, _| json_switch.format.load(Ordering::Relaxed) == FORMAT_JSON));
+        // Dynamic filters: `filter_fn` caches each callsite's first answer (`Interest::never` for a
+        // debug event seen while verbose was off), so a run-time switch would not reach it.
         tracing_subscriber::registry()
             .with(text)
             .with(json)
-            .with(filter_fn(move |meta| level_switch.enabled(meta)))
+            .with(dynamic_filter_fn(move |meta, _| level_switch.enabled(meta)))
             .try_init()
             .map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))?;
         Ok(logging)
