@@ -21,10 +21,8 @@ use crate::body::ChunkBody;
 use crate::codec;
 use crate::compression::{self, Encoding};
 use crate::error::HttpError;
+use crate::limits::{BodyKind, TooLarge};
 use crate::{Backend, Options};
-
-/// Bodies of the small control requests (index, load, unload) are read up to this size.
-const MAX_CONTROL_BODY: usize = 64 << 20;
 
 /// JSON work larger than this runs on the blocking pool rather than on a runtime thread.
 const BLOCKING_THRESHOLD: usize = 256 << 10;
@@ -155,22 +153,21 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'
     }
 }
 
-/// Reads a body of at most `limit` bytes. A body that arrives in one chunk is kept as is; one
-/// that arrives in several is gathered into a single buffer sized from `Content-Length`, so a
-/// large body is held once, not twice.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, HttpError> {
+/// Reads a body of at most `limit` bytes (`--http-max-input-size`); `kind` picks Triton's text
+/// for one over it. A `Content-Length` over the limit is refused before any of the body is
+/// read. A body that arrives in one chunk is kept as is; one that arrives in several is gathered
+/// into a single buffer sized from `Content-Length` (at most `limit`), so a large body is held
+/// once, not twice.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize, kind: BodyKind) -> Result<Bytes, HttpError> {
     use http_body_util::BodyExt;
 
-    let too_large = |n: &dyn std::fmt::Display| {
-        HttpError::new(
-            StatusCode::BAD_REQUEST,
-            format!("request body of {n} bytes exceeds the maximum allowed size of {limit} bytes"),
-        )
-    };
-    let declared = header_str(headers, &header::CONTENT_LENGTH)?.and_then(|v| v.trim().parse::<u64>().ok());
+    let too_large = |n: Option<u64>| HttpError::from(InferError::from(TooLarge::body(kind, n, limit)));
+    let declared = header_str(headers, &header::CONTENT_LENGTH)?
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .or_else(|| http_body::Body::size_hint(&body).exact());
     if let Some(len) = declared {
         if len > limit as u64 {
-            return Err(too_large(&len));
+            return Err(too_large(Some(len)));
         }
     }
     let declared = declared.and_then(|d| usize::try_from(d).ok()).unwrap_or(0);
@@ -184,7 +181,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
         let Ok(data) = frame.into_data() else { continue };
         total = total.saturating_add(data.len());
         if total > limit {
-            return Err(too_large(&format!("more than {limit}")));
+            return Err(too_large(None));
         }
         if let Some(buf) = gathered.as_mut() {
             buf.extend_from_slice(&data);
@@ -406,7 +403,7 @@ fn optional_json(body: &[u8]) -> Result<Option<Value>, HttpError> {
 }
 
 async fn repository_index<B: Backend>(State(s): St<B>, headers: HeaderMap, body: Body) -> HttpResult {
-    let body = read_body(&headers, body, MAX_CONTROL_BODY).await?;
+    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
     let mut ready = false;
     if let Some(v) = optional_json(&body)?.as_ref().and_then(|j| j.get("ready")) {
         ready = v
@@ -435,7 +432,7 @@ async fn repository_control<B: Backend>(
         return Err(InferError::new(ErrorKind::Unsupported, "'repository_name' specification is not supported").into());
     }
     let model = p.get("model").cloned().unwrap_or_default();
-    let body = read_body(&headers, body, MAX_CONTROL_BODY).await?;
+    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
     let request = optional_json(&body)?;
     let params = request.as_ref().and_then(|r| r.get("parameters")).and_then(Value::as_object);
     if action == "load" {
@@ -495,7 +492,8 @@ async fn infer<B: Backend>(State(s): St<B>, m: ModelRef, headers: HeaderMap, bod
 /// decode it, run it, and encode the answer (compressed if the client accepts it).
 async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap, body: Body) -> HttpResult {
     let encodings = Encodings::of(&headers)?;
-    let body = read_infer_body(&headers, body, encodings.request, s.options.max_body_bytes).await?;
+    let kind = BodyKind::of_infer(encodings.header_length.as_deref());
+    let body = read_infer_body(&headers, body, encodings.request, s.options.max_input_size, kind).await?;
     let decoded = decode_infer(&*s.backend, m, body, encodings.header_length.as_deref()).await?;
     let specs = decoded.outputs;
     let response = s.backend.infer(decoded.request).await?;
@@ -536,8 +534,9 @@ async fn read_infer_body(
     body: Body,
     encoding: Encoding,
     limit: usize,
+    kind: BodyKind,
 ) -> Result<Bytes, HttpError> {
-    let body = read_body(headers, body, limit).await?;
+    let body = read_body(headers, body, limit, kind).await?;
     if encoding == Encoding::Identity {
         return Ok(body);
     }
@@ -652,7 +651,7 @@ pub(crate) fn parse_log_update(body: &Value) -> Result<LogSettingsUpdate, HttpEr
 }
 
 async fn logging_post<B: Backend>(State(s): St<B>, headers: HeaderMap, body: Body) -> HttpResult {
-    let body = read_body(&headers, body, MAX_CONTROL_BODY).await?;
+    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
     let update = match optional_json(&body)? {
         Some(v) => parse_log_update(&v)?,
         None => LogSettingsUpdate::default(),
