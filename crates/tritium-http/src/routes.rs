@@ -167,6 +167,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize, kind: BodyKind
         .or_else(|| http_body::Body::size_hint(&body).exact());
     if let Some(len) = declared {
         if len > limit as u64 {
+            drain(body).await;
             return Err(too_large(Some(len)));
         }
     }
@@ -181,6 +182,7 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize, kind: BodyKind
         let Ok(data) = frame.into_data() else { continue };
         total = total.saturating_add(data.len());
         if total > limit {
+            drain(body).await;
             return Err(too_large(None));
         }
         if let Some(buf) = gathered.as_mut() {
@@ -198,6 +200,25 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize, kind: BodyKind
         Some(buf) => buf.freeze(),
         None => first.unwrap_or_default(),
     })
+}
+
+/// How much of a refused body is read and thrown away so that the client, still sending it,
+/// reads the answer instead of a broken pipe (Triton reads whole bodies before answering).
+/// Past this the connection is closed.
+const DRAIN_MAX: u64 = 64 << 20;
+
+/// Reads and discards up to [`DRAIN_MAX`] bytes of a refused body, holding none of it.
+async fn drain(mut body: Body) {
+    use http_body_util::BodyExt;
+
+    let mut left = DRAIN_MAX;
+    while let Some(Ok(frame)) = body.frame().await {
+        let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+        if n >= left {
+            break;
+        }
+        left -= n;
+    }
 }
 
 // ---- health and metadata ----
