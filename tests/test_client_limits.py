@@ -9,7 +9,6 @@ import urllib.request
 
 import numpy as np
 import pytest
-
 from conftest import Server
 
 LIMIT = 1 << 20
@@ -56,7 +55,9 @@ def still_serves(server):
 
 
 def json_body(n):
-    return json.dumps({"inputs": [{"name": "IN_UINT8", "datatype": "UINT8", "shape": [n], "data": [0] * n}]}).encode()
+    return json.dumps(
+        {"inputs": [{"name": "IN_UINT8", "datatype": "UINT8", "shape": [n], "data": [0] * n}]}, separators=(",", ":")
+    ).encode()
 
 
 def error_of(body):
