@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve a model repository (Triton's layout: <repo>/<model>/config.pbtxt, <repo>/<model>/1/model.py).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     #[command(flatten)]
     Client(cli::Command),
 }
@@ -28,7 +28,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Client(command) => cli::run(command),
     };
     match result {
