@@ -121,7 +121,14 @@ def repository(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def server(repository, tmp_path_factory):
-    srv = Server(repository, str(tmp_path_factory.mktemp("log") / "tritium.log"))
+    # tritium counts binary tensor data against --http-max-input-size (Triton's 64 MiB default;
+    # Triton counts only JSON and raw bodies), so the shared server raises it for the 300 MiB
+    # tensors of test_large_tensors. test_client_limits.py tests the limits on its own server.
+    srv = Server(
+        repository,
+        str(tmp_path_factory.mktemp("log") / "tritium.log"),
+        ["--http-max-input-size", str(1 << 30)],
+    )
     try:
         srv.wait_models(GOOD_MODELS)
         yield srv
