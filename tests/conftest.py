@@ -122,6 +122,7 @@ def repository(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def server(repository, tmp_path_factory):
+    # Default limits, as a user gets them; test_client_limits.py tests the limits on its own server.
     srv = Server(repository, str(tmp_path_factory.mktemp("log") / "tritium.log"))
     try:
         srv.wait_models(GOOD_MODELS)

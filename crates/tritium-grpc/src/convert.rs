@@ -426,9 +426,42 @@ pub fn decode_outputs(outputs: &[InferRequestedOutputTensor]) -> Result<Vec<Requ
         .collect()
 }
 
+/// The most inputs, outputs or parameters (each) one `ModelInferRequest` may carry. A request
+/// can only name inputs and outputs its model has (Triton refuses any other), and no model
+/// configuration comes near a thousand of either; the cap turns a message of a million empty
+/// entries into one cheap `INVALID_ARGUMENT` before any of them is converted. (prost has decoded
+/// the message by then: `--grpc-max-message-size` bounds that.)
+pub const MAX_REQUEST_ENTRIES: usize = 1024;
+
+/// Refuses a request with more than [`MAX_REQUEST_ENTRIES`] inputs, outputs, parameters, raw
+/// input contents, or parameters on one tensor.
+pub fn check_request_counts(msg: &ModelInferRequest) -> Result<(), InferError> {
+    let too_many = |what: &str, n: usize| {
+        invalid(format!("the request has {n} {what}, more than the {MAX_REQUEST_ENTRIES} a request may have"))
+    };
+    let counts = [
+        ("inputs", msg.inputs.len()),
+        ("outputs", msg.outputs.len()),
+        ("parameters", msg.parameters.len()),
+        ("raw_input_contents", msg.raw_input_contents.len()),
+    ];
+    if let Some((what, n)) = counts.into_iter().find(|&(_, n)| n > MAX_REQUEST_ENTRIES) {
+        return Err(too_many(what, n));
+    }
+    let tensor_params = msg.inputs.iter().map(|i| (&i.name, i.parameters.len()));
+    let tensor_params = tensor_params.chain(msg.outputs.iter().map(|o| (&o.name, o.parameters.len())));
+    for (name, n) in tensor_params {
+        if n > MAX_REQUEST_ENTRIES {
+            return Err(too_many(&format!("parameters on tensor {name:?}"), n));
+        }
+    }
+    Ok(())
+}
+
 /// Decodes a `ModelInferRequest`, in Triton's order: version, request parameters, input
-/// datatypes, input data, output parameters.
+/// datatypes, input data, output parameters; the entry counts are checked first.
 pub fn decode_infer_request(msg: ModelInferRequest) -> Result<InferRequest, InferError> {
+    check_request_counts(&msg)?;
     let ModelInferRequest { model_name, model_version, id, parameters, inputs, outputs, raw_input_contents } = msg;
     let version = parse_version(&model_version)?;
     let params = request_parameters(&parameters)?;

@@ -720,3 +720,22 @@ fn oversized_response_is_refused() {
         "Response has byte size 2147483648 which exceeds gRPC's byte size limit 2147483647.",
     );
 }
+
+#[test]
+fn entry_counts_are_capped_before_conversion() {
+    let at_cap = request(vec![InferInputTensor::default(); MAX_REQUEST_ENTRIES], vec![]);
+    assert!(check_request_counts(&at_cap).is_ok());
+    let e = decode_infer_request(request(vec![InferInputTensor::default(); 1_000_000], vec![])).expect_err("too many");
+    assert_eq!(e.kind, ErrorKind::InvalidArg);
+    assert_eq!(e.message, "the request has 1000000 inputs, more than the 1024 a request may have");
+    let mut r = request(vec![], vec![]);
+    r.outputs = vec![InferRequestedOutputTensor::default(); MAX_REQUEST_ENTRIES + 1];
+    assert!(decode_infer_request(r).expect_err("outputs").message.contains("1025 outputs"));
+    let mut r = request(vec![], vec![vec![]; MAX_REQUEST_ENTRIES + 1]);
+    r.parameters = (0..2000).map(|i| (format!("p{i}"), param(P::BoolParam(true)))).collect();
+    assert!(decode_infer_request(r).expect_err("parameters").message.contains("2000 parameters"));
+    let mut big = input("I", "INT32", &[1]);
+    big.parameters = (0..1025).map(|i| (format!("p{i}"), param(P::BoolParam(true)))).collect();
+    let e = decode_infer_request(request(vec![big], vec![])).expect_err("tensor parameters");
+    assert!(e.message.contains("1025 parameters on tensor \"I\""), "{}", e.message);
+}

@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod convert;
+mod limits;
 mod service;
 mod stream;
 
@@ -27,8 +28,22 @@ use tritium_proto::inference::grpc_inference_service_server::GrpcInferenceServic
 use tritium_server::Server;
 
 pub use admin::AdminService;
-pub use convert::{code_for, to_status, MAX_GRPC_MESSAGE_SIZE};
+pub use convert::{code_for, to_status, MAX_GRPC_MESSAGE_SIZE, MAX_REQUEST_ENTRIES};
 pub use service::{HealthService, InferenceService};
+
+/// Frontend options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// `--grpc-max-message-size`: the largest message received or sent, in bytes (a compressed
+    /// request counts decompressed).
+    pub max_message_size: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { max_message_size: MAX_GRPC_MESSAGE_SIZE }
+    }
+}
 
 /// The services of the gRPC frontend.
 pub type Services =
@@ -43,13 +58,14 @@ pub fn service(server: Server, admin_token: Option<String>) -> Services {
         InferenceService::new(server.clone()),
         HealthService::new(server.clone()),
         AdminService::new(server, admin_token),
+        Options::default(),
     )
 }
 
-fn build(inference: InferenceService, health: HealthService, admin: AdminService) -> Services {
+fn build(inference: InferenceService, health: HealthService, admin: AdminService, options: Options) -> Services {
     let inference = GrpcInferenceServiceServer::new(inference)
-        .max_decoding_message_size(MAX_GRPC_MESSAGE_SIZE)
-        .max_encoding_message_size(MAX_GRPC_MESSAGE_SIZE)
+        .max_decoding_message_size(options.max_message_size)
+        .max_encoding_message_size(options.max_message_size)
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate);
     let health = HealthServer::new(health)
@@ -72,12 +88,24 @@ pub async fn serve(
     admin_token: Option<String>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
+    serve_with(listener, server, admin_token, Options::default(), shutdown).await
+}
+
+/// [`serve`] with options.
+pub async fn serve_with(
+    listener: TcpListener,
+    server: Server,
+    admin_token: Option<String>,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
     let (down_tx, down_rx) = watch::channel(false);
     let signal = service::Shutdown::new(down_rx);
     let (inference, health, admin) = build(
         InferenceService::with_shutdown(server.clone(), signal),
         HealthService::new(server.clone()),
         AdminService::new(server, admin_token),
+        options,
     );
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let tonic_signal = async move {
@@ -88,6 +116,7 @@ pub async fn serve(
         // gRPC's C++ core sizes HTTP/2 flow-control windows by BDP probing, so large tensors
         // are not throttled by the 64 KiB default window; hyper's adaptive window does the same.
         .http2_adaptive_window(Some(true))
+        .layer(tower::util::MapResponseLayer::new(limits::name_the_flag))
         .add_service(inference)
         .add_service(health)
         .add_service(admin)

@@ -13,8 +13,10 @@
 //! when the request has `parameters.binary_data_output: true`.
 
 use bytes::Bytes;
-use serde::de::{Deserializer, MapAccess, Visitor};
+use serde::de::value::{MapAccessDeserializer, SeqAccessDeserializer};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use tritium_server::{
     CorrelationId, DataType, InferError, InferRequest, InferResponse, InputTensor, ModelMetadata, ParamValue,
@@ -155,9 +157,108 @@ struct RequestHeader {
     #[serde(default)]
     parameters: Option<OrderedObject>,
     #[serde(default)]
-    inputs: Option<Value>,
+    inputs: Option<Inputs>,
     #[serde(default)]
     outputs: Option<Value>,
+}
+
+/// The scalar visits of a visitor whose other shapes become a `Value` wrapped in `$wrap`.
+macro_rules! other_json_visits {
+    ($wrap:expr) => {
+        fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+            Ok($wrap(Value::Bool(v)))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok($wrap(Value::from(v)))
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok($wrap(Value::from(v)))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Ok($wrap(Value::from(v)))
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok($wrap(Value::String(v.to_owned())))
+        }
+        fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Ok($wrap(Value::String(v)))
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok($wrap(Value::Null))
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok($wrap(Value::Null))
+        }
+    };
+}
+
+/// The request's `inputs`: an array of inputs, or whatever else was sent (for the error).
+enum Inputs {
+    Array(Vec<InputEntry>),
+    Other(Value),
+}
+
+impl<'de> Deserialize<'de> for Inputs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Inputs;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an array of inputs")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Inputs, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = seq.next_element::<InputEntry>()? {
+                    v.push(e);
+                }
+                Ok(Inputs::Array(v))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Inputs, A::Error> {
+                Value::deserialize(MapAccessDeserializer::new(map)).map(Inputs::Other)
+            }
+            other_json_visits!(Inputs::Other);
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One entry of `inputs`: an object whose `data` is kept as JSON text (converted to tensor bytes
+/// later, element by element, never as a tree of values), or whatever else was sent.
+enum InputEntry {
+    Object { fields: serde_json::Map<String, Value>, data: Option<Box<RawValue>> },
+    Other(Value),
+}
+
+impl<'de> Deserialize<'de> for InputEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = InputEntry;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an input object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<InputEntry, A::Error> {
+                let mut fields = serde_json::Map::new();
+                let mut data = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "data" {
+                        data = Some(map.next_value::<Box<RawValue>>()?);
+                        // The key stays, so the content checks see it.
+                        fields.insert(key, Value::Null);
+                    } else {
+                        let value = map.next_value::<Value>()?;
+                        fields.insert(key, value);
+                    }
+                }
+                Ok(InputEntry::Object { fields, data })
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<InputEntry, A::Error> {
+                Value::deserialize(SeqAccessDeserializer::new(seq)).map(InputEntry::Other)
+            }
+            other_json_visits!(InputEntry::Other);
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Marks a non-finite number literal (`NaN`, `Infinity`, `-Infinity`, which Triton's JSON
@@ -436,14 +537,14 @@ fn shm_unsupported(what: &str, name: &str, region: Option<&Value>) -> InferError
 
 fn parse_inputs(
     model: &str,
-    inputs: Option<Value>,
+    inputs: Option<Inputs>,
     binary: &Bytes,
     has_header_length: bool,
     request: &mut InferRequest,
 ) -> Result<(), InferError> {
     let inputs = match inputs {
-        Some(Value::Array(a)) => a,
-        Some(other) => {
+        Some(Inputs::Array(a)) => a,
+        Some(Inputs::Other(other)) => {
             return Err(InferError::invalid(format!(
                 "Unable to parse 'inputs': expected an array, got {}",
                 describe(&other)
@@ -454,11 +555,14 @@ fn parse_inputs(
     let mut cursor = 0usize;
     request.inputs.reserve(inputs.len());
     for input in &inputs {
-        let Some(obj) = input.as_object() else {
-            return Err(InferError::invalid(format!(
-                "Unable to parse 'inputs': expected an object per input, got {}",
-                describe(input)
-            )));
+        let (obj, raw_data) = match input {
+            InputEntry::Object { fields, data } => (fields, data.as_deref()),
+            InputEntry::Other(other) => {
+                return Err(InferError::invalid(format!(
+                    "Unable to parse 'inputs': expected an object per input, got {}",
+                    describe(other)
+                )));
+            }
         };
         validate_input_content(obj)?;
         let name = member_str(obj, "name", "input")?;
@@ -502,8 +606,7 @@ fn parse_inputs(
         } else if params.is_some_and(|p| p.contains_key("shared_memory_region")) {
             return Err(shm_unsupported("input", name, params.and_then(|p| p.get("shared_memory_region"))));
         } else {
-            let data = obj.get("data").unwrap_or(&Value::Null);
-            Bytes::from(json_input_data(name, datatype, &shape, data)?)
+            Bytes::from(json_input_data(name, datatype, &shape, raw_data)?)
         };
         request.inputs.push(InputTensor { name: name.to_string(), datatype, shape, data });
     }
@@ -544,46 +647,109 @@ enum DataError {
     Bad { index: u64, message: String },
 }
 
-/// Walks the leaves of a (possibly nested) JSON array in order, converting each with `f`.
-fn walk<F>(
-    v: &Value,
-    depth: usize,
-    count: &mut u64,
+/// The JSON text of an input's `data`, walked once, in order: each leaf (an element, at any
+/// depth of nesting) is read as a scalar and handed to the type's writer, so memory stays about
+/// the tensor's size, whatever the length of the array.
+struct Walk<'a> {
+    count: u64,
     expected: u64,
-    out: &mut Vec<u8>,
-    f: &mut F,
-) -> Result<(), DataError>
-where
-    F: FnMut(&Value, &mut Vec<u8>) -> Result<(), String>,
-{
-    if depth >= MAX_JSON_DEPTH {
-        return Err(DataError::TooDeep);
+    out: &'a mut Vec<u8>,
+    write: LeafWriter,
+    /// Why the walk stopped, when it did.
+    stop: Option<DataError>,
+}
+
+impl Walk<'_> {
+    fn leaf<E: serde::de::Error>(&mut self, v: Value) -> Result<(), E> {
+        if self.count >= self.expected {
+            return self.fail(DataError::TooMany);
+        }
+        if let Err(message) = (self.write)(&v, self.out) {
+            return self.fail(DataError::Bad { index: self.count, message });
+        }
+        self.count += 1;
+        Ok(())
     }
-    match v {
-        Value::Array(items) => {
-            for item in items {
-                walk(item, depth + 1, count, expected, out, f)?;
-            }
-            Ok(())
-        }
-        leaf => {
-            if *count >= expected {
-                return Err(DataError::TooMany);
-            }
-            f(leaf, out).map_err(|message| DataError::Bad { index: *count, message })?;
-            *count += 1;
-            Ok(())
-        }
+
+    fn fail<E: serde::de::Error>(&mut self, e: DataError) -> Result<(), E> {
+        self.stop = Some(e);
+        Err(E::custom("stopped"))
     }
 }
 
-/// Counts the leaves of a nested array (for error messages).
-fn count_leaves(v: &Value, depth: usize) -> u64 {
-    match v {
-        Value::Array(items) if depth < MAX_JSON_DEPTH => items.iter().map(|i| count_leaves(i, depth + 1)).sum(),
-        Value::Array(_) => 0,
-        _ => 1,
+/// One value of the walk at `depth` (the `data` array itself is at depth 0).
+struct WalkAt<'w, 'a> {
+    walk: &'w mut Walk<'a>,
+    depth: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for WalkAt<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if self.depth >= MAX_JSON_DEPTH {
+            return self.walk.fail(DataError::TooDeep);
+        }
+        d.deserialize_any(self)
     }
+}
+
+impl<'de> Visitor<'de> for WalkAt<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("tensor data")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let depth = self.depth + 1;
+        while seq.next_element_seed(WalkAt { walk: &mut *self.walk, depth })?.is_some() {}
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, _map: A) -> Result<(), A::Error> {
+        // No type takes an object: the writer says so, naming the element.
+        self.walk.leaf(Value::Object(serde_json::Map::new()))
+    }
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<(), E> {
+        self.walk.leaf(Value::Bool(v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<(), E> {
+        self.walk.leaf(Value::from(v))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<(), E> {
+        self.walk.leaf(Value::from(v))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<(), E> {
+        self.walk.leaf(Value::from(v))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<(), E> {
+        self.walk.leaf(Value::String(v.to_owned()))
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.walk.leaf(Value::Null)
+    }
+}
+
+/// Walks the JSON text `data`, writing up to `expected` leaves into `out`; returns the leaves
+/// written and why the walk stopped early, if it did.
+fn walk(data: &str, expected: u64, out: &mut Vec<u8>, write: LeafWriter) -> (u64, Option<DataError>) {
+    let mut walk = Walk { count: 0, expected, out, write, stop: None };
+    let mut de = serde_json::Deserializer::from_str(data);
+    let res = WalkAt { walk: &mut walk, depth: 0 }.deserialize(&mut de);
+    match (res, walk.stop) {
+        (_, Some(stop)) => (walk.count, Some(stop)),
+        (Ok(()), None) => (walk.count, None),
+        // The text was checked as JSON already; anything else is reported at the element.
+        (Err(e), None) => (walk.count, Some(DataError::Bad { index: walk.count, message: e.to_string() })),
+    }
+}
+
+/// Counts the leaves of a nested array (for error messages), without converting them.
+fn count_leaves(data: &str) -> u64 {
+    let mut scratch = Vec::new();
+    walk(data, u64::MAX, &mut scratch, |_, _| Ok(())).0
+}
+
+/// The JSON text as a value, for describing what it is in an error.
+fn text_value(data: &str) -> Value {
+    serde_json::from_str(data).unwrap_or(Value::Null)
 }
 
 fn int_in<T: TryFrom<i64>>(v: &Value, what: &str) -> Result<T, String> {
@@ -639,12 +805,18 @@ impl From<JsonDataError> for InferError {
 /// Converts an input's JSON `data` to its raw bytes (Triton's serialized form for `BYTES`), in
 /// three steps: the element count from the shape, the checks on `data` as a whole, and the
 /// conversion of each element.
-fn json_input_data(name: &str, dtype: DataType, shape: &[i64], data: &Value) -> Result<Vec<u8>, JsonDataError> {
+fn json_input_data(
+    name: &str,
+    dtype: DataType,
+    shape: &[i64],
+    data: Option<&RawValue>,
+) -> Result<Vec<u8>, JsonDataError> {
     let expected = expected_elements(name, shape)?;
     if expected == 0 {
         // As Triton: a tensor with no elements has no data, whatever 'data' holds.
         return Ok(Vec::new());
     }
+    let data = data.map_or("null", RawValue::get);
     let write = leaf_writer(name, dtype, data)?;
     convert_leaves(name, shape, dtype, data, expected, write)
 }
@@ -659,9 +831,9 @@ fn expected_elements(name: &str, shape: &[i64]) -> Result<u64, JsonDataError> {
 type LeafWriter = fn(&Value, &mut Vec<u8>) -> Result<(), String>;
 
 /// Step 2: checks `data` as a whole, and picks the writer of the type's elements.
-fn leaf_writer(name: &str, dtype: DataType, data: &Value) -> Result<LeafWriter, JsonDataError> {
-    if !data.is_array() {
-        return Err(JsonDataError::NotAnArray { name: name.to_string(), got: describe(data) });
+fn leaf_writer(name: &str, dtype: DataType, data: &str) -> Result<LeafWriter, JsonDataError> {
+    if !data.trim_start().starts_with('[') {
+        return Err(JsonDataError::NotAnArray { name: name.to_string(), got: describe(&text_value(data)) });
     }
     Ok(match dtype {
         DataType::Fp16 | DataType::Bf16 => {
@@ -726,30 +898,30 @@ fn leaf_writer(name: &str, dtype: DataType, data: &Value) -> Result<LeafWriter, 
     })
 }
 
-/// Step 3: converts the `expected` elements of `data` (nested arrays, flattened in order).
+/// Step 3: converts the `expected` elements of the JSON text `data` (nested arrays, flattened
+/// in order), streaming: no tree of values is built.
 fn convert_leaves(
     name: &str,
     shape: &[i64],
     dtype: DataType,
-    data: &Value,
+    data: &str,
     expected: u64,
-    mut write: LeafWriter,
+    write: LeafWriter,
 ) -> Result<Vec<u8>, JsonDataError> {
-    // Every leaf takes at least one byte of JSON text, so this never reserves more than the
-    // body could fill, whatever the shape claims.
-    let leaves_bound = expected.min(count_leaves(data, 0));
+    // Every leaf takes at least one byte of JSON text and a separator, so this never reserves
+    // more than the body could fill, whatever the shape claims.
+    let leaves_bound = expected.min(data.len() as u64 / 2 + 1);
     let size = dtype.element_size().unwrap_or(8) as u64;
     let mut out = Vec::with_capacity(usize::try_from(leaves_bound.saturating_mul(size)).unwrap_or(0));
-    let mut count = 0u64;
-    let res = walk(data, 0, &mut count, expected, &mut out, &mut write);
+    let (count, stop) = walk(data, expected, &mut out, write);
     let mismatch =
         |got| JsonDataError::CountMismatch { name: name.to_string(), shape: shape_string(shape), expected, got };
-    match res {
-        Ok(()) if count == expected => Ok(out),
-        Ok(()) => Err(mismatch(count)),
-        Err(DataError::TooMany) => Err(mismatch(count_leaves(data, 0))),
-        Err(DataError::TooDeep) => Err(JsonDataError::TooDeep { name: name.to_string() }),
-        Err(DataError::Bad { index, message }) => {
+    match stop {
+        None if count == expected => Ok(out),
+        None => Err(mismatch(count)),
+        Some(DataError::TooMany) => Err(mismatch(count_leaves(data))),
+        Some(DataError::TooDeep) => Err(JsonDataError::TooDeep { name: name.to_string() }),
+        Some(DataError::Bad { index, message }) => {
             Err(JsonDataError::BadElement { name: name.to_string(), index, message })
         }
     }

@@ -565,22 +565,21 @@ fn output_edge_cases() {
 fn json_data_steps_fail_with_typed_errors() {
     assert_eq!(expected_elements("x", &[2, 3]), Ok(6));
     assert!(matches!(expected_elements("x", &[i64::MAX, 4]), Err(JsonDataError::ShapeTooLarge { .. })));
-    assert!(matches!(leaf_writer("x", DataType::Int8, &json!(1)), Err(JsonDataError::NotAnArray { .. })));
+    assert!(matches!(leaf_writer("x", DataType::Int8, "1"), Err(JsonDataError::NotAnArray { .. })));
     assert_eq!(
-        leaf_writer("x", DataType::Bf16, &json!([1])).err(),
+        leaf_writer("x", DataType::Bf16, "[1]").err(),
         Some(JsonDataError::NoJsonForm { name: "x".into(), dtype: "BF16" })
     );
-    let write = leaf_writer("x", DataType::Int16, &json!([1])).unwrap();
+    let write = leaf_writer("x", DataType::Int16, "[1]").unwrap();
     let mut out = Vec::new();
     write(&json!(-2), &mut out).unwrap();
     assert_eq!(out, (-2i16).to_le_bytes());
     assert_eq!(write(&json!(70000), &mut out).unwrap_err(), "70000 is out of range for INT16");
-    let data = json!([[1, 2], [3]]);
     assert_eq!(
-        convert_leaves("x", &[2, 2], DataType::Int16, &data, 4, write),
+        convert_leaves("x", &[2, 2], DataType::Int16, "[[1, 2], [3]]", 4, write),
         Err(JsonDataError::CountMismatch { name: "x".into(), shape: "[2,2]".into(), expected: 4, got: 3 })
     );
-    let e = convert_leaves("x", &[2], DataType::Int16, &json!([1, "a"]), 2, write).unwrap_err();
+    let e = convert_leaves("x", &[2], DataType::Int16, r#"[1, "a"]"#, 2, write).unwrap_err();
     assert_eq!(
         InferError::from(e).message,
         "Unable to parse 'data' of input 'x': element 1: expected a signed integer for INT16, got the string \"a\""

@@ -9,6 +9,8 @@ use flate2::write::{GzEncoder, ZlibEncoder};
 use flate2::Compression;
 use tritium_server::{ErrorKind, InferError};
 
+use crate::limits::TooLarge;
+
 /// A body encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Encoding {
@@ -92,29 +94,46 @@ fn parse_weight(s: &str) -> Option<f64> {
     s[..end].parse().ok()
 }
 
-/// Decompresses a request body, refusing to produce more than `limit` bytes. Like Triton (zlib's
-/// `inflateInit2(15 | 32)`), both encodings accept a gzip or a zlib stream.
+/// Decompresses a request body, refusing to produce more than `limit` bytes: the output grows
+/// by doubling but never past `limit + 1` bytes, and decompression stops there (no zip bombs).
+/// Like Triton (zlib's `inflateInit2(15 | 32)`), both encodings accept a gzip or a zlib stream.
 pub fn decompress(encoding: Encoding, data: &[u8], limit: usize) -> Result<Vec<u8>, InferError> {
     if encoding == Encoding::Identity {
         return Ok(data.to_vec());
     }
     let is_gzip = data.starts_with(&[0x1f, 0x8b]);
-    let reader: Box<dyn Read + '_> =
+    let mut reader: Box<dyn Read + '_> =
         if is_gzip { Box::new(MultiGzDecoder::new(data)) } else { Box::new(ZlibDecoder::new(data)) };
-    let mut out = Vec::with_capacity(data.len().saturating_mul(2).min(limit));
-    let cap = u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1);
-    reader.take(cap).read_to_end(&mut out).map_err(|e| {
-        InferError::invalid(format!(
-            "failed to decompress the {} request body: {e}; send a valid {} stream or drop the Content-Encoding header",
-            encoding.as_str(),
-            if is_gzip { "gzip" } else { "zlib (deflate)" }
-        ))
-    })?;
-    if out.len() > limit {
-        return Err(InferError::invalid(format!(
-            "the decompressed request body exceeds the maximum allowed size of {limit} bytes"
-        )));
+    let cap = limit.saturating_add(1);
+    let mut out = vec![0u8; data.len().saturating_mul(2).clamp(64, cap.max(64)).min(cap)];
+    let mut len = 0usize;
+    loop {
+        if len == out.len() {
+            if len >= cap {
+                return Err(TooLarge::Decompressed { limit }.into());
+            }
+            out.resize(len.saturating_mul(2).min(cap), 0);
+        }
+        let n = match reader.read(&mut out[len..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(InferError::invalid(format!(
+                    "failed to decompress the {} request body: {e}; send a valid {} stream or drop the Content-Encoding header",
+                    encoding.as_str(),
+                    if is_gzip { "gzip" } else { "zlib (deflate)" }
+                )))
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        len += n;
     }
+    if len > limit {
+        return Err(TooLarge::Decompressed { limit }.into());
+    }
+    out.truncate(len);
     Ok(out)
 }
 
@@ -181,8 +200,28 @@ mod tests {
             let other = if enc == Encoding::Gzip { Encoding::Deflate } else { Encoding::Gzip };
             assert_eq!(decompress(other, &packed, data.len()).expect("decompress"), data);
             let err = decompress(enc, &packed, data.len() - 1).expect_err("over the limit");
-            assert!(err.message.contains("exceeds the maximum"), "{}", err.message);
+            assert_eq!(err.message, TooLarge::Decompressed { limit: data.len() - 1 }.to_string());
         }
+    }
+
+    #[test]
+    fn a_bomb_stops_at_the_limit() {
+        // 64 MiB of zeros packs into about 64 KiB; a 1 MiB limit must stop well before the end.
+        let zeros = vec![0u8; 1 << 20];
+        let mut enc = GzEncoder::new(Vec::new(), Compression::best());
+        for _ in 0..64 {
+            enc.write_all(&zeros).expect("write");
+        }
+        let bomb = enc.finish().expect("finish");
+        assert!(bomb.len() < 256 << 10);
+        let err = decompress(Encoding::Gzip, &bomb, 1 << 20).expect_err("a bomb");
+        assert_eq!(err.kind, ErrorKind::InvalidArg);
+        assert!(err.message.contains("Use --http-max-input-size to increase the limit."), "{}", err.message);
+        // Exactly at the limit is accepted.
+        let packed = compress(Encoding::Deflate, &[&zeros]).expect("compress");
+        assert_eq!(decompress(Encoding::Deflate, &packed, 1 << 20).expect("at the limit").len(), 1 << 20);
+        let empty = compress(Encoding::Gzip, &[]).expect("compress");
+        assert!(decompress(Encoding::Gzip, &empty, 0).expect("empty").is_empty());
     }
 
     #[test]

@@ -20,24 +20,24 @@ pub mod codec;
 pub mod compression;
 mod error;
 mod json_out;
+pub mod limits;
 mod routes;
 
 pub use error::{error_body, status_for};
 
-/// The default limit on a request body (compressed or not): Triton accepts bodies of hundreds
-/// of MiB (its per-input limit is `--http-max-input-size`); tritium takes up to 4 GiB.
-pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 30;
+pub use limits::DEFAULT_MAX_INPUT_SIZE;
 
 /// Frontend options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
-    /// The largest request body accepted, before and after decompression.
-    pub max_body_bytes: usize,
+    /// `--http-max-input-size`: the largest request body accepted (JSON header and binary data
+    /// together), before and after decompression.
+    pub max_input_size: usize,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { max_body_bytes: DEFAULT_MAX_BODY_BYTES }
+        Self { max_input_size: DEFAULT_MAX_INPUT_SIZE }
     }
 }
 

@@ -21,10 +21,8 @@ use crate::body::ChunkBody;
 use crate::codec;
 use crate::compression::{self, Encoding};
 use crate::error::HttpError;
+use crate::limits::{BodyKind, TooLarge};
 use crate::{Backend, Options};
-
-/// Bodies of the small control requests (index, load, unload) are read up to this size.
-const MAX_CONTROL_BODY: usize = 64 << 20;
 
 /// JSON work larger than this runs on the blocking pool rather than on a runtime thread.
 const BLOCKING_THRESHOLD: usize = 256 << 10;
@@ -155,25 +153,29 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<Option<&'
     }
 }
 
-/// Reads a body of at most `limit` bytes. A body that arrives in one chunk is kept as is; one
-/// that arrives in several is gathered into a single buffer sized from `Content-Length`, so a
-/// large body is held once, not twice.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, HttpError> {
+/// Reads a body of at most `limit` bytes (`--http-max-input-size`); `kind` picks Triton's text
+/// for one over it. A `Content-Length` over the limit is refused before any of the body is
+/// read. As in Triton, a JSON header followed by binary tensor data ([`BodyKind::Request`]) is
+/// limited in its header only (checked by the caller), not in its binary data, which costs
+/// memory equal to its own size. A body that arrives in one chunk is kept as is; one that
+/// arrives in several is gathered into a single buffer, reserved from `Content-Length` but never
+/// more than `limit` ahead of the bytes that really arrived.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize, kind: BodyKind) -> Result<Bytes, HttpError> {
     use http_body_util::BodyExt;
 
-    let too_large = |n: &dyn std::fmt::Display| {
-        HttpError::new(
-            StatusCode::BAD_REQUEST,
-            format!("request body of {n} bytes exceeds the maximum allowed size of {limit} bytes"),
-        )
-    };
-    let declared = header_str(headers, &header::CONTENT_LENGTH)?.and_then(|v| v.trim().parse::<u64>().ok());
+    let too_large = |n: Option<u64>| HttpError::from(InferError::from(TooLarge::body(kind, n, limit)));
+    let enforce = kind != BodyKind::Request;
+    let declared = header_str(headers, &header::CONTENT_LENGTH)?
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .or_else(|| http_body::Body::size_hint(&body).exact());
     if let Some(len) = declared {
-        if len > limit as u64 {
-            return Err(too_large(&len));
+        if enforce && len > limit as u64 {
+            drain(body).await;
+            return Err(too_large(Some(len)));
         }
     }
-    let declared = declared.and_then(|d| usize::try_from(d).ok()).unwrap_or(0);
+    // A declared length is only a claim: reserve at most `limit` up front and grow with the data.
+    let declared = declared.and_then(|d| usize::try_from(d).ok()).unwrap_or(0).min(limit);
     let mut body = body;
     let mut first: Option<Bytes> = None;
     let mut gathered: Option<bytes::BytesMut> = None;
@@ -183,8 +185,9 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
             .map_err(|e| HttpError::new(StatusCode::BAD_REQUEST, format!("failed to read the request body: {e}")))?;
         let Ok(data) = frame.into_data() else { continue };
         total = total.saturating_add(data.len());
-        if total > limit {
-            return Err(too_large(&format!("more than {limit}")));
+        if enforce && total > limit {
+            drain(body).await;
+            return Err(too_large(None));
         }
         if let Some(buf) = gathered.as_mut() {
             buf.extend_from_slice(&data);
@@ -201,6 +204,25 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
         Some(buf) => buf.freeze(),
         None => first.unwrap_or_default(),
     })
+}
+
+/// How much of a refused body is read and thrown away so that the client, still sending it,
+/// reads the answer instead of a broken pipe (Triton reads whole bodies before answering).
+/// Past this the connection is closed.
+const DRAIN_MAX: u64 = 64 << 20;
+
+/// Reads and discards up to [`DRAIN_MAX`] bytes of a refused body, holding none of it.
+async fn drain(mut body: Body) {
+    use http_body_util::BodyExt;
+
+    let mut left = DRAIN_MAX;
+    while let Some(Ok(frame)) = body.frame().await {
+        let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+        if n >= left {
+            break;
+        }
+        left -= n;
+    }
 }
 
 // ---- health and metadata ----
@@ -406,7 +428,7 @@ fn optional_json(body: &[u8]) -> Result<Option<Value>, HttpError> {
 }
 
 async fn repository_index<B: Backend>(State(s): St<B>, headers: HeaderMap, body: Body) -> HttpResult {
-    let body = read_body(&headers, body, MAX_CONTROL_BODY).await?;
+    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
     let mut ready = false;
     if let Some(v) = optional_json(&body)?.as_ref().and_then(|j| j.get("ready")) {
         ready = v
@@ -435,7 +457,7 @@ async fn repository_control<B: Backend>(
         return Err(InferError::new(ErrorKind::Unsupported, "'repository_name' specification is not supported").into());
     }
     let model = p.get("model").cloned().unwrap_or_default();
-    let body = read_body(&headers, body, MAX_CONTROL_BODY).await?;
+    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
     let request = optional_json(&body)?;
     let params = request.as_ref().and_then(|r| r.get("parameters")).and_then(Value::as_object);
     if action == "load" {
@@ -495,7 +517,12 @@ async fn infer<B: Backend>(State(s): St<B>, m: ModelRef, headers: HeaderMap, bod
 /// decode it, run it, and encode the answer (compressed if the client accepts it).
 async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap, body: Body) -> HttpResult {
     let encodings = Encodings::of(&headers)?;
-    let body = read_infer_body(&headers, body, encodings.request, s.options.max_body_bytes).await?;
+    let kind = BodyKind::of_infer(encodings.header_length.as_deref());
+    if let Some(header) = oversized_header(encodings.header_length.as_deref(), s.options.max_input_size) {
+        drain(body).await;
+        return Err(InferError::from(TooLarge::body(BodyKind::Json, Some(header), s.options.max_input_size)).into());
+    }
+    let body = read_infer_body(&headers, body, encodings.request, s.options.max_input_size, kind).await?;
     let decoded = decode_infer(&*s.backend, m, body, encodings.header_length.as_deref()).await?;
     let specs = decoded.outputs;
     let response = s.backend.infer(decoded.request).await?;
@@ -504,6 +531,12 @@ async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap
     let encoded =
         cpu(json_outputs > BLOCKING_THRESHOLD / 4, move || codec::encode_infer_response(response, &specs)).await??;
     respond(encoded, encodings.response).await
+}
+
+/// The length of a JSON header (`Inference-Header-Content-Length`) over `limit`, if it is: the
+/// header is JSON, and JSON is what `--http-max-input-size` limits.
+fn oversized_header(header_length: Option<&str>, limit: usize) -> Option<u64> {
+    header_length.and_then(|v| v.trim().parse::<u64>().ok()).filter(|&n| n > limit as u64)
 }
 
 /// What an inference request's headers say about its body and the answer's.
@@ -536,8 +569,9 @@ async fn read_infer_body(
     body: Body,
     encoding: Encoding,
     limit: usize,
+    kind: BodyKind,
 ) -> Result<Bytes, HttpError> {
-    let body = read_body(headers, body, limit).await?;
+    let body = read_body(headers, body, limit, kind).await?;
     if encoding == Encoding::Identity {
         return Ok(body);
     }
@@ -652,7 +686,7 @@ pub(crate) fn parse_log_update(body: &Value) -> Result<LogSettingsUpdate, HttpEr
 }
 
 async fn logging_post<B: Backend>(State(s): St<B>, headers: HeaderMap, body: Body) -> HttpResult {
-    let body = read_body(&headers, body, MAX_CONTROL_BODY).await?;
+    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
     let update = match optional_json(&body)? {
         Some(v) => parse_log_update(&v)?,
         None => LogSettingsUpdate::default(),

@@ -446,16 +446,81 @@ async fn infer_raw_binary() {
 #[tokio::test]
 async fn body_limit() {
     let mock = Arc::new(Mock::default());
-    let app = router_with(mock, Options { max_body_bytes: 200 });
+    let app = router_with(mock, Options { max_input_size: 200 });
+    let flag = "Use --http-max-input-size to increase the limit.";
     let req = json!({"inputs": [{"name": "I", "datatype": "INT32", "shape": [100], "data": vec![0; 100]}]}).to_string();
     let r = send(&app, Method::POST, "/v2/models/m/infer", &[], req.clone()).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(r.error().contains("exceeds the maximum allowed size of 200 bytes"), "{}", r.error());
+    assert_eq!(
+        r.error(),
+        format!("request JSON size of {} bytes exceeds the maximum allowed input size of 200 bytes. {flag}", req.len())
+    );
+    // As in Triton, binary data after a JSON header does not count; the header does.
+    let header = r#"{"inputs":[{"name":"I","datatype":"UINT8","shape":[190],"parameters":{"binary_data_size":190}}]}"#;
+    let mut body = header.as_bytes().to_vec();
+    body.extend_from_slice(&[0u8; 190]);
+    let hl = header.len().to_string();
+    let r = send(&app, Method::POST, "/v2/models/m/infer", &[("inference-header-content-length", &hl)], body).await;
+    assert_ne!(r.status, StatusCode::BAD_REQUEST, "{}", r.error());
+    let r =
+        send(&app, Method::POST, "/v2/models/m/infer", &[("inference-header-content-length", "201")], vec![b' '; 250])
+            .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        r.error(),
+        format!("request JSON size of 201 bytes exceeds the maximum allowed input size of 200 bytes. {flag}")
+    );
+    let r = send(&app, Method::POST, "/v2/models/m/infer", &[("inference-header-content-length", "0")], vec![0u8; 201])
+        .await;
+    assert_eq!(
+        r.error(),
+        format!("Raw input has a byte_size (201 bytes) that exceeds the maximum allowed value of 200 bytes. {flag}")
+    );
     // Decompressed size counts too.
     let packed = compress(Encoding::Gzip, &[req.as_bytes()]).unwrap();
     assert!(packed.len() <= 200);
     let r = send(&app, Method::POST, "/v2/models/m/infer", &[("content-encoding", "gzip")], packed).await;
-    assert!(r.error().contains("exceeds the maximum allowed size of 200 bytes"), "{}", r.error());
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.error(), format!("Decompressed data size exceeds the maximum allowed value of 200 bytes. {flag}"));
+    // Control requests have the same limit.
+    let r = send(&app, Method::POST, "/v2/repository/index", &[], vec![b' '; 201]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.error().starts_with("request JSON size of 201 bytes"), "{}", r.error());
+}
+
+#[tokio::test]
+async fn content_length_over_the_limit_is_refused_before_the_body() {
+    let app = router_with(Arc::new(Mock::default()), Options { max_input_size: 1 << 20 });
+    // A body that never ends: the declared length is refused at once, and only a bounded
+    // amount of the body is read (and thrown away) before the answer.
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri("/v2/models/m/infer")
+        .header("content-length", (4u64 << 30).to_string())
+        .body(Body::new(Endless))
+        .unwrap();
+    let resp = tokio::time::timeout(std::time::Duration::from_secs(5), app.oneshot(req))
+        .await
+        .expect("answered without reading the body")
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+}
+
+/// A request body of zeros that never ends.
+struct Endless;
+
+static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
+
+impl http_body::Body for Endless {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from_static(&ZEROS)))))
+    }
 }
 
 #[test]

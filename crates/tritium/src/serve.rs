@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -145,6 +146,15 @@ pub(crate) struct ServeArgs {
     /// with UNAVAILABLE ("Exceeds maximum queue size"). 0: unbounded, Triton's behaviour.
     #[arg(long, env = "TRITIUM_MAX_QUEUE_SIZE", default_value_t = 0)]
     max_queue_size: usize,
+    // Client request limits (frontend-limits work).
+    /// The largest HTTP request body, in bytes: the JSON and any binary tensor data together,
+    /// counted after decompression (Triton's flag and default, 64 MiB).
+    #[arg(long, env = "TRITIUM_HTTP_MAX_INPUT_SIZE", default_value_t = tritium_http::DEFAULT_MAX_INPUT_SIZE)]
+    http_max_input_size: usize,
+    /// The largest gRPC message received or sent, in bytes (a compressed request counts
+    /// decompressed); Triton's fixed limit, INT32_MAX, by default.
+    #[arg(long, env = "TRITIUM_GRPC_MAX_MESSAGE_SIZE", default_value_t = tritium_grpc::MAX_GRPC_MESSAGE_SIZE)]
+    grpc_max_message_size: usize,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -258,11 +268,19 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     };
     let http = bind(&args.host, args.http_port, "http").await?;
     info!("HTTP service on {}", http.local_addr()?);
-    let http_task = tokio::spawn(tritium_http::serve(http, server.clone().into(), stopped(stop_rx.clone())));
+    let http_options = tritium_http::Options { max_input_size: args.http_max_input_size };
+    let http_task =
+        tokio::spawn(tritium_http::serve_with(http, Arc::new(server.clone()), http_options, stopped(stop_rx.clone())));
     let grpc = bind(&args.host, args.grpc_port, "grpc").await?;
     info!("gRPC service on {}", grpc.local_addr()?);
-    let grpc_task =
-        tokio::spawn(tritium_grpc::serve(grpc, server.clone(), args.admin_token.clone(), stopped(stop_rx.clone())));
+    let grpc_options = tritium_grpc::Options { max_message_size: args.grpc_max_message_size };
+    let grpc_task = tokio::spawn(tritium_grpc::serve_with(
+        grpc,
+        server.clone(),
+        args.admin_token.clone(),
+        grpc_options,
+        stopped(stop_rx.clone()),
+    ));
     let metrics_task = if args.allow_metrics {
         let listener = bind(&args.host, args.metrics_port, "metrics").await?;
         info!("metrics on http://{}/metrics", listener.local_addr()?);
