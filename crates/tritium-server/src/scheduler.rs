@@ -25,12 +25,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::{model_queue_policy, ModelConfig, ModelQueuePolicy};
 
 use crate::stats::Stats;
-use crate::types::{ErrorKind, InferError, InferRequest, InferResponse, RequestedOutput};
+use crate::types::{ErrorKind, InferError, InferRequest, InferResponse, RequestedOutput, Streamed};
 
 /// Triton's text for a request rejected by its queue timeout (`dynamic_batch_scheduler.cc`).
 pub(crate) const TIMEOUT_EXPIRED: &str = "Request timeout expired";
@@ -46,7 +46,46 @@ pub(crate) struct Pending {
     /// When it was queued.
     pub enqueued: Instant,
     /// Where the answer goes.
-    pub tx: oneshot::Sender<Result<InferResponse, InferError>>,
+    pub tx: Reply,
+}
+
+/// Where a request's answer goes: one answer, or a stream of them for a decoupled model.
+pub(crate) enum Reply {
+    /// The one answer of a request to a model that is not decoupled.
+    Unary(oneshot::Sender<Result<InferResponse, InferError>>),
+    /// The responses of a request to a decoupled model, as they come. Unbounded: the worker
+    /// that forwards them must never block on one slow client.
+    Stream(mpsc::UnboundedSender<Streamed>),
+}
+
+impl Reply {
+    /// Sends the request's final answer (on a stream: as its last message). A client that went
+    /// away is not an error.
+    pub(crate) fn send(self, result: Result<InferResponse, InferError>) {
+        match self {
+            Reply::Unary(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Stream(tx) => {
+                let _ = tx.send(Streamed::Response { result, last: true });
+            }
+        }
+    }
+
+    /// Sends one message of a decoupled request's stream (nothing for a unary request).
+    pub(crate) fn stream(&self, message: Streamed) {
+        if let Reply::Stream(tx) = self {
+            let _ = tx.send(message);
+        }
+    }
+
+    /// Whether the client stopped waiting.
+    pub(crate) fn is_closed(&self) -> bool {
+        match self {
+            Reply::Unary(tx) => tx.is_closed(),
+            Reply::Stream(tx) => tx.is_closed(),
+        }
+    }
 }
 
 /// What a worker gets from the queue.
@@ -352,7 +391,7 @@ impl Queue {
                 TimeoutAction::Reject => {
                     gone += 1;
                     self.stats.failure(p.enqueued.elapsed(), ErrorKind::Unavailable, false);
-                    let _ = p.tx.send(Err(InferError::unavailable(TIMEOUT_EXPIRED)));
+                    p.tx.send(Err(InferError::unavailable(TIMEOUT_EXPIRED)));
                 }
             }
         }
@@ -501,7 +540,7 @@ mod tests {
     fn request(id: &str, priority: u64, timeout_us: u64, batch_size: u64) -> (Pending, Rx) {
         let (tx, rx) = oneshot::channel();
         let req = InferRequest { id: id.into(), priority, timeout_us, ..Default::default() };
-        (Pending { req, batch_size, outputs: vec![], enqueued: Instant::now(), tx }, rx)
+        (Pending { req, batch_size, outputs: vec![], enqueued: Instant::now(), tx: Reply::Unary(tx) }, rx)
     }
 
     fn pending(batch_size: u64) -> (Pending, Rx) {
