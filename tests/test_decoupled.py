@@ -24,6 +24,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 LAST_ERROR = []
+CANCELLED = []
 
 
 def response(idx, tag, text=""):
@@ -49,6 +50,24 @@ def after_final(sender):
         sender.send(response(0, 0))
     except pb_utils.TritonModelException as e:
         LAST_ERROR.append(str(e))
+
+
+def until_cancelled(sender):
+    for i in range(3000):
+        if sender.is_cancelled():
+            CANCELLED.append(i)
+            break
+        sender.send(response(i, 0))
+        time.sleep(0.005)
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+def report_cancelled(sender, tag):
+    deadline = time.time() + 10
+    while not CANCELLED and time.time() < deadline:
+        time.sleep(0.01)
+    text = f"cancelled after {CANCELLED[-1]}" if CANCELLED else "not cancelled"
+    sender.send(response(0, tag, text), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 def hang(sender):
@@ -78,6 +97,11 @@ class TritonPythonModel:
                 return [response(0, tag) for _ in requests]
             elif mode == 5:
                 threading.Thread(target=hang, args=(sender,)).start()
+            elif mode == 7:
+                threading.Thread(target=until_cancelled, args=(sender,)).start()
+            elif mode == 8:
+                # From a thread: the stub takes the server's cancellation between executes.
+                threading.Thread(target=report_cancelled, args=(sender, tag)).start()
             # mode 6: the request and its sender are dropped without the final flag.
         return None
 """
@@ -156,8 +180,8 @@ class Stream:
                 if final:
                     return got
 
-    def close(self):
-        self.client.stop_stream()
+    def close(self, cancel=False):
+        self.client.stop_stream(cancel_requests=cancel)
         self.client.close()
 
 
@@ -199,7 +223,7 @@ def test_the_final_flag_alone_is_dropped_unless_asked_for(stream):
 def test_a_thousand_responses_keep_their_order(stream):
     stream.send("many", n=1000)
     got = stream.until_final("many")
-    assert len(got) == 1001 and got[-1][0] == "final"
+    assert len(got) == 1001 and got[-1][0] == "final", got[-1]
     assert [idx(r) for _, r in got[:-1]] == list(range(1000))
 
 
@@ -295,6 +319,24 @@ def test_statistics_count_a_decoupled_request_once(stream, srv):
     stream.send("counted", n=7)
     assert stream.until_final("counted")[-1][0] == "final"
     assert wait_for(lambda: successes() == before + 1, timeout=10, what="one success")
+
+
+def test_a_client_that_goes_away_cancels_its_request(srv):
+    s = Stream(srv.grpc_url)
+    s.send("long", mode=7)
+    for _ in range(3):
+        assert s.next()[1] is None
+    s.close(cancel=True)
+    reporter = Stream(srv.grpc_url)
+    try:
+        reporter.send("report", mode=8)
+        (kind, result), *_ = reporter.until_final("report")
+        assert kind == "response"
+        text = result.as_numpy("TEXT")[0].decode()
+        assert text.startswith("cancelled after "), text
+        assert int(text.split()[-1]) < 3000
+    finally:
+        reporter.close()
 
 
 def test_a_killed_stub_ends_the_stream_with_an_error_naming_it(srv):

@@ -548,6 +548,11 @@ impl Stub {
         }
     }
 
+    /// Tells the stub that the client of `request` went away (`is_cancelled()` turns true).
+    pub fn cancel(&self, request: u64) -> Result<(), HostError> {
+        self.send(&ToStub::Cancel { request })
+    }
+
     /// Resolves an output tensor's bytes (bounds-checked against the stub's segments).
     pub fn output(&self, data: &TensorData) -> Result<View, HostError> {
         match data {

@@ -750,6 +750,8 @@ struct OpenRequest {
     queue: Duration,
     /// When its batch was taken.
     started: Instant,
+    /// The stub was told that the client went away.
+    cancelled: bool,
 }
 
 /// The open requests of a decoupled model's instance, by the id the stub knows them by.
@@ -762,7 +764,7 @@ impl Open {
     /// once. A response to a request that is not open (unknown, or already final), or one whose
     /// descriptors do not match its tensors, is refused with why: the stub broke the protocol.
     fn route(&mut self, ctx: &VersionContext, stub: &Stub, resp: Response) -> Result<(), String> {
-        let Some(open) = self.0.get(&resp.request) else {
+        let Some(open) = self.0.get_mut(&resp.request) else {
             stub.release_outputs(&resp);
             return Err(format!("responded to request {}, which is unknown or already final", resp.request));
         };
@@ -796,6 +798,12 @@ impl Open {
             Streamed::Response { result, last }
         };
         stub.release_outputs(&resp);
+        if !open.cancelled && open.p.tx.is_closed() {
+            // The client went away: the model sees it in `is_cancelled()` and may stop early. A
+            // stub that cannot take the message is noticed by the worker's next receive.
+            open.cancelled = true;
+            let _ = stub.cancel(resp.request);
+        }
         if !last {
             open.p.tx.stream(message);
             return Ok(());
@@ -861,7 +869,7 @@ fn run_decoupled_batch(
         // The inputs are in shared memory now: the server's copy is not needed any more.
         p.req.inputs = Vec::new();
         let queue = t0.saturating_duration_since(p.enqueued);
-        open.0.insert(id, OpenRequest { p, queue, started: t0 });
+        open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false });
     }
     let requests = std::mem::take(&mut placed.requests);
     let mut route = |r: Response| open.route(ctx, stub, r);

@@ -543,6 +543,28 @@ mod tests {
         (Pending { req, batch_size, outputs: vec![], enqueued: Instant::now(), tx: Reply::Unary(tx) }, rx)
     }
 
+    #[test]
+    fn a_stream_reply_ends_with_its_final_answer_and_a_unary_one_ignores_stream_messages() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let reply = Reply::Stream(tx);
+        reply.stream(Streamed::Response { result: Err(InferError::internal("partial")), last: false });
+        assert!(!reply.is_closed());
+        reply.send(Err(InferError::internal("gone")));
+        let first = rx.try_recv().expect("first");
+        assert!(!first.is_last());
+        let last = rx.try_recv().expect("last");
+        assert_eq!(last, Streamed::Response { result: Err(InferError::internal("gone")), last: true });
+        assert!(last.is_last() && Streamed::Final.is_last());
+        assert!(rx.try_recv().is_err());
+
+        let (tx, mut rx) = oneshot::channel();
+        let reply = Reply::Unary(tx);
+        reply.stream(Streamed::Final);
+        assert!(!reply.is_closed());
+        reply.send(Err(InferError::internal("once")));
+        assert_eq!(rx.try_recv().expect("answer"), Err(InferError::internal("once")));
+    }
+
     fn pending(batch_size: u64) -> (Pending, Rx) {
         request("", 0, 0, batch_size)
     }
