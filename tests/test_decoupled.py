@@ -102,6 +102,9 @@ class TritonPythonModel:
             elif mode == 8:
                 # From a thread: the stub takes the server's cancellation between executes.
                 threading.Thread(target=report_cancelled, args=(sender, tag)).start()
+            elif mode == 9:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("bad item")))
+                sender.send(response(1, tag), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             # mode 6: the request and its sender are dropped without the final flag.
         return None
 """
@@ -125,6 +128,45 @@ output [
 instance_group [ { count: 1, kind: KIND_CPU } ]
 """
 
+COUPLED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+SECOND = []
+
+
+def text(value):
+    return pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", np.array([value.encode()], dtype=np.object_))])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        mode = int(pb_utils.get_input_tensor_by_name(requests[0], "MODE").as_numpy()[0])
+        if mode == 1:
+            return [text(SECOND[-1] if SECOND else "none") for _ in requests]
+        for r in requests:
+            sender = r.get_response_sender()
+            try:
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                first = "no error"
+            except pb_utils.TritonModelException as e:
+                first = str(e)
+            sender.send(text(first))
+            try:
+                sender.send(text("again"))
+            except pb_utils.TritonModelException as e:
+                SECOND.append(str(e))
+        return None
+"""
+
+COUPLED_CONFIG = """
+name: "coupled"
+backend: "python"
+input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
 TIMEOUT = 30
 
 
@@ -132,9 +174,10 @@ TIMEOUT = 30
 def srv(tmp_path_factory):
     repo = tmp_path_factory.mktemp("decoupled-repo")
     write_model(str(repo), "decoupled", MODEL, CONFIG)
+    write_model(str(repo), "coupled", COUPLED, COUPLED_CONFIG)
     server = Server(str(repo), str(tmp_path_factory.mktemp("decoupled-log") / "tritium.log"))
     try:
-        server.wait_models(["decoupled"])
+        server.wait_models(["decoupled", "coupled"])
         yield server
     finally:
         server.stop()
@@ -260,6 +303,15 @@ def test_an_exception_in_execute_is_an_error_and_the_stream_stays_usable(stream)
     assert [kind for kind, _ in got] == ["response", "response", "final"], got
 
 
+def test_an_error_response_does_not_end_the_request(stream):
+    stream.send("mixed", mode=9)
+    result, error = stream.next()
+    assert result is None and str(error) == "bad item"
+    result, error = stream.next()
+    assert error is None and idx(result) == 1
+    assert result.get_response().parameters["triton_final_response"].bool_param is True
+
+
 def test_send_after_the_final_flag_raises_tritons_error(stream):
     stream.send("closer", mode=2)
     assert [k for k, _ in stream.until_final("closer")] == ["final"]
@@ -306,6 +358,20 @@ def test_unary_inference_of_a_decoupled_model_is_refused(srv):
     with pytest.raises(InferenceServerException) as e:
         httpclient.InferenceServerClient(srv.http_url).infer("decoupled", inputs(cls=httpclient.InferInput))
     assert "HTTP end point doesn't support models with decoupled transaction policy" in str(e.value)
+
+
+def test_a_model_that_is_not_decoupled_may_send_one_response_through_its_sender(srv):
+    c = grpcclient.InferenceServerClient(srv.grpc_url)
+
+    def call(mode):
+        i = grpcclient.InferInput("MODE", [1], "INT32")
+        i.set_data_from_numpy(np.array([mode], dtype=np.int32))
+        return c.infer("coupled", [i]).as_numpy("TEXT")[0].decode()
+
+    assert call(0) == (
+        "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
+    )
+    assert call(1) == "Unable to send response. Non-decoupled model cannot send more than one response."
 
 
 def test_statistics_count_a_decoupled_request_once(stream, srv):
