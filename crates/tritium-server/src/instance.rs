@@ -9,7 +9,9 @@
 //! `PR_SET_PDEATHSIG` is tied to a thread that lives as long as the instance.
 //!
 //! A batch runs in named steps: [`place_inputs`], execute, [`collect_responses`] (outputs read,
-//! ordered and classified), and the times recorded.
+//! ordered and classified), and the times recorded. A decoupled model's batch
+//! ([`run_decoupled_batch`]) leaves its requests in the worker's [`Open`] table, which forwards
+//! each response as it arrives, during `execute` and while the worker is idle, until the final one.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
