@@ -4,6 +4,8 @@ import sys
 
 channel = None
 cancelled = set()
+# Whether the model is decoupled (model_transaction_policy.decoupled), set at initialize.
+decoupled = False
 
 
 def log(level, file, line, message, logger=""):

@@ -6,6 +6,7 @@ from .dtypes import __all__ as _dtypes_all
 from .errors import *  # noqa: F401,F403
 from .errors import __all__ as _errors_all
 from .metrics import MetricFamily  # noqa: F401
+from .sender import InferenceResponseSender  # noqa: F401
 from .tensor import InferenceRequest, InferenceResponse, Logger, Tensor  # noqa: F401
 
 __all__ = (
@@ -16,6 +17,7 @@ __all__ = (
         "using_decoupled_model_transaction_policy",
         "InferenceRequest",
         "InferenceResponse",
+        "InferenceResponseSender",
         "Logger",
         "Tensor",
         "MetricFamily",

@@ -21,8 +21,9 @@ import traceback
 import numpy as np
 
 from . import _native, _runtime, pylogging
-from .config import ModelConfig
-from .errors import ErrorCode
+from .config import ModelConfig, using_decoupled_model_transaction_policy
+from .errors import TRITONSERVER_RESPONSE_COMPLETE_FINAL, ErrorCode
+from .sender import send_response
 from .tensor import InferenceRequest, InferenceResponse
 
 # How long one wait for a message lasts before the stub checks that its server is still there.
@@ -37,9 +38,23 @@ def _format_exception(exc):
     return "\n".join(lines)
 
 
+class _BackendError(Exception):
+    """An error of the backend's own (Triton's `PythonBackendException`): its text goes to the
+    client as it is, without the Python rendering of the exception."""
+
+
 def _error(exc, prefix=""):
     """(message, code, traceback) for the channel."""
-    return (prefix + _format_exception(exc), int(ErrorCode.INTERNAL), traceback.format_exc())
+    text = str(exc) if isinstance(exc, _BackendError) else _format_exception(exc)
+    return (prefix + text, int(ErrorCode.INTERNAL), traceback.format_exc())
+
+
+def _is_decoupled(args):
+    """Whether `initialize`'s args describe a decoupled model."""
+    try:
+        return bool(using_decoupled_model_transaction_policy(json.loads(args.get("model_config", "{}"))))
+    except (ValueError, TypeError, AttributeError):
+        return False
 
 
 def _import_model(model_file):
@@ -119,6 +134,7 @@ class Stub:
             self.model_name = args.get("model_name", "")
             self.model_version = int(args.get("model_version", "-1") or -1)
             self.instance_name = args.get("model_instance_name", "")
+            _runtime.decoupled = _is_decoupled(args)
             cls = _import_model(model_file)
             self.model = cls()
             if hasattr(self.model, "initialize"):
@@ -145,24 +161,48 @@ class Stub:
             if not hasattr(self.model, "execute"):
                 raise AttributeError("Python model does not implement `execute` method.")
             responses = self._await(self.model.execute(requests))
-            self._check_responses(requests, responses)
+            if _runtime.decoupled:
+                if responses is not None:
+                    raise _BackendError(
+                        f"Python model '{self.instance_name}' is using the decoupled mode and the execute "
+                        "function must return None."
+                    )
+            else:
+                self._check_responses(requests, responses)
         except Exception as exc:  # noqa: BLE001
+            # As in Triton, the server ends every request of the batch with this error, so their
+            # senders close: a later send raises instead of answering a finished request.
+            for r in requests:
+                r._state.close()
             del requests
             prefix = f"Failed to process the request(s) for model '{self.instance_name}', message: "
             self.channel.send_execute_done(batch, _error(exc, prefix))
             return
+        if _runtime.decoupled:
+            # The requests stay open until their final responses, sent from any thread; a request
+            # dropped here without one is ended with an error by its state.
+            del requests
+            self.channel.send_execute_done(batch)
+            return
         if _runtime.cancelled:
             _runtime.cancelled.difference_update(r._id for r in requests)
-        self._send_all(requests, responses)
+        if responses is not None:
+            self._send_all(requests, responses)
         del requests, responses
         self.channel.send_execute_done(batch)
 
     def _send_all(self, requests, responses):
         for request, response in zip(requests, responses):
-            self._send(request, response)
+            if response is not None:
+                self._send(request, response)
 
     @staticmethod
     def _check_responses(requests, responses):
+        """Triton's checks of what a non-decoupled `execute` returned: None (every response went
+        through the senders), or one InferenceResponse or None per request, each counted against
+        the request's sender (which may not have sent one already)."""
+        if responses is None:
+            return
         if not isinstance(responses, list):
             raise TypeError(f"Expected a list in the execute return, found type '{type(responses)}'.")
         if len(responses) != len(requests):
@@ -171,26 +211,22 @@ class Stub:
                 f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(responses)}\n"
             )
         for r in responses:
-            if not isinstance(r, InferenceResponse):
+            if r is not None and not isinstance(r, InferenceResponse):
                 raise TypeError(
                     "Expected an 'InferenceResponse' object in the execute function return list, "
                     f"found type '{type(r)}'."
                 )
+        for request, r in zip(requests, responses):
+            if r is not None:
+                with request._state.lock:
+                    try:
+                        request._state.account(r, TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    except Exception as exc:  # noqa: BLE001 - Triton's text, without a Python rendering
+                        raise _BackendError(str(exc)) from None
 
     def _send(self, request, response):
-        error = None
-        if response.has_error():
-            err = response.error()
-            error = (err.message(), int(err.code()), None)
-        requested = request._requested
-        outputs = []
         try:
-            for t in response.output_tensors():
-                if requested and t.name() not in requested:
-                    continue
-                wire, shape, data = t._wire_payload()
-                outputs.append((t.name(), wire, shape, data))
-            self.channel.send_response(request._id, outputs, error, list(response._parameters.items()), True)
+            send_response(self.channel, request._id, request._requested, response, True)
         except _native.ChannelError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bad output fails this request only

@@ -8,6 +8,7 @@ import numpy as np
 from . import _runtime
 from .dtypes import _WIRE_DTYPES, deserialize_bytes_tensor, serialize_byte_tensor
 from .errors import LogLevel, TritonError, TritonModelException
+from .sender import InferenceResponseSender, _ResponseState
 
 __all__ = ["Tensor", "InferenceRequest", "InferenceResponse", "Logger"]
 
@@ -129,6 +130,8 @@ class InferenceRequest:
         "_requested",
         "_model_name",
         "_model_version",
+        "_state",
+        "_sender",
     )
 
     def __init__(
@@ -144,6 +147,8 @@ class InferenceRequest:
         parameters=None,
     ):
         self._id = None
+        self._state = None
+        self._sender = None
         self._model_name = model_name
         self._model_version = model_version
         self._inputs = list(inputs or [])
@@ -168,6 +173,8 @@ class InferenceRequest:
         req._requested = set(msg.requested_outputs)
         req._model_name = model_name
         req._model_version = model_version
+        req._state = _ResponseState(msg.id, req._requested, _runtime.decoupled)
+        req._sender = None
         return req
 
     def inputs(self):
@@ -205,6 +212,16 @@ class InferenceRequest:
     def is_cancelled(self):
         """Whether the client cancelled this request."""
         return self._id is not None and self._id in _runtime.cancelled
+
+    def get_response_sender(self):
+        """The request's `InferenceResponseSender` (the same one on every call)."""
+        if self._state is None:
+            raise TritonModelException(
+                "Unable to send response. Response sender has no reference to the decoupled state of the model."
+            )
+        if self._sender is None:
+            self._sender = InferenceResponseSender(self._state)
+        return self._sender
 
     def __repr__(self):
         return f"InferenceRequest(request_id={self._request_id!r}, inputs={self._inputs!r})"

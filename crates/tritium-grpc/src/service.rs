@@ -107,6 +107,13 @@ impl GrpcInferenceService for InferenceService {
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let decoded = convert::decode_infer_request(req.into_inner()).map_err(to_status)?;
+        if self.server.is_decoupled(&decoded.model, decoded.version).unwrap_or(false) {
+            // Triton's text and code (`src/grpc/infer_handler.cc`).
+            return Err(to_status(InferError::new(
+                ErrorKind::Unsupported,
+                "ModelInfer RPC doesn't support models with decoupled transaction policy",
+            )));
+        }
         let resp = run(self.server.clone(), decoded).await.map_err(to_status)?;
         Ok(Response::new(resp))
     }

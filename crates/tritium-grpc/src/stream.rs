@@ -13,6 +13,13 @@
 //! the request was queued (decoding, unknown model, validation) still goes in `error_message`, as
 //! in Triton. Bounded channels carry back-pressure from a slow client down to the reading of
 //! requests.
+//!
+//! A request to a decoupled model gets its responses as the model sends them, each with the
+//! `triton_final_response` bool parameter, written by a task of its own as they come (so
+//! responses of requests running together interleave, as in Triton's decoupled stream handler).
+//! A final flag sent without a response is written only when the request set
+//! `triton_enable_empty_final_response: true`; a model error is an `error_message` and the stream
+//! stays open.
 
 use std::future::Future;
 use std::task::Poll;
@@ -21,8 +28,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
-use tritium_proto::inference::{ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
-use tritium_server::{ErrorKind, InferError, Server};
+use tritium_proto::inference::infer_parameter::ParameterChoice;
+use tritium_proto::inference::{InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
+use tritium_server::{ErrorKind, InferError, Server, Streamed};
 
 use crate::convert::{self, to_status};
 use crate::service::{run, Shutdown};
@@ -41,8 +49,22 @@ enum Item {
     Done { id: String, outcome: Outcome, queued: bool },
     /// Queued and running.
     Running { id: String, task: JoinHandle<Outcome> },
+    /// Queued on a decoupled model: its responses, as they come.
+    Stream(DecoupledStream),
     /// The stream ends with this status after the answers before it.
     End(Status),
+}
+
+/// A decoupled request's responses and what writing them needs.
+struct DecoupledStream {
+    /// The request's id.
+    id: String,
+    /// The model and the version asked for, for a final flag without a response.
+    model: String,
+    version: String,
+    /// `triton_enable_empty_final_response`.
+    empty_final: bool,
+    responses: mpsc::UnboundedReceiver<Streamed>,
 }
 
 /// Starts serving one stream; returns the stream of answers.
@@ -93,10 +115,22 @@ async fn read(
 /// Decodes a request and starts it, queuing it before returning.
 async fn issue(server: &Server, msg: ModelInferRequest) -> Item {
     let id = msg.id.clone();
+    let empty_final = msg
+        .parameters
+        .get("triton_enable_empty_final_response")
+        .is_some_and(|p| matches!(p, InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) }));
+    let (model, version) = (msg.model_name.clone(), msg.model_version.clone());
     let decoded = match convert::decode_infer_request(msg) {
         Ok(d) => d,
         Err(e) => return Item::Done { id, outcome: Err(e), queued: false },
     };
+    if server.is_decoupled(&decoded.model, decoded.version).unwrap_or(false) {
+        // Routed, validated and queued before the next request is read.
+        return match server.infer_decoupled(decoded) {
+            Ok(responses) => Item::Stream(DecoupledStream { id, model, version, empty_final, responses }),
+            Err(e) => Item::Done { id, outcome: Err(e), queued: false },
+        };
+    }
     let mut infer = Box::pin(run(server.clone(), decoded));
     // Poll once with this task's context: the request is queued (or refused) before the next
     // one is read. A spurious wake-up of the reader later is harmless.
@@ -134,6 +168,10 @@ async fn write(
                 let _ = out.send(Err(status)).await;
                 return;
             }
+            Item::Stream(stream) => {
+                tokio::spawn(forward(stream, out.clone(), grpc_error_mode));
+                continue;
+            }
         };
         let answer = match outcome {
             Ok(resp) => Ok(ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) }),
@@ -149,9 +187,117 @@ async fn write(
     }
 }
 
+/// Writes a decoupled request's responses as they come, until its final one.
+async fn forward(
+    mut stream: DecoupledStream,
+    out: mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
+    grpc_error_mode: bool,
+) {
+    while let Some(message) = stream.responses.recv().await {
+        let last = message.is_last();
+        let answer = match message {
+            Streamed::Final if !stream.empty_final => return,
+            Streamed::Final => Ok(ModelStreamInferResponse {
+                error_message: String::new(),
+                infer_response: Some(ModelInferResponse {
+                    model_name: stream.model.clone(),
+                    model_version: stream.version.clone(),
+                    id: stream.id.clone(),
+                    parameters: final_parameter(true),
+                    ..Default::default()
+                }),
+            }),
+            Streamed::Response { result: Ok(resp), last } => match convert::encode_infer_response(resp) {
+                Ok(mut resp) => {
+                    resp.parameters.extend(final_parameter(last));
+                    Ok(ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) })
+                }
+                Err(e) => Ok(convert::stream_error(stream.id.clone(), &e)),
+            },
+            Streamed::Response { result: Err(e), .. } if grpc_error_mode => {
+                let _ = out.send(Err(to_status(e))).await;
+                return;
+            }
+            Streamed::Response { result: Err(e), .. } => Ok(convert::stream_error(stream.id.clone(), &e)),
+        };
+        if out.send(answer).await.is_err() || last {
+            return;
+        }
+    }
+    // The server never drops a stream without its final message; if it did, say so.
+    let e = InferError::internal("the server dropped the request before its final response");
+    let _ = out.send(Ok(convert::stream_error(stream.id, &e))).await;
+}
+
+/// The `triton_final_response` parameter Triton puts on each response of a decoupled model.
+fn final_parameter(last: bool) -> std::collections::HashMap<String, InferParameter> {
+    [("triton_final_response".to_string(), InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(last)) })]
+        .into_iter()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stream(empty_final: bool, messages: Vec<Streamed>) -> DecoupledStream {
+        let (tx, responses) = mpsc::unbounded_channel();
+        for m in messages {
+            tx.send(m).expect("open");
+        }
+        DecoupledStream { id: "r".into(), model: "m".into(), version: String::new(), empty_final, responses }
+    }
+
+    fn response(last: bool) -> Streamed {
+        let resp = tritium_server::InferResponse {
+            model: "m".into(),
+            version: 1,
+            id: "r".into(),
+            outputs: Vec::new(),
+            parameters: Vec::new(),
+        };
+        Streamed::Response { result: Ok(resp), last }
+    }
+
+    /// What `forward` writes: per answer, its error message or its `triton_final_response`.
+    async fn written(s: DecoupledStream) -> Vec<Result<bool, String>> {
+        let (out, mut rx) = mpsc::channel(16);
+        forward(s, out, false).await;
+        let mut got = Vec::new();
+        while let Ok(answer) = rx.try_recv() {
+            let answer = answer.expect("no status");
+            got.push(if answer.error_message.is_empty() {
+                let p = &answer.infer_response.expect("response").parameters["triton_final_response"];
+                Ok(matches!(p.parameter_choice, Some(ParameterChoice::BoolParam(true))))
+            } else {
+                Err(answer.error_message)
+            });
+        }
+        got
+    }
+
+    #[tokio::test]
+    async fn decoupled_responses_carry_the_final_flag_and_the_empty_final_only_when_asked() {
+        let msgs = || vec![response(false), response(false), Streamed::Final];
+        assert_eq!(written(stream(true, msgs())).await, [Ok(false), Ok(false), Ok(true)]);
+        assert_eq!(written(stream(false, msgs())).await, [Ok(false), Ok(false)]);
+        assert_eq!(written(stream(false, vec![response(true), response(false)])).await, [Ok(true)]);
+    }
+
+    #[tokio::test]
+    async fn an_error_ends_the_request_and_a_lost_stream_says_so() {
+        let error = Streamed::Response { result: Err(InferError::internal("boom")), last: true };
+        assert_eq!(written(stream(true, vec![error, response(false)])).await, [Err("boom".to_string())]);
+        let (tx, responses) = mpsc::unbounded_channel();
+        tx.send(response(false)).expect("open");
+        drop(tx);
+        let lost =
+            DecoupledStream { id: "r".into(), model: "m".into(), version: String::new(), empty_final: true, responses };
+        assert_eq!(
+            written(lost).await,
+            [Ok(false), Err("the server dropped the request before its final response".to_string())]
+        );
+    }
 
     #[test]
     fn errors_of_the_checks_before_queueing() {

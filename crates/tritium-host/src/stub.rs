@@ -124,10 +124,11 @@ pub struct Executed {
     pub error: Option<StubError>,
 }
 
-/// The responses of one `execute`: at most one per request of the batch, since the models
-/// tritium serves are not decoupled (Triton's python_backend likewise takes exactly one
-/// response per request from `execute`). The stub's own code sends one per request, so anything
-/// else means the stub's side of the protocol was subverted.
+/// The responses of one `execute` of a model that is not decoupled: at most one per request of
+/// the batch (Triton's python_backend likewise takes exactly one response per request, returned
+/// from `execute` or sent once through the request's response sender). The stub's own code sends
+/// at most one per request, so anything else means the stub's side of the protocol was
+/// subverted. Decoupled models go through [`Stub::execute_decoupled`] instead.
 struct Collected {
     waiting: HashSet<u64>,
     responses: Vec<Response>,
@@ -170,6 +171,10 @@ fn with_flag_hint(e: IpcError) -> IpcError {
         other => other,
     }
 }
+
+/// Takes one response of a decoupled model as it arrives, or refuses it (a response to no open
+/// request) with why, after releasing its blocks.
+pub type OnResponse<'a> = dyn FnMut(Response) -> Result<(), String> + 'a;
 
 /// Answers the calls model code makes on the server (custom metrics).
 pub type CallHandler = Arc<dyn Fn(CallOp) -> Result<CallResult, String> + Send + Sync>;
@@ -408,16 +413,23 @@ impl Stub {
     }
 
     /// Handles what the stub sent while nobody waited for it (log records, calls from model
-    /// threads), without blocking, at most [`POLL_CHUNK`] messages at a time: true when it
-    /// stopped at that bound (more may be waiting), so the caller gets to look at its queue
-    /// between chunks. Anything else is a protocol error.
-    pub fn poll(&self) -> Result<bool, HostError> {
+    /// threads, and the responses of a decoupled model's open requests, which go to
+    /// `on_response`), at most [`POLL_CHUNK`] messages at a time: true when it stopped at that
+    /// bound (more may be waiting), so the caller gets to look at its queue between chunks. The
+    /// first message is waited for up to `wait`, the rest are taken only if already there.
+    /// `on_response` refuses a response it has no open request for (with why, after releasing
+    /// its blocks): a protocol error, as is any other message.
+    pub fn poll(&self, wait: Duration, on_response: &mut OnResponse<'_>) -> Result<bool, HostError> {
+        let mut wait = wait;
         for _ in 0..POLL_CHUNK {
-            let Some(msg) = self.channel.recv(Duration::ZERO).map_err(|e| self.ipc(e))? else {
+            let Some(msg) = self.channel.recv(wait).map_err(|e| self.ipc(e))? else {
                 return Ok(false);
             };
-            if let Some(other) = self.unasked(msg)? {
-                return Err(self.protocol_error(format!("sent {other:?} while idle")));
+            wait = Duration::ZERO;
+            match self.unasked(msg)? {
+                None => {}
+                Some(ToServer::Response(r)) => on_response(r).map_err(|why| self.protocol_error(why))?,
+                Some(other) => return Err(self.protocol_error(format!("sent {other:?} while idle"))),
             }
         }
         Ok(true)
@@ -510,6 +522,35 @@ impl Stub {
                 Err(e)
             }
         }
+    }
+
+    /// Runs one `execute` of a decoupled model on `requests`: each response goes to
+    /// `on_response` as it arrives (it may also come after this returns, through
+    /// [`Stub::poll`]). Returns the error `execute` raised, if it did.
+    pub fn execute_decoupled(
+        &self,
+        requests: Vec<Request>,
+        timeout: Option<Duration>,
+        on_response: &mut OnResponse<'_>,
+    ) -> Result<Option<StubError>, HostError> {
+        let batch = {
+            let mut b = self.next_batch.lock().unwrap_or_else(|p| p.into_inner());
+            *b += 1;
+            *b
+        };
+        self.send(&ToStub::Execute { batch, requests })?;
+        loop {
+            match self.recv(timeout, "finish execute")? {
+                ToServer::Response(r) => on_response(r).map_err(|why| self.protocol_error(why))?,
+                ToServer::ExecuteDone { batch: done, error } if done == batch => return Ok(error),
+                other => return Err(self.protocol_error(format!("sent {other:?} during execute"))),
+            }
+        }
+    }
+
+    /// Tells the stub that the client of `request` went away (`is_cancelled()` turns true).
+    pub fn cancel(&self, request: u64) -> Result<(), HostError> {
+        self.send(&ToStub::Cancel { request })
     }
 
     /// Resolves an output tensor's bytes (bounds-checked against the stub's segments).

@@ -516,6 +516,12 @@ async fn infer<B: Backend>(State(s): St<B>, m: ModelRef, headers: HeaderMap, bod
 /// An inference in five steps: read the request's encodings, read and decompress its body,
 /// decode it, run it, and encode the answer (compressed if the client accepts it).
 async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap, body: Body) -> HttpResult {
+    if s.backend.model_decoupled(&m.name, m.version) {
+        drain(body).await;
+        // Triton's text and code (`src/http_server.cc`).
+        let text = "HTTP end point doesn't support models with decoupled transaction policy";
+        return Err(InferError::new(ErrorKind::Unsupported, text).into());
+    }
     let encodings = Encodings::of(&headers)?;
     let kind = BodyKind::of_infer(encodings.header_length.as_deref());
     if let Some(header) = oversized_header(encodings.header_length.as_deref(), s.options.max_input_size) {

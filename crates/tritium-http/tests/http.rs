@@ -429,6 +429,16 @@ async fn infer_errors() {
 }
 
 #[tokio::test]
+async fn infer_refuses_decoupled_models_with_tritons_text_before_reading_the_body() {
+    let (mock, app) = app();
+    let req = json!({"inputs": [{"name": "I", "datatype": "INT32", "shape": [1], "data": [1]}]}).to_string();
+    let r = send(&app, Method::POST, "/v2/models/decoupled/infer", &[], req).await;
+    assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED);
+    assert_eq!(r.error(), "HTTP end point doesn't support models with decoupled transaction policy");
+    assert_eq!(mock.infers.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
 async fn infer_raw_binary() {
     let (mock, app) = app();
     let data: Vec<u8> = [1.0f32, 2.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect();

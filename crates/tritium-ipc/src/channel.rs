@@ -411,10 +411,23 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         self.flush_releases_locked(&mut tx)
     }
 
+    /// Sends pending releases unless another thread is sending: a sender waiting for room
+    /// holds the producer until the peer reads, and the peer may itself be waiting for this side
+    /// to read. Waiting here for that sender would deadlock both; its next send (or this side's
+    /// next receive) takes the releases along instead.
+    fn try_flush_releases(&self) -> Result<(), IpcError> {
+        let mut tx = match self.tx.try_lock() {
+            Ok(tx) => tx,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
+        };
+        self.flush_releases_locked(&mut tx)
+    }
+
     /// Receives the next application message, handling control frames on the way. Returns
-    /// `Ok(None)` if nothing arrived within `timeout`.
+    /// `Ok(None)` if nothing arrived within `timeout`. Never waits for a sender of this side.
     pub fn recv(&self, timeout: Duration) -> Result<Option<R>, IpcError> {
-        self.flush_releases()?;
+        self.try_flush_releases()?;
         let deadline = Instant::now() + timeout;
         let mut rx = lock(&self.rx);
         loop {
@@ -678,6 +691,41 @@ mod tests {
         assert_eq!(server.live_blocks(), 1);
         assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::ExecuteDone { batch: 1, error: None })));
         assert_eq!(server.live_blocks(), 0, "the release arrived before the message");
+    }
+
+    #[test]
+    fn a_receive_does_not_wait_for_a_sender_waiting_for_room() {
+        // A model thread fills the stub's ring and waits for room while the stub's main thread,
+        // with releases pending, receives: the receive must not wait for that thread, because
+        // the server may be waiting (to send its own frames) for the stub to read.
+        let (server, stub) = pair();
+        let stub = Arc::new(stub);
+        let block = server.alloc(8).expect("alloc");
+        server.send(&ToStub::Ping { seq: 0 }).expect("ping");
+        assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 0 })));
+        let slots = ChannelConfig::default().geometry.slot_count as u64;
+        for seq in 0..slots {
+            stub.send(&ToServer::Pong { seq }).expect("room for one slot each");
+        }
+        let sender = {
+            let stub = stub.clone();
+            std::thread::spawn(move || stub.send(&ToServer::Pong { seq: slots }))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        stub.release(block.desc);
+        let started = Instant::now();
+        assert!(stub.recv(Duration::from_millis(50)).expect("recv").is_none());
+        assert!(started.elapsed() < Duration::from_secs(2), "waited {:?}", started.elapsed());
+        // The server reads: the waiting sender goes on, and the release left pending goes with
+        // the stub's next receive.
+        for seq in 0..=slots {
+            assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::Pong { seq: s }) if s == seq));
+        }
+        sender.join().expect("sender thread").expect("sent");
+        assert_eq!(server.live_blocks(), 1);
+        assert!(stub.recv(Duration::ZERO).expect("recv").is_none());
+        assert!(server.recv(Duration::from_millis(50)).expect("recv").is_none());
+        assert_eq!(server.live_blocks(), 0);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! `PR_SET_PDEATHSIG` is tied to a thread that lives as long as the instance.
 //!
 //! A batch runs in named steps: [`place_inputs`], execute, [`collect_responses`] (outputs read,
-//! ordered and classified), and the times recorded.
+//! ordered and classified), and the times recorded. A decoupled model's batch
+//! ([`run_decoupled_batch`]) leaves its requests in the worker's [`Open`] table, which forwards
+//! each response as it arrives, during `execute` and while the worker is idle, until the final one.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -20,13 +22,16 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 use tritium_host::{CallHandler, ChannelLimits, HostError, Stub, StubCommand, StubExit};
+use tritium_ipc::Response;
 use tritium_ipc::{CallOp, CallResult, Descriptor, Initialize, IpcError, Request, TensorData};
 use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
 
 use crate::classify::{Classes, ClassifyError};
 use crate::scheduler::{Next, Pending, Queue};
 use crate::stats::{ExecTimes, Stats};
-use crate::types::{ErrorKind, InferError, InferResponse, InstanceInfo, InstanceState, OutputTensor, RequestedOutput};
+use crate::types::{
+    ErrorKind, InferError, InferResponse, InstanceInfo, InstanceState, OutputTensor, RequestedOutput, Streamed,
+};
 use crate::validate;
 
 /// Supervision limits: server-wide flags, overridable per model in `parameters`.
@@ -107,6 +112,9 @@ pub(crate) struct VersionContext {
     pub metrics: CustomMetrics,
     /// What answering classifications needs (batching, labels).
     pub classes: Classes,
+    /// `model_transaction_policy { decoupled: true }`: responses are streamed as the model
+    /// sends them, and a request stays open after `execute` until its final response.
+    pub decoupled: bool,
 }
 
 /// Which instance this is, as `initialize(args)` reports it.
@@ -505,7 +513,7 @@ pub(crate) fn spawn(
 fn leave(ctx: &VersionContext) {
     if ctx.live_workers.fetch_sub(1, Ordering::SeqCst) == 1 {
         for p in ctx.queue.close() {
-            let _ = p.tx.send(Err(InferError::unavailable(format!(
+            p.tx.send(Err(InferError::unavailable(format!(
                 "model '{}' version {} has no running instances",
                 ctx.model, ctx.version
             ))));
@@ -665,25 +673,54 @@ fn back_off(ctx: &VersionContext, instance: &Instance, crashes: &mut Crashes, ba
 /// threads).
 const IDLE_POLL: Duration = Duration::from_millis(50);
 
+/// How long an idle worker of a decoupled model with open requests waits for their responses
+/// before it looks at its queue again.
+const STREAM_POLL: Duration = Duration::from_millis(2);
+
 fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
+    let mut open = Open::default();
+    let served = serve_with(ctx, instance, stub, &mut open);
+    // Requests of a decoupled model still waiting for their final response get the error every
+    // other request of this stub gets; a clean stop answers them too, never leaving a stream open.
+    let message = match &served {
+        Served::Died(why, _) => why.clone(),
+        Served::Closed | Served::Restart => {
+            format!("model instance '{}' stopped before the model sent the final response", stub.instance())
+        }
+    };
+    open.fail_all(ctx, &message);
+    served
+}
+
+fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut Open) -> Served {
     let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
     // Set when the last poll stopped at its bound: the queue is then looked at without waiting.
     let mut more = false;
     loop {
-        match ctx.queue.next_batch_unless(&interrupted, if more { Duration::ZERO } else { IDLE_POLL }) {
+        let streaming = !open.0.is_empty();
+        let idle = if more || streaming { Duration::ZERO } else { IDLE_POLL };
+        match ctx.queue.next_batch_unless(&interrupted, idle) {
             Next::Closed => return Served::Closed,
-            Next::Idle => match stub.poll() {
-                Ok(m) => more = m,
-                Err(e) => {
-                    let exit = stub.kill();
-                    return Served::Died(e.to_string(), exit);
+            Next::Idle => {
+                let wait = if streaming && !more { STREAM_POLL } else { Duration::ZERO };
+                let mut route = |r: Response| open.route(ctx, stub, r);
+                match stub.poll(wait, &mut route) {
+                    Ok(m) => more = m,
+                    Err(e) => {
+                        let exit = stub.kill();
+                        return Served::Died(e.to_string(), exit);
+                    }
                 }
-            },
+            }
             Next::Interrupted => {
                 if instance.died.load(Ordering::Acquire) {
                     let status = stub.kill();
                     return Served::Died(
-                        format!("stub exited while idle ({status}); last stderr lines:\n{}", stub.stderr_tail()),
+                        format!(
+                            "stub {} exited while idle ({status}); last stderr lines:\n{}",
+                            stub.instance(),
+                            stub.stderr_tail()
+                        ),
                         status,
                     );
                 }
@@ -692,7 +729,11 @@ fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
             Next::Batch(batch) => {
                 instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
                 instance.executions.fetch_add(1, Ordering::Relaxed);
-                let result = run_batch(ctx, stub, batch);
+                let result = if ctx.decoupled {
+                    run_decoupled_batch(ctx, stub, batch, open)
+                } else {
+                    run_batch(ctx, stub, batch)
+                };
                 instance.inflight.store(0, Ordering::Relaxed);
                 if let Err(e) = result {
                     error!("{e}");
@@ -702,6 +743,179 @@ fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
             }
         }
     }
+}
+
+/// A decoupled model's request between its `execute` and its final response.
+struct OpenRequest {
+    p: Pending,
+    /// Its time in the queue.
+    queue: Duration,
+    /// When its batch was taken.
+    started: Instant,
+    /// The stub was told that the client went away.
+    cancelled: bool,
+}
+
+/// The open requests of a decoupled model's instance, by the id the stub knows them by.
+#[derive(Default)]
+struct Open(HashMap<u64, OpenRequest>);
+
+impl Open {
+    /// Forwards one response to its request's stream, reading its outputs out of shared memory
+    /// and releasing them; the final one closes the request and counts it in the statistics
+    /// once. A response to a request that is not open (unknown, or already final), or one whose
+    /// descriptors do not match its tensors, is refused with why: the stub broke the protocol.
+    fn route(&mut self, ctx: &VersionContext, stub: &Stub, resp: Response) -> Result<(), String> {
+        let Some(open) = self.0.get_mut(&resp.request) else {
+            stub.release_outputs(&resp);
+            return Err(format!("responded to request {}, which is unknown or already final", resp.request));
+        };
+        let bytes = match output_bytes(&resp) {
+            Ok(bytes) => bytes,
+            Err(why) => {
+                stub.release_outputs(&resp);
+                return Err(why);
+            }
+        };
+        let last = resp.final_response;
+        let limit = ctx.supervision.max_output_bytes;
+        // A final flag alone comes as a final response with nothing in it.
+        let message = if last && resp.outputs.is_empty() && resp.error.is_none() && resp.parameters.is_empty() {
+            Streamed::Final
+        } else {
+            let result = match &resp.error {
+                Some(e) => Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())),
+                None if bytes > limit => Err(RequestError::OutputTooLarge { bytes, limit }.into()),
+                None => read_outputs(stub, &resp)
+                    .and_then(|outputs| shape_outputs(outputs, &open.p.outputs, &ctx.classes))
+                    .map(|outputs| InferResponse {
+                        model: ctx.model.clone(),
+                        version: ctx.version,
+                        id: open.p.req.id.clone(),
+                        outputs,
+                        parameters: resp.parameters.clone(),
+                    })
+                    .map_err(InferError::from),
+            };
+            Streamed::Response { result, last }
+        };
+        stub.release_outputs(&resp);
+        if !open.cancelled && open.p.tx.is_closed() {
+            // The client went away: the model sees it in `is_cancelled()` and may stop early. A
+            // stub that cannot take the message is noticed by the worker's next receive.
+            open.cancelled = true;
+            let _ = stub.cancel(resp.request);
+        }
+        if !last {
+            open.p.tx.stream(message);
+            return Ok(());
+        }
+        if let Some(open) = self.0.remove(&resp.request) {
+            let total = open.p.enqueued.elapsed();
+            match &message {
+                Streamed::Response { result: Err(e), .. } => ctx.stats.failure(total, e.kind, true),
+                _ => ctx.stats.success(open.p.batch_size, total, open.queue, open.times()),
+            }
+            open.p.tx.stream(message);
+        }
+        Ok(())
+    }
+
+    /// Ends the open requests among `ids` with `error` as their final response.
+    fn fail(&mut self, ctx: &VersionContext, ids: &[u64], error: &InferError) {
+        for id in ids {
+            if let Some(open) = self.0.remove(id) {
+                finish(ctx, open.p, Err(error.clone()), None);
+            }
+        }
+    }
+
+    /// Ends every open request with `message` (an internal error) as its final response.
+    fn fail_all(&mut self, ctx: &VersionContext, message: &str) {
+        for (_, open) in self.0.drain() {
+            finish(ctx, open.p, Err(InferError::internal(message.to_string())), None);
+        }
+    }
+}
+
+impl OpenRequest {
+    /// The request's times for the statistics: all of it since its batch was taken is counted
+    /// as inference, since a decoupled model computes while it sends.
+    fn times(&self) -> ExecTimes {
+        ExecTimes {
+            compute_input: Duration::ZERO,
+            compute_infer: self.started.elapsed(),
+            compute_output: Duration::ZERO,
+        }
+    }
+}
+
+/// Runs one batch of a decoupled model: its requests become open, and each response is
+/// forwarded as it arrives, during `execute` and after it (through the idle worker's poll). An
+/// error raised by `execute` ends the batch's requests that are still open.
+fn run_decoupled_batch(
+    ctx: &VersionContext,
+    stub: &Stub,
+    batch: Vec<Pending>,
+    open: &mut Open,
+) -> Result<(), HostError> {
+    let t0 = Instant::now();
+    let mut placed = place_inputs(ctx, stub, batch);
+    if placed.requests.is_empty() {
+        return Ok(());
+    }
+    let t1 = Instant::now();
+    let blocks = input_blocks(&placed.requests);
+    let ids: Vec<u64> = placed.waiting.keys().copied().collect();
+    for (id, mut p) in placed.waiting.drain() {
+        // The inputs are in shared memory now: the server's copy is not needed any more.
+        p.req.inputs = Vec::new();
+        let queue = t0.saturating_duration_since(p.enqueued);
+        open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false });
+    }
+    let requests = std::mem::take(&mut placed.requests);
+    let mut route = |r: Response| open.route(ctx, stub, r);
+    let executed = stub.execute_decoupled(requests, ctx.supervision.execute_timeout, &mut route);
+    match executed {
+        Ok(error) => {
+            let times =
+                ExecTimes { compute_input: t1 - t0, compute_infer: t1.elapsed(), compute_output: Duration::ZERO };
+            ctx.stats.execution(placed.batch_size, times);
+            if let Some(e) = error {
+                open.fail(ctx, &ids, &InferError::internal(e.to_string()));
+            }
+            Ok(())
+        }
+        Err(HostError::Ipc { source: IpcError::TooLarge { len, capacity }, .. }) => {
+            for desc in blocks {
+                let _ = stub.channel().free_own(desc);
+            }
+            let message = too_large_batch(&ctx.model, len, capacity, ctx.supervision.max_request_metadata_bytes);
+            for id in &ids {
+                if let Some(o) = open.0.remove(id) {
+                    finish(ctx, o.p, Err(InferError::invalid(message.clone())), None);
+                }
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let message = execute_failure(&ctx.model, stub.instance(), &e);
+            open.fail(ctx, &ids, &InferError::internal(message));
+            Err(e)
+        }
+    }
+}
+
+/// The input blocks the server placed for `requests`, to free if the `Execute` never left.
+fn input_blocks(requests: &[Request]) -> Vec<Descriptor> {
+    requests
+        .iter()
+        .flat_map(|r| &r.inputs)
+        .filter_map(|t| match t.data {
+            TensorData::Shm { desc, .. } => Some(desc),
+            TensorData::Cuda { .. } => None,
+        })
+        .collect()
 }
 
 /// Why one request of a batch failed before or after `execute`.
@@ -761,15 +975,7 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
         return Ok(());
     }
     let t1 = Instant::now();
-    let blocks: Vec<Descriptor> = placed
-        .requests
-        .iter()
-        .flat_map(|r| &r.inputs)
-        .filter_map(|t| match t.data {
-            TensorData::Shm { desc, .. } => Some(desc),
-            TensorData::Cuda { .. } => None,
-        })
-        .collect();
+    let blocks = input_blocks(&placed.requests);
     let executed = match stub.execute(std::mem::take(&mut placed.requests), ctx.supervision.execute_timeout) {
         Ok(done) => done,
         Err(HostError::Ipc { source: IpcError::TooLarge { len, capacity }, .. }) => {
@@ -801,7 +1007,7 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
         let queue = t0.saturating_duration_since(p.enqueued);
         if served {
             ctx.stats.success(p.batch_size, p.enqueued.elapsed(), queue, times);
-            let _ = p.tx.send(result);
+            p.tx.send(result);
         } else {
             finish(ctx, p, result, Some((queue, times)));
         }
@@ -1032,7 +1238,7 @@ fn finish(
         (Err(e), timing) => ctx.stats.failure(total, e.kind, timing.is_some() || e.kind == ErrorKind::Internal),
         (Ok(_), None) => ctx.stats.failure(total, ErrorKind::Internal, true),
     }
-    let _ = p.tx.send(result);
+    p.tx.send(result);
 }
 
 #[cfg(test)]

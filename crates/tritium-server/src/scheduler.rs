@@ -2,7 +2,7 @@
 //! queue policies.
 //!
 //! Instance workers are OS threads that block in [`Queue::next_batch_unless`]; the async frontends push
-//! into the queue and await a oneshot answer. Without `dynamic_batching` each `execute` gets one
+//! into the queue and await a oneshot answer (a stream of answers for a decoupled model: [`Reply`]). Without `dynamic_batching` each `execute` gets one
 //! request. With it, a worker gathers queued requests while their batch sizes fit
 //! `max_batch_size`, and waits up to `max_queue_delay_microseconds` (counted from the oldest
 //! request) for more unless it already has `max_batch_size` or a preferred batch size.
@@ -25,12 +25,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::{model_queue_policy, ModelConfig, ModelQueuePolicy};
 
 use crate::stats::Stats;
-use crate::types::{ErrorKind, InferError, InferRequest, InferResponse, RequestedOutput};
+use crate::types::{ErrorKind, InferError, InferRequest, InferResponse, RequestedOutput, Streamed};
 
 /// Triton's text for a request rejected by its queue timeout (`dynamic_batch_scheduler.cc`).
 pub(crate) const TIMEOUT_EXPIRED: &str = "Request timeout expired";
@@ -46,7 +46,46 @@ pub(crate) struct Pending {
     /// When it was queued.
     pub enqueued: Instant,
     /// Where the answer goes.
-    pub tx: oneshot::Sender<Result<InferResponse, InferError>>,
+    pub tx: Reply,
+}
+
+/// Where a request's answer goes: one answer, or a stream of them for a decoupled model.
+pub(crate) enum Reply {
+    /// The one answer of a request to a model that is not decoupled.
+    Unary(oneshot::Sender<Result<InferResponse, InferError>>),
+    /// The responses of a request to a decoupled model, as they come. Unbounded: the worker
+    /// that forwards them must never block on one slow client.
+    Stream(mpsc::UnboundedSender<Streamed>),
+}
+
+impl Reply {
+    /// Sends the request's final answer (on a stream: as its last message). A client that went
+    /// away is not an error.
+    pub(crate) fn send(self, result: Result<InferResponse, InferError>) {
+        match self {
+            Reply::Unary(tx) => {
+                let _ = tx.send(result);
+            }
+            Reply::Stream(tx) => {
+                let _ = tx.send(Streamed::Response { result, last: true });
+            }
+        }
+    }
+
+    /// Sends one message of a decoupled request's stream (nothing for a unary request).
+    pub(crate) fn stream(&self, message: Streamed) {
+        if let Reply::Stream(tx) = self {
+            let _ = tx.send(message);
+        }
+    }
+
+    /// Whether the client stopped waiting.
+    pub(crate) fn is_closed(&self) -> bool {
+        match self {
+            Reply::Unary(tx) => tx.is_closed(),
+            Reply::Stream(tx) => tx.is_closed(),
+        }
+    }
 }
 
 /// What a worker gets from the queue.
@@ -352,7 +391,7 @@ impl Queue {
                 TimeoutAction::Reject => {
                     gone += 1;
                     self.stats.failure(p.enqueued.elapsed(), ErrorKind::Unavailable, false);
-                    let _ = p.tx.send(Err(InferError::unavailable(TIMEOUT_EXPIRED)));
+                    p.tx.send(Err(InferError::unavailable(TIMEOUT_EXPIRED)));
                 }
             }
         }
@@ -501,7 +540,29 @@ mod tests {
     fn request(id: &str, priority: u64, timeout_us: u64, batch_size: u64) -> (Pending, Rx) {
         let (tx, rx) = oneshot::channel();
         let req = InferRequest { id: id.into(), priority, timeout_us, ..Default::default() };
-        (Pending { req, batch_size, outputs: vec![], enqueued: Instant::now(), tx }, rx)
+        (Pending { req, batch_size, outputs: vec![], enqueued: Instant::now(), tx: Reply::Unary(tx) }, rx)
+    }
+
+    #[test]
+    fn a_stream_reply_ends_with_its_final_answer_and_a_unary_one_ignores_stream_messages() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let reply = Reply::Stream(tx);
+        reply.stream(Streamed::Response { result: Err(InferError::internal("partial")), last: false });
+        assert!(!reply.is_closed());
+        reply.send(Err(InferError::internal("gone")));
+        let first = rx.try_recv().expect("first");
+        assert!(!first.is_last());
+        let last = rx.try_recv().expect("last");
+        assert_eq!(last, Streamed::Response { result: Err(InferError::internal("gone")), last: true });
+        assert!(last.is_last() && Streamed::Final.is_last());
+        assert!(rx.try_recv().is_err());
+
+        let (tx, mut rx) = oneshot::channel();
+        let reply = Reply::Unary(tx);
+        reply.stream(Streamed::Final);
+        assert!(!reply.is_closed());
+        reply.send(Err(InferError::internal("once")));
+        assert_eq!(rx.try_recv().expect("answer"), Err(InferError::internal("once")));
     }
 
     fn pending(batch_size: u64) -> (Pending, Rx) {

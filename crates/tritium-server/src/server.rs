@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc as tokio_mpsc, oneshot, watch};
 use tracing::{error, info};
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::model_instance_group::Kind;
@@ -16,7 +16,7 @@ use tritium_host::{Stub, StubCommand};
 
 use crate::classify::{Classes, LabelError};
 use crate::instance::{self, InstanceSpec, StateView, Supervision, VersionContext};
-use crate::scheduler::{Batching, Pending, Priorities, Queue, Refused};
+use crate::scheduler::{Batching, Pending, Priorities, Queue, Refused, Reply};
 use crate::stats::Stats;
 use crate::types::*;
 use crate::validate::{check_metadata, validate, wire_type};
@@ -193,34 +193,17 @@ impl Server {
         }
     }
 
-    /// Runs one inference.
+    /// Whether a model version is decoupled (its requests are answered by
+    /// [`Server::infer_decoupled`] only); the frontends refuse unary inference of one with
+    /// their own texts.
+    pub fn is_decoupled(&self, model: &str, version: Option<i64>) -> Result<bool, InferError> {
+        Ok(self.route(model, version)?.ctx.decoupled)
+    }
+
+    /// Runs one inference on a model that is not decoupled.
     pub async fn infer(&self, req: InferRequest) -> Result<InferResponse, InferError> {
-        let start = Instant::now();
-        let version = self.route(&req.model, req.version)?;
-        let limit = version.ctx.supervision.max_request_metadata_bytes;
-        let checked = match check_metadata(&req, &req.model, limit).and_then(|()| validate(&req, &version.config)) {
-            Ok(v) => v,
-            Err(e) => {
-                version.ctx.stats.failure(start.elapsed(), e.kind, false);
-                return Err(e);
-            }
-        };
         let (tx, mut rx) = oneshot::channel();
-        let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
-        let deadline = match version.ctx.queue.push(pending) {
-            Ok(deadline) => deadline,
-            Err(Refused::Closed) => {
-                return Err(InferError::unavailable(format!(
-                    "model '{}' is unloading; retry once it is loaded again",
-                    version.ctx.model
-                )));
-            }
-            Err(Refused::Full(e)) => {
-                // Triton counts a full queue as a failed request, reason REJECTED.
-                version.ctx.stats.failure(start.elapsed(), e.kind, false);
-                return Err(e);
-            }
-        };
+        let (version, deadline) = self.enqueue(req, Reply::Unary(tx), false)?;
         if let Some(deadline) = deadline {
             // At its deadline the request times out if it is still queued, even while every
             // instance is busy (Triton's batcher checks timeouts while it waits for a slot).
@@ -230,6 +213,68 @@ impl Server {
             }
         }
         rx.await.unwrap_or_else(|_| Err(dropped()))
+    }
+
+    /// Starts one inference on a decoupled model: the request is routed, validated and queued
+    /// before this returns, and its responses come on the stream as the model sends them, the
+    /// last one final ([`Streamed::is_last`]). A stream whose sender is dropped without a final
+    /// message means the server lost the request (it never happens by design).
+    pub fn infer_decoupled(&self, req: InferRequest) -> Result<tokio_mpsc::UnboundedReceiver<Streamed>, InferError> {
+        let (tx, rx) = tokio_mpsc::unbounded_channel();
+        let (version, deadline) = self.enqueue(req, Reply::Stream(tx), true)?;
+        if let Some(deadline) = deadline {
+            // The queue timeout applies even while every instance is busy.
+            tokio::spawn(async move {
+                tokio::time::sleep_until(deadline.into()).await;
+                version.ctx.queue.expire();
+            });
+        }
+        Ok(rx)
+    }
+
+    /// Routes, validates and queues a request whose answer goes to `tx`; `decoupled` says
+    /// which kind of model the caller expects. Returns the version and the request's queue
+    /// deadline.
+    fn enqueue(
+        &self,
+        req: InferRequest,
+        tx: Reply,
+        decoupled: bool,
+    ) -> Result<(Arc<Version>, Option<Instant>), InferError> {
+        let start = Instant::now();
+        let version = self.route(&req.model, req.version)?;
+        if version.ctx.decoupled != decoupled {
+            let message = if decoupled {
+                format!("model '{}' is not decoupled; use a unary inference", req.model)
+            } else {
+                format!(
+                    "model '{}' uses the decoupled transaction policy; its responses come over a stream only",
+                    req.model
+                )
+            };
+            return Err(InferError::new(ErrorKind::Unsupported, message));
+        }
+        let limit = version.ctx.supervision.max_request_metadata_bytes;
+        let checked = match check_metadata(&req, &req.model, limit).and_then(|()| validate(&req, &version.config)) {
+            Ok(v) => v,
+            Err(e) => {
+                version.ctx.stats.failure(start.elapsed(), e.kind, false);
+                return Err(e);
+            }
+        };
+        let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
+        match version.ctx.queue.push(pending) {
+            Ok(deadline) => Ok((version, deadline)),
+            Err(Refused::Closed) => Err(InferError::unavailable(format!(
+                "model '{}' is unloading; retry once it is loaded again",
+                version.ctx.model
+            ))),
+            Err(Refused::Full(e)) => {
+                // Triton counts a full queue as a failed request, reason REJECTED.
+                version.ctx.stats.failure(start.elapsed(), e.kind, false);
+                Err(e)
+            }
+        }
     }
 
     fn route(&self, model: &str, version: Option<i64>) -> Result<Arc<Version>, InferError> {
@@ -820,11 +865,6 @@ pub(crate) enum LoadError {
     /// `auto_complete_config` failed or returned something unusable.
     #[error("{0}")]
     AutoComplete(String),
-    /// The model is decoupled, which tritium does not serve yet.
-    #[error(
-        "model '{0}' uses the decoupled transaction policy (model_transaction_policy {{ decoupled: true }}), which tritium does not serve yet"
-    )]
-    Decoupled(String),
     /// No version directory matches the policy.
     #[error("no version directory (a number, such as {0}/1) holds the model")]
     NoVersions(String),
@@ -887,6 +927,11 @@ fn load_versions(
 }
 
 /// The answer of a request whose sender went away unanswered.
+/// Whether a model's config sets `model_transaction_policy { decoupled: true }`.
+fn is_decoupled(config: &ModelConfig) -> bool {
+    config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
+}
+
 fn dropped() -> InferError {
     InferError::internal("the model instance dropped the request without answering")
 }
@@ -911,9 +956,6 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
     }
     tritium_config::normalize(&mut config, name)?;
     tritium_config::resolve_instance_groups(&mut config, &[])?;
-    if config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled) {
-        return Err(LoadError::Decoupled(name.to_string()));
-    }
     let policy = config.version_policy.clone().unwrap_or_default();
     let versions = tritium_config::model_versions(&dir, &policy)?;
     if versions.is_empty() {
@@ -998,6 +1040,7 @@ fn start_version(
         instances: Mutex::new(Vec::new()),
         metrics: metrics.clone(),
         classes: r.classes.clone(),
+        decoupled: is_decoupled(&r.config),
     });
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut workers = Vec::new();
@@ -1132,7 +1175,7 @@ mod tests {
         assert!(matches!(e, LoadError::Config(_)), "{e}");
         assert!(e.to_string().starts_with("at least one version must be available"), "{e}");
         repo.model("decoupled", "backend: \"python\"\nmodel_transaction_policy { decoupled: true }", &[1]);
-        assert!(matches!(resolve(&opts, "decoupled"), Err(LoadError::Decoupled(_))));
+        assert!(resolve(&opts, "decoupled").is_ok_and(|r| is_decoupled(&r.config)));
         repo.model(
             "badparam",
             "backend: \"python\"\nparameters { key: \"stub_restart_limit\" value: { string_value: \"x\" } }",

@@ -173,6 +173,29 @@ pub struct InferResponse {
     pub parameters: Vec<(String, ParamValue)>,
 }
 
+/// One message on a decoupled request's response stream ([`crate::Server::infer_decoupled`]).
+/// The stream ends after the message that is final.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Streamed {
+    /// A response, or the error the model (or the server) answered with; `last` when it carries
+    /// the final flag. An error from the server (the stub died, a limit) is always last.
+    Response {
+        /// The response or the error.
+        result: Result<InferResponse, InferError>,
+        /// Whether it is the request's final response.
+        last: bool,
+    },
+    /// The final flag without a response (`send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`).
+    Final,
+}
+
+impl Streamed {
+    /// Whether this message ends the stream.
+    pub fn is_last(&self) -> bool {
+        matches!(self, Streamed::Final | Streamed::Response { last: true, .. })
+    }
+}
+
 /// Name, dtype and shape of a model input or output, as metadata reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorMetadata {

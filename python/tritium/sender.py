@@ -1,0 +1,129 @@
+"""pb_utils.InferenceResponseSender: a request's responses sent one at a time, from any thread.
+
+Each request handed to `execute` has one `_ResponseState`, shared by the request and its sender
+(`request.get_response_sender()`). It applies Triton's rules (python_backend's
+`src/response_sender.cc`, with its error texts) and sends each response at once as its own
+`Response` frame through the native channel, whose sends are thread-safe. For a decoupled model a
+state dropped without the final flag (the model let go of the request and its sender) sends an
+error as the final response, so the client is never left waiting.
+"""
+
+import threading
+
+from . import _runtime
+from .errors import TRITONSERVER_RESPONSE_COMPLETE_FINAL, ErrorCode, TritonModelException
+
+__all__ = ["InferenceResponseSender"]
+
+_FINAL = TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def send_response(channel, request_id, requested, response, final):
+    """Sends `response` (a pb_utils.InferenceResponse) for request `request_id`, keeping only the
+    outputs in `requested` (all when it is empty)."""
+    error = None
+    if response.has_error():
+        err = response.error()
+        error = (err.message(), int(err.code()), None)
+    outputs = []
+    for t in response.output_tensors():
+        if requested and t.name() not in requested:
+            continue
+        wire, shape, data = t._wire_payload()
+        outputs.append((t.name(), wire, shape, data))
+    channel.send_response(request_id, outputs, error, list(response._parameters.items()), final)
+
+
+class _ResponseState:
+    """One request's response bookkeeping: its wire id, the outputs asked for, whether the model
+    is decoupled, and (under `lock`) how many responses went out and whether the final did."""
+
+    __slots__ = ("id", "requested", "decoupled", "lock", "closed", "sent")
+
+    def __init__(self, request_id, requested, decoupled):
+        self.id = request_id
+        self.requested = requested
+        self.decoupled = decoupled
+        self.lock = threading.Lock()
+        self.closed = False
+        self.sent = 0
+
+    def account(self, response, flags):
+        """Triton's `UpdateStateAndCounters`: raises its errors, else counts the response (the
+        caller holds `lock`)."""
+        if not self.decoupled:
+            if response is not None and self.sent > 0:
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send more than one response."
+                )
+            if response is None and flags == _FINAL and self.sent == 0:
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send complete final before sending a response."
+                )
+        if self.closed:
+            raise TritonModelException("Unable to send response. Response sender has been closed.")
+        if flags == _FINAL:
+            self.closed = True
+        self.sent += 1
+
+    def close(self):
+        """Closes the sender without sending anything (execute failed: the server ends the request)."""
+        with self.lock:
+            self.closed = True
+
+    def __del__(self):
+        if not self.decoupled or self.closed:
+            return
+        channel = _runtime.channel
+        if channel is None:
+            return
+        message = (
+            "the model released the request without sending its final response "
+            "(send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL) on its response sender)"
+        )
+        try:
+            channel.send_response(self.id, [], (message, int(ErrorCode.INTERNAL), None), [], True)
+        except Exception:  # noqa: BLE001 - the stub is shutting down; nobody is left to tell
+            pass
+
+
+class InferenceResponseSender:
+    """`request.get_response_sender()`: sends the request's responses, from any thread, during or
+    after `execute`, until the one sent with `TRITONSERVER_RESPONSE_COMPLETE_FINAL`."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state):
+        self._state = state
+
+    def send(self, response=None, flags=0):
+        """Sends `response` (may be None with `flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`: the
+        final flag alone); `flags` is 0 or `TRITONSERVER_RESPONSE_COMPLETE_FINAL`."""
+        if flags != _FINAL and flags != 0:
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
+        from .tensor import InferenceResponse
+
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TypeError(f"Expected an 'InferenceResponse' object, found type '{type(response)}'.")
+        st = self._state
+        with st.lock:
+            st.account(response, flags)
+            channel = _runtime.channel
+            if channel is None:
+                raise TritonModelException("Unable to send response. The stub has no channel to the server.")
+            if response is None:
+                # A non-decoupled model's one response already carried the final flag.
+                if st.decoupled:
+                    channel.send_response(st.id, [], None, [], True)
+            else:
+                send_response(channel, st.id, st.requested, response, flags == _FINAL or not st.decoupled)
+        if st.closed:
+            _runtime.cancelled.discard(st.id)
+
+    def is_cancelled(self):
+        """Whether the client cancelled the request."""
+        return self._state.id in _runtime.cancelled
