@@ -328,33 +328,30 @@ def test_send_after_the_final_flag_raises_tritons_error(stream):
     assert result.as_numpy("TEXT")[0].decode() == "Unable to send response. Response sender has been closed."
 
 
-def test_execute_returning_a_list_is_tritons_error(srv):
+def first_error(srv, mode, request_id):
+    """The error of the first answer on a new stream to one request in `mode`."""
     c = grpcclient.InferenceServerClient(srv.grpc_url)
     got = queue.Queue()
     c.start_stream(callback=lambda result, error: got.put(error))
     try:
-        c.async_stream_infer("decoupled", inputs(mode=4), request_id="list")
-        error = got.get(timeout=TIMEOUT)
-        assert str(error).startswith(
-            "Failed to process the request(s) for model 'decoupled_0_0', message: "
-            "Python model 'decoupled_0_0' is using the decoupled mode and the execute function must return None."
-        )
+        c.async_stream_infer("decoupled", inputs(mode=mode), request_id=request_id)
+        return got.get(timeout=TIMEOUT)
     finally:
         c.stop_stream()
         c.close()
+
+
+def test_execute_returning_a_list_is_tritons_error(srv):
+    error = first_error(srv, 4, "list")
+    assert str(error).startswith(
+        "Failed to process the request(s) for model 'decoupled_0_0', message: "
+        "Python model 'decoupled_0_0' is using the decoupled mode and the execute function must return None."
+    )
 
 
 def test_a_request_dropped_without_the_final_flag_ends_with_an_error(srv):
-    c = grpcclient.InferenceServerClient(srv.grpc_url)
-    got = queue.Queue()
-    c.start_stream(callback=lambda result, error: got.put(error))
-    try:
-        c.async_stream_infer("decoupled", inputs(mode=6), request_id="dropped")
-        error = got.get(timeout=TIMEOUT)
-        assert "released the request without sending its final response" in str(error)
-    finally:
-        c.stop_stream()
-        c.close()
+    error = first_error(srv, 6, "dropped")
+    assert "released the request without sending its final response" in str(error)
 
 
 def test_unary_inference_of_a_decoupled_model_is_refused(srv):

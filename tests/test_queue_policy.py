@@ -124,24 +124,30 @@ def rejected_metric(server, model):
     return 0
 
 
+def infer_concurrently(server, protocol, model, count):
+    """Sends `count` requests at once from threads; each result is the answer or the exception."""
+    results = [None] * count
+
+    def one(i):
+        try:
+            results[i] = infer(server, protocol, model)
+        except InferenceServerException as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_a_full_queue_rejects_the_overflow_with_unavailable(queued, protocol):
     failed_before = failures(queued, "bounded")
     metric_before = rejected_metric(queued, "bounded")
     blocked = Blocked(queued, protocol, "bounded")
-    results = [None] * 5
-
-    def one(i):
-        try:
-            results[i] = infer(queued, protocol, "bounded")
-        except InferenceServerException as e:
-            results[i] = e
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(results))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    results = infer_concurrently(queued, protocol, "bounded", 5)
     blocked.join()
     errors = [r for r in results if isinstance(r, InferenceServerException)]
     assert len(errors) == 3, results
@@ -219,19 +225,7 @@ def flag_bounded(tmp_path_factory):
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_the_server_flag_bounds_a_model_without_a_queue_policy(flag_bounded, protocol):
     blocked = Blocked(flag_bounded, protocol, "plain")
-    results = [None] * 3
-
-    def one(i):
-        try:
-            results[i] = infer(flag_bounded, protocol, "plain")
-        except InferenceServerException as e:
-            results[i] = e
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(results))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    results = infer_concurrently(flag_bounded, protocol, "plain", 3)
     blocked.join()
     errors = [r for r in results if isinstance(r, InferenceServerException)]
     assert len(errors) == 2, results

@@ -8,18 +8,8 @@ use tritium_config::{
     from_json, load_config, normalize, parse_config, resolve_instance_groups, to_json, ConfigError, ModelConfig,
 };
 
-/// Every config in tests/fixtures.
-const FIXTURES: &[&str] = &[
-    "add_sub",
-    "batched_gpu",
-    "decoupled_streaming",
-    "specific_versions",
-    "ensemble",
-    "sequence_bls",
-    "priority_batching",
-    "ensemble_pipeline",
-    "warmup_inputs",
-];
+mod common;
+use common::FIXTURES;
 
 fn fixture(name: &str) -> ModelConfig {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);

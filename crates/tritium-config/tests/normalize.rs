@@ -20,18 +20,8 @@ fn normalized(text: &str, model: &str) -> Result<ModelConfig, ConfigError> {
     normalize(&mut config, model).map(|()| config)
 }
 
-/// Every config in tests/fixtures.
-const FIXTURES: &[&str] = &[
-    "add_sub",
-    "batched_gpu",
-    "decoupled_streaming",
-    "specific_versions",
-    "ensemble",
-    "sequence_bls",
-    "priority_batching",
-    "ensemble_pipeline",
-    "warmup_inputs",
-];
+mod common;
+use common::FIXTURES;
 
 fn fixture(name: &str) -> ModelConfig {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name);
