@@ -311,6 +311,9 @@ mod tests {
             strict_readiness: true,
             explicit_control: true,
             max_queue_size: 0,
+            server_id: "tritium".into(),
+            load_threads: 4,
+            load_retries: 0,
         });
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let call = |token: Option<&str>, peer: Option<IpAddr>, sent: Option<&str>| {

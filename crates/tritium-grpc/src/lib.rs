@@ -17,6 +17,7 @@ mod service;
 mod stream;
 
 use std::future::Future;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -37,11 +38,31 @@ pub struct Options {
     /// `--grpc-max-message-size`: the largest message received or sent, in bytes (a compressed
     /// request counts decompressed).
     pub max_message_size: usize,
+    /// `--grpc-keepalive-time`: how often an HTTP/2 ping checks an idle connection.
+    pub keepalive_interval: Duration,
+    /// `--grpc-keepalive-timeout`: how long a ping waits for its answer before the connection
+    /// is closed.
+    pub keepalive_timeout: Duration,
+    /// `--grpc-max-connection-age`: how long a connection may live (None: for ever).
+    pub max_connection_age: Option<Duration>,
+    /// `--grpc-max-connection-age-grace`: how long an aged connection gets to finish its calls.
+    pub max_connection_age_grace: Option<Duration>,
+    /// `--grpc-infer-response-compression-level` other than `none`: answers are compressed
+    /// with an algorithm the client accepts (gzip or deflate).
+    pub compress_responses: bool,
 }
 
 impl Default for Options {
+    /// Triton's defaults.
     fn default() -> Self {
-        Self { max_message_size: MAX_GRPC_MESSAGE_SIZE }
+        Self {
+            max_message_size: MAX_GRPC_MESSAGE_SIZE,
+            keepalive_interval: Duration::from_millis(7_200_000),
+            keepalive_timeout: Duration::from_millis(20_000),
+            max_connection_age: None,
+            max_connection_age_grace: None,
+            compress_responses: false,
+        }
     }
 }
 
@@ -63,11 +84,14 @@ pub fn service(server: Server, admin_token: Option<String>) -> Services {
 }
 
 fn build(inference: InferenceService, health: HealthService, admin: AdminService, options: Options) -> Services {
-    let inference = GrpcInferenceServiceServer::new(inference)
+    let mut inference = GrpcInferenceServiceServer::new(inference)
         .max_decoding_message_size(options.max_message_size)
         .max_encoding_message_size(options.max_message_size)
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate);
+    if options.compress_responses {
+        inference = inference.send_compressed(CompressionEncoding::Gzip).send_compressed(CompressionEncoding::Deflate);
+    }
     let health = HealthServer::new(health)
         .accept_compressed(CompressionEncoding::Gzip)
         .accept_compressed(CompressionEncoding::Deflate);
@@ -112,10 +136,19 @@ pub async fn serve_with(
         shutdown.await;
         let _ = down_tx.send(true);
     };
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder()
         // gRPC's C++ core sizes HTTP/2 flow-control windows by BDP probing, so large tensors
         // are not throttled by the 64 KiB default window; hyper's adaptive window does the same.
         .http2_adaptive_window(Some(true))
+        .http2_keepalive_interval(Some(options.keepalive_interval))
+        .http2_keepalive_timeout(Some(options.keepalive_timeout));
+    if let Some(age) = options.max_connection_age {
+        builder = builder.max_connection_age(age);
+    }
+    if let Some(grace) = options.max_connection_age_grace {
+        builder = builder.max_connection_age_grace(grace);
+    }
+    builder
         .layer(tower::util::MapResponseLayer::new(limits::name_the_flag))
         .add_service(inference)
         .add_service(health)

@@ -68,6 +68,9 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
         strict_readiness,
         explicit_control: true,
         max_queue_size: 0,
+        server_id: "tritium".into(),
+        load_threads: 4,
+        load_retries: 0,
     }
 }
 

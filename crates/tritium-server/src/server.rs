@@ -8,7 +8,7 @@ use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc as tokio_mpsc, oneshot, watch};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::model_instance_group::Kind;
 use tritium_config::ModelConfig;
@@ -40,6 +40,12 @@ pub struct ServerOptions {
     /// Requests a model version (each of its priority levels) holds at most, for models without
     /// a `max_queue_size` of their own (`--max-queue-size`); 0: unbounded, as in Triton.
     pub max_queue_size: usize,
+    /// The server metadata's `name` (Triton's `--id`).
+    pub server_id: String,
+    /// Models loaded at once (`--model-load-thread-count`, at least 1).
+    pub load_threads: usize,
+    /// Times a failed load is tried again (`--model-load-retry-count`).
+    pub load_retries: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,15 +181,25 @@ impl Server {
         names
     }
 
-    /// Loads the given models concurrently; failures are logged and reported by the index.
+    /// Loads the given models, at most `load_threads` at once, each tried `1 + load_retries`
+    /// times; failures are logged and reported by the index.
     pub async fn load_models(&self, names: Vec<String>) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.inner.opts.load_threads.max(1)));
         let loads: Vec<_> = names
             .into_iter()
             .map(|name| {
                 let server = self.clone();
+                let slots = slots.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = server.load(&name).await {
-                        error!(model = %name, "{e}");
+                    let Ok(_slot) = slots.acquire().await else { return };
+                    let mut tries = 0;
+                    while let Err(e) = server.load(&name).await {
+                        if tries >= server.inner.opts.load_retries {
+                            error!(model = %name, "{e}");
+                            break;
+                        }
+                        tries += 1;
+                        warn!(model = %name, "{e}; retrying ({tries} of {})", server.inner.opts.load_retries);
                     }
                 })
             })
@@ -341,7 +357,7 @@ impl Server {
     /// Server name, version and extensions.
     pub fn metadata(&self) -> ServerMetadata {
         ServerMetadata {
-            name: "tritium".into(),
+            name: self.inner.opts.server_id.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             extensions: [
                 "classification",
@@ -1123,6 +1139,9 @@ mod tests {
                 strict_readiness: true,
                 explicit_control: true,
                 max_queue_size: 0,
+                server_id: "tritium".into(),
+                load_threads: 4,
+                load_retries: 0,
             }
         }
     }

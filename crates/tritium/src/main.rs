@@ -4,6 +4,7 @@ mod cli;
 mod logging;
 mod metrics_http;
 mod serve;
+mod triton_flags;
 
 use std::process::ExitCode;
 

@@ -27,10 +27,12 @@ pub(crate) enum ControlMode {
 /// Flags of `tritium serve`.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
-    /// The model repository directory.
-    #[arg(long, env = "TRITIUM_MODEL_REPOSITORY", alias = "model-store")]
-    model_repository: PathBuf,
-    /// Address the HTTP, gRPC and metrics endpoints listen on.
+    /// The model repository directory (`--model-store` is Triton's other name for it; Triton
+    /// takes several, tritium serves one).
+    #[arg(long, env = "TRITIUM_MODEL_REPOSITORY", alias = "model-store", required = true)]
+    model_repository: Vec<PathBuf>,
+    /// Address the HTTP, gRPC and metrics endpoints listen on, unless --http-address,
+    /// --grpc-address or --metrics-address say otherwise (tritium's own; Triton binds 0.0.0.0).
     #[arg(long, env = "TRITIUM_HOST", default_value = "127.0.0.1")]
     host: String,
     /// HTTP (KServe v2 REST) port.
@@ -43,7 +45,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TRITIUM_METRICS_PORT", default_value_t = 8002)]
     metrics_port: u16,
     /// Serve Prometheus metrics on `--metrics-port`.
-    #[arg(long, env = "TRITIUM_ALLOW_METRICS", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TRITIUM_ALLOW_METRICS", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set)]
     allow_metrics: bool,
     /// How models are loaded.
     #[arg(long, env = "TRITIUM_MODEL_CONTROL_MODE", value_enum, default_value_t = ControlMode::None)]
@@ -55,16 +57,16 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TRITIUM_REPOSITORY_POLL_SECS", default_value_t = 15)]
     repository_poll_secs: u64,
     /// Verbose logging level (0 = off, 1 = debug, 2 and up = trace).
-    #[arg(long, env = "TRITIUM_LOG_VERBOSE", default_value_t = 0)]
+    #[arg(long, env = "TRITIUM_LOG_VERBOSE", default_value = "0", value_parser = crate::triton_flags::triton_verbose)]
     log_verbose: u32,
     /// Write INFO lines.
-    #[arg(long, env = "TRITIUM_LOG_INFO", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TRITIUM_LOG_INFO", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set)]
     log_info: bool,
     /// Write WARNING lines.
-    #[arg(long, env = "TRITIUM_LOG_WARNING", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TRITIUM_LOG_WARNING", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set)]
     log_warning: bool,
     /// Write ERROR lines.
-    #[arg(long, env = "TRITIUM_LOG_ERROR", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TRITIUM_LOG_ERROR", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set)]
     log_error: bool,
     /// Log line format: default, ISO8601 or json.
     #[arg(long, env = "TRITIUM_LOG_FORMAT", default_value = "default")]
@@ -104,7 +106,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TRITIUM_DISABLE_AUTO_COMPLETE_CONFIG")]
     disable_auto_complete_config: bool,
     /// Server readiness requires every model to be ready.
-    #[arg(long, env = "TRITIUM_STRICT_READINESS", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TRITIUM_STRICT_READINESS", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set)]
     strict_readiness: bool,
     /// Longest busy-poll, in microseconds, of a server thread or stub waiting for the other side
     /// before it sleeps. Spinning is adaptive: only while messages keep arriving within this time
@@ -118,6 +120,9 @@ pub(crate) struct ServeArgs {
     /// --admin-token`); without one, only clients on this host may.
     #[arg(long, env = "TRITIUM_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// The rest of tritonserver's command line.
+    #[command(flatten)]
+    triton: crate::triton_flags::TritonFlags,
     // Stub and request limits (instance-hardening work).
     /// Most bytes of one request's id and parameters (keys and string values); a request with
     /// more is refused (400 / INVALID_ARGUMENT) before it is queued.
@@ -181,6 +186,8 @@ fn find_python_path(given: Option<PathBuf>) -> Result<PathBuf> {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn run(args: ServeArgs) -> Result<()> {
+    // A flag asking for what tritium cannot do stops it before anything starts.
+    let review = args.triton.review().context("refusing to start")?;
     let logging = crate::logging::Logging::install(tritium_server::LogSettings {
         log_file: args.log_file.clone(),
         log_info: args.log_info,
@@ -189,6 +196,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         log_verbose_level: args.log_verbose,
         log_format: args.log_format.clone(),
     })?;
+    for line in &review.no_effect {
+        info!("{line}");
+    }
     let python_path = find_python_path(args.python_path.clone())?;
     let python = args.python.clone().unwrap_or_else(|| {
         let venv = python_path.join("../.venv/bin/python");
@@ -198,10 +208,14 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             PathBuf::from("python3")
         }
     });
-    let repository = args
-        .model_repository
-        .canonicalize()
-        .with_context(|| format!("model repository {} does not exist", args.model_repository.display()))?;
+    let repository = match args.model_repository.as_slice() {
+        [one] => one.canonicalize().with_context(|| format!("model repository {} does not exist", one.display()))?,
+        many => bail!(
+            "--model-repository was given {} times: tritium serves one model repository (merge them into one \
+             directory, or run one server per repository)",
+            many.len()
+        ),
+    };
     let opts = ServerOptions {
         repository,
         stub: StubCommand { python, python_path, env: Vec::new(), spin: args.stub_spin_us },
@@ -225,19 +239,34 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             },
             ..Supervision::default()
         },
-        auto_complete: !args.disable_auto_complete_config,
+        auto_complete: !args.disable_auto_complete_config && args.triton.strict_model_config != Some(true),
         strict_readiness: args.strict_readiness,
         explicit_control: args.model_control_mode == ControlMode::Explicit,
         max_queue_size: args.max_queue_size,
+        server_id: args.triton.id.clone().unwrap_or_else(|| "tritium".to_string()),
+        load_threads: args.triton.model_load_thread_count.max(1),
+        load_retries: args.triton.model_load_retry_count,
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     runtime.block_on(serve(args, opts, logging))
 }
 
-async fn bind(host: &str, port: u16, what: &str) -> Result<tokio::net::TcpListener> {
-    let addr: SocketAddr = format!("{host}:{port}").parse().with_context(|| format!("invalid --host {host:?}"))?;
-    tokio::net::TcpListener::bind(addr).await.with_context(|| {
+/// Listens on `host:port` for `what` (`http`, `grpc`, `metrics`: the flags' prefix); with
+/// `reuse_port` (Triton's `--reuse-http-port`), other servers with it may listen there too.
+async fn bind(host: &str, port: u16, what: &str, reuse_port: bool) -> Result<tokio::net::TcpListener> {
+    let addr: SocketAddr = tokio::net::lookup_host((host, port))
+        .await
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .with_context(|| format!("invalid address {host:?} for {what} (--host or --{what}-address)"))?;
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
+        .context("creating a socket")?;
+    socket.set_reuseaddr(true).context("setting SO_REUSEADDR")?;
+    if reuse_port {
+        socket.set_reuseport(true).context("setting SO_REUSEPORT")?;
+    }
+    socket.bind(addr).and_then(|()| socket.listen(1024)).with_context(|| {
         format!(
             "cannot listen for {what} on {addr}: is another server using the port? (choose another with --{what}-port)"
         )
@@ -260,29 +289,52 @@ async fn shutdown_signal() {
 }
 
 async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<crate::logging::Logging>) -> Result<()> {
+    let opts_repository = opts.repository.clone();
     let server = Server::new(opts);
     server.set_log_control(logging);
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let http = bind(&args.host, args.http_port, "http").await?;
-    info!("HTTP service on {}", http.local_addr()?);
-    let http_options = tritium_http::Options { max_input_size: args.http_max_input_size };
-    let http_task =
-        tokio::spawn(tritium_http::serve_with(http, Arc::new(server.clone()), http_options, stopped(stop_rx.clone())));
-    let grpc = bind(&args.host, args.grpc_port, "grpc").await?;
-    info!("gRPC service on {}", grpc.local_addr()?);
-    let grpc_options = tritium_grpc::Options { max_message_size: args.grpc_max_message_size };
-    let grpc_task = tokio::spawn(tritium_grpc::serve_with(
-        grpc,
-        server.clone(),
-        args.admin_token.clone(),
-        grpc_options,
-        stopped(stop_rx.clone()),
-    ));
+    let t = &args.triton;
+    let http_address = t.http_address.as_deref().unwrap_or(&args.host);
+    let http_task = if t.allow_http {
+        let http = bind(http_address, args.http_port, "http", t.reuse_http_port).await?;
+        info!("HTTP service on {}", http.local_addr()?);
+        let http_options = tritium_http::Options { max_input_size: args.http_max_input_size };
+        let serving = tritium_http::serve_with(http, Arc::new(server.clone()), http_options, stopped(stop_rx.clone()));
+        Some(tokio::spawn(serving))
+    } else {
+        info!("HTTP service off (--allow-http=false)");
+        None
+    };
+    let grpc_task = if t.allow_grpc {
+        let grpc_address = t.grpc_address.as_deref().unwrap_or(&args.host);
+        let grpc = bind(grpc_address, args.grpc_port, "grpc", t.reuse_grpc_port).await?;
+        info!("gRPC service on {}", grpc.local_addr()?);
+        let ms = |v: u64| Duration::from_millis(v);
+        let grpc_options = tritium_grpc::Options {
+            max_message_size: args.grpc_max_message_size,
+            keepalive_interval: ms(t.grpc_keepalive_time),
+            keepalive_timeout: ms(t.grpc_keepalive_timeout),
+            max_connection_age: t.grpc_max_connection_age.map(ms),
+            max_connection_age_grace: t.grpc_max_connection_age_grace.map(ms),
+            compress_responses: t.grpc_infer_response_compression_level != crate::triton_flags::CompressionLevel::None,
+        };
+        Some(tokio::spawn(tritium_grpc::serve_with(
+            grpc,
+            server.clone(),
+            args.admin_token.clone(),
+            grpc_options,
+            stopped(stop_rx.clone()),
+        )))
+    } else {
+        info!("gRPC service off (--allow-grpc=false)");
+        None
+    };
     let metrics_task = if args.allow_metrics {
-        let listener = bind(&args.host, args.metrics_port, "metrics").await?;
+        let metrics_address = t.metrics_address.as_deref().unwrap_or(http_address);
+        let listener = bind(metrics_address, args.metrics_port, "metrics", false).await?;
         info!("metrics on http://{}/metrics", listener.local_addr()?);
         let server = server.clone();
         Some(tokio::spawn(crate::metrics_http::serve(
@@ -298,13 +350,29 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
         ControlMode::Explicit if !args.load_model.iter().any(|m| m == "*") => args.load_model.clone(),
         _ => server.repository_models(),
     };
-    info!("loading {} model(s) from {}", initial.len(), args.model_repository.display());
+    info!("loading {} model(s) from {}", initial.len(), opts_repository.display());
+    // With --exit-on-error=true, a model that fails its first load stops the server (Triton's
+    // behaviour, and its default); tritium's default keeps serving the models that loaded.
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
     let loading = {
         let server = server.clone();
         let poll = (args.model_control_mode == ControlMode::Poll)
             .then(|| Duration::from_secs(args.repository_poll_secs.max(1)));
+        let exit_on_error = args.triton.exit_on_error;
         tokio::spawn(async move {
-            server.load_models(initial).await;
+            server.load_models(initial.clone()).await;
+            if exit_on_error {
+                let failed: Vec<String> = server
+                    .repository_index(false)
+                    .into_iter()
+                    .filter(|e| e.state == "UNAVAILABLE" && initial.contains(&e.name))
+                    .map(|e| format!("{}: {}", e.name, e.reason))
+                    .collect();
+                if !failed.is_empty() {
+                    let _ = failed_tx.send(failed.join("; "));
+                    return;
+                }
+            }
             if let Some(every) = poll {
                 loop {
                     tokio::time::sleep(every).await;
@@ -314,7 +382,13 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
         })
     };
 
-    shutdown_signal().await;
+    let failed = tokio::select! {
+        _ = shutdown_signal() => None,
+        Ok(why) = failed_rx => Some(why),
+    };
+    if let Some(why) = &failed {
+        tracing::error!("a model failed to load and --exit-on-error is true: {why}");
+    }
     info!(
         "shutting down: no new requests; in-flight requests get {}s (a second signal stops at once)",
         args.exit_timeout_secs
@@ -327,8 +401,12 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     loading.abort();
     let _ = stop_tx.send(true);
     let drain = async {
-        let _ = http_task.await;
-        let _ = grpc_task.await;
+        if let Some(t) = http_task {
+            let _ = t.await;
+        }
+        if let Some(t) = grpc_task {
+            let _ = t.await;
+        }
         if let Some(t) = metrics_task {
             let _ = t.await;
         }
@@ -338,5 +416,8 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
         warn!("exit timeout reached; stopping the remaining stubs");
     }
     info!("stopped");
-    Ok(())
+    match failed {
+        Some(why) => bail!("exiting because a model failed to load (--exit-on-error=true): {why}"),
+        None => Ok(()),
+    }
 }

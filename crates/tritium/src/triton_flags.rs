@@ -1,0 +1,583 @@
+//! tritonserver's command line: the flags of Triton 2.51 that tritium has no flag of its own for,
+//! so that a deployment written for `tritonserver` (a Dockerfile, a Helm chart, KServe's Triton
+//! runtime) starts tritium unchanged.
+//!
+//! Each flag is one of three kinds, decided by [`TritonFlags::review`]:
+//! - implemented: it changes what tritium does, with Triton's meaning (`--allow-http`,
+//!   `--grpc-address`, `--exit-on-error`, ...);
+//! - accepted as a no-op: what it asks for has no meaning here (a pinned-memory pool, GPU
+//!   metrics, `--allow-sagemaker=false`); one log line at start says so;
+//! - refused: it asks for something tritium cannot do yet (TLS, restricted APIs, a response
+//!   cache); the server does not start, and the error names the flag and why.
+//!
+//! Booleans take Triton's spellings (`true/false`, `on/off`, `1/0`, any case), and every flag
+//! takes `--flag=value` as well as `--flag value`.
+
+use clap::Args;
+
+/// Parses a boolean as Triton does: `true`, `on`, `1`, `false`, `off`, `0`, in any case.
+pub(crate) fn triton_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "on" | "1" => Ok(true),
+        "false" | "off" | "0" => Ok(false),
+        _ => Err(format!("invalid value for bool option: {s} (use true/false, on/off or 1/0)")),
+    }
+}
+
+/// Parses `--log-verbose` as Triton does: a level, or `true` (1) / `false` (0).
+pub(crate) fn triton_verbose(s: &str) -> Result<u32, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" => Ok(1),
+        "false" => Ok(0),
+        other => other.parse().map_err(|_| format!("invalid verbose level {s:?}: use a number >= 0, true or false")),
+    }
+}
+
+/// `--grpc-infer-response-compression-level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CompressionLevel {
+    /// Answers are not compressed (Triton's default).
+    None,
+    /// Compressed with the client's accepted algorithm (gzip or deflate).
+    Low,
+    /// As `low`.
+    Medium,
+    /// As `low`.
+    High,
+}
+
+/// The tritonserver flags that tritium's own flags do not cover.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct TritonFlags {
+    // Server
+    /// Identifier for this server: the `name` of the server metadata (Triton's default
+    /// "triton"; tritium's "tritium").
+    #[arg(long, env = "TRITIUM_ID", help_heading = "Server")]
+    pub id: Option<String>,
+
+    // Model Repository
+    /// Exit if a model fails to load at startup (Triton's default is true; tritium's is false:
+    /// the good models keep serving and the failed ones are in the repository index).
+    #[arg(long, env = "TRITIUM_EXIT_ON_ERROR", default_value = "false", value_parser = triton_bool, action = clap::ArgAction::Set, help_heading = "Model Repository")]
+    pub exit_on_error: bool,
+    /// Deprecated in Triton: true is --disable-auto-complete-config.
+    #[arg(long, value_parser = triton_bool, help_heading = "Model Repository")]
+    pub strict_model_config: Option<bool>,
+    /// Models loaded at once (Triton's default 4).
+    #[arg(long, env = "TRITIUM_MODEL_LOAD_THREAD_COUNT", default_value_t = 4, help_heading = "Model Repository")]
+    pub model_load_thread_count: usize,
+    /// Times a failed model load is retried (Triton's default 0).
+    #[arg(long, env = "TRITIUM_MODEL_LOAD_RETRY_COUNT", default_value_t = 0, help_heading = "Model Repository")]
+    pub model_load_retry_count: u32,
+    /// Models with the same name in different repositories (refused: tritium serves one
+    /// repository).
+    #[arg(long, value_parser = triton_bool, help_heading = "Model Repository")]
+    pub model_namespacing: Option<bool>,
+
+    // HTTP
+    /// Listen for HTTP requests.
+    #[arg(long, env = "TRITIUM_ALLOW_HTTP", default_value = "true", value_parser = triton_bool, action = clap::ArgAction::Set, help_heading = "HTTP")]
+    pub allow_http: bool,
+    /// The address the HTTP endpoint binds to (default: --host).
+    #[arg(long, env = "TRITIUM_HTTP_ADDRESS", help_heading = "HTTP")]
+    pub http_address: Option<String>,
+    /// Let several servers listen on the HTTP port (SO_REUSEPORT), each with this flag.
+    #[arg(long, default_value = "false", value_parser = triton_bool, action = clap::ArgAction::Set, help_heading = "HTTP")]
+    pub reuse_http_port: bool,
+    /// No effect: HTTP requests run on the server's async runtime with gRPC's.
+    #[arg(long, help_heading = "HTTP")]
+    pub http_thread_count: Option<u32>,
+    /// Refused (not implemented yet): restricted HTTP APIs.
+    #[arg(long, help_heading = "HTTP")]
+    pub http_restricted_api: Vec<String>,
+    /// Refused (not implemented yet): HTTP headers forwarded as request parameters.
+    #[arg(long, help_heading = "HTTP")]
+    pub http_header_forward_pattern: Option<String>,
+
+    // GRPC
+    /// Listen for gRPC requests.
+    #[arg(long, env = "TRITIUM_ALLOW_GRPC", default_value = "true", value_parser = triton_bool, action = clap::ArgAction::Set, help_heading = "GRPC")]
+    pub allow_grpc: bool,
+    /// The address the gRPC endpoint binds to (default: --host).
+    #[arg(long, env = "TRITIUM_GRPC_ADDRESS", help_heading = "GRPC")]
+    pub grpc_address: Option<String>,
+    /// Let several servers listen on the gRPC port (SO_REUSEPORT), each with this flag.
+    #[arg(long, default_value = "false", value_parser = triton_bool, action = clap::ArgAction::Set, help_heading = "GRPC")]
+    pub reuse_grpc_port: bool,
+    /// Compress inference answers with the algorithm the client accepts (gzip, deflate).
+    #[arg(long, value_enum, default_value_t = CompressionLevel::None, help_heading = "GRPC")]
+    pub grpc_infer_response_compression_level: CompressionLevel,
+    /// Milliseconds between HTTP/2 keepalive pings (Triton's default: 2 hours).
+    #[arg(long, default_value_t = 7_200_000, help_heading = "GRPC")]
+    pub grpc_keepalive_time: u64,
+    /// Milliseconds a keepalive ping waits for its acknowledgement before the connection is
+    /// closed (Triton's default: 20 s).
+    #[arg(long, default_value_t = 20_000, help_heading = "GRPC")]
+    pub grpc_keepalive_timeout: u64,
+    /// Milliseconds a connection may live before it is asked to close (default: no limit).
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_max_connection_age: Option<u64>,
+    /// Milliseconds an aged connection gets to finish its calls (default: no limit).
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_max_connection_age_grace: Option<u64>,
+    /// No effect (gRPC core's ping policy; hyper has its own).
+    #[arg(long, value_parser = triton_bool, help_heading = "GRPC")]
+    pub grpc_keepalive_permit_without_calls: Option<bool>,
+    /// No effect (gRPC core's ping policy; hyper has its own).
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_http2_max_pings_without_data: Option<i64>,
+    /// No effect (gRPC core's ping policy; hyper has its own).
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_http2_min_recv_ping_interval_without_data: Option<i64>,
+    /// No effect (gRPC core's ping policy; hyper has its own).
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_http2_max_ping_strikes: Option<i64>,
+    /// No effect (tritium keeps no pool of request objects).
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_infer_allocation_pool_size: Option<i64>,
+    /// Refused when true (not implemented yet): gRPC over TLS.
+    #[arg(long, value_parser = triton_bool, help_heading = "GRPC")]
+    pub grpc_use_ssl: Option<bool>,
+    /// Refused when true (not implemented yet): gRPC over mutual TLS.
+    #[arg(long, value_parser = triton_bool, help_heading = "GRPC")]
+    pub grpc_use_ssl_mutual: Option<bool>,
+    /// Used with --grpc-use-ssl only.
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_server_cert: Option<String>,
+    /// Used with --grpc-use-ssl only.
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_server_key: Option<String>,
+    /// Used with --grpc-use-ssl only.
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_root_cert: Option<String>,
+    /// Refused (not implemented yet): restricted gRPC protocols.
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_restricted_protocol: Vec<String>,
+    /// Refused (not implemented yet): gRPC headers forwarded as request parameters.
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_header_forward_pattern: Option<String>,
+
+    // Sagemaker, Vertex AI
+    /// Refused when true: tritium has no SageMaker endpoint.
+    #[arg(long, value_parser = triton_bool, help_heading = "Sagemaker")]
+    pub allow_sagemaker: Option<bool>,
+    /// No effect without --allow-sagemaker.
+    #[arg(long, help_heading = "Sagemaker")]
+    pub sagemaker_port: Option<u16>,
+    /// No effect without --allow-sagemaker.
+    #[arg(long, help_heading = "Sagemaker")]
+    pub sagemaker_safe_port_range: Option<String>,
+    /// No effect without --allow-sagemaker.
+    #[arg(long, help_heading = "Sagemaker")]
+    pub sagemaker_thread_count: Option<u32>,
+    /// Refused when true: tritium has no Vertex AI endpoint.
+    #[arg(long, value_parser = triton_bool, help_heading = "Vertex")]
+    pub allow_vertex_ai: Option<bool>,
+    /// No effect without --allow-vertex-ai.
+    #[arg(long, help_heading = "Vertex")]
+    pub vertex_ai_port: Option<u16>,
+    /// No effect without --allow-vertex-ai.
+    #[arg(long, help_heading = "Vertex")]
+    pub vertex_ai_thread_count: Option<u32>,
+    /// No effect without --allow-vertex-ai.
+    #[arg(long, help_heading = "Vertex")]
+    pub vertex_ai_default_model: Option<String>,
+
+    // Metrics
+    /// The address the metrics endpoint binds to (default: the HTTP address).
+    #[arg(long, env = "TRITIUM_METRICS_ADDRESS", help_heading = "Metrics")]
+    pub metrics_address: Option<String>,
+    /// No effect: tritium has no GPU metrics.
+    #[arg(long, value_parser = triton_bool, help_heading = "Metrics")]
+    pub allow_gpu_metrics: Option<bool>,
+    /// No effect: tritium has no CPU metrics of Triton's kind.
+    #[arg(long, value_parser = triton_bool, help_heading = "Metrics")]
+    pub allow_cpu_metrics: Option<bool>,
+    /// No effect: tritium computes metrics when they are scraped.
+    #[arg(long, help_heading = "Metrics")]
+    pub metrics_interval_ms: Option<f64>,
+    /// No effect yet (summaries and histograms of latencies are not exported).
+    #[arg(long, help_heading = "Metrics")]
+    pub metrics_config: Vec<String>,
+
+    // Tracing
+    /// Trace settings; refused when they turn tracing on (not implemented yet).
+    #[arg(long, help_heading = "Tracing")]
+    pub trace_config: Vec<String>,
+    /// Deprecated in Triton (--trace-config triton,file=...).
+    #[arg(long, help_heading = "Tracing")]
+    pub trace_file: Option<String>,
+    /// Deprecated in Triton; refused unless OFF (tracing is not implemented yet).
+    #[arg(long, help_heading = "Tracing")]
+    pub trace_level: Vec<String>,
+    /// Deprecated in Triton (--trace-config rate=N).
+    #[arg(long, help_heading = "Tracing")]
+    pub trace_rate: Option<i64>,
+    /// Deprecated in Triton (--trace-config count=N).
+    #[arg(long, help_heading = "Tracing")]
+    pub trace_count: Option<i64>,
+    /// Deprecated in Triton (--trace-config triton,log-frequency=N).
+    #[arg(long, help_heading = "Tracing")]
+    pub trace_log_frequency: Option<i64>,
+
+    // Backend, Repository Agent
+    /// Backend settings (`python,<setting>=<value>`); the Python backend's shared-memory sizes
+    /// have no effect here (memfd regions grow as needed).
+    #[arg(long, help_heading = "Backend")]
+    pub backend_config: Vec<String>,
+    /// No effect: tritium runs no repository agents.
+    #[arg(long, help_heading = "Repository Agent")]
+    pub repoagent_directory: Option<String>,
+
+    // Response Cache
+    /// Refused (not implemented yet): the response cache.
+    #[arg(long, help_heading = "Response Cache")]
+    pub cache_config: Vec<String>,
+    /// No effect: tritium loads no cache libraries.
+    #[arg(long, help_heading = "Response Cache")]
+    pub cache_directory: Option<String>,
+    /// Deprecated in Triton (--cache-config local,size=N); refused unless 0.
+    #[arg(long, help_heading = "Response Cache")]
+    pub response_cache_byte_size: Option<u64>,
+
+    // Rate Limiter
+    /// `off` only (`execution_count` is refused: not implemented yet).
+    #[arg(long, help_heading = "Rate Limiter")]
+    pub rate_limit: Option<String>,
+    /// No effect while --rate-limit is off.
+    #[arg(long, help_heading = "Rate Limiter")]
+    pub rate_limit_resource: Vec<String>,
+
+    // Memory/Device Management
+    /// No effect: tritium allocates no pinned memory.
+    #[arg(long, help_heading = "Memory/Device Management")]
+    pub pinned_memory_pool_byte_size: Option<i64>,
+    /// No effect: tritium allocates no CUDA memory pool.
+    #[arg(long, help_heading = "Memory/Device Management")]
+    pub cuda_memory_pool_byte_size: Vec<String>,
+    /// No effect: tritium has no implicit state.
+    #[arg(long, help_heading = "Memory/Device Management")]
+    pub cuda_virtual_address_size: Vec<String>,
+    /// No effect: tritium does not pick GPUs.
+    #[arg(long, help_heading = "Memory/Device Management")]
+    pub min_supported_compute_capability: Option<f64>,
+    /// No effect: copies are made by the thread that serves the request.
+    #[arg(long, help_heading = "Memory/Device Management")]
+    pub buffer_manager_thread_count: Option<i64>,
+    /// No effect yet: host policies (numa-node, cpu-cores) are not applied.
+    #[arg(long, help_heading = "Memory/Device Management")]
+    pub host_policy: Vec<String>,
+    /// No effect: tritium does not track GPU memory.
+    #[arg(long, help_heading = "Memory/Device Management")]
+    pub model_load_gpu_limit: Vec<String>,
+}
+
+/// What [`TritonFlags::review`] found: lines to log (flags that have no effect), or the first
+/// flag that asks for something tritium cannot do.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Review {
+    /// One line per accepted flag without an effect.
+    pub no_effect: Vec<String>,
+}
+
+/// A flag tritium refuses to start with.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Refused {
+    /// The flag as given.
+    pub flag: String,
+    /// Why it is refused, and what to do.
+    pub why: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.flag, self.why)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+fn refuse(flag: impl Into<String>, why: impl Into<String>) -> Refused {
+    Refused { flag: flag.into(), why: why.into() }
+}
+
+const NOT_YET: &str = "not implemented in tritium yet";
+
+impl TritonFlags {
+    /// Sorts the given flags into no-ops (to log) and refusals (the first one is returned).
+    pub(crate) fn review(&self) -> Result<Review, Refused> {
+        let mut no_effect = Vec::new();
+        let mut noop = |given: bool, flag: &str, why: &str| {
+            if given {
+                no_effect.push(format!("{flag} has no effect in tritium: {why}"));
+            }
+        };
+
+        if self.model_namespacing == Some(true) {
+            return Err(refuse(
+                "--model-namespacing=true",
+                "tritium serves one model repository, so there are no namespaces; leave the flag out",
+            ));
+        }
+        if !self.http_restricted_api.is_empty() {
+            return Err(refuse(
+                "--http-restricted-api",
+                format!("{NOT_YET}; starting without it would leave those APIs open to every client"),
+            ));
+        }
+        if !self.grpc_restricted_protocol.is_empty() {
+            return Err(refuse(
+                "--grpc-restricted-protocol",
+                format!("{NOT_YET}; starting without it would leave those APIs open to every client"),
+            ));
+        }
+        if self.http_header_forward_pattern.is_some() {
+            return Err(refuse(
+                "--http-header-forward-pattern",
+                format!("{NOT_YET}; models would not see the headers"),
+            ));
+        }
+        if self.grpc_header_forward_pattern.is_some() {
+            return Err(refuse(
+                "--grpc-header-forward-pattern",
+                format!("{NOT_YET}; models would not see the headers"),
+            ));
+        }
+        for (flag, on) in [("--grpc-use-ssl", self.grpc_use_ssl), ("--grpc-use-ssl-mutual", self.grpc_use_ssl_mutual)] {
+            if on == Some(true) {
+                return Err(refuse(
+                    format!("{flag}=true"),
+                    format!("gRPC over TLS is {NOT_YET}; terminate TLS in front of tritium (a proxy or service mesh)"),
+                ));
+            }
+        }
+        if self.allow_sagemaker == Some(true) {
+            return Err(refuse(
+                "--allow-sagemaker=true",
+                "tritium has no SageMaker endpoint; use KServe v2 HTTP or gRPC",
+            ));
+        }
+        if self.allow_vertex_ai == Some(true) {
+            return Err(refuse(
+                "--allow-vertex-ai=true",
+                "tritium has no Vertex AI endpoint; use KServe v2 HTTP or gRPC",
+            ));
+        }
+        if !self.cache_config.is_empty() {
+            return Err(refuse("--cache-config", format!("the response cache is {NOT_YET}; leave the flag out")));
+        }
+        if self.response_cache_byte_size.is_some_and(|n| n > 0) {
+            return Err(refuse(
+                "--response-cache-byte-size",
+                format!("the response cache is {NOT_YET}; leave the flag out"),
+            ));
+        }
+        if let Some(mode) = &self.rate_limit {
+            match mode.to_ascii_lowercase().as_str() {
+                "off" => {}
+                "execution_count" => {
+                    return Err(refuse(
+                        "--rate-limit=execution_count",
+                        format!("the rate limiter is {NOT_YET}; use --rate-limit=off"),
+                    ))
+                }
+                other => {
+                    return Err(refuse(
+                        format!("--rate-limit={other}"),
+                        "unknown rate limit mode; the modes are off and execution_count",
+                    ))
+                }
+            }
+        }
+        for level in &self.trace_level {
+            if !level.eq_ignore_ascii_case("off") {
+                return Err(refuse(format!("--trace-level={level}"), format!("tracing is {NOT_YET}; use OFF")));
+            }
+        }
+        for setting in &self.trace_config {
+            if let Some(why) = trace_turns_on(setting) {
+                return Err(refuse(format!("--trace-config={setting}"), why));
+            }
+        }
+
+        let ssl_files = [&self.grpc_server_cert, &self.grpc_server_key, &self.grpc_root_cert];
+        noop(ssl_files.iter().any(|f| f.is_some()), "--grpc-server-cert/key/root-cert", "they are used with TLS only");
+        noop(self.grpc_use_ssl.is_some() || self.grpc_use_ssl_mutual.is_some(), "--grpc-use-ssl=false", "the default");
+        noop(self.model_namespacing.is_some(), "--model-namespacing=false", "the default");
+        noop(self.http_thread_count.is_some(), "--http-thread-count", "HTTP runs on the server's async runtime");
+        let ping_policy = [
+            self.grpc_http2_max_pings_without_data,
+            self.grpc_http2_min_recv_ping_interval_without_data,
+            self.grpc_http2_max_ping_strikes,
+        ];
+        noop(
+            self.grpc_keepalive_permit_without_calls.is_some() || ping_policy.iter().any(|p| p.is_some()),
+            "--grpc-keepalive-permit-without-calls/--grpc-http2-*",
+            "they tune gRPC core's ping policy; tritium's HTTP/2 (hyper) has its own",
+        );
+        noop(self.grpc_infer_allocation_pool_size.is_some(), "--grpc-infer-allocation-pool-size", "no pool is kept");
+        noop(self.allow_sagemaker.is_some(), "--allow-sagemaker=false", "the default");
+        noop(
+            self.sagemaker_port.is_some()
+                || self.sagemaker_safe_port_range.is_some()
+                || self.sagemaker_thread_count.is_some(),
+            "--sagemaker-*",
+            "tritium has no SageMaker endpoint",
+        );
+        noop(self.allow_vertex_ai.is_some(), "--allow-vertex-ai=false", "the default");
+        noop(
+            self.vertex_ai_port.is_some()
+                || self.vertex_ai_thread_count.is_some()
+                || self.vertex_ai_default_model.is_some(),
+            "--vertex-ai-*",
+            "tritium has no Vertex AI endpoint",
+        );
+        noop(self.allow_gpu_metrics.is_some(), "--allow-gpu-metrics", "tritium exports no GPU metrics");
+        noop(self.allow_cpu_metrics.is_some(), "--allow-cpu-metrics", "tritium exports no host CPU metrics");
+        noop(self.metrics_interval_ms.is_some(), "--metrics-interval-ms", "metrics are computed when scraped");
+        noop(!self.metrics_config.is_empty(), "--metrics-config", "latency summaries are not exported yet");
+        let trace_settings = !self.trace_config.is_empty()
+            || !self.trace_level.is_empty()
+            || self.trace_file.is_some()
+            || self.trace_rate.is_some()
+            || self.trace_count.is_some()
+            || self.trace_log_frequency.is_some();
+        noop(trace_settings, "--trace-*", "tracing stays off");
+        for setting in &self.backend_config {
+            noop(true, &format!("--backend-config={setting}"), backend_config_why(setting));
+        }
+        noop(self.repoagent_directory.is_some(), "--repoagent-directory", "tritium runs no repository agents");
+        noop(self.cache_directory.is_some(), "--cache-directory", "tritium loads no cache libraries");
+        noop(self.response_cache_byte_size.is_some(), "--response-cache-byte-size=0", "the default");
+        noop(self.rate_limit.is_some(), "--rate-limit=off", "the default");
+        noop(!self.rate_limit_resource.is_empty(), "--rate-limit-resource", "the rate limiter is off");
+        noop(self.pinned_memory_pool_byte_size.is_some(), "--pinned-memory-pool-byte-size", "no pinned memory is used");
+        noop(
+            !self.cuda_memory_pool_byte_size.is_empty() || !self.cuda_virtual_address_size.is_empty(),
+            "--cuda-memory-pool-byte-size/--cuda-virtual-address-size",
+            "tritium allocates no CUDA memory itself",
+        );
+        noop(self.min_supported_compute_capability.is_some(), "--min-supported-compute-capability", "no GPU is used");
+        noop(self.buffer_manager_thread_count.is_some(), "--buffer-manager-thread-count", "no copy threads are kept");
+        noop(!self.host_policy.is_empty(), "--host-policy", "host policies are not applied yet");
+        noop(!self.model_load_gpu_limit.is_empty(), "--model-load-gpu-limit", "GPU memory is not tracked");
+        Ok(Review { no_effect })
+    }
+}
+
+/// Why a `--trace-config` setting is refused: when it turns tracing on.
+fn trace_turns_on(setting: &str) -> Option<String> {
+    // `<mode>,<key>=<value>` or `<key>=<value>`.
+    let (mode, kv) = match setting.split_once(',') {
+        Some((mode, kv)) if !mode.contains('=') => (Some(mode), kv),
+        _ => (None, setting),
+    };
+    let (key, value) = kv.split_once('=')?;
+    if mode.is_none() && key == "level" && !value.eq_ignore_ascii_case("off") {
+        return Some(format!("tracing is {NOT_YET}; use level=OFF or leave the flag out"));
+    }
+    None
+}
+
+/// What a `--backend-config` setting means to tritium.
+fn backend_config_why(setting: &str) -> &'static str {
+    let key = setting.split_once(',').map(|(_, kv)| kv.split('=').next().unwrap_or("")).unwrap_or("");
+    match key {
+        "shm-default-byte-size" | "shm-growth-byte-size" | "shm-region-prefix-name" => {
+            "stubs use memfd regions that grow as needed"
+        }
+        "default-max-batch-size" => "the Python backend's auto-complete sets max_batch_size from model.py",
+        _ => "tritium runs Python models only",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: TritonFlags,
+    }
+
+    fn parse(args: &[&str]) -> TritonFlags {
+        let mut argv = vec!["tritium"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv) {
+            Ok(cli) => cli.flags,
+            Err(e) => panic!("{args:?} did not parse: {e}"),
+        }
+    }
+
+    #[test]
+    fn booleans_take_tritons_spellings() {
+        for (s, v) in [("true", true), ("ON", true), ("1", true), ("False", false), ("off", false), ("0", false)] {
+            assert_eq!(triton_bool(s), Ok(v), "{s}");
+        }
+        assert!(triton_bool("yes").is_err());
+        assert_eq!(triton_verbose("true"), Ok(1));
+        assert_eq!(triton_verbose("3"), Ok(3));
+        assert!(triton_verbose("loud").is_err());
+    }
+
+    #[test]
+    fn both_value_syntaxes_and_defaults() {
+        let f = parse(&["--allow-http=off", "--grpc-address", "127.0.0.2", "--exit-on-error", "1"]);
+        assert!(!f.allow_http && f.allow_grpc && f.exit_on_error);
+        assert_eq!(f.grpc_address.as_deref(), Some("127.0.0.2"));
+        let f = parse(&[]);
+        assert!(f.allow_http && f.allow_grpc && !f.exit_on_error && !f.reuse_http_port);
+        assert_eq!((f.grpc_keepalive_time, f.grpc_keepalive_timeout), (7_200_000, 20_000));
+        assert_eq!(f.review(), Ok(Review::default()));
+    }
+
+    #[test]
+    fn no_op_flags_are_accepted_with_one_line_each() {
+        let f = parse(&[
+            "--pinned-memory-pool-byte-size=268435456",
+            "--cuda-memory-pool-byte-size=0:67108864",
+            "--backend-config=python,shm-default-byte-size=1048576",
+            "--allow-sagemaker=false",
+            "--metrics-interval-ms=2000",
+            "--trace-config=rate=100",
+        ]);
+        let review = f.review().expect("accepted");
+        assert_eq!(review.no_effect.len(), 6, "{:?}", review.no_effect);
+        assert!(review.no_effect.iter().all(|l| l.contains("has no effect in tritium")));
+        assert!(review.no_effect.iter().any(|l| l.contains("shm-default-byte-size") && l.contains("memfd")));
+    }
+
+    #[test]
+    fn flags_asking_for_what_tritium_cannot_do_are_refused_by_name() {
+        for (args, flag) in [
+            (&["--grpc-use-ssl=true"][..], "--grpc-use-ssl=true"),
+            (&["--grpc-use-ssl-mutual", "on"], "--grpc-use-ssl-mutual=true"),
+            (&["--http-restricted-api=model-repository:admin-key=secret"], "--http-restricted-api"),
+            (&["--grpc-restricted-protocol=inference:key=v"], "--grpc-restricted-protocol"),
+            (&["--cache-config=local,size=1048576"], "--cache-config"),
+            (&["--response-cache-byte-size=100"], "--response-cache-byte-size"),
+            (&["--rate-limit=execution_count"], "--rate-limit=execution_count"),
+            (&["--trace-config=level=TIMESTAMPS"], "--trace-config=level=TIMESTAMPS"),
+            (&["--trace-level=TENSORS"], "--trace-level=TENSORS"),
+            (&["--allow-sagemaker=true"], "--allow-sagemaker=true"),
+            (&["--model-namespacing=true"], "--model-namespacing=true"),
+            (&["--grpc-header-forward-pattern=x-.*"], "--grpc-header-forward-pattern"),
+        ] {
+            let refused = parse(args).review().expect_err("refused");
+            assert_eq!(refused.flag, flag, "{args:?}");
+            assert!(!refused.why.is_empty());
+        }
+    }
+
+    #[test]
+    fn trace_settings_that_keep_tracing_off_are_accepted() {
+        assert_eq!(trace_turns_on("rate=100"), None);
+        assert_eq!(trace_turns_on("level=OFF"), None);
+        assert_eq!(trace_turns_on("triton,file=/tmp/trace.json"), None);
+        assert_eq!(trace_turns_on("opentelemetry,url=localhost:4318/v1/traces"), None);
+        assert_eq!(trace_turns_on("mode=opentelemetry"), None);
+        assert!(trace_turns_on("level=TIMESTAMPS").is_some());
+    }
+}
