@@ -310,6 +310,7 @@ mod tests {
             auto_complete: false,
             strict_readiness: true,
             explicit_control: true,
+            backend_directory: std::path::PathBuf::new(),
             max_queue_size: 0,
         });
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");

@@ -68,6 +68,7 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
         strict_readiness,
         explicit_control: true,
         max_queue_size: 0,
+        backend_directory: PathBuf::new(),
     }
 }
 
