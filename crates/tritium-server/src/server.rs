@@ -992,7 +992,13 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
         dir,
         backend_model,
         config: Arc::new(config),
-        config_json, supervision, batching, priorities, classes, versions })
+        config_json,
+        supervision,
+        batching,
+        priorities,
+        classes,
+        versions,
+    })
 }
 
 /// Step 2: the model file whose `auto_complete_config` runs, if it should: the newest version's,
