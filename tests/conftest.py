@@ -25,6 +25,7 @@ GOOD_MODELS = [
     "chatty",
     "pylog",
     "metered",
+    "stream_words",
 ]
 
 

@@ -6,6 +6,8 @@ channel = None
 cancelled = set()
 # Whether the model is decoupled (model_transaction_policy.decoupled), set at initialize.
 decoupled = False
+# The model's version directory (`pb_utils.get_model_dir()`), set at auto-complete and initialize.
+model_dir = None
 
 
 def log(level, file, line, message, logger=""):

@@ -7,7 +7,13 @@ dispatches on that class: it calls the model's `auto_complete_config`, `initiali
 and `finalize`, and answers through the channel's `send_*` methods. Between messages it checks
 that the server that started it is still its parent, and exits when it is not.
 
-Before any model code runs, `pylogging.install()` sends Python `logging` records to the server's log.
+Before any model code runs, `pylogging.install()` sends Python `logging` records to the server's log,
+and `sys.argv` becomes `['']`, what Triton's embedded interpreter gives model code.
+
+Coroutines (`async def` model methods) run on one asyncio event loop per stub, in a background
+thread (Triton's `GetAsyncEventLoop`). A decoupled model's `execute` coroutine is scheduled there and
+the batch is reported done at once (Triton's `RunCoroutine(..., in_background=true)`), so the next
+batch may start while earlier coroutines still run; every other coroutine is awaited.
 """
 
 import argparse
@@ -16,18 +22,31 @@ import importlib
 import json
 import os
 import sys
+import threading
 import traceback
 
 import numpy as np
 
 from . import _native, _runtime, pylogging
 from .config import ModelConfig, using_decoupled_model_transaction_policy
-from .errors import TRITONSERVER_RESPONSE_COMPLETE_FINAL, ErrorCode
+from .errors import (
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+    ErrorCode,
+    LogLevel,
+)
 from .sender import send_response
 from .tensor import InferenceRequest, InferenceResponse
 
 # How long one wait for a message lasts before the stub checks that its server is still there.
 _WAIT_MS = 200
+
+# Triton core's error for a request released with RESCHEDULE by a model not configured for it
+# (tritium has no iterative sequence batching).
+_RESCHEDULE_REFUSED = (
+    "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is not "
+    "configured to handle such a flag."
+)
 
 
 def _format_exception(exc):
@@ -57,22 +76,44 @@ def _is_decoupled(args):
         return False
 
 
-def _import_model(model_file):
-    """Imports the model file as Triton does: `<version>.<module>` with the version and model dirs on sys.path."""
+def _backend_of(config_json):
+    """The `backend` of a model config in Triton's JSON form ("python" when it cannot be read)."""
+    try:
+        return json.loads(config_json).get("backend") or "python"
+    except (ValueError, TypeError, AttributeError):
+        return "python"
+
+
+def _import_model(model_file, python_based_backend=False):
+    """Imports the model file as Triton does (`ModelContext::StubSetup`): a model's own file as
+    `<version>.<module>` with its version and model directories on sys.path; a Python-based
+    backend's `<backend-directory>/<name>/model.py` as `model`, with its directory on sys.path."""
     if not model_file.endswith(".py"):
         raise ValueError(f"Model name must end with '.py'. Model name is \"{os.path.basename(model_file)}\".")
     if not os.path.isfile(model_file):
         raise FileNotFoundError(f"Python model file not found in '{model_file}'")
-    version_dir = os.path.dirname(os.path.abspath(model_file))
-    model_dir = os.path.dirname(version_dir)
-    for d in (version_dir, model_dir):
-        if d not in sys.path:
-            sys.path.append(d)
-    module_name = f"{os.path.basename(version_dir)}.{os.path.basename(model_file)[:-3]}"
+    module_dir = os.path.dirname(os.path.abspath(model_file))
+    trimmed = os.path.basename(model_file)[:-3]
+    if python_based_backend:
+        if module_dir not in sys.path:
+            sys.path.append(module_dir)
+        module_name = trimmed
+    else:
+        model_dir = os.path.dirname(module_dir)
+        for d in (module_dir, model_dir):
+            if d not in sys.path:
+                sys.path.append(d)
+        module_name = f"{os.path.basename(module_dir)}.{trimmed}"
     module = importlib.import_module(module_name)
     if not hasattr(module, "TritonPythonModel"):
         raise AttributeError(f"{model_file} does not define class TritonPythonModel")
     return module.TritonPythonModel
+
+
+def _log(level, message):
+    """A log record of the stub itself, through the server's log."""
+    frame = sys._getframe(1)
+    _runtime.log(level, os.path.basename(frame.f_code.co_filename), frame.f_lineno, message)
 
 
 class Stub:
@@ -84,7 +125,11 @@ class Stub:
         self.model_name = ""
         self.model_version = -1
         self.instance_name = ""
+        # The asyncio event loop (created at the first coroutine) and its thread.
         self.loop = None
+        self.loop_thread = None
+        # Futures of a decoupled model's `execute` coroutines still running.
+        self.background = set()
 
     def run(self):
         """Serves messages until `finalize` or until the server goes away."""
@@ -114,7 +159,10 @@ class Stub:
 
     def auto_complete(self, model_file, config_json):
         try:
-            cls = _import_model(model_file)
+            python_based_backend = _backend_of(config_json) != "python"
+            if not python_based_backend:
+                _runtime.model_dir = os.path.dirname(os.path.abspath(model_file))
+            cls = _import_model(model_file, python_based_backend)
             config = ModelConfig(config_json)
             if hasattr(cls, "auto_complete_config"):
                 result = cls.auto_complete_config(config)
@@ -135,7 +183,13 @@ class Stub:
             self.model_version = int(args.get("model_version", "-1") or -1)
             self.instance_name = args.get("model_instance_name", "")
             _runtime.decoupled = _is_decoupled(args)
-            cls = _import_model(model_file)
+            # Triton's model directory: the version directory inside the model repository.
+            repository = args.get("model_repository", "")
+            if repository:
+                _runtime.model_dir = os.path.join(repository, args.get("model_version", ""))
+            else:
+                _runtime.model_dir = os.path.dirname(os.path.abspath(model_file))
+            cls = _import_model(model_file, _backend_of(args.get("model_config", "{}")) != "python")
             self.model = cls()
             if hasattr(self.model, "initialize"):
                 self._await(self.model.initialize(args))
@@ -143,13 +197,51 @@ class Stub:
         except Exception as exc:  # noqa: BLE001
             self.channel.send_initialize_done(_error(exc))
 
+    def _event_loop(self):
+        """The stub's event loop, running in a daemon thread (created at the first coroutine)."""
+        if self.loop is None:
+            self.loop = asyncio.new_event_loop()
+            self.loop_thread = threading.Thread(target=self.loop.run_forever, name="tritium-asyncio", daemon=True)
+            self.loop_thread.start()
+        return self.loop
+
     def _await(self, result):
-        """Runs a coroutine returned by an `async def` model method to completion."""
+        """Runs a coroutine returned by an `async def` model method to completion on the event loop."""
         if asyncio.iscoroutine(result):
-            if self.loop is None:
-                self.loop = asyncio.new_event_loop()
-            return self.loop.run_until_complete(result)
+            return asyncio.run_coroutine_threadsafe(result, self._event_loop()).result()
         return result
+
+    def _run_in_background(self, coroutine, requests):
+        """Schedules a decoupled model's `execute` coroutine on the event loop and returns at once.
+
+        If it raises, the error is logged (as Triton does) and sent as the final response of each
+        of `requests` whose sender is still open, so no client waits for ever."""
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
+        self.background.add(future)
+        states = [r._state for r in requests]
+        prefix = f"Failed to process the request(s) for model '{self.instance_name}', message: "
+
+        def done(fut):
+            self.background.discard(fut)
+            if fut.cancelled():
+                return
+            exc = fut.exception()
+            if exc is None:
+                return
+            _log(LogLevel.ERROR, "".join(traceback.TracebackException.from_exception(exc).format()))
+            error = (prefix + _format_exception(exc), int(ErrorCode.INTERNAL), None)
+            for st in states:
+                with st.lock:
+                    if st.closed:
+                        continue
+                    st.closed = True
+                    try:
+                        self.channel.send_response(st.id, [], error, [], True)
+                    except Exception:  # noqa: BLE001 - the channel is gone; the server ends the request
+                        pass
+                _runtime.cancelled.discard(st.id)
+
+        future.add_done_callback(done)
 
     def execute(self, batch, wire_requests):
         """Runs `execute` on one batch: `wire_requests` is the `ExecuteMsg`'s list of `RequestMsg`."""
@@ -160,13 +252,21 @@ class Stub:
         try:
             if not hasattr(self.model, "execute"):
                 raise AttributeError("Python model does not implement `execute` method.")
-            responses = self._await(self.model.execute(requests))
+            responses = self.model.execute(requests)
+            if _runtime.decoupled and asyncio.iscoroutine(responses):
+                # As Triton: not awaited; ExecuteDone goes now and the next batch may start.
+                self._run_in_background(responses, requests)
+                del requests, responses
+                self.channel.send_execute_done(batch)
+                return
+            responses = self._await(responses)
             if _runtime.decoupled:
                 if responses is not None:
                     raise _BackendError(
                         f"Python model '{self.instance_name}' is using the decoupled mode and the execute "
                         "function must return None."
                     )
+                self._end_rescheduled(requests)
             else:
                 self._check_responses(requests, responses)
         except Exception as exc:  # noqa: BLE001
@@ -188,8 +288,23 @@ class Stub:
             _runtime.cancelled.difference_update(r._id for r in requests)
         if responses is not None:
             self._send_all(requests, responses)
+        self._end_rescheduled(requests)
         del requests, responses
         self.channel.send_execute_done(batch)
+
+    def _end_rescheduled(self, requests):
+        """Requests released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: tritium has no
+        iterative sequence batching, so, as Triton's core does for a model not configured for
+        the flag, the release fails; the request ends with that error unless it already ended."""
+        for r in requests:
+            if r._release_flags != TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                continue
+            st = r._state
+            with st.lock:
+                if st.closed:
+                    continue
+                st.closed = True
+                self.channel.send_response(st.id, [], (_RESCHEDULE_REFUSED, int(ErrorCode.INVALID_ARG), None), [], True)
 
     def _send_all(self, requests, responses):
         for request, response in zip(requests, responses):
@@ -217,6 +332,11 @@ class Stub:
                     f"found type '{type(r)}'."
                 )
         for request, r in zip(requests, responses):
+            if r is not None and request._release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                raise _BackendError(
+                    "Expected a None object in the execute function return list for reschduled request, "
+                    f"found type '{type(r)}'."
+                )
             if r is not None:
                 with request._state.lock:
                     try:
@@ -233,13 +353,17 @@ class Stub:
             self.channel.send_response(request._id, [], _error(exc, "Failed to send the response: "), [], True)
 
     def finalize(self):
-        error = None
+        """Calls the model's `finalize` (awaited if it is a coroutine), then stops the event loop.
+        An exception is logged with its traceback, as Triton does (`LOG_INFO << e.what()`), and the
+        stub still exits cleanly."""
         try:
             if self.model is not None and hasattr(self.model, "finalize"):
                 self._await(self.model.finalize())
         except Exception as exc:  # noqa: BLE001
-            error = _error(exc)
-        self.channel.send_finalize_done(error)
+            _log(LogLevel.INFO, _format_exception(exc))
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self.channel.send_finalize_done(None)
 
 
 def main(argv=None):
@@ -249,6 +373,8 @@ def main(argv=None):
     parser.add_argument("--spin-us", type=int, default=500, help="longest busy-poll before sleeping (adaptive)")
     parser.add_argument("--arena-segment-mb", type=int, default=256, help="size of the stub's arena segments")
     opts = parser.parse_args(argv)
+    # Model code sees what Triton's embedded interpreter gives it, not the stub's own flags.
+    sys.argv = [""]
     channel = _native.Channel(opts.control_fd, opts.socket_fd, opts.spin_us, opts.arena_segment_mb << 20)
     _runtime.channel = channel
     pylogging.install()

@@ -7,10 +7,10 @@ import numpy as np
 
 from . import _runtime
 from .dtypes import _WIRE_DTYPES, deserialize_bytes_tensor, serialize_byte_tensor
-from .errors import LogLevel, TritonError, TritonModelException
+from .errors import TRITONSERVER_REQUEST_RELEASE_ALL, LogLevel, TritonError, TritonModelException
 from .sender import InferenceResponseSender, _ResponseState
 
-__all__ = ["Tensor", "InferenceRequest", "InferenceResponse", "Logger"]
+__all__ = ["Tensor", "InferenceRequest", "InferenceResponse", "InferenceTrace", "Logger"]
 
 _NUMPY_TO_WIRE = {w.numpy_dtype: name for name, w in _WIRE_DTYPES.items() if w.numpy_dtype is not None}
 _NUMPY_TO_WIRE[np.dtype(np.object_)] = "BYTES"
@@ -116,6 +116,20 @@ class Tensor:
         return self._wire, list(arr.shape), arr
 
 
+class InferenceTrace:
+    """`request.trace()`: the request's trace. tritium does not trace requests, so its context is
+    None, as Triton's is for a request that is not traced."""
+
+    __slots__ = ("_context",)
+
+    def __init__(self, context=None):
+        self._context = context
+
+    def get_context(self):
+        """The trace context (a str), or None when the request is not traced."""
+        return self._context or None
+
+
 class InferenceRequest:
     """One request of a batch handed to `execute`."""
 
@@ -132,6 +146,8 @@ class InferenceRequest:
         "_model_version",
         "_state",
         "_sender",
+        "_trace",
+        "_release_flags",
     )
 
     def __init__(
@@ -145,8 +161,11 @@ class InferenceRequest:
         timeout=0,
         model_version=-1,
         parameters=None,
+        trace=None,
     ):
         self._id = None
+        self._trace = trace if trace is not None else InferenceTrace()
+        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._state = None
         self._sender = None
         self._model_name = model_name
@@ -175,6 +194,8 @@ class InferenceRequest:
         req._model_version = model_version
         req._state = _ResponseState(msg.id, req._requested, _runtime.decoupled)
         req._sender = None
+        req._trace = InferenceTrace()
+        req._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return req
 
     def inputs(self):
@@ -222,6 +243,18 @@ class InferenceRequest:
         if self._sender is None:
             self._sender = InferenceResponseSender(self._state)
         return self._sender
+
+    def trace(self):
+        """The request's `InferenceTrace` (its `get_context()` is None: tritium does not trace)."""
+        return self._trace
+
+    def set_release_flags(self, flags):
+        """Triton's request release flags: TRITONSERVER_REQUEST_RELEASE_ALL (the default) or
+        TRITONSERVER_REQUEST_RELEASE_RESCHEDULE. tritium has no iterative sequence batching, so a
+        rescheduled request ends with Triton core's error for a model not configured for it."""
+        if not isinstance(flags, int) or isinstance(flags, bool):
+            raise TypeError(f"set_release_flags expects an int, found type '{type(flags)}'.")
+        self._release_flags = flags
 
     def __repr__(self):
         return f"InferenceRequest(request_id={self._request_id!r}, inputs={self._inputs!r})"

@@ -52,33 +52,8 @@ pub(crate) fn bench_serve() -> Result<()> {
     std::fs::create_dir_all(&logs)?;
 
     let [t_http, t_grpc, t_metrics, n_http, n_grpc, n_metrics] = free_ports::<6>()?;
-    let mut tritium_cmd = Command::new(&tritium);
-    tritium_cmd.current_dir(&root).arg("serve").arg("--model-repository").arg(&repo.0).args([
-        "--http-port",
-        &t_http.to_string(),
-        "--grpc-port",
-        &t_grpc.to_string(),
-        "--metrics-port",
-        &t_metrics.to_string(),
-    ]);
-    let mut triton_cmd = Command::new(triton.tree.join("bin/tritonserver"));
-    triton_cmd
-        .current_dir(&root)
-        .env(
-            "LD_LIBRARY_PATH",
-            join_paths(
-                [triton.libs.as_os_str(), triton.python_libdir.as_os_str()],
-                std::env::var_os("LD_LIBRARY_PATH"),
-            ),
-        )
-        .env("PATH", join_paths([triton.venv_bin.as_os_str()], std::env::var_os("PATH")))
-        .arg(format!("--model-repository={}", repo.0.display()))
-        .arg(format!("--backend-directory={}", triton.tree.join("backends").display()))
-        .arg(format!("--cache-directory={}", triton.tree.join("caches").display()))
-        .args(["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"])
-        .arg(format!("--http-port={n_http}"))
-        .arg(format!("--grpc-port={n_grpc}"))
-        .arg(format!("--metrics-port={n_metrics}"));
+    let tritium_cmd = tritium_command(&root, &tritium, &repo.0, [t_http, t_grpc, t_metrics]);
+    let triton_cmd = triton_command(&root, &triton, &repo.0, [n_http, n_grpc, n_metrics]);
 
     // Both start before either is measured; the idle one sleeps in its event loop meanwhile.
     let mut servers = [
@@ -140,6 +115,44 @@ pub(crate) fn bench_serve() -> Result<()> {
         logs.display()
     );
     Ok(())
+}
+
+/// `tritium serve` on `repo` at the HTTP, gRPC and metrics `ports`.
+pub(crate) fn tritium_command(root: &Path, tritium: &Path, repo: &Path, ports: [u16; 3]) -> Command {
+    let [http, grpc, metrics] = ports;
+    let mut cmd = Command::new(tritium);
+    cmd.current_dir(root).arg("serve").arg("--model-repository").arg(repo).args([
+        "--http-port",
+        &http.to_string(),
+        "--grpc-port",
+        &grpc.to_string(),
+        "--metrics-port",
+        &metrics.to_string(),
+    ]);
+    cmd
+}
+
+/// Triton's `tritonserver` from `.venv-triton` on `repo` at the HTTP, gRPC and metrics `ports`.
+pub(crate) fn triton_command(root: &Path, triton: &TritonEnv, repo: &Path, ports: [u16; 3]) -> Command {
+    let [http, grpc, metrics] = ports;
+    let mut cmd = Command::new(triton.tree.join("bin/tritonserver"));
+    cmd.current_dir(root)
+        .env(
+            "LD_LIBRARY_PATH",
+            join_paths(
+                [triton.libs.as_os_str(), triton.python_libdir.as_os_str()],
+                std::env::var_os("LD_LIBRARY_PATH"),
+            ),
+        )
+        .env("PATH", join_paths([triton.venv_bin.as_os_str()], std::env::var_os("PATH")))
+        .arg(format!("--model-repository={}", repo.display()))
+        .arg(format!("--backend-directory={}", triton.tree.join("backends").display()))
+        .arg(format!("--cache-directory={}", triton.tree.join("caches").display()))
+        .args(["--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"])
+        .arg(format!("--http-port={http}"))
+        .arg(format!("--grpc-port={grpc}"))
+        .arg(format!("--metrics-port={metrics}"));
+    cmd
 }
 
 /// One perf_analyzer measurement.
@@ -269,20 +282,20 @@ fn parse_perf(stdout: &str) -> Option<Measurement> {
 }
 
 /// The 1-minute load average: anything else running skews the numbers of both servers.
-fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| "?".into())
 }
 
-fn tail(text: &str, lines: usize) -> String {
+pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 /// A server started for the benchmark; dropping it stops it (SIGTERM, then SIGKILL) and reaps it.
-struct Server {
+pub(crate) struct Server {
     name: &'static str,
     child: Child,
     log: PathBuf,
@@ -291,7 +304,13 @@ struct Server {
 }
 
 impl Server {
-    fn start(name: &'static str, mut cmd: Command, log: &Path, http_port: u16, grpc_port: u16) -> Result<Self> {
+    pub(crate) fn start(
+        name: &'static str,
+        mut cmd: Command,
+        log: &Path,
+        http_port: u16,
+        grpc_port: u16,
+    ) -> Result<Self> {
         let file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
         cmd.stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
         eprintln!("xtask: {cmd:?}");
@@ -299,14 +318,14 @@ impl Server {
         Ok(Self { name, child, log: log.to_owned(), http_port, grpc_port })
     }
 
-    fn check_alive(&mut self) -> Result<()> {
+    pub(crate) fn check_alive(&mut self) -> Result<()> {
         if let Some(status) = self.child.try_wait()? {
             bail!("{} exited with {status}; last lines of {}:\n{}", self.name, self.log.display(), self.log_tail());
         }
         Ok(())
     }
 
-    fn wait_ready(&mut self) -> Result<()> {
+    pub(crate) fn wait_ready(&mut self) -> Result<()> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             self.check_alive()?;
@@ -323,6 +342,21 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its name, as printed.
+    pub(crate) fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Its gRPC port.
+    pub(crate) fn grpc_port(&self) -> u16 {
+        self.grpc_port
     }
 
     fn log_tail(&self) -> String {
@@ -366,7 +400,7 @@ fn http_status(port: u16, path: &str) -> Option<u16> {
 }
 
 /// `N` distinct free ports on 127.0.0.1 (all listeners are held until every port is picked).
-fn free_ports<const N: usize>() -> Result<[u16; N]> {
+pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N]> {
     let listeners = (0..N).map(|_| TcpListener::bind("127.0.0.1:0")).collect::<std::io::Result<Vec<_>>>()?;
     let mut ports = [0; N];
     for (p, l) in ports.iter_mut().zip(&listeners) {
@@ -387,10 +421,10 @@ fn join_paths<'a>(
 }
 
 /// A directory removed (with its contents) on drop.
-struct TempDir(PathBuf);
+pub(crate) struct TempDir(pub(crate) PathBuf);
 
 impl TempDir {
-    fn new(prefix: &str) -> Result<Self> {
+    pub(crate) fn new(prefix: &str) -> Result<Self> {
         let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -424,7 +458,7 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
 }
 
 /// Where the pieces of Triton live once `.venv-triton` is set up.
-struct TritonEnv {
+pub(crate) struct TritonEnv {
     /// `bin/tritonserver`, `backends/python` (with the stub for this Python), `caches`.
     tree: PathBuf,
     /// `site-packages/nvidia_pytriton.libs`: the shared libraries tritonserver needs.
@@ -436,7 +470,7 @@ struct TritonEnv {
 }
 
 /// Creates `.venv-triton` with nvidia-pytriton if needed and assembles the server tree.
-fn triton_env(root: &Path) -> Result<TritonEnv> {
+pub(crate) fn triton_env(root: &Path) -> Result<TritonEnv> {
     let venv = root.join(".venv-triton");
     let py = venv.join("bin/python");
     if !py.exists() {

@@ -11,6 +11,7 @@
 //! - `cargo xtask test`: setup, lint, build, `cargo test --workspace`, then the Python tests.
 //! - `cargo xtask bench ipc`: the IPC benchmark (floor, stub round trips, memcpy).
 //! - `cargo xtask bench serve`: perf_analyzer against tritium and Triton 2.51 serving add_sub.
+//! - `cargo xtask bench stream`: decoupled streams of 1,000 responses, tritium against Triton 2.51.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,6 +22,7 @@ mod tidy;
 use anyhow::{bail, Context, Result};
 
 mod bench_serve;
+mod bench_stream;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
@@ -223,7 +225,8 @@ fn bench(what: &str) -> Result<()> {
             "ipc",
         ])),
         "serve" => bench_serve::bench_serve(),
-        other => bail!("unknown benchmark {other:?}; known: ipc, serve"),
+        "stream" => bench_stream::bench_stream(),
+        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream"),
     }
 }
 
@@ -237,6 +240,8 @@ fn main() -> Result<()> {
         ["bench", what] => bench(what),
         ["bench"] => bench("ipc"),
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
-        _ => bail!("usage: cargo xtask setup | build | lint | serve [FLAGS] | test | bench ipc | bench serve"),
+        _ => bail!(
+            "usage: cargo xtask setup | build | lint | serve [FLAGS] | test | bench ipc | bench serve | bench stream"
+        ),
     }
 }

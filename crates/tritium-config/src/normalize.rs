@@ -181,8 +181,8 @@ fn is_ensemble_config(config: &ModelConfig) -> bool {
     config.platform == ENSEMBLE_PLATFORM
 }
 
-/// Fills in the python backend and refuses every other one; returns whether this is an
-/// ensemble.
+/// Fills in the python backend and refuses platforms; returns whether this is an ensemble. A
+/// `backend` other than "python" passes: the server looks for it among its Python-based backends.
 fn check_backend(config: &mut ModelConfig) -> Result<bool, ConfigError> {
     let unsupported = |requested: String| ConfigError::UnsupportedBackend { model: config.name.clone(), requested };
     if is_ensemble_config(config) {
@@ -199,8 +199,6 @@ fn check_backend(config: &mut ModelConfig) -> Result<bool, ConfigError> {
             return Err(unsupported(format!("platform '{}'", config.platform)));
         }
         config.backend = PYTHON_BACKEND.to_owned();
-    } else if config.backend != PYTHON_BACKEND {
-        return Err(unsupported(format!("backend '{}'", config.backend)));
     }
     Ok(false)
 }

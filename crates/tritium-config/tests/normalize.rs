@@ -140,11 +140,6 @@ fn refusals_with_triton_texts() {
         ),
         (
             "m",
-            format!("backend: \"onnxruntime\" {io}"),
-            "tritium serves only the python backend; model 'm' asks for backend 'onnxruntime'",
-        ),
-        (
-            "m",
             format!("platform: \"tensorrt_plan\" {io}"),
             "tritium serves only the python backend; model 'm' asks for platform 'tensorrt_plan'",
         ),

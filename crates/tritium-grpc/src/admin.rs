@@ -310,6 +310,7 @@ mod tests {
             auto_complete: false,
             strict_readiness: true,
             explicit_control: true,
+            backend_directory: std::path::PathBuf::new(),
             max_queue_size: 0,
             server_id: "tritium".into(),
             load_threads: 4,

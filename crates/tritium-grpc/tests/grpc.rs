@@ -71,6 +71,7 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
         server_id: "tritium".into(),
         load_threads: 4,
         load_retries: 0,
+        backend_directory: PathBuf::new(),
     }
 }
 

@@ -39,6 +39,8 @@ pub const LAYOUT_VERSION: u32 = 1;
 const RING_A: usize = 4096;
 const RING_B: usize = RING_A + ring::RING_HEADER_SIZE;
 const SLOTS: usize = 8192;
+/// Descriptors in one `Release` frame: a few slots each, well inside the ring.
+const RELEASES_PER_FRAME: usize = 512;
 
 /// The fixed header at the start of the control segment.
 #[repr(C)]
@@ -399,8 +401,35 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
             return Ok(());
         }
         // Keep each frame well inside the ring.
-        for chunk in pending.chunks(512) {
+        for chunk in pending.chunks(RELEASES_PER_FRAME) {
             self.send_control_locked(tx, &Control::Release(chunk.to_vec()), false)?;
+        }
+        Ok(())
+    }
+
+    /// Sends pending releases only while they fit in the ring now with half of it left free,
+    /// never waiting for room; the rest stay pending. On the receive path the peer may not read
+    /// for a long time (a stub's main thread in `execute` sending many responses, each of whose
+    /// output blocks this side releases): waiting for room there, while the peer waits for this
+    /// side to read its full ring, would deadlock both.
+    fn flush_releases_with_room(&self, tx: &mut Tx) -> Result<(), IpcError> {
+        let mut pending = std::mem::take(&mut *lock(&self.pending_release));
+        let reserve = tx.producer.slot_count() / 2;
+        while !pending.is_empty() {
+            let n = pending.len().min(RELEASES_PER_FRAME);
+            let frame = Control::Release(pending[pending.len() - n..].to_vec());
+            let Tx { producer, buf } = &mut *tx;
+            buf.clear();
+            postcard::to_io(&frame, &mut *buf)
+                .map_err(|e| IpcError::Protocol(format!("encoding a control frame: {e}")))?;
+            if producer.free_slots() < producer.slots_for(buf.len()).saturating_add(reserve) {
+                break;
+            }
+            producer.send(FRAME_CONTROL, buf, false, self.config.send_timeout)?;
+            pending.truncate(pending.len() - n);
+        }
+        if !pending.is_empty() {
+            lock(&self.pending_release).extend(pending);
         }
         Ok(())
     }
@@ -414,14 +443,15 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// Sends pending releases unless another thread is sending: a sender waiting for room
     /// holds the producer until the peer reads, and the peer may itself be waiting for this side
     /// to read. Waiting here for that sender would deadlock both; its next send (or this side's
-    /// next receive) takes the releases along instead.
+    /// next receive) takes the releases along instead. For the same reason only what fits now
+    /// goes ([`Self::flush_releases_with_room`]).
     fn try_flush_releases(&self) -> Result<(), IpcError> {
         let mut tx = match self.tx.try_lock() {
             Ok(tx) => tx,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
         };
-        self.flush_releases_locked(&mut tx)
+        self.flush_releases_with_room(&mut tx)
     }
 
     /// Receives the next application message, handling control frames on the way. Returns
@@ -726,6 +756,28 @@ mod tests {
         assert!(stub.recv(Duration::ZERO).expect("recv").is_none());
         assert!(server.recv(Duration::from_millis(50)).expect("recv").is_none());
         assert_eq!(server.live_blocks(), 0);
+    }
+
+    #[test]
+    fn a_receive_never_waits_for_room_to_send_releases() {
+        // A stub sends many responses from `execute` without reading: the server receives each
+        // and releases its block. Releases must not fill the server's ring and block the
+        // receive, or the server stops reading while the stub waits for it to.
+        let (server, stub) = pair();
+        let slots = ChannelConfig::default().geometry.slot_count as u64;
+        for seq in 0..4 * slots {
+            let block = stub.alloc(4).expect("alloc");
+            stub.send(&ToServer::Pong { seq }).expect("room: the server reads as we go");
+            let started = Instant::now();
+            assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::Pong { seq: s }) if s == seq));
+            assert!(started.elapsed() < Duration::from_secs(2), "waited {:?}", started.elapsed());
+            server.release(block.desc);
+        }
+        assert_eq!(stub.live_blocks(), 4 * slots as usize);
+        // The stub reads: the releases (batched in few frames) free its blocks.
+        server.send(&ToStub::Ping { seq: 1 }).expect("ping");
+        assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 1 })));
+        assert_eq!(stub.live_blocks(), 0);
     }
 
     #[test]

@@ -273,6 +273,23 @@ impl Producer {
         self.ring.geo.payload() * self.ring.geo.slot_count as usize
     }
 
+    /// Slots free right now (none when the peer's `tail` is out of range).
+    pub fn free_slots(&self) -> u32 {
+        let count = self.ring.geo.slot_count;
+        let used = self.head.wrapping_sub(self.ring.header().tail.load(Ordering::Acquire));
+        count.saturating_sub(used)
+    }
+
+    /// The slots a message of `len` bytes takes.
+    pub fn slots_for(&self, len: usize) -> u32 {
+        len.div_ceil(self.ring.geo.payload()).max(1).try_into().unwrap_or(u32::MAX)
+    }
+
+    /// The ring's number of slots.
+    pub fn slot_count(&self) -> u32 {
+        self.ring.geo.slot_count
+    }
+
     /// Publishes one message. Waits up to `timeout` for room; wakes the consumer only if it sleeps
     /// and `wake` is set (a lazy message is picked up with the next one).
     pub fn send(&mut self, kind: u16, payload: &[u8], wake: bool, timeout: Duration) -> Result<(), IpcError> {

@@ -46,6 +46,9 @@ pub struct ServerOptions {
     pub load_threads: usize,
     /// Times a failed load is tried again (`--model-load-retry-count`).
     pub load_retries: u32,
+    /// Where Python-based backends live: `backend: "<name>"` other than "python" runs
+    /// `<backend_directory>/<name>/model.py` (`--backend-directory`).
+    pub backend_directory: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -893,6 +896,18 @@ pub(crate) enum LoadError {
     /// A version directory lacks the model file.
     #[error("Python model file not found in '{0}'")]
     NoModelFile(String),
+    /// `backend` names neither "python" nor a Python-based backend in the backend directory.
+    #[error(
+        "unable to find backend library for backend '{backend}', try specifying runtime on the model configuration. \
+         (tritium serves the python backend and Python-based backends; it looked for '{searched}': set the backend \
+         directory with --backend-directory)"
+    )]
+    UnknownBackend {
+        /// The config's `backend`.
+        backend: String,
+        /// The model.py it looked for.
+        searched: String,
+    },
     /// The instance worker thread could not be started.
     #[error("cannot start an instance thread: {0}")]
     Thread(#[source] std::io::Error),
@@ -907,6 +922,8 @@ pub(crate) enum LoadError {
 /// A model's config, read and completed, and what loading its versions needs from it.
 struct Resolved {
     dir: PathBuf,
+    /// A Python-based backend's `model.py`, run instead of each version's own model file.
+    backend_model: Option<PathBuf>,
     config: Arc<ModelConfig>,
     config_json: String,
     supervision: Supervision,
@@ -965,8 +982,13 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
         backend: "python".into(),
         ..Default::default()
     });
+    let backend_model = python_based_backend(opts, &config)?;
     if opts.auto_complete {
-        if let Some(file) = auto_complete_file(&dir, &config, has_file) {
+        let file = match &backend_model {
+            Some(file) => mentions_auto_complete(file, has_file).then(|| file.clone()),
+            None => auto_complete_file(&dir, &config, has_file),
+        };
+        if let Some(file) = file {
             config = auto_complete(opts, name, &file, &config)?;
         }
     }
@@ -982,7 +1004,17 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
     let batching = batching_for(&config);
     let priorities = Priorities::for_config(&config, opts.max_queue_size);
     let config_json = tritium_config::to_json(&config).to_string();
-    Ok(Resolved { dir, config: Arc::new(config), config_json, supervision, batching, priorities, classes, versions })
+    Ok(Resolved {
+        dir,
+        backend_model,
+        config: Arc::new(config),
+        config_json,
+        supervision,
+        batching,
+        priorities,
+        classes,
+        versions,
+    })
 }
 
 /// Step 2: the model file whose `auto_complete_config` runs, if it should: the newest version's,
@@ -990,8 +1022,30 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
 fn auto_complete_file(dir: &Path, config: &ModelConfig, has_file: bool) -> Option<PathBuf> {
     let filename = if config.default_model_filename.is_empty() { "model.py" } else { &config.default_model_filename };
     let file = dir.join(newest_version_dir(dir)?.to_string()).join(filename);
-    let mentions = std::fs::read_to_string(&file).map(|s| s.contains("auto_complete_config")).unwrap_or(false);
-    (!has_file || mentions).then_some(file)
+    mentions_auto_complete(&file, has_file).then_some(file)
+}
+
+/// Whether `auto_complete_config` in `file` should run: always without a `config.pbtxt`,
+/// otherwise when the file mentions it.
+fn mentions_auto_complete(file: &Path, has_file: bool) -> bool {
+    !has_file || std::fs::read_to_string(file).map(|s| s.contains("auto_complete_config")).unwrap_or(false)
+}
+
+/// A Python-based backend (Triton's layout): `backend: "<name>"` other than "python" runs
+/// `<backend directory>/<name>/model.py` for every version of the model. None for the python
+/// backend and ensembles; an error naming the file looked for when the backend has none.
+fn python_based_backend(opts: &ServerOptions, config: &ModelConfig) -> Result<Option<PathBuf>, LoadError> {
+    let backend = config.backend.as_str();
+    if backend.is_empty() || backend == "python" {
+        return Ok(None);
+    }
+    let file = opts.backend_directory.join(backend).join("model.py");
+    // A name that leaves the backend directory (`..`, a separator) is no backend.
+    let plain = Path::new(backend).components().count() == 1 && !backend.starts_with('.');
+    if !plain || !file.is_file() {
+        return Err(LoadError::UnknownBackend { backend: backend.to_string(), searched: file.display().to_string() });
+    }
+    Ok(Some(file))
 }
 
 /// Step 3: dynamic batching, for a batching model with `dynamic_batching`.
@@ -1037,7 +1091,10 @@ fn start_version(
     prepared: Duration,
 ) -> Result<Arc<Version>, LoadError> {
     let version_start = Instant::now();
-    let model_file = r.dir.join(v.to_string()).join(&r.config.default_model_filename);
+    let model_file = match &r.backend_model {
+        Some(file) => file.clone(),
+        None => r.dir.join(v.to_string()).join(&r.config.default_model_filename),
+    };
     if !model_file.is_file() {
         return Err(LoadError::NoModelFile(model_file.display().to_string()));
     }
@@ -1142,6 +1199,7 @@ mod tests {
                 server_id: "tritium".into(),
                 load_threads: 4,
                 load_retries: 0,
+                backend_directory: self.0.join("backends"),
             }
         }
     }
@@ -1179,6 +1237,27 @@ mod tests {
             specs.iter().map(|s| (s.name.as_str(), s.kind)).collect::<Vec<_>>(),
             [("m_0_0", "CPU"), ("m_0_1", "CPU")]
         );
+    }
+
+    #[test]
+    fn a_python_based_backend_runs_the_backend_directory_model_py() {
+        let repo = Repo::new("backends");
+        let opts = repo.options();
+        repo.model("llm", "backend: \"words\"", &[1]);
+        let searched = repo.0.join("backends/words/model.py");
+        let e = resolve(&opts, "llm").err().expect("no such backend");
+        assert!(matches!(e, LoadError::UnknownBackend { .. }), "{e}");
+        assert!(e.to_string().starts_with("unable to find backend library for backend 'words'"), "{e}");
+        assert!(e.to_string().contains(&format!("'{}'", searched.display())), "{e}");
+        std::fs::create_dir_all(searched.parent().expect("parent")).expect("backend dir");
+        std::fs::write(&searched, "").expect("model.py");
+        let r = resolve(&opts, "llm").expect("resolve");
+        assert_eq!(r.backend_model.as_deref(), Some(searched.as_path()));
+        assert_eq!(r.config.backend, "words");
+        repo.model("escape", "backend: \"../backends/words\"", &[1]);
+        assert!(matches!(resolve(&opts, "escape"), Err(LoadError::UnknownBackend { .. })));
+        repo.model("plain", "backend: \"python\"", &[1]);
+        assert!(resolve(&opts, "plain").expect("resolve").backend_model.is_none());
     }
 
     #[test]

@@ -160,6 +160,13 @@ pub(crate) struct ServeArgs {
     /// decompressed); Triton's fixed limit, INT32_MAX, by default.
     #[arg(long, env = "TRITIUM_GRPC_MAX_MESSAGE_SIZE", default_value_t = tritium_grpc::MAX_GRPC_MESSAGE_SIZE)]
     grpc_max_message_size: usize,
+    // Python-based backends (runtime work).
+    /// The backend directory: a model with `backend: "<name>"` other than "python" runs
+    /// `<backend-directory>/<name>/model.py` (a Python-based backend, as Triton's vLLM backend),
+    /// with `pb_utils.get_model_dir()` still the model's version directory (Triton's flag and
+    /// default).
+    #[arg(long, env = "TRITIUM_BACKEND_DIRECTORY", default_value = "/opt/tritonserver/backends")]
+    backend_directory: PathBuf,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -242,6 +249,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         auto_complete: !args.disable_auto_complete_config && args.triton.strict_model_config != Some(true),
         strict_readiness: args.strict_readiness,
         explicit_control: args.model_control_mode == ControlMode::Explicit,
+        backend_directory: args.backend_directory.clone(),
         max_queue_size: args.max_queue_size,
         server_id: args.triton.id.clone().unwrap_or_else(|| "tritium".to_string()),
         load_threads: args.triton.model_load_thread_count.max(1),
