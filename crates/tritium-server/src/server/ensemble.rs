@@ -318,8 +318,8 @@ async fn run(
         updated.push((input.name.clone(), 0));
     }
     for name in &plan.optional {
-        if !tensors.contains_key(&(name.clone(), 0)) {
-            tensors.insert((name.clone(), 0), None);
+        if let std::collections::hash_map::Entry::Vacant(slot) = tensors.entry((name.clone(), 0)) {
+            slot.insert(None);
             updated.push((name.clone(), 0));
         }
     }
