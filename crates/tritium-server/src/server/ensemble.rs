@@ -85,14 +85,21 @@ impl Server {
         names.dedup();
         let on_disk = self.repository_models();
         let missing: Vec<&str> =
-            names.iter().copied().filter(|n| !n.is_empty() && *n != name && !on_disk.iter().any(|d| d == n)).collect();
+            names.iter().copied().filter(|n| !n.is_empty() && !on_disk.iter().any(|d| d == n)).collect();
         if !missing.is_empty() {
             return Err(LoadError::Ensemble(format!(
                 "ensemble {name} contains models that are not available or ambiguous: {}",
                 missing.join(", ")
             )));
         }
-        for step in names.iter().filter(|n| !n.is_empty() && **n != name) {
+        if let Some(cycle) = ensemble_cycle(&self.inner.opts.repository, name) {
+            // Each ensemble of the cycle would wait for the other: Triton leaves them unloaded.
+            return Err(LoadError::Ensemble(format!(
+                "ensemble '{name}' depends on itself through its steps: {}",
+                cycle.join(" -> ")
+            )));
+        }
+        for step in names.iter().filter(|n| !n.is_empty()) {
             self.await_loaded(step).await;
         }
         let models = self.models();
@@ -140,6 +147,41 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// The step models of the ensemble in `dir`, from its config.pbtxt alone (none for a model that
+/// is not an ensemble).
+fn step_models(dir: &Path) -> Vec<String> {
+    match tritium_config::load_config(dir) {
+        Ok(Some(c)) if tritium_config::is_ensemble(&c) => tritium_config::ensemble_scheduling(&c)
+            .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// A chain of ensembles in `repository` that leads from `name` back to itself, if any.
+fn ensemble_cycle(repository: &Path, name: &str) -> Option<Vec<String>> {
+    fn walk(repository: &Path, path: &mut Vec<String>, done: &mut HashSet<String>) -> bool {
+        let Some(last) = path.last().cloned() else { return false };
+        for step in step_models(&repository.join(&last)) {
+            if step == path[0] {
+                path.push(step);
+                return true;
+            }
+            if step.is_empty() || path.contains(&step) || !done.insert(step.clone()) {
+                continue;
+            }
+            path.push(step);
+            if walk(repository, path, done) {
+                return true;
+            }
+            path.pop();
+        }
+        false
+    }
+    let mut path = vec![name.to_string()];
+    walk(repository, &mut path, &mut HashSet::new()).then_some(path)
 }
 
 /// Whether the model in `dir` is an ensemble, from its config.pbtxt alone.
@@ -522,5 +564,39 @@ mod tests {
     #[test]
     fn a_missing_directory_is_not_an_ensemble() {
         assert!(!is_ensemble_dir(Path::new("/nonexistent/tritium/ensemble")));
+    }
+
+    fn write_ensemble(repo: &Path, name: &str, steps: &[&str]) {
+        let steps: Vec<String> = steps
+            .iter()
+            .map(|s| format!(r#"{{ model_name: "{s}" input_map {{ key: "IN" value: "X" }} output_map {{ key: "OUT" value: "Y" }} }}"#))
+            .collect();
+        let config = format!(
+            r#"platform: "ensemble"
+            input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+            output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+            ensemble_scheduling {{ step [ {} ] }}"#,
+            steps.join(", ")
+        );
+        std::fs::create_dir_all(repo.join(name).join("1")).expect("model dir");
+        std::fs::write(repo.join(name).join("config.pbtxt"), config).expect("config");
+    }
+
+    #[test]
+    fn cycles_of_ensembles_are_found_and_plain_graphs_are_not() {
+        let repo = std::env::temp_dir().join(format!("tritium-ensemble-cycle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&repo);
+        write_ensemble(&repo, "a", &["b", "plain"]);
+        write_ensemble(&repo, "b", &["c"]);
+        write_ensemble(&repo, "c", &["a"]);
+        write_ensemble(&repo, "self", &["self"]);
+        write_ensemble(&repo, "d", &["b2", "b2"]);
+        write_ensemble(&repo, "b2", &["plain"]);
+        assert_eq!(ensemble_cycle(&repo, "a"), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+        assert_eq!(ensemble_cycle(&repo, "self"), Some(vec!["self".into(), "self".into()]));
+        assert_eq!(ensemble_cycle(&repo, "d"), None);
+        assert!(is_ensemble_dir(&repo.join("d")));
+        assert_eq!(step_models(&repo.join("d")), ["b2", "b2"]);
+        let _ = std::fs::remove_dir_all(&repo);
     }
 }
