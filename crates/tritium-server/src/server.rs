@@ -637,6 +637,7 @@ impl Server {
         };
         retire_all(old).await;
         info!(model = %name, "model ready");
+        self.refresh_dependents(name, true).await;
         Ok(())
     }
 
@@ -659,6 +660,7 @@ impl Server {
             }
         }
         info!(model = %name, "model unloaded");
+        self.refresh_dependents(name, false).await;
         Ok(())
     }
 

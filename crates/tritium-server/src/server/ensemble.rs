@@ -132,6 +132,42 @@ impl Server {
         Ok(Some(configs))
     }
 
+    /// After model `name` was loaded (`loaded`) or unloaded, the ensembles that use it are
+    /// checked again, as Triton's dependency graph does: reloaded against the new model, or made
+    /// unavailable with the reason. Boxed, as it loads models.
+    pub(super) fn refresh_dependents(&self, name: &str, loaded: bool) -> Boxed<()> {
+        let server = self.clone();
+        let name = name.to_string();
+        Box::pin(async move {
+            let repo = server.inner.opts.repository.clone();
+            let dependents: Vec<String> = server
+                .models()
+                .iter()
+                .filter(|(n, e)| **n != name && e.wanted && e.state != State::Loading)
+                .filter(|(n, _)| step_models(&repo.join(n)).contains(&name))
+                .map(|(n, _)| n.clone())
+                .collect();
+            for ensemble in dependents {
+                if loaded {
+                    if let Err(e) = server.load(&ensemble).await {
+                        error!(model = %ensemble, "{e}");
+                    }
+                    continue;
+                }
+                let reason = format!("ensemble '{ensemble}' depends on '{name}' which has no loaded version.");
+                info!(model = %ensemble, "{reason}");
+                let old = {
+                    let mut models = server.models_mut();
+                    let Some(entry) = models.get_mut(&ensemble) else { continue };
+                    entry.state = State::Unavailable(reason);
+                    std::mem::take(&mut entry.versions)
+                };
+                retire_all(old).await;
+                server.refresh_dependents(&ensemble, false).await;
+            }
+        })
+    }
+
     /// Loads step model `name` unless it is loaded or being loaded; waits for a load under way.
     async fn await_loaded(&self, name: &str) {
         let load = {
