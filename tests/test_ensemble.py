@@ -227,6 +227,10 @@ BAD = {
         "ensemble bad_batch allows maximum batch size 8, but it contains model batched which only allows "
         "maximum batch size to be 4",
     ),
+    "bad_version": (
+        ensemble("bad_version", [step("add_one", {"IN": "X"}, {"OUT": "Y"}).replace("model_version: -1", "")]),
+        "ensemble 'bad_version' depends on 'add_one' whose required version 0 is not loaded.",
+    ),
     # Two ensembles that use each other would each wait for the other.
     "bad_loop_a": (
         ensemble("bad_loop_a", [step("bad_loop_b", {"X": "X"}, {"Y": "Y"})]),

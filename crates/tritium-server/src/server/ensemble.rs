@@ -117,15 +117,17 @@ impl Server {
                     "ensemble '{name}' depends on '{s}' which has no loaded version.{reason}"
                 )));
             };
+            // As in Triton, a step without `model_version` asks for version 0; -1 is the latest.
             let version = if step.model_version >= 0 {
-                entry.versions.get(&step.model_version).ok_or_else(|| {
-                    LoadError::Ensemble(format!(
-                        "ensemble '{name}' depends on '{s}' whose required version {} is not loaded.",
-                        step.model_version
-                    ))
-                })?
+                entry.versions.get(&step.model_version)
             } else {
-                entry.versions.values().next_back().ok_or_else(|| LoadError::Ensemble(format!("'{s}'")))?
+                entry.versions.values().next_back()
+            };
+            let Some(version) = version else {
+                return Err(LoadError::Ensemble(format!(
+                    "ensemble '{name}' depends on '{s}' whose required version {} is not loaded.",
+                    step.model_version
+                )));
             };
             configs.push(version.config.clone());
         }
