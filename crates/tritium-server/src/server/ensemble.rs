@@ -146,7 +146,12 @@ impl Server {
                 .models()
                 .iter()
                 .filter(|(n, e)| **n != name && e.wanted && e.state != State::Loading)
-                .filter(|(n, _)| step_models(&repo.join(n)).contains(&name))
+                .filter(|(n, e)| match e.versions.values().next_back() {
+                    // A loaded model: only an ensemble has steps.
+                    Some(v) => v.ensemble.as_ref().is_some_and(|plan| plan.steps.iter().any(|s| s.model == name)),
+                    // A failed one may be an ensemble that waits for this model.
+                    None => step_models(&repo.join(n)).contains(&name),
+                })
                 .map(|(n, _)| n.clone())
                 .collect();
             for ensemble in dependents {
