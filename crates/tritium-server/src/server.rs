@@ -66,20 +66,19 @@ struct Version {
 impl Version {
     /// Whether at least one instance serves.
     fn any_ready(&self) -> bool {
-        self.ensemble.is_some()
-            || self
-                .ctx
-                .instances
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .any(|i| i.state() == InstanceState::Ready)
+        if self.ensemble.is_some() {
+            return true;
+        }
+        self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|i| i.state() == InstanceState::Ready)
     }
 
     /// Why no instance serves, when none does and none will come back by itself.
     fn failure(&self) -> Option<String> {
+        if self.ensemble.is_some() {
+            return None;
+        }
         let instances = self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner());
-        (self.ensemble.is_none() && instances.iter().all(|i| i.state() == InstanceState::Failed)).then(|| {
+        instances.iter().all(|i| i.state() == InstanceState::Failed).then(|| {
             instances.iter().map(|i| format!("{}: {}", i.spec.name, i.reason())).collect::<Vec<_>>().join("; ")
         })
     }
