@@ -26,6 +26,7 @@ GOOD_MODELS = [
     "pylog",
     "metered",
     "stream_words",
+    "ensemble_pipeline",
 ]
 
 

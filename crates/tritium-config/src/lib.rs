@@ -10,6 +10,7 @@
 //! `auto_complete_config` output), then [`normalize`], then [`resolve_instance_groups`] with
 //! the GPUs of this machine, then [`model_versions`].
 
+mod ensemble;
 mod error;
 mod json;
 mod normalize;
@@ -21,6 +22,7 @@ use std::sync::OnceLock;
 
 use prost_reflect::{DescriptorPool, MessageDescriptor};
 
+pub use ensemble::{check_steps, ensemble_scheduling, is_ensemble, ENSEMBLE_PLATFORM};
 pub use error::ConfigError;
 pub use json::{from_json, from_json_str, to_json};
 pub use normalize::{normalize, resolve_instance_groups};

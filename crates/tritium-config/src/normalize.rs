@@ -316,6 +316,7 @@ fn validate_config(config: &ModelConfig, is_ensemble: bool) -> Result<(), Config
                 };
                 return invalid(format!("must specify '{missing}' in step {index} of ensemble '{name}'"));
             }
+            crate::ensemble::check_data_flow(config, ensemble)?;
         }
         None => {}
     }

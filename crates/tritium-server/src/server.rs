@@ -19,7 +19,9 @@ use crate::instance::{self, InstanceSpec, StateView, Supervision, VersionContext
 use crate::scheduler::{Batching, Pending, Priorities, Queue, Refused, Reply};
 use crate::stats::Stats;
 use crate::types::*;
-use crate::validate::{check_metadata, validate, wire_type};
+use crate::validate::{check_metadata, validate, wire_type, Validated};
+
+mod ensemble;
 
 /// How the server runs models.
 #[derive(Debug, Clone)]
@@ -66,16 +68,24 @@ struct Version {
     /// How long loading this version took: reading its config, then starting and initializing
     /// its instances (`nv_model_load_duration_secs`).
     load_duration: Duration,
+    /// An ensemble's steps (an ensemble has no instances and is ready once loaded).
+    ensemble: Option<Arc<ensemble::Ensemble>>,
 }
 
 impl Version {
     /// Whether at least one instance serves.
     fn any_ready(&self) -> bool {
+        if self.ensemble.is_some() {
+            return true;
+        }
         self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|i| i.state() == InstanceState::Ready)
     }
 
     /// Why no instance serves, when none does and none will come back by itself.
     fn failure(&self) -> Option<String> {
+        if self.ensemble.is_some() {
+            return None;
+        }
         let instances = self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner());
         instances.iter().all(|i| i.state() == InstanceState::Failed).then(|| {
             instances.iter().map(|i| format!("{}: {}", i.spec.name, i.reason())).collect::<Vec<_>>().join("; ")
@@ -188,6 +198,7 @@ impl Server {
     /// times; failures are logged and reported by the index.
     pub async fn load_models(&self, names: Vec<String>) {
         let slots = Arc::new(tokio::sync::Semaphore::new(self.inner.opts.load_threads.max(1)));
+        let (names, ensembles) = ensemble::split(self, names);
         let loads: Vec<_> = names
             .into_iter()
             .map(|name| {
@@ -210,6 +221,7 @@ impl Server {
         for load in loads {
             let _ = load.await;
         }
+        ensemble::load_ensembles(self, ensembles).await;
     }
 
     /// Whether a model version is decoupled (its requests are answered by
@@ -221,6 +233,9 @@ impl Server {
 
     /// Runs one inference on a model that is not decoupled.
     pub async fn infer(&self, req: InferRequest) -> Result<InferResponse, InferError> {
+        if let Some(version) = self.ensemble_of(&req) {
+            return ensemble::infer(self.clone(), version, req).await;
+        }
         let (tx, mut rx) = oneshot::channel();
         let (version, deadline) = self.enqueue(req, Reply::Unary(tx), false)?;
         if let Some(deadline) = deadline {
@@ -239,6 +254,9 @@ impl Server {
     /// last one final ([`Streamed::is_last`]). A stream whose sender is dropped without a final
     /// message means the server lost the request (it never happens by design).
     pub fn infer_decoupled(&self, req: InferRequest) -> Result<tokio_mpsc::UnboundedReceiver<Streamed>, InferError> {
+        if let Some(version) = self.ensemble_of(&req) {
+            return ensemble::infer_decoupled(self, version, req);
+        }
         let (tx, rx) = tokio_mpsc::unbounded_channel();
         let (version, deadline) = self.enqueue(req, Reply::Stream(tx), true)?;
         if let Some(deadline) = deadline {
@@ -263,15 +281,7 @@ impl Server {
         let start = Instant::now();
         let version = self.route(&req.model, req.version)?;
         if version.ctx.decoupled != decoupled {
-            let message = if decoupled {
-                format!("model '{}' is not decoupled; use a unary inference", req.model)
-            } else {
-                format!(
-                    "model '{}' uses the decoupled transaction policy; its responses come over a stream only",
-                    req.model
-                )
-            };
-            return Err(InferError::new(ErrorKind::Unsupported, message));
+            return Err(transaction_mismatch(&req.model, decoupled));
         }
         let limit = version.ctx.supervision.max_request_metadata_bytes;
         let checked = match check_metadata(&req, &req.model, limit).and_then(|()| validate(&req, &version.config)) {
@@ -608,13 +618,16 @@ impl Server {
                 entry.state = State::Loading;
             }
         }
+        // An ensemble's step models load first.
+        let steps = self.ensemble_dependencies(name).await;
         let (tx, rx) = oneshot::channel();
         let inner = self.inner.clone();
         let model = name.to_string();
         std::thread::Builder::new()
             .name(format!("load-{name}"))
             .spawn(move || {
-                let _ = tx.send(load_versions(&inner.opts, inner.metrics.custom(), &model));
+                let _ =
+                    tx.send(steps.and_then(|steps| load_versions(&inner.opts, inner.metrics.custom(), &model, steps)));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
@@ -642,6 +655,7 @@ impl Server {
         };
         retire_all(old).await;
         info!(model = %name, "model ready");
+        self.refresh_dependents(name, true).await;
         Ok(())
     }
 
@@ -664,6 +678,7 @@ impl Server {
             }
         }
         info!(model = %name, "model unloaded");
+        self.refresh_dependents(name, false).await;
         Ok(())
     }
 
@@ -917,6 +932,9 @@ pub(crate) enum LoadError {
     /// The loader thread ended without an answer.
     #[error("the loader thread died")]
     LoaderDied,
+    /// An ensemble's step models are missing or not loaded (Triton's texts).
+    #[error("{0}")]
+    Ensemble(String),
 }
 
 /// A model's config, read and completed, and what loading its versions needs from it.
@@ -939,11 +957,16 @@ fn load_versions(
     opts: &ServerOptions,
     metrics: &tritium_metrics::CustomMetrics,
     name: &str,
+    steps: Option<ensemble::StepConfigs>,
 ) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
     let load_start = Instant::now();
     let resolved = resolve(opts, name)?;
     // Each version's load time is the shared preparation plus the start of its own instances.
     let prepared = load_start.elapsed();
+    if tritium_config::is_ensemble(&resolved.config) {
+        let steps = steps.ok_or_else(|| LoadError::Ensemble(format!("ensemble '{name}' has no steps")))?;
+        return ensemble::start(opts, metrics, name, &resolved, steps, prepared);
+    }
     let mut loaded = BTreeMap::new();
     for &v in &resolved.versions {
         match start_version(opts, metrics, name, &resolved, v, prepared) {
@@ -963,6 +986,17 @@ fn load_versions(
 /// Whether a model's config sets `model_transaction_policy { decoupled: true }`.
 fn is_decoupled(config: &ModelConfig) -> bool {
     config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
+}
+
+/// The refusal of a unary call of a decoupled model (`decoupled` false), or of a streamed call
+/// of a model that is not decoupled.
+fn transaction_mismatch(model: &str, decoupled: bool) -> InferError {
+    let message = if decoupled {
+        format!("model '{model}' is not decoupled; use a unary inference")
+    } else {
+        format!("model '{model}' uses the decoupled transaction policy; its responses come over a stream only")
+    };
+    InferError::new(ErrorKind::Unsupported, message)
 }
 
 fn dropped() -> InferError {
@@ -1130,7 +1164,13 @@ fn start_version(
     drop(ready_tx);
     let failures = await_readiness(&ready_rx, workers.len());
     let load_duration = prepared + version_start.elapsed();
-    let version = Arc::new(Version { config: r.config.clone(), ctx, workers: Mutex::new(workers), load_duration });
+    let version = Arc::new(Version {
+        config: r.config.clone(),
+        ctx,
+        workers: Mutex::new(workers),
+        load_duration,
+        ensemble: None,
+    });
     let error = spawn_error.or_else(|| (!failures.is_empty()).then_some(LoadError::Instances(failures)));
     match error {
         Some(e) => {

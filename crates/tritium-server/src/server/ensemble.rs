@@ -1,0 +1,645 @@
+//! Ensembles (`platform: "ensemble"`, `ensemble_scheduling { step [...] }`), as Triton runs
+//! them (core `ensemble_scheduler.cc`, `model_repository_manager.cc`).
+//!
+//! Loading: an ensemble's step models load first (in explicit model control too, as Triton's
+//! polling chain does); a step model missing from the repository, failed, or without the
+//! version a step asks for fails the ensemble with Triton's texts; then the ensemble is checked
+//! against its steps' completed configs ([`tritium_config::check_steps`]). An ensemble has
+//! version directories (they may be empty) and no model file, starts no stub, and is ready as
+//! soon as it is loaded; a step model that goes away later fails the requests that reach it.
+//!
+//! Execution: a request's tensors are kept by name and *generation*. The request's inputs are
+//! generation 0; a step runs once per generation in which all its inputs exist, and its
+//! outputs join that generation, except a decoupled step's: each of its responses opens a new
+//! generation, which drives the steps downstream of it again (Triton's iteration counts; the
+//! decoupled rule checked at load keeps every step's inputs in one generation). Steps go
+//! through [`Server::infer`] and [`Server::infer_decoupled`], so step models keep their own
+//! queues and statistics, and run concurrently where the graph allows. Tensors move between
+//! steps as `Bytes` clones, never copied. The ensemble answers once a generation holds all its
+//! requested outputs; a decoupled ensemble streams one response per such generation and a
+//! final flag at the end. A step's error ends the request with Triton's
+//! `in ensemble '<name>', <the step's error>`.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::sync::mpsc as tokio_mpsc;
+use tritium_config::proto::ModelTransactionPolicy;
+
+use super::*;
+use crate::stats::ExecTimes;
+
+/// The steps of a loaded ensemble, with their tensor names resolved.
+pub(super) struct Ensemble {
+    steps: Vec<Step>,
+    /// Ensemble tensor name -> the steps that read it.
+    consumers: HashMap<String, Vec<usize>>,
+    /// The ensemble's optional inputs (absent ones still let their steps run).
+    optional: Vec<String>,
+}
+
+struct Step {
+    model: String,
+    version: Option<i64>,
+    /// (step model input, ensemble tensor), sorted by input.
+    inputs: Vec<(String, String)>,
+    /// Step model output -> ensemble tensor.
+    outputs: HashMap<String, String>,
+    decoupled: bool,
+}
+
+/// The step models' configs an ensemble is checked against, in step order.
+pub(super) type StepConfigs = Vec<Arc<ModelConfig>>;
+
+/// A boxed future: the ensemble runs requests of its steps, which may be ensembles.
+type Boxed<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl Server {
+    /// The loaded ensemble version a request is for, if the model is an ensemble.
+    pub(super) fn ensemble_of(&self, req: &InferRequest) -> Option<Arc<Version>> {
+        self.route(&req.model, req.version).ok().filter(|v| v.ensemble.is_some())
+    }
+
+    /// Loads, before ensemble `name` itself, the step models it names that are not loaded,
+    /// and returns their configs; `None` for a model that is not an ensemble. Boxed, as loading
+    /// a step may load an ensemble again.
+    pub(super) fn ensemble_dependencies(&self, name: &str) -> Boxed<Result<Option<StepConfigs>, LoadError>> {
+        let server = self.clone();
+        let name = name.to_string();
+        Box::pin(async move { server.dependencies(&name).await })
+    }
+
+    async fn dependencies(&self, name: &str) -> Result<Option<StepConfigs>, LoadError> {
+        let dir = self.inner.opts.repository.join(name);
+        let Ok(Some(config)) = tritium_config::load_config(&dir) else { return Ok(None) };
+        let Some(scheduling) = tritium_config::ensemble_scheduling(&config) else { return Ok(None) };
+        if !tritium_config::is_ensemble(&config) {
+            return Ok(None);
+        }
+        let mut names: Vec<&str> = scheduling.step.iter().map(|s| s.model_name.as_str()).collect();
+        names.sort();
+        names.dedup();
+        let on_disk = self.repository_models();
+        let missing: Vec<&str> =
+            names.iter().copied().filter(|n| !n.is_empty() && !on_disk.iter().any(|d| d == n)).collect();
+        if !missing.is_empty() {
+            return Err(LoadError::Ensemble(format!(
+                "ensemble {name} contains models that are not available or ambiguous: {}",
+                missing.join(", ")
+            )));
+        }
+        if let Some(cycle) = ensemble_cycle(&self.inner.opts.repository, name) {
+            // Each ensemble of the cycle would wait for the other: Triton leaves them unloaded.
+            return Err(LoadError::Ensemble(format!(
+                "ensemble '{name}' depends on itself through its steps: {}",
+                cycle.join(" -> ")
+            )));
+        }
+        for step in names.iter().filter(|n| !n.is_empty()) {
+            self.await_loaded(step).await;
+        }
+        let models = self.models();
+        let mut configs = Vec::new();
+        for step in &scheduling.step {
+            let s = &step.model_name;
+            let entry = models.get(s.as_str());
+            let loaded = entry.filter(|e| !e.versions.is_empty());
+            let Some(entry) = loaded else {
+                let reason = match entry.map(|e| &e.state) {
+                    Some(State::Unavailable(r)) => format!(" Model '{s}' loading failed with error: {r}"),
+                    _ => String::new(),
+                };
+                return Err(LoadError::Ensemble(format!(
+                    "ensemble '{name}' depends on '{s}' which has no loaded version.{reason}"
+                )));
+            };
+            // As in Triton, a step without `model_version` asks for version 0; -1 is the latest.
+            let version = if step.model_version >= 0 {
+                entry.versions.get(&step.model_version)
+            } else {
+                entry.versions.values().next_back()
+            };
+            let Some(version) = version else {
+                return Err(LoadError::Ensemble(format!(
+                    "ensemble '{name}' depends on '{s}' whose required version {} is not loaded.",
+                    step.model_version
+                )));
+            };
+            configs.push(version.config.clone());
+        }
+        Ok(Some(configs))
+    }
+
+    /// After model `name` was loaded (`loaded`) or unloaded, the ensembles that use it are
+    /// checked again, as Triton's dependency graph does: reloaded against the new model, or made
+    /// unavailable with the reason. Boxed, as it loads models.
+    pub(super) fn refresh_dependents(&self, name: &str, loaded: bool) -> Boxed<()> {
+        let server = self.clone();
+        let name = name.to_string();
+        Box::pin(async move {
+            let repo = server.inner.opts.repository.clone();
+            let dependents: Vec<String> = server
+                .models()
+                .iter()
+                .filter(|(n, e)| **n != name && e.wanted && e.state != State::Loading)
+                .filter(|(n, e)| match e.versions.values().next_back() {
+                    // A loaded model: only an ensemble has steps.
+                    Some(v) => v.ensemble.as_ref().is_some_and(|plan| plan.steps.iter().any(|s| s.model == name)),
+                    // A failed one may be an ensemble that waits for this model.
+                    None => step_models(&repo.join(n)).contains(&name),
+                })
+                .map(|(n, _)| n.clone())
+                .collect();
+            for ensemble in dependents {
+                if loaded {
+                    if let Err(e) = server.load(&ensemble).await {
+                        error!(model = %ensemble, "{e}");
+                    }
+                    continue;
+                }
+                let reason = format!("ensemble '{ensemble}' depends on '{name}' which has no loaded version.");
+                info!(model = %ensemble, "{reason}");
+                let old = {
+                    let mut models = server.models_mut();
+                    let Some(entry) = models.get_mut(&ensemble) else { continue };
+                    entry.state = State::Unavailable(reason);
+                    std::mem::take(&mut entry.versions)
+                };
+                retire_all(old).await;
+                server.refresh_dependents(&ensemble, false).await;
+            }
+        })
+    }
+
+    /// Loads step model `name` unless it is loaded or being loaded; waits for a load under way.
+    async fn await_loaded(&self, name: &str) {
+        let load = {
+            let models = self.models();
+            models.get(name).is_none_or(|e| !e.wanted)
+        };
+        if load {
+            let _ = self.load(name).await;
+            return;
+        }
+        // Another task loads it (the repository's first load runs models concurrently).
+        while self.models().get(name).is_some_and(|e| e.state == State::Loading) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The step models of the ensemble in `dir`, from its config.pbtxt alone (none for a model that
+/// is not an ensemble).
+fn step_models(dir: &Path) -> Vec<String> {
+    match tritium_config::load_config(dir) {
+        Ok(Some(c)) if tritium_config::is_ensemble(&c) => tritium_config::ensemble_scheduling(&c)
+            .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// A chain of ensembles in `repository` that leads from `name` back to itself, if any.
+fn ensemble_cycle(repository: &Path, name: &str) -> Option<Vec<String>> {
+    fn walk(repository: &Path, path: &mut Vec<String>, done: &mut HashSet<String>) -> bool {
+        let Some(last) = path.last().cloned() else { return false };
+        for step in step_models(&repository.join(&last)) {
+            if step == path[0] {
+                path.push(step);
+                return true;
+            }
+            if step.is_empty() || path.contains(&step) || !done.insert(step.clone()) {
+                continue;
+            }
+            path.push(step);
+            if walk(repository, path, done) {
+                return true;
+            }
+            path.pop();
+        }
+        false
+    }
+    let mut path = vec![name.to_string()];
+    walk(repository, &mut path, &mut HashSet::new()).then_some(path)
+}
+
+/// Whether the model in `dir` is an ensemble, from its config.pbtxt alone.
+pub(super) fn is_ensemble_dir(dir: &Path) -> bool {
+    matches!(tritium_config::load_config(dir), Ok(Some(c)) if tritium_config::is_ensemble(&c))
+}
+
+/// Splits models to load into (others, ensembles): ensembles load after the models they use.
+pub(super) fn split(server: &Server, names: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let repo = &server.inner.opts.repository;
+    let (ensembles, others) = names.into_iter().partition(|n| is_ensemble_dir(&repo.join(n)));
+    (others, ensembles)
+}
+
+/// Loads ensembles one by one, after the other models (each loads the steps it still misses);
+/// an ensemble loaded already as another ensemble's step is not loaded twice.
+pub(super) async fn load_ensembles(server: &Server, ensembles: Vec<String>) {
+    let repo = server.inner.opts.repository.clone();
+    for name in ensembles {
+        let current = server
+            .models()
+            .get(&name)
+            .is_some_and(|e| e.wanted && e.state == State::Ready && e.fingerprint == fingerprint(&repo.join(&name)));
+        if current {
+            continue;
+        }
+        if let Err(e) = server.load(&name).await {
+            error!(model = %name, "{e}");
+        }
+    }
+}
+
+/// Starts the versions of ensemble `name` (no stub, no instance): checks the ensemble against
+/// its steps, and notes whether it is decoupled in its config, as Triton does.
+pub(super) fn start(
+    opts: &ServerOptions,
+    metrics: &tritium_metrics::CustomMetrics,
+    name: &str,
+    r: &Resolved,
+    steps: StepConfigs,
+    prepared: Duration,
+) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
+    let start = Instant::now();
+    let step_refs: Vec<&ModelConfig> = steps.iter().map(Arc::as_ref).collect();
+    let decoupled = tritium_config::check_steps(&r.config, &step_refs)?;
+    let mut config = (*r.config).clone();
+    config.model_transaction_policy = Some(ModelTransactionPolicy { decoupled });
+    let config_json = tritium_config::to_json(&config).to_string();
+    let scheduling = tritium_config::ensemble_scheduling(&config).cloned().unwrap_or_default();
+    let mut plan = Ensemble { steps: Vec::new(), consumers: HashMap::new(), optional: Vec::new() };
+    for (i, (step, model)) in scheduling.step.iter().zip(&steps).enumerate() {
+        let mut inputs: Vec<(String, String)> = step.input_map.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        inputs.sort();
+        for (_, tensor) in &inputs {
+            plan.consumers.entry(tensor.clone()).or_default().push(i);
+        }
+        plan.steps.push(Step {
+            model: step.model_name.clone(),
+            version: (step.model_version >= 0).then_some(step.model_version),
+            inputs,
+            outputs: step.output_map.clone(),
+            decoupled: is_decoupled(model),
+        });
+    }
+    plan.optional = config.input.iter().filter(|i| i.optional).map(|i| i.name.clone()).collect();
+    let config = Arc::new(config);
+    let plan = Arc::new(plan);
+    let mut versions = BTreeMap::new();
+    for &v in &r.versions {
+        let stats = Arc::new(Stats::new(name, v));
+        let ctx = Arc::new(VersionContext {
+            model: name.to_string(),
+            version: v,
+            model_file: r.dir.join(v.to_string()),
+            model_dir: r.dir.clone(),
+            config_json: config_json.clone(),
+            queue: Arc::new(Queue::new(None, r.priorities.clone(), stats.clone())),
+            stats,
+            stub: opts.stub.clone(),
+            supervision: r.supervision.clone(),
+            live_workers: AtomicUsize::new(0),
+            instances: Mutex::new(Vec::new()),
+            metrics: metrics.clone(),
+            classes: r.classes.clone(),
+            decoupled,
+        });
+        let version = Version {
+            config: config.clone(),
+            ctx,
+            workers: Mutex::new(Vec::new()),
+            load_duration: prepared + start.elapsed(),
+            ensemble: Some(plan.clone()),
+        };
+        versions.insert(v, Arc::new(version));
+    }
+    Ok(versions)
+}
+
+/// The error a unary call of a decoupled model gets, or a streamed call of one that is not.
+fn check_policy(version: &Version, req: &InferRequest, decoupled: bool) -> Result<(), InferError> {
+    if version.ctx.decoupled == decoupled {
+        return Ok(());
+    }
+    Err(transaction_mismatch(&req.model, decoupled))
+}
+
+/// Checks a request against the ensemble's config, as any model's; counts a refusal.
+fn admit(version: &Version, req: &InferRequest) -> Result<Validated, InferError> {
+    let start = Instant::now();
+    let limit = version.ctx.supervision.max_request_metadata_bytes;
+    check_metadata(req, &req.model, limit).and_then(|()| validate(req, &version.config)).inspect_err(|e| {
+        version.ctx.stats.failure(start.elapsed(), e.kind, false);
+    })
+}
+
+/// Runs a request on an ensemble that is not decoupled.
+pub(super) fn infer(
+    server: Server,
+    version: Arc<Version>,
+    req: InferRequest,
+) -> Boxed<Result<InferResponse, InferError>> {
+    Box::pin(async move {
+        check_policy(&version, &req, false)?;
+        let checked = admit(&version, &req)?;
+        let (tx, mut rx) = tokio_mpsc::unbounded_channel();
+        run(server, version, req, checked, tx).await;
+        loop {
+            match rx.recv().await {
+                Some(Streamed::Response { result, .. }) => return result,
+                Some(Streamed::Final) => continue,
+                None => return Err(dropped()),
+            }
+        }
+    })
+}
+
+/// Starts a request on a decoupled ensemble; its responses come on the returned stream.
+pub(super) fn infer_decoupled(
+    server: &Server,
+    version: Arc<Version>,
+    req: InferRequest,
+) -> Result<tokio_mpsc::UnboundedReceiver<Streamed>, InferError> {
+    check_policy(&version, &req, true)?;
+    let checked = admit(&version, &req)?;
+    let (tx, rx) = tokio_mpsc::unbounded_channel();
+    tokio::spawn(run(server.clone(), version, req, checked, tx));
+    Ok(rx)
+}
+
+/// What a running step reports to its ensemble request.
+enum Event {
+    /// One response of step `step`, run in generation `gen`.
+    Response { step: usize, gen: u64, response: InferResponse },
+    /// The step failed.
+    Error(InferError),
+    /// The step sent its last response.
+    Done,
+}
+
+/// One ensemble request, from its inputs to its last response on `tx`.
+async fn run(
+    server: Server,
+    version: Arc<Version>,
+    req: InferRequest,
+    checked: Validated,
+    tx: tokio_mpsc::UnboundedSender<Streamed>,
+) {
+    let start = Instant::now();
+    let Some(plan) = version.ensemble.clone() else { return };
+    let name = version.ctx.model.clone();
+    let wanted: Vec<RequestedOutput> = checked.outputs;
+    let mut tensors: HashMap<(String, u64), Option<InputTensor>> = HashMap::new();
+    let mut updated: Vec<(String, u64)> = Vec::new();
+    for input in &req.inputs {
+        tensors.insert((input.name.clone(), 0), Some(input.clone()));
+        updated.push((input.name.clone(), 0));
+    }
+    for name in &plan.optional {
+        if let std::collections::hash_map::Entry::Vacant(slot) = tensors.entry((name.clone(), 0)) {
+            slot.insert(None);
+            updated.push((name.clone(), 0));
+        }
+    }
+    let (events, mut incoming) = tokio_mpsc::unbounded_channel::<Event>();
+    let mut fired: HashSet<(usize, u64)> = HashSet::new();
+    let mut answered: HashSet<u64> = HashSet::new();
+    let mut inflight = 0usize;
+    let mut generations = 0u64;
+    let mut responses = 0usize;
+    let fail = |e: InferError| {
+        let e = InferError::new(e.kind, format!("in ensemble '{name}', {}", e.message));
+        // Triton counts an ensemble's failure with reason OTHER.
+        version.ctx.stats.failure(start.elapsed(), ErrorKind::Internal, false);
+        let _ = tx.send(Streamed::Response { result: Err(e), last: true });
+    };
+    loop {
+        let mut gens: Vec<u64> = Vec::new();
+        for (tensor, gen) in std::mem::take(&mut updated) {
+            if !gens.contains(&gen) {
+                gens.push(gen);
+            }
+            for &s in plan.consumers.get(&tensor).map(Vec::as_slice).unwrap_or_default() {
+                let step = &plan.steps[s];
+                if fired.contains(&(s, gen))
+                    || !step.inputs.iter().all(|(_, t)| tensors.contains_key(&(t.clone(), gen)))
+                {
+                    continue;
+                }
+                fired.insert((s, gen));
+                inflight += 1;
+                let inputs = step
+                    .inputs
+                    .iter()
+                    .filter_map(|(input, t)| {
+                        let tensor = tensors.get(&(t.clone(), gen))?.as_ref()?;
+                        Some(InputTensor { name: input.clone(), ..tensor.clone() })
+                    })
+                    .collect();
+                let step_req = InferRequest {
+                    model: step.model.clone(),
+                    version: step.version,
+                    id: req.id.clone(),
+                    inputs,
+                    outputs: step.outputs.keys().map(RequestedOutput::named).collect(),
+                    parameters: req.parameters.clone(),
+                    correlation_id: req.correlation_id.clone(),
+                    flags: req.flags,
+                    timeout_us: req.timeout_us,
+                    priority: req.priority,
+                };
+                launch(&server, s, gen, step.decoupled, step_req, events.clone());
+            }
+        }
+        for gen in gens {
+            if answered.contains(&gen) {
+                continue;
+            }
+            let ready: Option<Vec<&InputTensor>> =
+                wanted.iter().map(|o| tensors.get(&(o.name.clone(), gen)).and_then(Option::as_ref)).collect();
+            let Some(ready) = ready else { continue };
+            answered.insert(gen);
+            let mut outputs = Vec::new();
+            for (t, o) in ready.into_iter().zip(&wanted) {
+                let output = OutputTensor {
+                    name: o.name.clone(),
+                    datatype: t.datatype,
+                    shape: t.shape.clone(),
+                    data: Vec::from(t.data.clone()),
+                };
+                match o.classification {
+                    Some(k) => match version.ctx.classes.classify(&output, k) {
+                        Ok(c) => outputs.push(c),
+                        Err(e) => return fail(e.into()),
+                    },
+                    None => outputs.push(output),
+                }
+            }
+            let response = InferResponse {
+                model: name.clone(),
+                version: version.ctx.version,
+                id: req.id.clone(),
+                outputs,
+                parameters: Vec::new(),
+            };
+            responses += 1;
+            if !version.ctx.decoupled {
+                // One response: the ensemble is done once it is complete.
+                version.ctx.stats.success(checked.batch_size, start.elapsed(), Duration::ZERO, zero_times());
+                version.ctx.stats.execution(checked.batch_size.max(1), zero_times());
+                let _ = tx.send(Streamed::Response { result: Ok(response), last: true });
+                return;
+            }
+            if tx.send(Streamed::Response { result: Ok(response), last: false }).is_err() {
+                // The client went away: dropping `incoming` cancels the steps.
+                version.ctx.stats.failure(start.elapsed(), ErrorKind::Cancelled, false);
+                return;
+            }
+        }
+        if inflight == 0 {
+            break;
+        }
+        let Some(event) = incoming.recv().await else { break };
+        match event {
+            Event::Response { step, gen, response } => {
+                let gen = if plan.steps[step].decoupled {
+                    generations += 1;
+                    generations
+                } else {
+                    gen
+                };
+                for out in response.outputs {
+                    let Some(tensor) = plan.steps[step].outputs.get(&out.name) else { continue };
+                    let data = Bytes::from(out.data);
+                    let input = InputTensor { name: tensor.clone(), datatype: out.datatype, shape: out.shape, data };
+                    tensors.insert((tensor.clone(), gen), Some(input));
+                    updated.push((tensor.clone(), gen));
+                }
+            }
+            Event::Error(e) => return fail(e),
+            Event::Done => inflight -= 1,
+        }
+    }
+    if responses == 0 && !version.ctx.decoupled {
+        let log = if req.id.is_empty() { "<id_unknown>" } else { &req.id };
+        return fail(InferError::invalid(format!(
+            "[request id: {log}] unexpected deadlock, at least one output is not set while no more ensemble steps can \
+             be made"
+        )));
+    }
+    version.ctx.stats.success(checked.batch_size, start.elapsed(), Duration::ZERO, zero_times());
+    version.ctx.stats.execution(checked.batch_size.max(1), zero_times());
+    let _ = tx.send(Streamed::Final);
+}
+
+fn zero_times() -> ExecTimes {
+    ExecTimes { compute_input: Duration::ZERO, compute_infer: Duration::ZERO, compute_output: Duration::ZERO }
+}
+
+/// Sends one step's request through the server's own routing, in a task that reports its
+/// responses on `events`; a step that fails to start reports its error at once.
+fn launch(
+    server: &Server,
+    step: usize,
+    gen: u64,
+    decoupled: bool,
+    req: InferRequest,
+    events: tokio_mpsc::UnboundedSender<Event>,
+) {
+    if decoupled {
+        let mut stream = match server.infer_decoupled(req) {
+            Ok(stream) => stream,
+            Err(e) => {
+                let _ = events.send(Event::Error(e));
+                return;
+            }
+        };
+        tokio::spawn(async move {
+            while let Some(message) = stream.recv().await {
+                let last = message.is_last();
+                let sent = match message {
+                    Streamed::Response { result: Ok(response), .. } => {
+                        events.send(Event::Response { step, gen, response })
+                    }
+                    Streamed::Response { result: Err(e), .. } => {
+                        let _ = events.send(Event::Error(e));
+                        return;
+                    }
+                    Streamed::Final => Ok(()),
+                };
+                // The ensemble request is over: dropping the stream cancels the step.
+                if sent.is_err() {
+                    return;
+                }
+                if last {
+                    break;
+                }
+            }
+            let _ = events.send(Event::Done);
+        });
+    } else {
+        let server = server.clone();
+        tokio::spawn(async move {
+            match server.infer(req).await {
+                Ok(response) => {
+                    let _ = events.send(Event::Response { step, gen, response });
+                    let _ = events.send(Event::Done);
+                }
+                Err(e) => {
+                    let _ = events.send(Event::Error(e));
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_directory_is_not_an_ensemble() {
+        assert!(!is_ensemble_dir(Path::new("/nonexistent/tritium/ensemble")));
+    }
+
+    fn write_ensemble(repo: &Path, name: &str, steps: &[&str]) {
+        let steps: Vec<String> = steps
+            .iter()
+            .map(|s| format!(r#"{{ model_name: "{s}" input_map {{ key: "IN" value: "X" }} output_map {{ key: "OUT" value: "Y" }} }}"#))
+            .collect();
+        let config = format!(
+            r#"platform: "ensemble"
+            input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+            output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+            ensemble_scheduling {{ step [ {} ] }}"#,
+            steps.join(", ")
+        );
+        std::fs::create_dir_all(repo.join(name).join("1")).expect("model dir");
+        std::fs::write(repo.join(name).join("config.pbtxt"), config).expect("config");
+    }
+
+    #[test]
+    fn cycles_of_ensembles_are_found_and_plain_graphs_are_not() {
+        let repo = std::env::temp_dir().join(format!("tritium-ensemble-cycle-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&repo);
+        write_ensemble(&repo, "a", &["b", "plain"]);
+        write_ensemble(&repo, "b", &["c"]);
+        write_ensemble(&repo, "c", &["a"]);
+        write_ensemble(&repo, "self", &["self"]);
+        write_ensemble(&repo, "d", &["b2", "b2"]);
+        write_ensemble(&repo, "b2", &["plain"]);
+        assert_eq!(ensemble_cycle(&repo, "a"), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+        assert_eq!(ensemble_cycle(&repo, "self"), Some(vec!["self".into(), "self".into()]));
+        assert_eq!(ensemble_cycle(&repo, "d"), None);
+        assert!(is_ensemble_dir(&repo.join("d")));
+        assert_eq!(step_models(&repo.join("d")), ["b2", "b2"]);
+        let _ = std::fs::remove_dir_all(&repo);
+    }
+}
