@@ -25,6 +25,7 @@ GOOD_MODELS = [
     "chatty",
     "pylog",
     "metered",
+    "bls_add_sub",
 ]
 
 

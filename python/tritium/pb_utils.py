@@ -1,5 +1,6 @@
 """The whole `triton_python_backend_utils` API, assembled from the tritium modules that implement it."""
 
+from .bls import ResponseIterator  # noqa: F401 - also adds InferenceRequest.exec and async_exec
 from .config import ModelConfig, using_decoupled_model_transaction_policy  # noqa: F401
 from .dtypes import *  # noqa: F401,F403
 from .dtypes import __all__ as _dtypes_all
@@ -21,5 +22,6 @@ __all__ = (
         "Logger",
         "Tensor",
         "MetricFamily",
+        "ResponseIterator",
     ]
 )

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::arena::Descriptor;
 
 /// Version of this protocol; the stub's hello must carry the same number.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// A tensor element type, named as KServe v2 names it on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -464,8 +464,16 @@ pub enum ToServer {
         model: String,
         /// Target version (-1 for the policy's choice).
         version: i64,
+        /// `exec(decoupled=True)`: the caller takes a stream of responses (required for a
+        /// decoupled target).
+        decoupled: bool,
         /// The request.
         request: Request,
+    },
+    /// Model code cancelled a BLS call (`ResponseIterator.cancel()`), or stopped waiting for it.
+    BlsCancel {
+        /// The stub's call id.
+        call: u64,
     },
     /// A `pb_utils.Logger` record.
     Log(LogRecord),
@@ -554,6 +562,24 @@ mod tests {
             let bytes = postcard::to_stdvec(&msg).expect("encode");
             assert_eq!(postcard::from_bytes::<ToServer>(&bytes).expect("decode"), msg);
         }
+    }
+
+    #[test]
+    fn bls_messages_round_trip_through_postcard() {
+        let request = Request { id: 4, requested_outputs: vec!["OUT".into()], ..Default::default() };
+        let response =
+            Response { request: 0, outputs: Vec::new(), error: None, parameters: Vec::new(), final_response: true };
+        let up = [
+            ToServer::BlsRequest { call: 7, model: "m".into(), version: -1, decoupled: true, request },
+            ToServer::BlsCancel { call: 7 },
+        ];
+        for msg in up {
+            let bytes = postcard::to_stdvec(&msg).expect("encode");
+            assert_eq!(postcard::from_bytes::<ToServer>(&bytes).expect("decode"), msg);
+        }
+        let down = ToStub::BlsResponse { call: 7, response };
+        let bytes = postcard::to_stdvec(&down).expect("encode");
+        assert_eq!(postcard::from_bytes::<ToStub>(&bytes).expect("decode"), down);
     }
 
     #[test]

@@ -115,6 +115,8 @@ pub(crate) struct VersionContext {
     /// `model_transaction_policy { decoupled: true }`: responses are streamed as the model
     /// sends them, and a request stays open after `execute` until its final response.
     pub decoupled: bool,
+    /// Where the model's BLS requests go.
+    pub bls: crate::bls::Hook,
 }
 
 /// Which instance this is, as `initialize(args)` reports it.
@@ -308,6 +310,8 @@ pub(crate) struct Instance {
     restart: AtomicBool,
     inflight: AtomicU64,
     executions: AtomicU64,
+    /// The BLS calls its stub has in flight.
+    pub(crate) bls: crate::bls::Calls,
 }
 
 impl Instance {
@@ -320,7 +324,13 @@ impl Instance {
             restart: AtomicBool::new(false),
             inflight: AtomicU64::new(0),
             executions: AtomicU64::new(0),
+            bls: crate::bls::Calls::default(),
         }
+    }
+
+    /// Whether the worker is running a batch (inside `execute`).
+    pub(crate) fn executing(&self) -> bool {
+        self.inflight.load(Ordering::Relaxed) > 0
     }
 
     fn status(&self) -> std::sync::MutexGuard<'_, Status> {
@@ -434,7 +444,7 @@ enum Started {
     Died(String, StubExit),
 }
 
-fn start(ctx: &VersionContext, instance: &Instance) -> Started {
+fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
     let spec = &instance.spec;
     let sup = &ctx.supervision;
     instance.on(Event::Spawn);
@@ -444,6 +454,7 @@ fn start(ctx: &VersionContext, instance: &Instance) -> Started {
     };
     instance.on(Event::Spawned { pid: stub.pid(), channel: stub.channel().clone() });
     stub.set_call_handler(call_handler(instance.metrics.clone()));
+    stub.set_bls_handler(crate::bls::handler(ctx, instance, stub.channel()));
     let args = [
         ("model_config", ctx.config_json.clone()),
         ("model_instance_kind", spec.kind.to_string()),
