@@ -104,6 +104,25 @@ class TritonPythonModel:
             elif mode == 8:
                 # A bad input fails the call, not the caller.
                 text = error_text(add_sub(a[:2], b[:2]).exec())
+            elif mode == 9:
+                req = pb_utils.InferenceRequest(
+                    model_name="looper",
+                    inputs=[pb_utils.Tensor("MODE", np.array([0], dtype=np.int32))],
+                    requested_output_names=["TEXT"],
+                )
+                it = req.exec(decoupled=True)
+                got = [next(it) for _ in range(3)]
+                it.cancel()
+                rest = list(it)
+                text = f"{len(got)} then {len(rest)}: {error_text(rest[-1])}"
+            elif mode == 10:
+                req = pb_utils.InferenceRequest(
+                    model_name="slow",
+                    inputs=[pb_utils.Tensor("MS", np.array([3000], dtype=np.int32))],
+                    requested_output_names=["MS"],
+                    timeout=200000,
+                )
+                text = error_text(req.exec())
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("OUT", out.astype(np.float32)),
                 pb_utils.Tensor("TEXT", np.array([text.encode()], dtype=np.object_)),
@@ -251,7 +270,30 @@ output [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
 instance_group [ { count: 1, kind: KIND_CPU } ]
 """
 
-MODELS = ["add_sub", "bls_add_sub", "bls", "chain_b", "stream", "bls_init", "looper"]
+SLOW = """
+import time
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            ms = pb_utils.get_input_tensor_by_name(request, "MS")
+            time.sleep(int(ms.as_numpy()[0]) / 1000.0)
+            out.append(pb_utils.InferenceResponse([ms]))
+        return out
+"""
+
+SLOW_CONFIG = """
+name: "slow"
+backend: "python"
+input [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+MODELS = ["add_sub", "bls_add_sub", "bls", "chain_b", "stream", "bls_init", "looper", "slow"]
 
 
 @pytest.fixture(scope="module")
@@ -266,6 +308,7 @@ def srv(tmp_path_factory):
     write_model(repo, "stream", STREAM, STREAM_CONFIG)
     write_model(repo, "bls_init", BLS_INIT, BLS_INIT_CONFIG)
     write_model(repo, "looper", LOOPER, LOOPER_CONFIG)
+    write_model(repo, "slow", SLOW, SLOW_CONFIG)
     server = Server(repo, str(tmp_path_factory.mktemp("bls_log") / "tritium.log"))
     try:
         server.wait_models(MODELS)
@@ -354,6 +397,17 @@ def test_a_bad_request_fails_the_call_not_the_caller(tc):
     _, text = call_bls(tc, 8)
     assert text.startswith("Model add_sub - Error when running inference: "), text
     assert "INPUT0" in text
+
+
+def test_cancel_on_the_iterator_ends_the_callees_stream(tc):
+    _, text = call_bls(tc, 9)
+    assert text.startswith("3 then "), text
+    assert text.endswith(": Request was cancelled"), text
+
+
+def test_a_call_past_its_timeout_is_an_error_response(tc):
+    _, text = call_bls(tc, 10)
+    assert text == "Request timeout expired"
 
 
 def test_exec_in_initialize_raises_tritons_error(tc):
