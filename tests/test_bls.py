@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import ROOT
-from test_faults import wait_for, write_model
+from test_faults import start, wait_for, write_model  # noqa: F401 - start is a fixture
 
 TIMEOUT = 60
 
@@ -461,3 +461,77 @@ def inp_report():
     inp = grpcclient.InferInput("MODE", [1], "INT32")
     inp.set_data_from_numpy(np.array([1], dtype=np.int32))
     return inp
+
+
+CONTROL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def attempt(f):
+    try:
+        f()
+        return "ok"
+    except pb_utils.TritonModelException as e:
+        return str(e)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            mode = int(pb_utils.get_input_tensor_by_name(request, "MODE").as_numpy()[0])
+            if mode == 0:
+                text = ",".join(str(x) for x in (
+                    pb_utils.is_model_ready("add_sub"),
+                    pb_utils.is_model_ready("add_sub", "1"),
+                    pb_utils.is_model_ready("add_sub", "7"),
+                    pb_utils.is_model_ready("no_such_model"),
+                ))
+            elif mode == 1:
+                text = attempt(lambda: pb_utils.load_model("add_sub"))
+                text += f",{pb_utils.is_model_ready('add_sub')}"
+            else:
+                text = attempt(lambda: pb_utils.unload_model("add_sub"))
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", np.array([text.encode()], dtype=np.object_))]))
+        return out
+"""
+
+CONTROL_CONFIG = """
+name: "control"
+backend: "python"
+input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+
+def control(url, mode):
+    client = grpcclient.InferenceServerClient(url)
+    inp = grpcclient.InferInput("MODE", [1], "INT32")
+    inp.set_data_from_numpy(np.array([mode], dtype=np.int32))
+    return client.infer("control", [inp], client_timeout=TIMEOUT).as_numpy("TEXT")[0].decode()
+
+
+@pytest.fixture
+def control_repo(start):
+    shutil.copytree(os.path.join(ROOT, "examples", "models", "add_sub"), os.path.join(start.repo, "add_sub"))
+    write_model(start.repo, "control", CONTROL, CONTROL_CONFIG)
+    return start
+
+
+def test_model_control_from_a_model_needs_explicit_mode(control_repo):
+    srv = control_repo(["control", "add_sub"])
+    assert control(srv.grpc_url, 0) == "True,True,False,False"
+    text = "explicit model load / unload is not allowed if polling is enabled"
+    assert control(srv.grpc_url, 1) == f"{text},True"
+    assert control(srv.grpc_url, 2) == text
+
+
+def test_load_and_unload_model_from_a_model_in_explicit_mode(control_repo):
+    srv = control_repo(["control"], ["--model-control-mode", "explicit", "--load-model", "control"])
+    assert control(srv.grpc_url, 0) == "False,False,False,False"
+    assert control(srv.grpc_url, 1) == "ok,True"
+    assert control(srv.grpc_url, 2) == "ok"
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    wait_for(lambda: not client.is_model_ready("add_sub"), timeout=TIMEOUT, what="add_sub unloaded")

@@ -190,3 +190,37 @@ def install():
 
 
 install()
+
+
+def _control_channel():
+    channel = _runtime.channel
+    if channel is None:
+        raise TritonModelException("Model control is only available inside a model run by the server.")
+    return channel
+
+
+def is_model_ready(model_name, model_version=""):
+    """`pb_utils.is_model_ready(model_name, model_version="")`: whether the model (version) is ready."""
+    try:
+        return _control_channel().model_ready(str(model_name), str(model_version))
+    except ValueError as e:
+        raise TritonModelException(str(e)) from None
+
+
+def load_model(model_name, config="", files=None):
+    """`pb_utils.load_model(model_name, config="", files=None)`: loads (or reloads) a model and waits
+    until it is loaded; explicit model-control mode only."""
+    files = [(str(k), bytes(v)) for k, v in (files or {}).items()]
+    try:
+        _control_channel().model_load(str(model_name), str(config), files)
+    except ValueError as e:
+        raise TritonModelException(str(e)) from None
+
+
+def unload_model(model_name, unload_dependents=False):
+    """`pb_utils.unload_model(model_name, unload_dependents=False)`: starts unloading a model;
+    explicit model-control mode only."""
+    try:
+        _control_channel().model_unload(str(model_name), bool(unload_dependents))
+    except ValueError as e:
+        raise TritonModelException(str(e)) from None

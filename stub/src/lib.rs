@@ -329,14 +329,16 @@ impl Router {
         }
     }
 
-    /// Sends a call and waits for its reply.
+    /// Sends a call and waits for its reply, at most [`CALL_TIMEOUT`] (for ever for a model
+    /// load, which takes as long as the model's `initialize`).
     fn call(&self, channel: &StubChannel, op: CallOp) -> Result<CallResult, String> {
         let id = self.new_call();
+        let patient = matches!(op, CallOp::ModelLoad { .. });
         channel.send(&ToServer::Call { call: id, op }).map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + CALL_TIMEOUT;
+        let deadline = (!patient).then(|| Instant::now() + CALL_TIMEOUT);
         let mut reply = None;
         let done = self
-            .wait_until(channel, Some(deadline), || {
+            .wait_until(channel, deadline, || {
                 reply = guard(&self.replies).remove(&id);
                 reply.is_some()
             })
@@ -950,6 +952,24 @@ impl Channel {
     /// Stops waiting for BLS call `call`: its responses are released as they come.
     fn bls_forget(&self, call: u64) {
         self.router.forget(&self.inner, call);
+    }
+
+    /// `pb_utils.is_model_ready(model_name, model_version)`.
+    fn model_ready(&self, py: Python<'_>, name: String, version: String) -> PyResult<bool> {
+        match self.call(py, CallOp::ModelReady { name, version })? {
+            CallResult::Ready(ready) => Ok(ready),
+            other => Err(ChannelError::new_err(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// `pb_utils.load_model(model_name, config, files)`: waits until the model is loaded.
+    fn model_load(&self, py: Python<'_>, name: String, config: String, files: Vec<(String, Vec<u8>)>) -> PyResult<()> {
+        self.call(py, CallOp::ModelLoad { name, config, files }).map(|_| ())
+    }
+
+    /// `pb_utils.unload_model(model_name, unload_dependents)`: starts the unload.
+    fn model_unload(&self, py: Python<'_>, name: String, unload_dependents: bool) -> PyResult<()> {
+        self.call(py, CallOp::ModelUnload { name, unload_dependents }).map(|_| ())
     }
 
     /// Answers a ping.

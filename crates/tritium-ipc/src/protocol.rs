@@ -368,6 +368,29 @@ pub enum CallOp {
         /// Metric id.
         id: u64,
     },
+    /// `pb_utils.is_model_ready(model_name, model_version)`. Replies with [`CallResult::Ready`].
+    ModelReady {
+        /// Model name.
+        name: String,
+        /// Version ("" for the model's policy).
+        version: String,
+    },
+    /// `pb_utils.load_model(model_name, config, files)` (explicit model control only).
+    ModelLoad {
+        /// Model name.
+        name: String,
+        /// A config override as JSON ("" for none).
+        config: String,
+        /// Override files, by path under the model directory.
+        files: Vec<(String, Vec<u8>)>,
+    },
+    /// `pb_utils.unload_model(model_name, unload_dependents)` (explicit model control only).
+    ModelUnload {
+        /// Model name.
+        name: String,
+        /// Also unload the models that depend on it.
+        unload_dependents: bool,
+    },
 }
 
 /// The server's answer to a [`CallOp`].
@@ -379,6 +402,8 @@ pub enum CallResult {
     Id(u64),
     /// A value.
     Value(f64),
+    /// Whether a model is ready.
+    Ready(bool),
 }
 
 /// Server -> stub messages.
@@ -542,10 +567,18 @@ mod tests {
 
     #[test]
     fn typed_calls_and_logs_round_trip_through_postcard() {
-        let mut msgs = vec![ToServer::Call {
-            call: 3,
-            op: CallOp::MetricFamilyNew { name: "n".into(), description: "d".into(), kind: MetricKind::Histogram },
-        }];
+        let mut msgs = vec![
+            ToServer::Call {
+                call: 3,
+                op: CallOp::MetricFamilyNew { name: "n".into(), description: "d".into(), kind: MetricKind::Histogram },
+            },
+            ToServer::Call { call: 4, op: CallOp::ModelReady { name: "m".into(), version: "2".into() } },
+            ToServer::Call {
+                call: 5,
+                op: CallOp::ModelLoad { name: "m".into(), config: "{}".into(), files: vec![("1/model.py".into(), vec![1])] },
+            },
+            ToServer::Call { call: 6, op: CallOp::ModelUnload { name: "m".into(), unload_dependents: true } },
+        ];
         for op in [MetricOp::Increment, MetricOp::Set, MetricOp::Observe] {
             msgs.push(ToServer::Call { call: 0, op: CallOp::MetricOp { id: 7, op, value: 1.5 } });
         }

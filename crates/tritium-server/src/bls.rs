@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::{mpsc, Notify};
 use tracing::warn;
 use tritium_host::{BlsEvent, BlsHandler};
-use tritium_ipc::{Request, Response, ServerChannel, StubError, Tensor, TensorData, ToStub};
+use tritium_ipc::{CallOp, CallResult, Request, Response, ServerChannel, StubError, Tensor, TensorData, ToStub};
 
 use crate::instance::{Instance, VersionContext};
 use crate::server::{Inner, Server};
@@ -37,6 +37,43 @@ impl Hook {
     /// A hook for the server behind `server`, on the current runtime, if there is one.
     pub(crate) fn new(server: Weak<Inner>) -> Self {
         Self { server, runtime: tokio::runtime::Handle::try_current().ok() }
+    }
+}
+
+/// Answers `pb_utils.is_model_ready`, `load_model` and `unload_model`. Loading blocks the
+/// calling instance's worker until the model is loaded (the caller waits for it anyway, as in
+/// Triton); unloading is started and not waited for (Triton's unload does not wait either), so a
+/// model may unload itself.
+pub(crate) fn model_control(hook: &Hook, op: CallOp) -> Result<CallResult, String> {
+    let (Some(inner), Some(runtime)) = (hook.server.upgrade(), hook.runtime.clone()) else {
+        return Err("the server is shutting down".into());
+    };
+    let server = Server::from_inner(inner);
+    match op {
+        CallOp::ModelReady { name, version } => {
+            let version = crate::server::parse_version(&version).map_err(|e| e.message)?;
+            Ok(CallResult::Ready(server.model_ready(&name, version)))
+        }
+        CallOp::ModelLoad { name, config, files } => {
+            server.bls_check_control().map_err(|e| e.message)?;
+            if !config.is_empty() || !files.is_empty() {
+                return Err(format!(
+                    "load_model of '{name}' with a config or files override is not supported by tritium yet; \
+                     load the model from the repository as it is (config=\"\" and files=None)"
+                ));
+            }
+            runtime.block_on(server.load_model(&name)).map(|()| CallResult::Done).map_err(|e| e.message)
+        }
+        CallOp::ModelUnload { name, .. } => {
+            server.bls_check_control().map_err(|e| e.message)?;
+            runtime.spawn(async move {
+                if let Err(e) = server.unload_model(&name).await {
+                    warn!(model = %name, "unload_model: {e}");
+                }
+            });
+            Ok(CallResult::Done)
+        }
+        other => Err(format!("{other:?} is not a model-control call")),
     }
 }
 

@@ -329,6 +329,11 @@ impl Server {
         Ok(())
     }
 
+    /// Refuses model control unless it is explicit, with Triton's text.
+    pub(crate) fn bls_check_control(&self) -> Result<(), InferError> {
+        self.check_control()
+    }
+
     /// Hands the server the process's log control, for the logging extension.
     pub fn set_log_control(&self, control: Arc<dyn LogControl>) {
         let _ = self.inner.logging.set(control);
