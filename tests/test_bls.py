@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import ROOT
-from test_faults import start, wait_for, write_model  # noqa: F401 - start is a fixture
+from test_faults import wait_for, write_model
 
 TIMEOUT = 60
 
@@ -514,10 +514,24 @@ def control(url, mode):
 
 
 @pytest.fixture
-def control_repo(start):
-    shutil.copytree(os.path.join(ROOT, "examples", "models", "add_sub"), os.path.join(start.repo, "add_sub"))
-    write_model(start.repo, "control", CONTROL, CONTROL_CONFIG)
-    return start
+def control_repo(tmp_path):
+    """Starts a server over add_sub and `control` with the given models and flags."""
+    from conftest import Server
+
+    repo = str(tmp_path / "repo")
+    shutil.copytree(os.path.join(ROOT, "examples", "models", "add_sub"), os.path.join(repo, "add_sub"))
+    write_model(repo, "control", CONTROL, CONTROL_CONFIG)
+    servers = []
+
+    def start(models, extra_args=()):
+        srv = Server(repo, str(tmp_path / "tritium.log"), extra_args)
+        servers.append(srv)
+        srv.wait_models(models)
+        return srv
+
+    yield start
+    for srv in servers:
+        assert srv.stop() == 0, srv.log_text()
 
 
 def test_model_control_from_a_model_needs_explicit_mode(control_repo):

@@ -450,8 +450,13 @@ impl Stub {
                     code: 1,
                     traceback: None,
                 };
-                let response =
-                    Response { request: 0, outputs: Vec::new(), error: Some(error), parameters: Vec::new(), final_response: true };
+                let response = Response {
+                    request: 0,
+                    outputs: Vec::new(),
+                    error: Some(error),
+                    parameters: Vec::new(),
+                    final_response: true,
+                };
                 self.send(&ToStub::BlsResponse { call, response })?;
             }
             (None, BlsEvent::Cancel { .. }) => {}

@@ -575,7 +575,11 @@ mod tests {
             ToServer::Call { call: 4, op: CallOp::ModelReady { name: "m".into(), version: "2".into() } },
             ToServer::Call {
                 call: 5,
-                op: CallOp::ModelLoad { name: "m".into(), config: "{}".into(), files: vec![("1/model.py".into(), vec![1])] },
+                op: CallOp::ModelLoad {
+                    name: "m".into(),
+                    config: "{}".into(),
+                    files: vec![("1/model.py".into(), vec![1])],
+                },
             },
             ToServer::Call { call: 6, op: CallOp::ModelUnload { name: "m".into(), unload_dependents: true } },
         ];

@@ -163,7 +163,8 @@ pub(crate) fn handler(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, chann
     let instance = Arc::downgrade(instance);
     let channel = Arc::downgrade(channel);
     Arc::new(move |event| {
-        let (Some(ctx), Some(instance), Some(channel)) = (caller.upgrade(), instance.upgrade(), channel.upgrade()) else {
+        let (Some(ctx), Some(instance), Some(channel)) = (caller.upgrade(), instance.upgrade(), channel.upgrade())
+        else {
             return;
         };
         match event {
@@ -213,12 +214,19 @@ fn take_request(channel: &ServerChannel, model: String, version: i64, r: Request
     let mut failed = None;
     for t in r.inputs {
         let TensorData::Shm { desc, .. } = t.data else {
-            failed.get_or_insert_with(|| InferError::invalid(format!("input '{}' is a GPU tensor, which BLS does not take yet", t.name)));
+            failed.get_or_insert_with(|| {
+                InferError::invalid(format!("input '{}' is a GPU tensor, which BLS does not take yet", t.name))
+            });
             continue;
         };
         match channel.view(desc) {
             Ok(view) => {
-                inputs.push(InputTensor { name: t.name, datatype: t.dtype, shape: t.shape, data: view.to_vec().into() });
+                inputs.push(InputTensor {
+                    name: t.name,
+                    datatype: t.dtype,
+                    shape: t.shape,
+                    data: view.to_vec().into(),
+                });
                 channel.release(desc);
             }
             Err(e) => {
@@ -374,7 +382,9 @@ fn to_response(channel: &ServerChannel, message: Streamed) -> Response {
         Streamed::Response { result, last } => {
             let placed = result.and_then(|r| place(channel, r.outputs).map(|outputs| (outputs, r.parameters)));
             match placed {
-                Ok((outputs, parameters)) => Response { request: 0, outputs, error: None, parameters, final_response: last },
+                Ok((outputs, parameters)) => {
+                    Response { request: 0, outputs, error: None, parameters, final_response: last }
+                }
                 Err(e) => Response { final_response: last, ..error_response(&e) },
             }
         }

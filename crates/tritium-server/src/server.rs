@@ -317,7 +317,11 @@ impl Server {
 
     /// Queues a BLS request through the clients' path; its answers come on `tx` (one final
     /// message from a model that is not decoupled). Must run inside the runtime.
-    pub(crate) fn bls_enqueue(&self, req: InferRequest, tx: tokio_mpsc::UnboundedSender<Streamed>) -> Result<(), InferError> {
+    pub(crate) fn bls_enqueue(
+        &self,
+        req: InferRequest,
+        tx: tokio_mpsc::UnboundedSender<Streamed>,
+    ) -> Result<(), InferError> {
         let decoupled = self.route(&req.model, req.version)?.ctx.decoupled;
         let (version, deadline) = self.enqueue(req, Reply::Stream(tx), decoupled)?;
         if let Some(deadline) = deadline {

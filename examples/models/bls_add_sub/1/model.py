@@ -23,8 +23,12 @@ class TritonPythonModel:
             responses.append(
                 pb_utils.InferenceResponse(
                     output_tensors=[
-                        pb_utils.Tensor("OUTPUT0", pb_utils.get_output_tensor_by_name(bls_response, "OUTPUT0").as_numpy()),
-                        pb_utils.Tensor("OUTPUT1", pb_utils.get_output_tensor_by_name(bls_response, "OUTPUT1").as_numpy()),
+                        pb_utils.Tensor(
+                            "OUTPUT0", pb_utils.get_output_tensor_by_name(bls_response, "OUTPUT0").as_numpy()
+                        ),
+                        pb_utils.Tensor(
+                            "OUTPUT1", pb_utils.get_output_tensor_by_name(bls_response, "OUTPUT1").as_numpy()
+                        ),
                     ]
                 )
             )
