@@ -176,8 +176,22 @@ instance_group [ { count: 1, kind: KIND_CPU } ]
 """
 
 STREAM = """
+import threading
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
+
+def later(sender):
+    # After execute returned, from a thread of the model's own.
+    a = np.full(4, 5, dtype=np.float32)
+    r = pb_utils.InferenceRequest(
+        model_name="add_sub",
+        inputs=[pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", np.ones(4, dtype=np.float32))],
+        requested_output_names=["OUTPUT0"],
+    ).exec()
+    value = int(pb_utils.get_output_tensor_by_name(r, "OUTPUT0").as_numpy()[0])
+    sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("IDX", np.array([value], dtype=np.int32))]))
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 class TritonPythonModel:
@@ -185,6 +199,9 @@ class TritonPythonModel:
         for request in requests:
             n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
             sender = request.get_response_sender()
+            if n < 0:
+                threading.Thread(target=later, args=(sender,)).start()
+                continue
             for i in range(n):
                 sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("IDX", np.array([i], dtype=np.int32))]))
             sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
@@ -360,6 +377,11 @@ def test_exec_decoupled_iterates_the_responses_and_ends_with_the_final_flag(tc):
     _, text = call_bls(tc, 1, a=np.array([3, 0, 0, 0], dtype=np.float32))
     # As in Triton, the final flag sent alone comes as a last response without outputs.
     assert json.loads(text) == [0, 1, 2, "final"]
+
+
+def test_a_decoupled_model_calls_from_its_thread_after_execute_returned(tc):
+    _, text = call_bls(tc, 1, a=np.array([-1, 0, 0, 0], dtype=np.float32))
+    assert json.loads(text) == [6, "final"]
 
 
 def test_async_exec_runs_calls_concurrently_with_gather(tc):

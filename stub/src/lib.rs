@@ -890,13 +890,12 @@ impl Channel {
             requested_outputs,
         };
         guard(&self.router.bls).insert(call, VecDeque::new());
+        let blocks = request.inputs.clone();
         let msg = ToServer::BlsRequest { call, model, version, decoupled, request };
         let inner = self.inner.clone();
-        if let Err((e, msg)) = py.detach(move || inner.send(&msg).map_err(|e| (e, msg))) {
+        if let Err(e) = py.detach(move || inner.send(&msg)) {
             guard(&self.router.bls).remove(&call);
-            if let ToServer::BlsRequest { request, .. } = msg {
-                self.free_tensors(&request.inputs);
-            }
+            self.free_tensors(&blocks);
             return Err(ipc_err(e));
         }
         Ok(call)
