@@ -266,8 +266,10 @@ class TritonPythonModel:
                     if request.is_cancelled():
                         SEEN.append(i)
                         break
-                    sender.send(pb_utils.InferenceResponse([
-                        pb_utils.Tensor("TEXT", np.array([str(i).encode()], dtype=np.object_))]))
+                    if i < 3:
+                        # Three responses, then silence: the cancellation must come anyway.
+                        sender.send(pb_utils.InferenceResponse([
+                            pb_utils.Tensor("TEXT", np.array([str(i).encode()], dtype=np.object_))]))
                     i += 1
                     time.sleep(0.01)
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

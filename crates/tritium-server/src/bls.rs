@@ -38,7 +38,35 @@ impl Hook {
     pub(crate) fn new(server: Weak<Inner>) -> Self {
         Self { server, runtime: tokio::runtime::Handle::try_current().ok() }
     }
+
+    /// Tells the stub behind `channel` that the client of its open request `request` went away
+    /// as soon as it does, even while the model sends nothing (the worker also sees it when the
+    /// next response comes). Ends when the request is done (its stream's senders are gone).
+    pub(crate) fn watch_client(
+        &self,
+        tx: mpsc::WeakUnboundedSender<Streamed>,
+        channel: &Arc<ServerChannel>,
+        request: u64,
+    ) {
+        let Some(runtime) = &self.runtime else { return };
+        let channel = Arc::downgrade(channel);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(CLIENT_POLL).await;
+                let Some(tx) = tx.upgrade() else { return };
+                if tx.is_closed() {
+                    if let Some(channel) = channel.upgrade() {
+                        let _ = channel.send(&ToStub::Cancel { request });
+                    }
+                    return;
+                }
+            }
+        });
+    }
 }
+
+/// How often an open request of a decoupled model is checked for a client that went away.
+const CLIENT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Answers `pb_utils.is_model_ready`, `load_model` and `unload_model`. Loading blocks the
 /// calling instance's worker until the model is loaded (the caller waits for it anyway, as in

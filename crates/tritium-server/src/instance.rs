@@ -886,6 +886,9 @@ fn run_decoupled_batch(
         // The inputs are in shared memory now: the server's copy is not needed any more.
         p.req.inputs = Vec::new();
         let queue = t0.saturating_duration_since(p.enqueued);
+        if let crate::scheduler::Reply::Stream(tx) = &p.tx {
+            ctx.bls.watch_client(tx.downgrade(), stub.channel(), id);
+        }
         open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false });
     }
     let requests = std::mem::take(&mut placed.requests);
