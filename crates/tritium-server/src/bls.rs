@@ -470,6 +470,62 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+    use tritium_ipc::{ChannelConfig, DataType, StubChannel, ToServer, WaitPolicy};
+
+    const T: Duration = Duration::from_secs(5);
+
+    #[test]
+    fn inputs_are_copied_out_and_released_and_outputs_reach_the_stub_over_shared_memory() {
+        let config = ChannelConfig { arena_segment: 2 << 20, ..ChannelConfig::default() };
+        let (server, fds) = ServerChannel::create("bls-test", config).expect("create");
+        let stub = StubChannel::connect(fds.control, fds.socket, WaitPolicy::default(), 2 << 20).expect("connect");
+        let block = stub.alloc(8).expect("alloc");
+        block.copy_from(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        let input = Tensor {
+            name: "IN".into(),
+            dtype: DataType::Fp32,
+            shape: vec![2],
+            data: TensorData::Shm { desc: block.desc, writable: true },
+        };
+        let request = Request { inputs: vec![input], requested_outputs: vec!["OUT".into()], ..Default::default() };
+        stub.send(&ToServer::BlsRequest { call: 3, model: "m".into(), version: 2, decoupled: false, request })
+            .expect("send");
+        let Some(ToServer::BlsRequest { model, version, request, .. }) = server.recv(T).expect("recv") else {
+            panic!("expected a BLS request");
+        };
+        let req = take_request(&server, model, version, request).expect("request");
+        assert_eq!((req.model.as_str(), req.version, req.outputs[0].name.as_str()), ("m", Some(2), "OUT"));
+        assert_eq!(&req.inputs[0].data[..], &[1, 2, 3, 4, 5, 6, 7, 8]);
+
+        let output = crate::types::OutputTensor {
+            name: "OUT".into(),
+            datatype: DataType::Int32,
+            shape: vec![1],
+            data: vec![9, 0, 0, 0],
+        };
+        let answer = crate::types::InferResponse {
+            model: "m".into(),
+            version: 2,
+            id: String::new(),
+            outputs: vec![output],
+            parameters: Vec::new(),
+        };
+        let response = to_response(&server, Streamed::Response { result: Ok(answer), last: true });
+        send(&server, 3, response);
+        let Some(ToStub::BlsResponse { call, response }) = stub.recv(T).expect("recv") else {
+            panic!("expected a BLS response");
+        };
+        assert!(call == 3 && response.final_response && response.error.is_none());
+        let TensorData::Shm { desc, .. } = response.outputs[0].data else { panic!("shm") };
+        assert_eq!(stub.view(desc).expect("view").to_vec(), [9, 0, 0, 0]);
+        // The server's release of the input reached the stub ahead of the response.
+        assert_eq!(stub.live_blocks(), 0);
+
+        let e = to_response(&server, Streamed::Response { result: Err(InferError::not_found("gone")), last: false });
+        assert_eq!((e.error.map(|e| (e.message, e.code)), e.final_response), (Some(("gone".into(), 2)), false));
+        assert!(to_response(&server, Streamed::Final).final_response);
+    }
 
     #[test]
     fn a_version_waiting_on_itself_is_blocked_for_ever() {
