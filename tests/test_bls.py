@@ -515,8 +515,10 @@ class TritonPythonModel:
             elif mode == 1:
                 text = attempt(lambda: pb_utils.load_model("add_sub"))
                 text += f",{pb_utils.is_model_ready('add_sub')}"
-            else:
+            elif mode == 2:
                 text = attempt(lambda: pb_utils.unload_model("add_sub"))
+            else:
+                text = attempt(lambda: pb_utils.load_model("control"))
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("TEXT", np.array([text.encode()], dtype=np.object_))]))
         return out
 """
@@ -570,6 +572,7 @@ def test_load_and_unload_model_from_a_model_in_explicit_mode(control_repo):
     srv = control_repo(["control"], ["--model-control-mode", "explicit", "--load-model", "control"])
     assert control(srv.grpc_url, 0) == "False,False,False,False"
     assert control(srv.grpc_url, 1) == "ok,True"
+    assert control(srv.grpc_url, 3).startswith("model 'control' cannot load itself from its own code")
     assert control(srv.grpc_url, 2) == "ok"
     client = grpcclient.InferenceServerClient(srv.grpc_url)
     wait_for(lambda: not client.is_model_ready("add_sub"), timeout=TIMEOUT, what="add_sub unloaded")

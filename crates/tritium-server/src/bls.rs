@@ -68,11 +68,12 @@ impl Hook {
 /// How often an open request of a decoupled model is checked for a client that went away.
 const CLIENT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// Answers `pb_utils.is_model_ready`, `load_model` and `unload_model`. Loading blocks the
-/// calling instance's worker until the model is loaded (the caller waits for it anyway, as in
-/// Triton); unloading is started and not waited for (Triton's unload does not wait either), so a
-/// model may unload itself.
-pub(crate) fn model_control(hook: &Hook, op: CallOp) -> Result<CallResult, String> {
+/// Answers `pb_utils.is_model_ready`, `load_model` and `unload_model` for model code of
+/// `caller`. Loading blocks the calling instance's worker until the model is loaded (the caller
+/// waits for it anyway, as in Triton), so a model cannot reload itself (the reload would wait for
+/// that worker to drain); unloading is started and not waited for (Triton's unload does not wait
+/// either), so a model may unload itself.
+pub(crate) fn model_control(hook: &Hook, caller: &str, op: CallOp) -> Result<CallResult, String> {
     let (Some(inner), Some(runtime)) = (hook.server.upgrade(), hook.runtime.clone()) else {
         return Err("the server is shutting down".into());
     };
@@ -84,6 +85,12 @@ pub(crate) fn model_control(hook: &Hook, op: CallOp) -> Result<CallResult, Strin
         }
         CallOp::ModelLoad { name, config, files } => {
             server.bls_check_control().map_err(|e| e.message)?;
+            if name == caller {
+                return Err(format!(
+                    "model '{name}' cannot load itself from its own code: the reload would wait for the instance that \
+                     asks for it; load it from another model or with the repository API"
+                ));
+            }
             if !config.is_empty() || !files.is_empty() {
                 return Err(format!(
                     "load_model of '{name}' with a config or files override is not supported by tritium yet; \

@@ -406,11 +406,11 @@ static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
 /// Answers model code's custom-metric calls from the instance's session, and its model-control
 /// calls through the server.
-fn call_handler(session: Arc<MetricsSession>, bls: crate::bls::Hook) -> CallHandler {
+fn call_handler(session: Arc<MetricsSession>, bls: crate::bls::Hook, model: String) -> CallHandler {
     Arc::new(move |op| {
         let result = match op {
             op @ (CallOp::ModelReady { .. } | CallOp::ModelLoad { .. } | CallOp::ModelUnload { .. }) => {
-                return crate::bls::model_control(&bls, op);
+                return crate::bls::model_control(&bls, &model, op);
             }
             CallOp::MetricFamilyNew { name, description, kind } => {
                 let kind = match kind {
@@ -457,7 +457,7 @@ fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
         Err(e) => return Started::Died(e.to_string(), StubExit::Other(e.to_string())),
     };
     instance.on(Event::Spawned { pid: stub.pid(), channel: stub.channel().clone() });
-    stub.set_call_handler(call_handler(instance.metrics.clone(), ctx.bls.clone()));
+    stub.set_call_handler(call_handler(instance.metrics.clone(), ctx.bls.clone(), ctx.model.clone()));
     stub.set_bls_handler(crate::bls::handler(ctx, instance, stub.channel()));
     let args = [
         ("model_config", ctx.config_json.clone()),
