@@ -123,6 +123,13 @@ class TritonPythonModel:
                     timeout=200000,
                 )
                 text = error_text(req.exec())
+            elif mode == 11:
+                words = np.array([b"alpha", b"", "gr\u00fc\u00df".encode()], dtype=np.object_)
+                r = pb_utils.InferenceRequest(
+                    model_name="echo_bytes", inputs=[pb_utils.Tensor("T", words)], requested_output_names=["T"]
+                ).exec()
+                got = pb_utils.get_output_tensor_by_name(r, "T").as_numpy()
+                text = json.dumps([w.decode() for w in got.tolist()])
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("OUT", out.astype(np.float32)),
                 pb_utils.Tensor("TEXT", np.array([text.encode()], dtype=np.object_)),
@@ -312,7 +319,24 @@ output [ { name: "MS" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { count: 1, kind: KIND_CPU } ]
 """
 
-MODELS = ["add_sub", "bls_add_sub", "bls", "chain_b", "stream", "bls_init", "looper", "slow"]
+ECHO_BYTES = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.get_input_tensor_by_name(r, "T")]) for r in requests]
+"""
+
+ECHO_BYTES_CONFIG = """
+name: "echo_bytes"
+backend: "python"
+input [ { name: "T" data_type: TYPE_STRING dims: [ -1 ] } ]
+output [ { name: "T" data_type: TYPE_STRING dims: [ -1 ] } ]
+instance_group [ { count: 1, kind: KIND_CPU } ]
+"""
+
+MODELS = ["add_sub", "bls_add_sub", "bls", "chain_b", "stream", "bls_init", "looper", "slow", "echo_bytes"]
 
 
 @pytest.fixture(scope="module")
@@ -328,6 +352,7 @@ def srv(tmp_path_factory):
     write_model(repo, "bls_init", BLS_INIT, BLS_INIT_CONFIG)
     write_model(repo, "looper", LOOPER, LOOPER_CONFIG)
     write_model(repo, "slow", SLOW, SLOW_CONFIG)
+    write_model(repo, "echo_bytes", ECHO_BYTES, ECHO_BYTES_CONFIG)
     server = Server(repo, str(tmp_path_factory.mktemp("bls_log") / "tritium.log"))
     try:
         server.wait_models(MODELS)
@@ -391,6 +416,11 @@ def test_async_exec_runs_calls_concurrently_with_gather(tc):
     assert np.array_equal(out, (A + 1) + (A + 2))
     # A model that is not decoupled answers a decoupled call with one final response.
     assert text == "1"
+
+
+def test_string_tensors_cross_both_ways(tc):
+    _, text = call_bls(tc, 11)
+    assert json.loads(text) == ["alpha", "", "gr\u00fc\u00df"]
 
 
 def test_a_chain_three_deep(tc):
