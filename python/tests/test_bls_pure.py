@@ -44,7 +44,7 @@ def test_the_constructor_takes_tritons_keywords():
         model_version=2,
         flags=1,
         timeout=5,
-        preferred_memory=None,
+        preferred_memory=pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU, 0),
         trace=None,
         parameters={"k": 1},
     )

@@ -16,10 +16,21 @@ import functools
 from . import _runtime
 from .errors import ErrorCode, TritonError, TritonModelException
 
-__all__ = ["ResponseIterator"]
+__all__ = ["PreferredMemory", "ResponseIterator", "is_model_ready", "load_model", "unload_model"]
 
 # How long one wait for a response lasts before the caller looks at its timeout again.
 _SLICE_MS = 1000
+
+
+class PreferredMemory:
+    """`pb_utils.PreferredMemory(preferred_memory_type, preferred_device_id=0)`: where a BLS call would
+    like its outputs. Accepted for compatibility; this server places them in host shared memory."""
+
+    __slots__ = ("preferred_memory_type", "preferred_device_id")
+
+    def __init__(self, preferred_memory_type, preferred_device_id=0):
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
 
 
 def _channel():

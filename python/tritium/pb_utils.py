@@ -1,6 +1,7 @@
 """The whole `triton_python_backend_utils` API, assembled from the tritium modules that implement it."""
 
-from .bls import ResponseIterator, is_model_ready, load_model, unload_model  # noqa: F401 - also adds exec/async_exec
+# Importing bls also adds InferenceRequest.exec and async_exec.
+from .bls import PreferredMemory, ResponseIterator, is_model_ready, load_model, unload_model  # noqa: F401
 from .config import ModelConfig, using_decoupled_model_transaction_policy  # noqa: F401
 from .dtypes import *  # noqa: F401,F403
 from .dtypes import __all__ as _dtypes_all
@@ -22,6 +23,7 @@ __all__ = (
         "Logger",
         "Tensor",
         "MetricFamily",
+        "PreferredMemory",
         "ResponseIterator",
         "is_model_ready",
         "load_model",
