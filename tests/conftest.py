@@ -27,6 +27,7 @@ GOOD_MODELS = [
     "metered",
     "stream_words",
     "ensemble_pipeline",
+    "bls_add_sub",
 ]
 
 

@@ -3,11 +3,49 @@
 import sys
 
 channel = None
-cancelled = set()
 # Whether the model is decoupled (model_transaction_policy.decoupled), set at initialize.
 decoupled = False
 # The model's version directory (`pb_utils.get_model_dir()`), set at auto-complete and initialize.
 model_dir = None
+
+
+class _Cancelled:
+    """The ids of requests the server cancelled. Inside a stub they are recorded natively as the
+    server's `Cancel` messages arrive (even while `execute` runs: the native heartbeat thread
+    takes them off the ring), and this reads them through the channel; outside one, a plain set."""
+
+    __slots__ = ("_local",)
+
+    def __init__(self):
+        self._local = set()
+
+    def __contains__(self, request):
+        if channel is not None:
+            return channel.is_cancelled(request)
+        return request in self._local
+
+    def __bool__(self):
+        return channel is not None or bool(self._local)
+
+    def add(self, request):
+        """Records a cancellation (outside a stub; the channel records its own)."""
+        self._local.add(request)
+
+    def discard(self, request):
+        """Forgets a finished request."""
+        self._local.discard(request)
+        if channel is not None:
+            channel.forget_cancelled([request])
+
+    def difference_update(self, requests):
+        """Forgets finished requests."""
+        requests = list(requests)
+        self._local.difference_update(requests)
+        if channel is not None:
+            channel.forget_cancelled(requests)
+
+
+cancelled = _Cancelled()
 
 
 def log(level, file, line, message, logger=""):

@@ -161,6 +161,7 @@ class InferenceRequest:
         timeout=0,
         model_version=-1,
         parameters=None,
+        preferred_memory=None,
         trace=None,
     ):
         self._id = None

@@ -12,8 +12,15 @@
 //! Model code's calls on the server (custom metrics) and log records go out with typed protocol
 //! values: Python passes the numbers of its `IntEnum`s (`MetricKind`, `MetricOp`, `LogLevel`),
 //! which are mapped to the protocol's enums here, and anything else is a `ValueError`.
+//!
+//! BLS (`InferenceRequest.exec`): [`Channel::bls_send`] copies the request's inputs into the
+//! stub's arena and sends a `BlsRequest`; each `BlsResponse` is routed by the [`Router`] to its
+//! call's queue, and [`Channel::bls_next`] hands it to Python as a [`BlsResponseMsg`] whose
+//! outputs are numpy arrays over the server's shared memory (no copy). `Cancel` messages are
+//! recorded here too ([`Channel::is_cancelled`]): the heartbeat thread pumps the ring whenever
+//! nobody else does, so a cancellation is seen while `execute` still runs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -161,11 +168,19 @@ struct PingMsg {
 #[pyclass(frozen, module = "tritium._native")]
 struct FinalizeMsg;
 
-/// The answer to a BLS request (not served by this stub yet).
+/// One response to a BLS call.
 #[pyclass(frozen, get_all, module = "tritium._native")]
 struct BlsResponseMsg {
     /// The BLS call id.
     call: u64,
+    /// The output tensors, as [`InputMsg`]s over the server's shared memory.
+    outputs: Py<PyList>,
+    /// `(message, code)` when the response is an error.
+    error: Option<(String, u32)>,
+    /// Response parameters: a dict of str to bool, int, float or str.
+    parameters: Py<PyDict>,
+    /// The call's last response.
+    final_response: bool,
 }
 
 /// The stub's channel to the server.
@@ -173,17 +188,26 @@ struct BlsResponseMsg {
 struct Channel {
     inner: Arc<StubChannel>,
     router: Arc<Router>,
+    /// `initialize` returned and `finalize` has not begun: the only time BLS is allowed.
+    executing: std::sync::atomic::AtomicBool,
 }
 
-/// Routes the server's replies to the threads waiting for them. Whoever holds `receiving`
-/// pumps the ring: the main loop in `recv`, or a thread waiting for its reply when the main loop
-/// is busy (inside `execute`). Other messages a waiting thread receives are kept for the main loop.
+/// Routes the server's replies and BLS responses to the threads waiting for them, and records
+/// cancellations. Whoever holds `receiving` pumps the ring: the main loop in `recv`, a thread
+/// waiting for its reply, or the heartbeat thread (which only tries the lock and never waits for
+/// a message). Other messages are kept for the main loop.
 #[derive(Default)]
 struct Router {
     receiving: Mutex<()>,
     pending: Mutex<VecDeque<ToStub>>,
     replies: Mutex<HashMap<u64, Result<CallResult, String>>>,
-    replied: Condvar,
+    /// The responses of each BLS call in flight, not yet taken.
+    bls: Mutex<HashMap<u64, VecDeque<Response>>>,
+    /// Request ids the server cancelled.
+    cancelled: Mutex<HashSet<u64>>,
+    /// Bumped (and `woken` notified) whenever a reply or a BLS response arrives.
+    generation: Mutex<u64>,
+    woken: Condvar,
     next_call: AtomicU64,
 }
 
@@ -194,10 +218,92 @@ fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// How long a call waits for the server's reply.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Most messages the heartbeat thread takes off the ring per beat.
+const PUMP_CHUNK: usize = 64;
+
 impl Router {
+    fn wake(&self) {
+        *guard(&self.generation) += 1;
+        self.woken.notify_all();
+    }
+
     fn deliver(&self, call: u64, result: Result<CallResult, String>) {
         guard(&self.replies).insert(call, result);
-        self.replied.notify_all();
+        self.wake();
+    }
+
+    /// Takes what the router handles itself (replies, BLS responses, cancellations) and hands
+    /// back anything else, for the main loop.
+    fn dispatch(&self, channel: &StubChannel, msg: ToStub) -> Option<ToStub> {
+        match msg {
+            ToStub::Reply { call, result } => self.deliver(call, result),
+            ToStub::BlsResponse { call, response } => {
+                let mut bls = guard(&self.bls);
+                match bls.get_mut(&call) {
+                    Some(queue) => {
+                        queue.push_back(response);
+                        drop(bls);
+                        self.wake();
+                    }
+                    // Nobody waits for this call any more: its outputs go back at once.
+                    None => release_outputs(channel, &response),
+                }
+            }
+            ToStub::Cancel { request } => {
+                guard(&self.cancelled).insert(request);
+            }
+            other => return Some(other),
+        }
+        None
+    }
+
+    /// Takes what is on the ring without waiting, unless another thread is receiving.
+    fn pump(&self, channel: &StubChannel) -> Result<(), IpcError> {
+        let Ok(_receiving) = self.receiving.try_lock() else { return Ok(()) };
+        for _ in 0..PUMP_CHUNK {
+            match channel.recv(Duration::ZERO)? {
+                Some(m) => {
+                    if let Some(m) = self.dispatch(channel, m) {
+                        guard(&self.pending).push_back(m);
+                    }
+                }
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until `done` holds or `deadline` passes (false then), pumping the ring when no
+    /// other thread does.
+    fn wait_until(
+        &self,
+        channel: &StubChannel,
+        deadline: Option<Instant>,
+        mut done: impl FnMut() -> bool,
+    ) -> Result<bool, IpcError> {
+        loop {
+            if done() {
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+            match self.receiving.try_lock() {
+                Ok(_receiving) => {
+                    if let Some(m) = channel.recv(Duration::from_millis(10))? {
+                        if let Some(m) = self.dispatch(channel, m) {
+                            guard(&self.pending).push_back(m);
+                        }
+                    }
+                }
+                Err(_) => {
+                    let generation = guard(&self.generation);
+                    if !done() {
+                        let _ = self.woken.wait_timeout(generation, Duration::from_millis(10));
+                    }
+                }
+            }
+        }
     }
 
     /// The next message for the main loop, or None after `timeout`.
@@ -210,8 +316,11 @@ impl Router {
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match channel.recv(left)? {
-                Some(ToStub::Reply { call, result }) => self.deliver(call, result),
-                Some(m) => return Ok(Some(m)),
+                Some(m) => {
+                    if let Some(m) = self.dispatch(channel, m) {
+                        return Ok(Some(m));
+                    }
+                }
                 None => return Ok(None),
             }
             if Instant::now() >= deadline {
@@ -220,31 +329,45 @@ impl Router {
         }
     }
 
-    /// Sends a call and waits for its reply.
+    /// Sends a call and waits for its reply, at most [`CALL_TIMEOUT`] (for ever for a model
+    /// load, which takes as long as the model's `initialize`).
     fn call(&self, channel: &StubChannel, op: CallOp) -> Result<CallResult, String> {
-        let id = self.next_call.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = self.new_call();
+        let patient = matches!(op, CallOp::ModelLoad { .. });
         channel.send(&ToServer::Call { call: id, op }).map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + CALL_TIMEOUT;
-        loop {
-            if let Some(r) = guard(&self.replies).remove(&id) {
-                return r;
-            }
-            if Instant::now() >= deadline {
-                return Err(format!("the server did not answer within {CALL_TIMEOUT:?}"));
-            }
-            match self.receiving.try_lock() {
-                Ok(_receiving) => match channel.recv(Duration::from_millis(10)).map_err(|e| e.to_string())? {
-                    Some(ToStub::Reply { call, result }) => self.deliver(call, result),
-                    Some(m) => guard(&self.pending).push_back(m),
-                    None => {}
-                },
-                Err(_) => {
-                    let replies = guard(&self.replies);
-                    if !replies.contains_key(&id) {
-                        let _ = self.replied.wait_timeout(replies, Duration::from_millis(10));
-                    }
-                }
-            }
+        let deadline = (!patient).then(|| Instant::now() + CALL_TIMEOUT);
+        let mut reply = None;
+        let done = self
+            .wait_until(channel, deadline, || {
+                reply = guard(&self.replies).remove(&id);
+                reply.is_some()
+            })
+            .map_err(|e| e.to_string())?;
+        match reply {
+            Some(r) if done => r,
+            _ => Err(format!("the server did not answer within {CALL_TIMEOUT:?}")),
+        }
+    }
+
+    /// A new call id (BLS calls and server calls share the numbering).
+    fn new_call(&self) -> u64 {
+        self.next_call.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Stops routing a BLS call's responses: those queued and any that come later are released.
+    fn forget(&self, channel: &StubChannel, call: u64) {
+        let queued = guard(&self.bls).remove(&call);
+        for r in queued.into_iter().flatten() {
+            release_outputs(channel, &r);
+        }
+    }
+}
+
+/// Hands the server's output blocks of a BLS response back to it.
+fn release_outputs(channel: &StubChannel, response: &Response) {
+    for t in &response.outputs {
+        if let TensorData::Shm { desc, .. } = t.data {
+            channel.release(desc);
         }
     }
 }
@@ -386,26 +509,54 @@ impl Channel {
         }
     }
 
+    fn free_tensors(&self, tensors: &[Tensor]) {
+        for t in tensors {
+            if let TensorData::Shm { desc, .. } = t.data {
+                let _ = self.inner.free_own(desc);
+            }
+        }
+    }
+
     fn send(&self, py: Python<'_>, msg: ToServer) -> PyResult<()> {
         let inner = self.inner.clone();
         py.detach(move || inner.send(&msg)).map_err(ipc_err)
     }
 
-    fn request_to_py(&self, py: Python<'_>, r: Request) -> PyResult<Py<RequestMsg>> {
-        let inputs = PyList::empty(py);
-        for t in r.inputs {
-            let (desc, writable) = match t.data {
-                TensorData::Shm { desc, writable } => (desc, writable),
-                TensorData::Cuda { .. } => {
-                    return Err(ChannelError::new_err("GPU input tensors are not supported by this stub yet"));
+    /// [`InputMsg`]s over the server's blocks of `tensors`, each released when Python lets go
+    /// of its array (those not reached after an error are released at once).
+    fn tensors_to_py<'py>(&self, py: Python<'py>, tensors: Vec<Tensor>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        let mut rest = tensors.into_iter();
+        while let Some(t) = rest.next() {
+            let made = self.tensor_to_py(py, t).and_then(|m| list.append(m));
+            if let Err(e) = made {
+                for t in rest {
+                    if let TensorData::Shm { desc, .. } = t.data {
+                        self.inner.release(desc);
+                    }
                 }
-            };
-            let view = self.inner.view(desc).map_err(ipc_err)?;
-            let block = Py::new(py, InBlock { view, writable, channel: self.inner.clone() })?;
-            let array = array_over(py, block, t.dtype, &t.shape, &t.name)?.unbind();
-            let shape = PyTuple::new(py, t.shape)?.unbind();
-            inputs.append(InputMsg { name: t.name, dtype: t.dtype.wire_name(), shape, array })?;
+                return Err(e);
+            }
         }
+        Ok(list)
+    }
+
+    fn tensor_to_py(&self, py: Python<'_>, t: Tensor) -> PyResult<InputMsg> {
+        let (desc, writable) = match t.data {
+            TensorData::Shm { desc, writable } => (desc, writable),
+            TensorData::Cuda { .. } => {
+                return Err(ChannelError::new_err("GPU tensors are not supported by this stub yet"));
+            }
+        };
+        let view = self.inner.view(desc).map_err(ipc_err)?;
+        let block = Py::new(py, InBlock { view, writable, channel: self.inner.clone() })?;
+        let array = array_over(py, block, t.dtype, &t.shape, &t.name)?.unbind();
+        let shape = PyTuple::new(py, t.shape)?.unbind();
+        Ok(InputMsg { name: t.name, dtype: t.dtype.wire_name(), shape, array })
+    }
+
+    fn request_to_py(&self, py: Python<'_>, r: Request) -> PyResult<Py<RequestMsg>> {
+        let inputs = self.tensors_to_py(py, r.inputs)?;
         let corr: Py<PyAny> = match r.correlation_id {
             CorrelationId::None => 0u64.into_pyobject(py)?.into_any().unbind(),
             CorrelationId::U64(v) => v.into_pyobject(py)?.into_any().unbind(),
@@ -476,18 +627,25 @@ impl Channel {
         let inner = Arc::new(StubChannel::connect(control, socket, wait, arena_segment).map_err(ipc_err)?);
         // The heartbeat the server watches: a native thread that never takes the GIL, so a model
         // busy in Python or C code still beats, and only a frozen process stops.
+        // It also pumps the ring when nobody else does (the main thread inside `execute`), so
+        // cancellations and BLS responses are taken while model code runs; it only tries the
+        // receive lock and never waits for a message.
         let weak = Arc::downgrade(&inner);
+        let router: Arc<Router> = Arc::default();
+        let pumped = router.clone();
         std::thread::Builder::new()
             .name("tritium-heartbeat".into())
             .spawn(move || {
                 while let Some(channel) = weak.upgrade() {
                     channel.beat();
+                    // A failed ring is reported to whoever receives next.
+                    let _ = pumped.pump(&channel);
                     drop(channel);
-                    std::thread::sleep(Duration::from_millis(100));
+                    std::thread::sleep(Duration::from_millis(20));
                 }
             })
             .map_err(|e| ChannelError::new_err(format!("cannot start the heartbeat thread: {e}")))?;
-        Ok(Self { inner, router: Arc::default() })
+        Ok(Self { inner, router, executing: std::sync::atomic::AtomicBool::new(false) })
     }
 
     /// The pid of the server process that created the channel.
@@ -522,11 +680,13 @@ impl Channel {
             }
             ToStub::Cancel { request } => Bound::new(py, CancelMsg { request })?.into_any(),
             ToStub::Ping { seq } => Bound::new(py, PingMsg { seq })?.into_any(),
-            ToStub::Finalize => Bound::new(py, FinalizeMsg)?.into_any(),
-            ToStub::Reply { call, .. } => {
-                return Err(ChannelError::new_err(format!("reply to call {call} reached the main loop")));
+            ToStub::Finalize => {
+                self.executing.store(false, Ordering::Release);
+                Bound::new(py, FinalizeMsg)?.into_any()
             }
-            ToStub::BlsResponse { call, .. } => Bound::new(py, BlsResponseMsg { call })?.into_any(),
+            ToStub::Reply { call, .. } | ToStub::BlsResponse { call, .. } => {
+                return Err(ChannelError::new_err(format!("the answer to call {call} reached the main loop")));
+            }
         };
         Ok(Some(obj))
     }
@@ -555,7 +715,14 @@ impl Channel {
     /// Reports the outcome of `initialize`.
     #[pyo3(signature = (error = None))]
     fn send_initialize_done(&self, py: Python<'_>, error: Option<PyStubError>) -> PyResult<()> {
+        self.executing.store(error.is_none(), Ordering::Release);
         self.send(py, ToServer::InitializeDone(stub_error(error).map_or(Ok(()), Err)))
+    }
+
+    /// Whether the model is past `initialize` and before `finalize` (BLS is allowed).
+    #[getter]
+    fn bls_allowed(&self) -> bool {
+        self.executing.load(Ordering::Acquire)
     }
 
     /// Reports the outcome of `finalize`.
@@ -581,11 +748,7 @@ impl Channel {
             match self.tensor_from_py(py, out) {
                 Ok(t) => tensors.push(t),
                 Err(e) => {
-                    for t in tensors {
-                        if let TensorData::Shm { desc, .. } = t.data {
-                            let _ = self.inner.free_own(desc);
-                        }
-                    }
+                    self.free_tensors(&tensors);
                     return Err(e);
                 }
             }
@@ -661,6 +824,151 @@ impl Channel {
             CallResult::Value(v) => Ok(v),
             other => Err(ChannelError::new_err(format!("unexpected reply {other:?}"))),
         }
+    }
+
+    /// Whether the server cancelled request `request` (its client went away).
+    fn is_cancelled(&self, request: u64) -> bool {
+        guard(&self.router.cancelled).contains(&request)
+    }
+
+    /// Forgets the cancellations of requests that are done.
+    fn forget_cancelled(&self, requests: Vec<u64>) {
+        let mut cancelled = guard(&self.router.cancelled);
+        for r in requests {
+            cancelled.remove(&r);
+        }
+    }
+
+    /// Sends a BLS request and returns its call id; the responses come from `bls_next`.
+    /// `inputs` holds `(name, wire_dtype, shape, data)` as for `send_response`; they are copied
+    /// into the stub's arena, and the server releases them.
+    #[pyo3(signature = (model, version, decoupled, request_id, correlation_id, flags, timeout_us, parameters, inputs, requested_outputs))]
+    #[allow(clippy::too_many_arguments)]
+    fn bls_send(
+        &self,
+        py: Python<'_>,
+        model: String,
+        version: i64,
+        decoupled: bool,
+        request_id: String,
+        correlation_id: Bound<'_, PyAny>,
+        flags: u32,
+        timeout_us: u64,
+        parameters: Vec<(String, Bound<'_, PyAny>)>,
+        inputs: Vec<(String, String, Vec<i64>, Bound<'_, PyAny>)>,
+        requested_outputs: Vec<String>,
+    ) -> PyResult<u64> {
+        let correlation_id = if let Ok(s) = correlation_id.extract::<String>() {
+            CorrelationId::Str(s)
+        } else {
+            match correlation_id.extract::<u64>() {
+                Ok(0) => CorrelationId::None,
+                Ok(v) => CorrelationId::U64(v),
+                Err(_) => return Err(PyValueError::new_err("Correlation ID must be integer or string")),
+            }
+        };
+        let parameters = params_from_py(parameters)?;
+        let mut tensors = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            match self.tensor_from_py(py, input) {
+                Ok(t) => tensors.push(t),
+                Err(e) => {
+                    self.free_tensors(&tensors);
+                    return Err(e);
+                }
+            }
+        }
+        let call = self.router.new_call();
+        let request = Request {
+            id: 0,
+            request_id,
+            correlation_id,
+            flags,
+            timeout_us,
+            parameters,
+            inputs: tensors,
+            requested_outputs,
+        };
+        guard(&self.router.bls).insert(call, VecDeque::new());
+        let blocks = request.inputs.clone();
+        let msg = ToServer::BlsRequest { call, model, version, decoupled, request };
+        let inner = self.inner.clone();
+        if let Err(e) = py.detach(move || inner.send(&msg)) {
+            guard(&self.router.bls).remove(&call);
+            self.free_tensors(&blocks);
+            return Err(ipc_err(e));
+        }
+        Ok(call)
+    }
+
+    /// The next response of BLS call `call`, waiting at most `timeout_ms` (for ever when None)
+    /// without the GIL; None on timeout. After the final response the call is forgotten.
+    #[pyo3(signature = (call, timeout_ms = None))]
+    fn bls_next<'py>(
+        &self,
+        py: Python<'py>,
+        call: u64,
+        timeout_ms: Option<u64>,
+    ) -> PyResult<Option<Bound<'py, BlsResponseMsg>>> {
+        let (inner, router) = (self.inner.clone(), self.router.clone());
+        let deadline = timeout_ms.map(|t| Instant::now() + Duration::from_millis(t));
+        let taken = py
+            .detach(move || {
+                let mut taken = None;
+                let mut known = true;
+                router
+                    .wait_until(&inner, deadline, || {
+                        let mut bls = guard(&router.bls);
+                        match bls.get_mut(&call) {
+                            Some(queue) => taken = queue.pop_front(),
+                            None => known = false,
+                        }
+                        if taken.as_ref().is_some_and(|r| r.final_response) {
+                            bls.remove(&call);
+                        }
+                        taken.is_some() || !known
+                    })
+                    .map(|_| (taken, known))
+            })
+            .map_err(ipc_err)?;
+        let response = match taken {
+            (Some(r), _) => r,
+            (None, true) => return Ok(None),
+            (None, false) => return Err(PyValueError::new_err(format!("no BLS call {call} is in flight"))),
+        };
+        let error = response.error.map(|e| (e.message, e.code));
+        let outputs = self.tensors_to_py(py, response.outputs)?.unbind();
+        let parameters = params_to_py(py, response.parameters)?.unbind();
+        let msg = BlsResponseMsg { call, outputs, error, parameters, final_response: response.final_response };
+        Ok(Some(Bound::new(py, msg)?))
+    }
+
+    /// Asks the server to cancel BLS call `call` (its responses still come, the last one final).
+    fn bls_cancel(&self, py: Python<'_>, call: u64) -> PyResult<()> {
+        self.send(py, ToServer::BlsCancel { call })
+    }
+
+    /// Stops waiting for BLS call `call`: its responses are released as they come.
+    fn bls_forget(&self, call: u64) {
+        self.router.forget(&self.inner, call);
+    }
+
+    /// `pb_utils.is_model_ready(model_name, model_version)`.
+    fn model_ready(&self, py: Python<'_>, name: String, version: String) -> PyResult<bool> {
+        match self.call(py, CallOp::ModelReady { name, version })? {
+            CallResult::Ready(ready) => Ok(ready),
+            other => Err(ChannelError::new_err(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// `pb_utils.load_model(model_name, config, files)`: waits until the model is loaded.
+    fn model_load(&self, py: Python<'_>, name: String, config: String, files: Vec<(String, Vec<u8>)>) -> PyResult<()> {
+        self.call(py, CallOp::ModelLoad { name, config, files }).map(|_| ())
+    }
+
+    /// `pb_utils.unload_model(model_name, unload_dependents)`: starts the unload.
+    fn model_unload(&self, py: Python<'_>, name: String, unload_dependents: bool) -> PyResult<()> {
+        self.call(py, CallOp::ModelUnload { name, unload_dependents }).map(|_| ())
     }
 
     /// Answers a ping.

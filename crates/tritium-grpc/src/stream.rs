@@ -193,7 +193,14 @@ async fn forward(
     out: mpsc::Sender<Result<ModelStreamInferResponse, Status>>,
     grpc_error_mode: bool,
 ) {
-    while let Some(message) = stream.responses.recv().await {
+    loop {
+        let message = tokio::select! {
+            message = stream.responses.recv() => message,
+            // The client went away: dropping the responses tells the model (`is_cancelled()`),
+            // even while it sends none.
+            () = out.closed() => return,
+        };
+        let Some(message) = message else { break };
         let last = message.is_last();
         let answer = match message {
             Streamed::Final if !stream.empty_final => return,

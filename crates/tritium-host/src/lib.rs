@@ -11,5 +11,5 @@ pub mod process;
 pub mod stub;
 
 pub use process::{StubCommand, StubExit};
-pub use stub::{CallHandler, HostError, OnResponse, Stub, StubInfo, POLL_CHUNK};
+pub use stub::{BlsEvent, BlsHandler, CallHandler, HostError, OnResponse, Stub, StubInfo, POLL_CHUNK};
 pub use tritium_ipc::ChannelLimits;

@@ -179,10 +179,39 @@ pub type OnResponse<'a> = dyn FnMut(Response) -> Result<(), String> + 'a;
 /// Answers the calls model code makes on the server (custom metrics).
 pub type CallHandler = Arc<dyn Fn(CallOp) -> Result<CallResult, String> + Send + Sync>;
 
+/// What model code asks of other models (BLS), handed to the [`BlsHandler`].
+#[derive(Debug)]
+pub enum BlsEvent {
+    /// `InferenceRequest.exec()`: run `request` on `model` and answer with `BlsResponse`s.
+    Request {
+        /// The stub's call id.
+        call: u64,
+        /// Target model.
+        model: String,
+        /// Target version (-1 for the policy's choice).
+        version: i64,
+        /// The caller takes a stream of responses.
+        decoupled: bool,
+        /// The request; its inputs are blocks of the stub's arena, the handler's to release.
+        request: Request,
+    },
+    /// The call was cancelled by model code.
+    Cancel {
+        /// The stub's call id.
+        call: u64,
+    },
+}
+
+/// Takes model code's BLS calls. It must not block the worker: it dispatches and returns, and
+/// answers later through the stub's channel.
+pub type BlsHandler = Arc<dyn Fn(BlsEvent) + Send + Sync>;
+
 /// A running stub process and its channel.
 pub struct Stub {
     /// Answers model code's calls; without one, calls get an error.
     calls: Mutex<Option<CallHandler>>,
+    /// Takes model code's BLS calls; without one, they are answered with an error.
+    bls: Mutex<Option<BlsHandler>>,
     /// Why the watcher killed the process, when it did (a lost heartbeat).
     kill_reason: Arc<Mutex<Option<String>>>,
     /// Tells the watcher thread to stop.
@@ -222,6 +251,7 @@ impl Stub {
         span.record("pid", child.pid());
         let mut stub = Self {
             calls: Mutex::new(None),
+            bls: Mutex::new(None),
             kill_reason: Arc::new(Mutex::new(None)),
             unwatched: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             instance: instance.to_string(),
@@ -400,6 +430,40 @@ impl Stub {
         *self.calls.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
     }
 
+    /// Sets what takes model code's BLS calls.
+    pub fn set_bls_handler(&self, handler: BlsHandler) {
+        *self.bls.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+    }
+
+    fn bls(&self, event: BlsEvent) -> Result<(), HostError> {
+        let handler = self.bls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match (handler, event) {
+            (Some(h), event) => h(event),
+            (None, BlsEvent::Request { call, request, .. }) => {
+                for t in &request.inputs {
+                    if let TensorData::Shm { desc, .. } = t.data {
+                        self.channel.release(desc);
+                    }
+                }
+                let error = StubError {
+                    message: "this server does not take BLS requests here".into(),
+                    code: 1,
+                    traceback: None,
+                };
+                let response = Response {
+                    request: 0,
+                    outputs: Vec::new(),
+                    error: Some(error),
+                    parameters: Vec::new(),
+                    final_response: true,
+                };
+                self.send(&ToStub::BlsResponse { call, response })?;
+            }
+            (None, BlsEvent::Cancel { .. }) => {}
+        }
+        Ok(())
+    }
+
     fn answer(&self, call: u64, op: CallOp) -> Result<(), HostError> {
         let handler = self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let result = match handler {
@@ -435,12 +499,16 @@ impl Stub {
         Ok(true)
     }
 
-    /// Handles what the stub sends unasked (log records, calls from model code) and hands back
+    /// Handles what the stub sends unasked (log records, calls and BLS requests from model code) and hands back
     /// anything else.
     fn unasked(&self, msg: ToServer) -> Result<Option<ToServer>, HostError> {
         match msg {
             ToServer::Log(record) => self.emit_log(&record),
             ToServer::Call { call, op } => self.answer(call, op)?,
+            ToServer::BlsRequest { call, model, version, decoupled, request } => {
+                self.bls(BlsEvent::Request { call, model, version, decoupled, request })?
+            }
+            ToServer::BlsCancel { call } => self.bls(BlsEvent::Cancel { call })?,
             other => return Ok(Some(other)),
         }
         Ok(None)

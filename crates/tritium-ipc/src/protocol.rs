@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::arena::Descriptor;
 
 /// Version of this protocol; the stub's hello must carry the same number.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// A tensor element type, named as KServe v2 names it on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -368,6 +368,29 @@ pub enum CallOp {
         /// Metric id.
         id: u64,
     },
+    /// `pb_utils.is_model_ready(model_name, model_version)`. Replies with [`CallResult::Ready`].
+    ModelReady {
+        /// Model name.
+        name: String,
+        /// Version ("" for the model's policy).
+        version: String,
+    },
+    /// `pb_utils.load_model(model_name, config, files)` (explicit model control only).
+    ModelLoad {
+        /// Model name.
+        name: String,
+        /// A config override as JSON ("" for none).
+        config: String,
+        /// Override files, by path under the model directory.
+        files: Vec<(String, Vec<u8>)>,
+    },
+    /// `pb_utils.unload_model(model_name, unload_dependents)` (explicit model control only).
+    ModelUnload {
+        /// Model name.
+        name: String,
+        /// Also unload the models that depend on it.
+        unload_dependents: bool,
+    },
 }
 
 /// The server's answer to a [`CallOp`].
@@ -379,6 +402,8 @@ pub enum CallResult {
     Id(u64),
     /// A value.
     Value(f64),
+    /// Whether a model is ready.
+    Ready(bool),
 }
 
 /// Server -> stub messages.
@@ -464,8 +489,16 @@ pub enum ToServer {
         model: String,
         /// Target version (-1 for the policy's choice).
         version: i64,
+        /// `exec(decoupled=True)`: the caller takes a stream of responses (required for a
+        /// decoupled target).
+        decoupled: bool,
         /// The request.
         request: Request,
+    },
+    /// Model code cancelled a BLS call (`ResponseIterator.cancel()`), or stopped waiting for it.
+    BlsCancel {
+        /// The stub's call id.
+        call: u64,
     },
     /// A `pb_utils.Logger` record.
     Log(LogRecord),
@@ -534,10 +567,22 @@ mod tests {
 
     #[test]
     fn typed_calls_and_logs_round_trip_through_postcard() {
-        let mut msgs = vec![ToServer::Call {
-            call: 3,
-            op: CallOp::MetricFamilyNew { name: "n".into(), description: "d".into(), kind: MetricKind::Histogram },
-        }];
+        let mut msgs = vec![
+            ToServer::Call {
+                call: 3,
+                op: CallOp::MetricFamilyNew { name: "n".into(), description: "d".into(), kind: MetricKind::Histogram },
+            },
+            ToServer::Call { call: 4, op: CallOp::ModelReady { name: "m".into(), version: "2".into() } },
+            ToServer::Call {
+                call: 5,
+                op: CallOp::ModelLoad {
+                    name: "m".into(),
+                    config: "{}".into(),
+                    files: vec![("1/model.py".into(), vec![1])],
+                },
+            },
+            ToServer::Call { call: 6, op: CallOp::ModelUnload { name: "m".into(), unload_dependents: true } },
+        ];
         for op in [MetricOp::Increment, MetricOp::Set, MetricOp::Observe] {
             msgs.push(ToServer::Call { call: 0, op: CallOp::MetricOp { id: 7, op, value: 1.5 } });
         }
@@ -554,6 +599,24 @@ mod tests {
             let bytes = postcard::to_stdvec(&msg).expect("encode");
             assert_eq!(postcard::from_bytes::<ToServer>(&bytes).expect("decode"), msg);
         }
+    }
+
+    #[test]
+    fn bls_messages_round_trip_through_postcard() {
+        let request = Request { id: 4, requested_outputs: vec!["OUT".into()], ..Default::default() };
+        let response =
+            Response { request: 0, outputs: Vec::new(), error: None, parameters: Vec::new(), final_response: true };
+        let up = [
+            ToServer::BlsRequest { call: 7, model: "m".into(), version: -1, decoupled: true, request },
+            ToServer::BlsCancel { call: 7 },
+        ];
+        for msg in up {
+            let bytes = postcard::to_stdvec(&msg).expect("encode");
+            assert_eq!(postcard::from_bytes::<ToServer>(&bytes).expect("decode"), msg);
+        }
+        let down = ToStub::BlsResponse { call: 7, response };
+        let bytes = postcard::to_stdvec(&down).expect("encode");
+        assert_eq!(postcard::from_bytes::<ToStub>(&bytes).expect("decode"), down);
     }
 
     #[test]

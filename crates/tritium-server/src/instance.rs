@@ -115,6 +115,8 @@ pub(crate) struct VersionContext {
     /// `model_transaction_policy { decoupled: true }`: responses are streamed as the model
     /// sends them, and a request stays open after `execute` until its final response.
     pub decoupled: bool,
+    /// Where the model's BLS requests go.
+    pub bls: crate::bls::Hook,
 }
 
 /// Which instance this is, as `initialize(args)` reports it.
@@ -308,6 +310,8 @@ pub(crate) struct Instance {
     restart: AtomicBool,
     inflight: AtomicU64,
     executions: AtomicU64,
+    /// The BLS calls its stub has in flight.
+    pub(crate) bls: crate::bls::Calls,
 }
 
 impl Instance {
@@ -320,7 +324,13 @@ impl Instance {
             restart: AtomicBool::new(false),
             inflight: AtomicU64::new(0),
             executions: AtomicU64::new(0),
+            bls: crate::bls::Calls::default(),
         }
+    }
+
+    /// Whether the worker is running a batch (inside `execute`).
+    pub(crate) fn executing(&self) -> bool {
+        self.inflight.load(Ordering::Relaxed) > 0
     }
 
     fn status(&self) -> std::sync::MutexGuard<'_, Status> {
@@ -394,10 +404,14 @@ fn rss_of(pid: u32) -> Option<u64> {
 
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
-/// Answers model code's custom-metric calls from the instance's session.
-fn call_handler(session: Arc<MetricsSession>) -> CallHandler {
+/// Answers model code's custom-metric calls from the instance's session, and its model-control
+/// calls through the server.
+fn call_handler(session: Arc<MetricsSession>, bls: crate::bls::Hook, model: String) -> CallHandler {
     Arc::new(move |op| {
         let result = match op {
+            op @ (CallOp::ModelReady { .. } | CallOp::ModelLoad { .. } | CallOp::ModelUnload { .. }) => {
+                return crate::bls::model_control(&bls, &model, op);
+            }
             CallOp::MetricFamilyNew { name, description, kind } => {
                 let kind = match kind {
                     tritium_ipc::MetricKind::Counter => MetricKind::Counter,
@@ -434,7 +448,7 @@ enum Started {
     Died(String, StubExit),
 }
 
-fn start(ctx: &VersionContext, instance: &Instance) -> Started {
+fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
     let spec = &instance.spec;
     let sup = &ctx.supervision;
     instance.on(Event::Spawn);
@@ -443,7 +457,8 @@ fn start(ctx: &VersionContext, instance: &Instance) -> Started {
         Err(e) => return Started::Died(e.to_string(), StubExit::Other(e.to_string())),
     };
     instance.on(Event::Spawned { pid: stub.pid(), channel: stub.channel().clone() });
-    stub.set_call_handler(call_handler(instance.metrics.clone()));
+    stub.set_call_handler(call_handler(instance.metrics.clone(), ctx.bls.clone(), ctx.model.clone()));
+    stub.set_bls_handler(crate::bls::handler(ctx, instance, stub.channel()));
     let args = [
         ("model_config", ctx.config_json.clone()),
         ("model_instance_kind", spec.kind.to_string()),
@@ -871,6 +886,9 @@ fn run_decoupled_batch(
         // The inputs are in shared memory now: the server's copy is not needed any more.
         p.req.inputs = Vec::new();
         let queue = t0.saturating_duration_since(p.enqueued);
+        if let crate::scheduler::Reply::Stream(tx) = &p.tx {
+            ctx.bls.watch_client(tx.downgrade(), stub.channel(), id);
+        }
         open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false });
     }
     let requests = std::mem::take(&mut placed.requests);

@@ -2,6 +2,7 @@
 //! batching, request validation, and statistics. It knows nothing of HTTP, gRPC or JSON; the
 //! frontends translate their wire formats into [`types`] and call [`Server`].
 
+mod bls;
 mod classify;
 mod instance;
 mod scheduler;

@@ -111,7 +111,9 @@ struct Entry {
     versions: BTreeMap<i64, Arc<Version>>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
+    /// What instance workers route their models' BLS requests through.
+    bls: crate::bls::Hook,
     opts: ServerOptions,
     metrics: tritium_metrics::Metrics,
     logging: std::sync::OnceLock<Arc<dyn LogControl>>,
@@ -161,7 +163,8 @@ impl Server {
     /// A server with no models loaded yet.
     pub fn new(opts: ServerOptions) -> Self {
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new_cyclic(|weak| Inner {
+                bls: crate::bls::Hook::new(weak.clone()),
                 opts,
                 metrics: tritium_metrics::Metrics::new(),
                 logging: std::sync::OnceLock::new(),
@@ -327,6 +330,45 @@ impl Server {
                 Err(InferError::not_found(format!("Request for unknown model: '{model}' has no available versions")))
             }
         }
+    }
+
+    // BLS (crate::bls): requests model code sends to other models.
+
+    /// The server behind a [`crate::bls::Hook`]'s weak reference.
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
+        Self { inner }
+    }
+
+    /// The version a BLS request goes to, for the checks made before it is queued.
+    pub(crate) fn bls_target(&self, model: &str, version: Option<i64>) -> Result<Arc<VersionContext>, InferError> {
+        Ok(self.route(model, version)?.ctx.clone())
+    }
+
+    /// Queues a BLS request through the clients' path; its answers come on `tx` (one final
+    /// message from a model that is not decoupled). Must run inside the runtime.
+    pub(crate) fn bls_enqueue(
+        &self,
+        req: InferRequest,
+        tx: tokio_mpsc::UnboundedSender<Streamed>,
+    ) -> Result<(), InferError> {
+        if let Some(version) = self.ensemble_of(&req) {
+            // An ensemble has no queue of its own: its steps are queued as they become ready.
+            return ensemble::start_on(self, version, req, tx);
+        }
+        let decoupled = self.route(&req.model, req.version)?.ctx.decoupled;
+        let (version, deadline) = self.enqueue(req, Reply::Stream(tx), decoupled)?;
+        if let Some(deadline) = deadline {
+            tokio::spawn(async move {
+                tokio::time::sleep_until(deadline.into()).await;
+                version.ctx.queue.expire();
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses model control unless it is explicit, with Triton's text.
+    pub(crate) fn bls_check_control(&self) -> Result<(), InferError> {
+        self.check_control()
     }
 
     /// Hands the server the process's log control, for the logging extension.
@@ -626,8 +668,9 @@ impl Server {
         std::thread::Builder::new()
             .name(format!("load-{name}"))
             .spawn(move || {
-                let _ =
-                    tx.send(steps.and_then(|steps| load_versions(&inner.opts, inner.metrics.custom(), &model, steps)));
+                let _ = tx.send(
+                    steps.and_then(|steps| load_versions(&inner.opts, inner.metrics.custom(), &inner.bls, &model, steps)),
+                );
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
@@ -956,6 +999,7 @@ struct Resolved {
 fn load_versions(
     opts: &ServerOptions,
     metrics: &tritium_metrics::CustomMetrics,
+    bls: &crate::bls::Hook,
     name: &str,
     steps: Option<ensemble::StepConfigs>,
 ) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
@@ -965,11 +1009,11 @@ fn load_versions(
     let prepared = load_start.elapsed();
     if tritium_config::is_ensemble(&resolved.config) {
         let steps = steps.ok_or_else(|| LoadError::Ensemble(format!("ensemble '{name}' has no steps")))?;
-        return ensemble::start(opts, metrics, name, &resolved, steps, prepared);
+        return ensemble::start(opts, metrics, bls, name, &resolved, steps, prepared);
     }
     let mut loaded = BTreeMap::new();
     for &v in &resolved.versions {
-        match start_version(opts, metrics, name, &resolved, v, prepared) {
+        match start_version(opts, metrics, bls, name, &resolved, v, prepared) {
             Ok(version) => {
                 loaded.insert(v, version);
             }
@@ -1119,6 +1163,7 @@ fn instance_specs(config: &ModelConfig) -> Vec<InstanceSpec> {
 fn start_version(
     opts: &ServerOptions,
     metrics: &tritium_metrics::CustomMetrics,
+    bls: &crate::bls::Hook,
     name: &str,
     r: &Resolved,
     v: i64,
@@ -1148,6 +1193,7 @@ fn start_version(
         metrics: metrics.clone(),
         classes: r.classes.clone(),
         decoupled: is_decoupled(&r.config),
+        bls: bls.clone(),
     });
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut workers = Vec::new();

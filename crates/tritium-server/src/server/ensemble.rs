@@ -262,6 +262,7 @@ pub(super) async fn load_ensembles(server: &Server, ensembles: Vec<String>) {
 pub(super) fn start(
     opts: &ServerOptions,
     metrics: &tritium_metrics::CustomMetrics,
+    bls: &crate::bls::Hook,
     name: &str,
     r: &Resolved,
     steps: StepConfigs,
@@ -310,6 +311,7 @@ pub(super) fn start(
             metrics: metrics.clone(),
             classes: r.classes.clone(),
             decoupled,
+            bls: bls.clone(),
         });
         let version = Version {
             config: config.clone(),
@@ -372,6 +374,19 @@ pub(super) fn infer_decoupled(
     let (tx, rx) = tokio_mpsc::unbounded_channel();
     tokio::spawn(run(server.clone(), version, req, checked, tx));
     Ok(rx)
+}
+
+/// Starts a request of an ensemble of either kind with its answers on `tx` (the last one
+/// final): the path of BLS calls, whose caller already checked the transaction policy.
+pub(super) fn start_on(
+    server: &Server,
+    version: Arc<Version>,
+    req: InferRequest,
+    tx: tokio_mpsc::UnboundedSender<Streamed>,
+) -> Result<(), InferError> {
+    let checked = admit(&version, &req)?;
+    tokio::spawn(run(server.clone(), version, req, checked, tx));
+    Ok(())
 }
 
 /// What a running step reports to its ensemble request.

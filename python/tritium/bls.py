@@ -1,0 +1,237 @@
+"""BLS (Business Logic Scripting): `InferenceRequest.exec` and `async_exec`, and the response iterator.
+
+A call copies the request's inputs into the stub's shared memory and sends a `BlsRequest`
+through the native channel (`Channel.bls_send`); the server routes it like a client's request to
+the target model and answers with one `BlsResponse` (a model that is not decoupled) or several,
+the last one final (`exec(decoupled=True)`). Each response's outputs are numpy arrays over the
+server's shared memory (no copy), released when model code lets go of them. As in Triton
+(python_backend's `src/infer_request.cc`, `src/pb_response_iterator.cc`), failures come back as
+responses whose `has_error()` is true, not as exceptions; only calling outside `execute` raises.
+Waits release the GIL.
+"""
+
+import asyncio
+import functools
+
+from . import _runtime
+from .errors import ErrorCode, TritonError, TritonModelException
+
+__all__ = ["PreferredMemory", "ResponseIterator", "is_model_ready", "load_model", "unload_model"]
+
+# How long one wait for a response lasts before the caller looks at its timeout again.
+_SLICE_MS = 1000
+
+
+class PreferredMemory:
+    """`pb_utils.PreferredMemory(preferred_memory_type, preferred_device_id=0)`: where a BLS call would
+    like its outputs. Accepted for compatibility; this server places them in host shared memory."""
+
+    __slots__ = ("preferred_memory_type", "preferred_device_id")
+
+    def __init__(self, preferred_memory_type, preferred_device_id=0):
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+def _channel():
+    channel = _runtime.channel
+    if channel is None or not channel.bls_allowed:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
+    return channel
+
+
+def _send(request, decoupled):
+    """Sends `request` (a pb_utils.InferenceRequest) and returns (channel, call id)."""
+    from .tensor import InferenceRequest
+
+    if not isinstance(request, InferenceRequest):
+        raise TypeError(f"Expected an 'InferenceRequest' object, found type '{type(request)}'.")
+    channel = _channel()
+    inputs = []
+    for t in request._inputs:
+        wire, shape, data = t._wire_payload()
+        inputs.append((t.name(), wire, shape, data))
+    version = request._model_version
+    call = channel.bls_send(
+        request._model_name,
+        int(version) if version is not None else -1,
+        bool(decoupled),
+        request._request_id,
+        request._correlation_id,
+        int(request._flags),
+        int(request._timeout),
+        list(request._parameters.items()),
+        inputs,
+        sorted(request._requested),
+    )
+    return channel, call
+
+
+def _response(msg):
+    """A pb_utils.InferenceResponse from a native `BlsResponseMsg`."""
+    from .tensor import InferenceResponse, Tensor
+
+    resp = InferenceResponse()
+    if msg.error is not None:
+        message, code = msg.error
+        try:
+            code = ErrorCode(code)
+        except ValueError:
+            code = ErrorCode.INTERNAL
+        resp._error = TritonError(message, code)
+    else:
+        resp._outputs = [Tensor._from_wire(o) for o in msg.outputs]
+    # The callee's parameters as they are (they may include floats, which a model cannot set).
+    resp._parameters = dict(msg.parameters)
+    return resp
+
+
+def _timeout_response():
+    return _error_response("Request timeout expired", ErrorCode.UNAVAILABLE)
+
+
+def _error_response(message, code=ErrorCode.INTERNAL):
+    from .tensor import InferenceResponse
+
+    return InferenceResponse(error=TritonError(message, code))
+
+
+class _Call:
+    """One call in flight: waits for its responses, within the request's timeout if it has one."""
+
+    __slots__ = ("channel", "call", "timeout_us", "done")
+
+    def __init__(self, channel, call, timeout_us):
+        self.channel = channel
+        self.call = call
+        self.timeout_us = timeout_us
+        self.done = False
+
+    def next(self):
+        """(pb_utils.InferenceResponse, final) for the next response."""
+        timeout_ms = None
+        if self.timeout_us:
+            timeout_ms = max(1, self.timeout_us // 1000)
+        msg = self.channel.bls_next(self.call, timeout_ms)
+        if msg is None:
+            # The request's timeout passed: it is cancelled and its late responses are dropped.
+            self.abandon(cancel=True)
+            return _timeout_response(), True
+        if msg.final_response:
+            self.done = True
+        return _response(msg), msg.final_response
+
+    def abandon(self, cancel=False):
+        if self.done:
+            return
+        self.done = True
+        try:
+            if cancel:
+                self.channel.bls_cancel(self.call)
+            self.channel.bls_forget(self.call)
+        except Exception:  # noqa: BLE001 - the stub is shutting down
+            pass
+
+    def __del__(self):
+        self.abandon()
+
+
+def _exec(self, decoupled=False):
+    """`InferenceRequest.exec(decoupled=False)`: runs the request on its model and returns its
+    InferenceResponse, or with `decoupled=True` a ResponseIterator over its responses."""
+    channel, call = _send(self, decoupled)
+    pending = _Call(channel, call, self._timeout)
+    if decoupled:
+        return ResponseIterator(pending)
+    response, final = pending.next()
+    while not final:
+        # A model that is not decoupled sends one response; anything else is not for this call.
+        response, final = pending.next()
+    return response
+
+
+def _async_exec(self, decoupled=False):
+    """`InferenceRequest.async_exec(decoupled=False)`: `exec` in the running event loop's
+    executor; returns an awaitable future of its result."""
+    loop = asyncio.get_running_loop()
+    return loop.run_in_executor(None, functools.partial(_exec, self, decoupled))
+
+
+class ResponseIterator:
+    """The responses of `exec(decoupled=True)`, in order, the last one final (a final flag sent
+    alone comes as a last response without outputs, as in Triton). Each `next` waits without the
+    GIL. Once finished, iterating again starts over from the first response."""
+
+    def __init__(self, call):
+        self._call = call
+        self._responses = []
+        self._idx = 0
+        self._finished = False
+
+    def __iter__(self):
+        if self._finished and self._idx >= len(self._responses):
+            self._idx = 0
+        return self
+
+    def __next__(self):
+        if self._finished:
+            if self._idx < len(self._responses):
+                self._idx += 1
+                return self._responses[self._idx - 1]
+            raise StopIteration("Iteration is done for the responses.")
+        response, final = self._call.next()
+        self._responses.append(response)
+        if final:
+            self._finished = True
+            self._idx = len(self._responses)
+        return response
+
+    def cancel(self):
+        """Asks the server to cancel the request; its remaining responses still end the iteration."""
+        if not self._finished:
+            self._call.channel.bls_cancel(self._call.call)
+
+
+def install():
+    """Adds `exec` and `async_exec` to pb_utils.InferenceRequest."""
+    from .tensor import InferenceRequest
+
+    InferenceRequest.exec = _exec
+    InferenceRequest.async_exec = _async_exec
+
+
+install()
+
+
+def _control_channel():
+    channel = _runtime.channel
+    if channel is None:
+        raise TritonModelException("Model control is only available inside a model run by the server.")
+    return channel
+
+
+def is_model_ready(model_name, model_version=""):
+    """`pb_utils.is_model_ready(model_name, model_version="")`: whether the model (version) is ready."""
+    try:
+        return _control_channel().model_ready(str(model_name), str(model_version))
+    except ValueError as e:
+        raise TritonModelException(str(e)) from None
+
+
+def load_model(model_name, config="", files=None):
+    """`pb_utils.load_model(model_name, config="", files=None)`: loads (or reloads) a model and waits
+    until it is loaded; explicit model-control mode only."""
+    files = [(str(k), bytes(v)) for k, v in (files or {}).items()]
+    try:
+        _control_channel().model_load(str(model_name), str(config), files)
+    except ValueError as e:
+        raise TritonModelException(str(e)) from None
+
+
+def unload_model(model_name, unload_dependents=False):
+    """`pb_utils.unload_model(model_name, unload_dependents=False)`: starts unloading a model;
+    explicit model-control mode only."""
+    try:
+        _control_channel().model_unload(str(model_name), bool(unload_dependents))
+    except ValueError as e:
+        raise TritonModelException(str(e)) from None
