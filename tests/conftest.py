@@ -25,6 +25,7 @@ GOOD_MODELS = [
     "chatty",
     "pylog",
     "metered",
+    "tiny_llm",
 ]
 
 
@@ -57,6 +58,7 @@ class Server:
 
     def __init__(self, repository, log_path, extra_args=()):
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.openai_port = free_port()
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         self.repository = repository
@@ -73,6 +75,8 @@ class Server:
             str(self.grpc_port),
             "--metrics-port",
             str(self.metrics_port),
+            "--openai-port",
+            str(self.openai_port),
             "--python",
             sys.executable,
         ] + list(extra_args)

@@ -155,6 +155,16 @@ pub(crate) struct ServeArgs {
     /// decompressed); Triton's fixed limit, INT32_MAX, by default.
     #[arg(long, env = "TRITIUM_GRPC_MAX_MESSAGE_SIZE", default_value_t = tritium_grpc::MAX_GRPC_MESSAGE_SIZE)]
     grpc_max_message_size: usize,
+    // OpenAI frontend (issue 11)
+    /// Serve the OpenAI-compatible API (`/v1/chat/completions`, `/v1/completions`,
+    /// `/v1/models`) on this port; off unless given (Triton's OpenAI frontend uses 9000).
+    #[arg(long, env = "TRITIUM_OPENAI_PORT")]
+    openai_port: Option<u16>,
+    /// A Jinja chat template for every model of the OpenAI frontend, overriding the
+    /// `chat_template` of their `tokenizer_config.json` (a template file, or a
+    /// `tokenizer_config.json`).
+    #[arg(long, env = "TRITIUM_CHAT_TEMPLATE")]
+    chat_template: Option<PathBuf>,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -244,6 +254,19 @@ async fn bind(host: &str, port: u16, what: &str) -> Result<tokio::net::TcpListen
     })
 }
 
+/// Starts the OpenAI frontend when `--openai-port` is given.
+async fn start_openai(
+    args: &ServeArgs,
+    server: &Server,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Option<tritium_openai::Started>> {
+    let Some(port) = args.openai_port else { return Ok(None) };
+    let options = tritium_openai::Options::new(&args.model_repository, args.chat_template.as_deref())?;
+    let started = tritium_openai::start(&args.host, port, server.clone(), options, shutdown).await?;
+    info!("OpenAI-compatible service on {}", started.addr);
+    Ok(Some(started))
+}
+
 async fn shutdown_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
@@ -281,13 +304,15 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
         grpc_options,
         stopped(stop_rx.clone()),
     ));
+    let openai = start_openai(&args, &server, stopped(stop_rx.clone())).await?;
+    let openai_metrics = openai.as_ref().map(|o| o.metrics.clone());
     let metrics_task = if args.allow_metrics {
         let listener = bind(&args.host, args.metrics_port, "metrics").await?;
         info!("metrics on http://{}/metrics", listener.local_addr()?);
         let server = server.clone();
         Some(tokio::spawn(crate::metrics_http::serve(
             listener,
-            move || server.metrics_text(),
+            move || server.metrics_text() + &openai_metrics.as_ref().map(|m| m.render()).unwrap_or_default(),
             stopped(stop_rx.clone()),
         )))
     } else {
@@ -329,6 +354,9 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     let drain = async {
         let _ = http_task.await;
         let _ = grpc_task.await;
+        if let Some(o) = openai {
+            let _ = o.task.await;
+        }
         if let Some(t) = metrics_task {
             let _ = t.await;
         }
