@@ -11,6 +11,8 @@
 //! - `cargo xtask test`: setup, lint, build, `cargo test --workspace`, then the Python tests.
 //! - `cargo xtask bench ipc`: the IPC benchmark (floor, stub round trips, memcpy).
 //! - `cargo xtask bench serve`: perf_analyzer against tritium and Triton 2.51 serving add_sub.
+//! - `cargo xtask bench openai`: time to first token and tokens/s of the OpenAI frontend
+//!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -223,7 +225,10 @@ fn bench(what: &str) -> Result<()> {
             "ipc",
         ])),
         "serve" => bench_serve::bench_serve(),
-        other => bail!("unknown benchmark {other:?}; known: ipc, serve"),
+        "openai" => {
+            run(Command::new(venv_python()).current_dir(root()).args(["examples/clients/openai_bench.py"]))
+        }
+        other => bail!("unknown benchmark {other:?}; known: ipc, serve, openai"),
     }
 }
 
@@ -237,6 +242,6 @@ fn main() -> Result<()> {
         ["bench", what] => bench(what),
         ["bench"] => bench("ipc"),
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
-        _ => bail!("usage: cargo xtask setup | build | lint | serve [FLAGS] | test | bench ipc | bench serve"),
+        _ => bail!("usage: cargo xtask setup | build | lint | serve [FLAGS] | test | bench ipc | bench serve | bench openai"),
     }
 }
