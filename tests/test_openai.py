@@ -6,6 +6,8 @@ import concurrent.futures
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -155,7 +157,9 @@ def test_max_tokens_and_stop(oa):
     r = oa.completions.create(model="tiny_llm", prompt="one two three four", stop=["three"])
     assert r.choices[0].text == "I heard: one two "
     assert r.choices[0].finish_reason == "stop"
-    pieces = [c.choices[0].text for c in oa.completions.create(model="tiny_llm", prompt="a b c d", stop="c", stream=True)]
+    pieces = [
+        c.choices[0].text for c in oa.completions.create(model="tiny_llm", prompt="a b c d", stop="c", stream=True)
+    ]
     assert "".join(pieces) == "I heard: a b "
 
 
@@ -296,3 +300,19 @@ def test_metrics_per_model(oa, server):
     assert 'tritium_openai_requests_total{endpoint="completions",model="tiny_llm",outcome="success"}' in text
     assert "# TYPE tritium_openai_time_to_first_token_seconds histogram" in text
     assert 'tritium_openai_inter_token_latency_seconds_count{model="tiny_llm"}' in text
+
+
+def test_example_client(server):
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "examples", "clients", "openai_chat.py"),
+            "--url",
+            f"http://127.0.0.1:{server.openai_port}/v1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "streamed: I heard: Hello there, how are you?" in out.stdout

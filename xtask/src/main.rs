@@ -225,9 +225,7 @@ fn bench(what: &str) -> Result<()> {
             "ipc",
         ])),
         "serve" => bench_serve::bench_serve(),
-        "openai" => {
-            run(Command::new(venv_python()).current_dir(root()).args(["examples/clients/openai_bench.py"]))
-        }
+        "openai" => run(Command::new(venv_python()).current_dir(root()).args(["examples/clients/openai_bench.py"])),
         other => bail!("unknown benchmark {other:?}; known: ipc, serve, openai"),
     }
 }
@@ -242,6 +240,8 @@ fn main() -> Result<()> {
         ["bench", what] => bench(what),
         ["bench"] => bench("ipc"),
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
-        _ => bail!("usage: cargo xtask setup | build | lint | serve [FLAGS] | test | bench ipc | bench serve | bench openai"),
+        _ => bail!(
+            "usage: cargo xtask setup | build | lint | serve [FLAGS] | test | bench ipc | bench serve | bench openai"
+        ),
     }
 }

@@ -155,10 +155,16 @@ mod tests {
         }
         drop(Tracker::new(metrics.clone(), "m\"x", "completions", Instant::now()));
         let text = metrics.render();
-        assert!(text.contains("tritium_openai_requests_total{endpoint=\"chat\",model=\"m\\\"x\",outcome=\"success\"} 1\n"), "{text}");
+        assert!(
+            text.contains("tritium_openai_requests_total{endpoint=\"chat\",model=\"m\\\"x\",outcome=\"success\"} 1\n"),
+            "{text}"
+        );
         assert!(text.contains("outcome=\"cancelled\"} 1\n"), "{text}");
         assert!(text.contains("tritium_openai_time_to_first_token_seconds_count{model=\"m\\\"x\"} 1\n"), "{text}");
-        assert!(text.contains("tritium_openai_inter_token_latency_seconds_bucket{model=\"m\\\"x\",le=\"+Inf\"} 1\n"), "{text}");
+        assert!(
+            text.contains("tritium_openai_inter_token_latency_seconds_bucket{model=\"m\\\"x\",le=\"+Inf\"} 1\n"),
+            "{text}"
+        );
         assert!(text.contains("# TYPE tritium_openai_inter_token_latency_seconds histogram\n"), "{text}");
     }
 }

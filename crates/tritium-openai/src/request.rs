@@ -288,7 +288,10 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<Generate, ApiError> {
     }
     let stream = common.stream.unwrap_or(false);
     if common.stream_options.is_some() && !stream {
-        return Err(ApiError::invalid(Some("stream_options"), "'stream_options' is only allowed when 'stream' is true"));
+        return Err(ApiError::invalid(
+            Some("stream_options"),
+            "'stream_options' is only allowed when 'stream' is true",
+        ));
     }
     let mut sampling_parameters: Map<String, Value> =
         fields.into_iter().filter(|(k, v)| !v.is_null() && !NOT_SAMPLING.contains(&k.as_str())).collect();
@@ -337,10 +340,9 @@ mod tests {
         assert_eq!(g.max_tokens, 7);
         assert_eq!(g.stop, vec!["x".to_owned()]);
         assert_eq!(g.messages[0]["content"], "ab");
-        let expected: Map<String, Value> = serde_json::from_value(
-            json!({"stop": "x", "temperature": 0.5, "seed": 3, "top_k": 4, "max_tokens": 7}),
-        )
-        .expect("map");
+        let expected: Map<String, Value> =
+            serde_json::from_value(json!({"stop": "x", "temperature": 0.5, "seed": 3, "top_k": 4, "max_tokens": 7}))
+                .expect("map");
         assert_eq!(g.sampling_parameters, expected);
     }
 

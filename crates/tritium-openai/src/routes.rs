@@ -37,7 +37,13 @@ fn now_secs() -> u64 {
 
 pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::default());
-    let f = Arc::new(Frontend { server, options, metrics: metrics.clone(), created: now_secs(), next_id: AtomicU64::new(0) });
+    let f = Arc::new(Frontend {
+        server,
+        options,
+        metrics: metrics.clone(),
+        created: now_secs(),
+        next_id: AtomicU64::new(0),
+    });
     let router = Router::new()
         .route("/v1/models", get(list_models))
         .route("/v1/models/{*model}", get(get_model))
@@ -49,7 +55,10 @@ pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Met
 }
 
 async fn not_found() -> Response {
-    let mut e = ApiError::invalid(None, "no such endpoint: this server answers /v1/chat/completions, /v1/completions and /v1/models");
+    let mut e = ApiError::invalid(
+        None,
+        "no such endpoint: this server answers /v1/chat/completions, /v1/completions and /v1/models",
+    );
     e.status = StatusCode::NOT_FOUND;
     e.into_response()
 }
@@ -174,7 +183,8 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
         let last = msg.is_last();
         match msg {
             Streamed::Response { result: Ok(resp), .. } => {
-                let piece = read(&resp).map_err(|e| ApiError::internal(format!("model '{}' answered badly: {e}", meta.name)))?;
+                let piece = read(&resp)
+                    .map_err(|e| ApiError::internal(format!("model '{}' answered badly: {e}", meta.name)))?;
                 text.push_str(&piece.text);
                 c.absorb(&piece);
             }

@@ -70,7 +70,11 @@ pub fn candidates(model_dir: &Path, versions: &[String]) -> Vec<PathBuf> {
 /// Finds the template for a model: `--chat-template` when given, else the first
 /// `tokenizer_config.json` with a `chat_template` among `candidates`; the error names where
 /// tritium looked.
-pub fn find(override_template: Option<&ChatTemplate>, model: &str, places: &[PathBuf]) -> Result<ChatTemplate, ApiError> {
+pub fn find(
+    override_template: Option<&ChatTemplate>,
+    model: &str,
+    places: &[PathBuf],
+) -> Result<ChatTemplate, ApiError> {
     if let Some(t) = override_template {
         return Ok(t.clone());
     }
@@ -119,7 +123,10 @@ pub fn render(template: &ChatTemplate, messages: &[Value]) -> Result<String, Api
     tmpl.render(ctx).map_err(|e| {
         if e.kind() == JinjaErrorKind::InvalidOperation {
             // raise_exception: the template refuses these messages.
-            ApiError::invalid(Some("messages"), format!("the chat template refused the messages: {}", e.detail().unwrap_or("(no reason)")))
+            ApiError::invalid(
+                Some("messages"),
+                format!("the chat template refused the messages: {}", e.detail().unwrap_or("(no reason)")),
+            )
         } else {
             ApiError::internal(format!("rendering the chat template from {} failed: {e}", template.origin))
         }

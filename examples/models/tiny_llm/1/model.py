@@ -55,7 +55,9 @@ class TritonPythonModel:
             except (ValueError, TypeError) as e:
                 sender = request.get_response_sender()
                 error = pb_utils.TritonError(f"tiny_llm: bad request: {e}", pb_utils.TritonError.INVALID_ARG)
-                sender.send(pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                sender.send(
+                    pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                )
                 continue
             thread = threading.Thread(target=self._generate, args=job, daemon=True)
             thread.start()
@@ -74,7 +76,10 @@ class TritonPythonModel:
         delay = float(params.get("tiny_llm_delay_ms", 0)) / 1000.0
         stream = bool(_input(request, "stream", False))
         echo = not bool(_input(request, "exclude_input_in_output", True))
-        counts = (bool(_input(request, "return_num_input_tokens", False)), bool(_input(request, "return_num_output_tokens", False)))
+        counts = (
+            bool(_input(request, "return_num_input_tokens", False)),
+            bool(_input(request, "return_num_output_tokens", False)),
+        )
         return (request.get_response_sender(), prompt, max_tokens, stop, delay, stream, echo, counts)
 
     def _generate(self, sender, prompt, max_tokens, stop, delay, stream, echo, counts):
