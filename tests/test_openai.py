@@ -316,3 +316,15 @@ def test_example_client(server):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "streamed: I heard: Hello there, how are you?" in out.stdout
+
+
+def test_oversized_body_is_an_openai_413(server):
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{server.openai_port}/v1/completions",
+        data=json.dumps({"model": "tiny_llm", "prompt": "x" * (17 << 20)}).encode(),
+        headers={"content-type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=60)
+    assert e.value.code == 413
+    assert "request body" in json.loads(e.value.read())["error"]["message"]

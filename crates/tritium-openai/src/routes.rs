@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -22,6 +23,9 @@ use crate::request::{parse, Endpoint, Generate};
 use crate::shape::{build, read, Shape};
 use crate::sse::{error_end, Completion};
 use crate::{template, Options};
+
+/// The largest request body (a long chat history fits; a flood does not).
+const MAX_BODY_BYTES: usize = 16 << 20;
 
 struct Frontend {
     server: Server,
@@ -50,6 +54,7 @@ pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Met
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(f);
     (router, metrics)
 }
@@ -130,12 +135,25 @@ async fn get_model(State(f): State<Arc<Frontend>>, Path(model): Path<String>) ->
     }
 }
 
-async fn chat(State(f): State<Arc<Frontend>>, body: Bytes) -> Response {
-    generate(f, Endpoint::Chat, body).await.unwrap_or_else(IntoResponse::into_response)
+/// A body axum could not read (too large, cut off) as an OpenAI error.
+fn unreadable(r: BytesRejection) -> ApiError {
+    let mut e = ApiError::invalid(None, format!("cannot read the request body: {}", r.body_text()));
+    e.status = r.status();
+    e
 }
 
-async fn completions(State(f): State<Arc<Frontend>>, body: Bytes) -> Response {
-    generate(f, Endpoint::Completion, body).await.unwrap_or_else(IntoResponse::into_response)
+async fn chat(State(f): State<Arc<Frontend>>, body: Result<Bytes, BytesRejection>) -> Response {
+    match body {
+        Ok(body) => generate(f, Endpoint::Chat, body).await.unwrap_or_else(IntoResponse::into_response),
+        Err(r) => unreadable(r).into_response(),
+    }
+}
+
+async fn completions(State(f): State<Arc<Frontend>>, body: Result<Bytes, BytesRejection>) -> Response {
+    match body {
+        Ok(body) => generate(f, Endpoint::Completion, body).await.unwrap_or_else(IntoResponse::into_response),
+        Err(r) => unreadable(r).into_response(),
+    }
 }
 
 fn lost() -> ApiError {
