@@ -73,6 +73,11 @@ output [ {{ name: "text_output" data_type: TYPE_STRING dims: [ -1 ] }} ]
 """
 
 
+def metrics_text(server):
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as r:
+        return r.read().decode()
+
+
 def client_for(server):
     return openai.OpenAI(
         base_url=f"http://127.0.0.1:{server.openai_port}/v1", api_key="unused", max_retries=0, timeout=60
@@ -257,8 +262,12 @@ def test_closing_the_stream_cancels_the_request_in_the_model(bare):
     while not os.path.exists(marker):
         assert time.time() < deadline, f"the model never saw is_cancelled(); log:\n{bare.log_text()}"
         time.sleep(0.05)
-    # The frontend still answers afterwards.
+    # The frontend still answers afterwards, and counted the request as cancelled.
     assert [m.id for m in oa.models.list()] == ["endless", "failing"]
+    counter = 'tritium_openai_requests_total{endpoint="completions",model="endless",outcome="cancelled"} 1'
+    while counter not in metrics_text(bare):
+        assert time.time() < deadline, metrics_text(bare)
+        time.sleep(0.05)
 
 
 def test_chat_template_flag_overrides(tmp_path):
@@ -295,8 +304,7 @@ def test_32_concurrent_streams(oa):
 
 def test_metrics_per_model(oa, server):
     oa.completions.create(model="tiny_llm", prompt="metrics please")
-    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as r:
-        text = r.read().decode()
+    text = metrics_text(server)
     assert 'tritium_openai_requests_total{endpoint="completions",model="tiny_llm",outcome="success"}' in text
     assert "# TYPE tritium_openai_time_to_first_token_seconds histogram" in text
     assert 'tritium_openai_inter_token_latency_seconds_count{model="tiny_llm"}' in text
