@@ -105,6 +105,14 @@ pub struct Started {
     pub task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
+/// Binds the frontend's listener.
+async fn bind(host: &str, port: u16) -> Result<(tokio::net::TcpListener, SocketAddr), OpenAiError> {
+    let addr: SocketAddr = format!("{host}:{port}").parse().map_err(|_| OpenAiError::Address(host.to_owned()))?;
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| OpenAiError::Bind { addr, source })?;
+    let addr = listener.local_addr().map_err(|source| OpenAiError::Bind { addr, source })?;
+    Ok((listener, addr))
+}
+
 /// Binds `host:port` and serves the OpenAI frontend over `server` until `shutdown` completes.
 pub async fn start(
     host: &str,
@@ -113,9 +121,7 @@ pub async fn start(
     options: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Started, OpenAiError> {
-    let addr: SocketAddr = format!("{host}:{port}").parse().map_err(|_| OpenAiError::Address(host.to_owned()))?;
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| OpenAiError::Bind { addr, source })?;
-    let addr = listener.local_addr().map_err(|source| OpenAiError::Bind { addr, source })?;
+    let (listener, addr) = bind(host, port).await?;
     let (app, metrics) = router(server, options);
     let task = tokio::spawn(async move {
         use axum::serve::ListenerExt;
@@ -127,4 +133,37 @@ pub async fn start(
         axum::serve(listener, app).with_graceful_shutdown(shutdown).await
     });
     Ok(Started { addr, metrics, task })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_template_flag_reads_jinja_or_tokenizer_config() {
+        let dir = std::env::temp_dir().join(format!("tritium-openai-opts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let jinja = dir.join("t.jinja");
+        std::fs::write(&jinja, "{{ messages[0].content }}").expect("write");
+        let o = Options::new(&dir, Some(&jinja)).expect("reads");
+        assert_eq!(o.chat_template.as_ref().map(|t| t.source.as_str()), Some("{{ messages[0].content }}"));
+        let cfg = dir.join("tokenizer_config.json");
+        std::fs::write(&cfg, r#"{"chat_template": "C", "eos_token": "</s>"}"#).expect("write");
+        let o = Options::new(&dir, Some(&cfg)).expect("reads");
+        let t = o.chat_template.expect("template");
+        assert_eq!((t.source.as_str(), t.eos_token.as_str()), ("C", "</s>"));
+        let missing = Options::new(&dir, Some(&dir.join("nope"))).expect_err("missing file");
+        assert!(missing.to_string().contains("nope"), "{missing}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_taken_port_is_a_clear_error() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = taken.local_addr().expect("addr").port();
+        let e = bind("127.0.0.1", port).await.err().expect("the port is taken");
+        assert!(e.to_string().contains("--openai-port"), "{e}");
+        let e = bind("not a host", 1).await.err().expect("bad host");
+        assert!(e.to_string().contains("--host"), "{e}");
+    }
 }

@@ -260,7 +260,12 @@ async fn start_openai(
     server: &Server,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Option<tritium_openai::Started>> {
-    let Some(port) = args.openai_port else { return Ok(None) };
+    let Some(port) = args.openai_port else {
+        if args.chat_template.is_some() {
+            warn!("--chat-template is ignored without --openai-port");
+        }
+        return Ok(None);
+    };
     let options = tritium_openai::Options::new(&args.model_repository, args.chat_template.as_deref())?;
     let started = tritium_openai::start(&args.host, port, server.clone(), options, shutdown).await?;
     info!("OpenAI-compatible service on {}", started.addr);
