@@ -161,9 +161,9 @@ mod tests {
     async fn a_taken_port_is_a_clear_error() {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = taken.local_addr().expect("addr").port();
-        let e = bind("127.0.0.1", port).await.err().expect("the port is taken");
+        let e = bind("127.0.0.1", port).await.expect_err("the port is taken");
         assert!(e.to_string().contains("--openai-port"), "{e}");
-        let e = bind("not a host", 1).await.err().expect("bad host");
+        let e = bind("not a host", 1).await.expect_err("bad host");
         assert!(e.to_string().contains("--host"), "{e}");
     }
 }
