@@ -73,6 +73,24 @@ output [ {{ name: "text_output" data_type: TYPE_STRING dims: [ -1 ] }} ]
 """
 
 
+# A vLLM-shaped model that is not decoupled: one response per request, served through unary
+# inference.
+COUPLED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            prompt = pb_utils.get_input_tensor_by_name(r, "text_input").as_numpy()[0].decode()
+            text = np.array([("coupled: " + prompt).encode()], dtype=np.object_)
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("text_output", text)]))
+        return out
+"""
+
+
 def metrics_text(server):
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as r:
         return r.read().decode()
@@ -95,9 +113,11 @@ def bare(tmp_path_factory):
     repo = tmp_path_factory.mktemp("openai-repo")
     for name in ("endless", "failing"):
         write_model(str(repo), name, ENDLESS, ENDLESS_CONFIG.format(name=name))
+    coupled = ENDLESS_CONFIG.format(name="coupled").replace("model_transaction_policy { decoupled: true }", "")
+    write_model(str(repo), "coupled", COUPLED, coupled)
     srv = Server(str(repo), str(tmp_path_factory.mktemp("openai-log") / "tritium.log"))
     try:
-        srv.wait_models(["endless", "failing"])
+        srv.wait_models(["endless", "failing", "coupled"])
         yield srv
     finally:
         srv.stop()
@@ -250,6 +270,15 @@ def test_model_error_mid_stream(bare):
     assert seen[:2] == ["w0 ", "w1 "]
 
 
+def test_a_model_that_is_not_decoupled_is_served_too(bare):
+    oa = client_for(bare)
+    r = oa.completions.create(model="coupled", prompt="x y")
+    assert r.choices[0].text == "coupled: x y"
+    assert r.usage is None, "no num-token outputs: usage is null"
+    pieces = [c.choices[0].text for c in oa.completions.create(model="coupled", prompt="z", stream=True)]
+    assert "".join(pieces) == "coupled: z"
+
+
 def test_closing_the_stream_cancels_the_request_in_the_model(bare):
     marker = os.path.join(bare.repository, "endless", "cancelled")
     oa = client_for(bare)
@@ -263,7 +292,7 @@ def test_closing_the_stream_cancels_the_request_in_the_model(bare):
         assert time.time() < deadline, f"the model never saw is_cancelled(); log:\n{bare.log_text()}"
         time.sleep(0.05)
     # The frontend still answers afterwards, and counted the request as cancelled.
-    assert [m.id for m in oa.models.list()] == ["endless", "failing"]
+    assert [m.id for m in oa.models.list()] == ["coupled", "endless", "failing"]
     counter = 'tritium_openai_requests_total{endpoint="completions",model="endless",outcome="cancelled"} 1'
     while counter not in metrics_text(bare):
         assert time.time() < deadline, metrics_text(bare)

@@ -284,3 +284,84 @@ async fn next_events(mut s: StreamState) -> Option<(Result<Bytes, Infallible>, S
     }
     Some((Ok(Bytes::from(out)), s))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use tritium_server::{DataType, InferError, InferResponse, OutputTensor};
+
+    fn text(s: &str) -> Streamed {
+        let resp = InferResponse {
+            model: "m".into(),
+            version: 1,
+            id: String::new(),
+            outputs: vec![OutputTensor {
+                name: "text_output".into(),
+                datatype: DataType::Bytes,
+                shape: vec![1],
+                data: crate::shape::bytes_elements([s]),
+            }],
+            parameters: Vec::new(),
+        };
+        Streamed::Response { result: Ok(resp), last: false }
+    }
+
+    async fn run(body: &str, messages: Vec<Streamed>) -> (Vec<String>, String) {
+        let g = parse(Endpoint::Completion, body.as_bytes()).expect("valid");
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut messages = messages.into_iter();
+        let first = messages.next().expect("a first message");
+        for m in messages {
+            tx.send(m).expect("send");
+        }
+        drop(tx);
+        let metrics = Arc::new(Metrics::default());
+        let tracker = Tracker::new(metrics.clone(), "m", "completions", Instant::now());
+        let state = StreamState {
+            c: Completion::new("id".into(), 1, &g),
+            rx,
+            pending: Some(first),
+            opened: false,
+            done: false,
+            tracker,
+        };
+        let chunks: Vec<String> = futures_util::stream::unfold(state, next_events)
+            .map(|b| String::from_utf8(b.expect("infallible").to_vec()).expect("utf-8"))
+            .collect()
+            .await;
+        let events = chunks.concat().split("\n\n").filter(|e| !e.is_empty()).map(str::to_owned).collect();
+        (events, metrics.render())
+    }
+
+    #[tokio::test]
+    async fn streams_deltas_then_finish_and_done() {
+        let (events, metrics) =
+            run(r#"{"model":"m","prompt":"p","stream":true}"#, vec![text("a"), text(""), text("b"), Streamed::Final])
+                .await;
+        assert_eq!(events.len(), 4, "{events:?}");
+        assert!(events[0].contains(r#""text":"a""#) && events[1].contains(r#""text":"b""#), "{events:?}");
+        assert!(events[2].contains(r#""finish_reason":"stop""#), "{events:?}");
+        assert_eq!(events[3], "data: [DONE]");
+        assert!(metrics.contains(r#"outcome="success"} 1"#), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn a_model_error_mid_stream_is_an_error_event() {
+        let err = Streamed::Response { result: Err(InferError::internal("boom")), last: true };
+        let (events, metrics) = run(r#"{"model":"m","prompt":"p","stream":true}"#, vec![text("a"), err]).await;
+        assert_eq!(events.len(), 3, "{events:?}");
+        let body: Value = serde_json::from_str(events[1].trim_start_matches("data: ")).expect("json");
+        assert_eq!(body["error"]["message"], "boom");
+        assert_eq!(body["error"]["type"], "server_error");
+        assert_eq!(events[2], "data: [DONE]");
+        assert!(metrics.contains(r#"outcome="error"} 1"#), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn a_stream_lost_without_final_is_an_error_not_a_hang() {
+        let (events, _) = run(r#"{"model":"m","prompt":"p","stream":true}"#, vec![text("a")]).await;
+        assert!(events[1].contains("lost the request"), "{events:?}");
+        assert_eq!(events.last().map(String::as_str), Some("data: [DONE]"));
+    }
+}
