@@ -299,6 +299,19 @@ def test_closing_the_stream_cancels_the_request_in_the_model(bare):
         time.sleep(0.05)
 
 
+def test_a_client_that_gives_up_on_a_whole_answer_cancels_it(bare):
+    marker = os.path.join(bare.repository, "endless", "cancelled")
+    if os.path.exists(marker):
+        os.remove(marker)
+    oa = openai.OpenAI(base_url=f"http://127.0.0.1:{bare.openai_port}/v1", api_key="unused", max_retries=0, timeout=1.0)
+    with pytest.raises(openai.APITimeoutError):
+        oa.completions.create(model="endless", prompt="x")
+    deadline = time.time() + 60
+    while not os.path.exists(marker):
+        assert time.time() < deadline, f"the model never saw is_cancelled(); log:\n{bare.log_text()}"
+        time.sleep(0.05)
+
+
 def test_chat_template_flag_overrides(tmp_path):
     repo = tmp_path / "repo"
     shutil.copytree(os.path.join(ROOT, "examples", "models", "tiny_llm"), str(repo / "tiny_llm"))

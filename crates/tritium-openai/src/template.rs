@@ -119,6 +119,9 @@ pub fn render(template: &ChatTemplate, messages: &[Value]) -> Result<String, Api
         add_generation_prompt => true,
         bos_token => template.bos_token,
         eos_token => template.eos_token,
+        // As Hugging Face renders them when a request has neither.
+        tools => minijinja::Value::from(()),
+        documents => minijinja::Value::from(()),
     };
     tmpl.render(ctx).map_err(|e| {
         if e.kind() == JinjaErrorKind::InvalidOperation {
@@ -153,6 +156,22 @@ mod tests {
             .expect_err("raises");
         assert!(e.message.contains("system first"), "{}", e.message);
         assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn a_chatml_style_template_with_namespace_and_tools_check() {
+        let t = tmpl(concat!(
+            "{%- set ns = namespace(system=false) %}",
+            "{%- if tools is not none %}{{ raise_exception('no tools') }}{%- endif %}",
+            "{%- for message in messages %}",
+            "{%- if message.role == 'system' %}{%- set ns.system = true %}{%- endif %}",
+            "{{- '<|im_start|>' + message.role + '\n' + message['content'] | trim + '<|im_end|>\n' }}",
+            "{%- if loop.last and add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}",
+            "{%- endfor %}",
+            "{%- if not ns.system %}{{- '(no system) ' + messages | length | string }}{%- endif %}",
+        ));
+        let out = render(&t, &[json!({"role": "user", "content": " hi "})]).expect("renders");
+        assert_eq!(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n(no system) 1");
     }
 
     #[test]
