@@ -28,6 +28,7 @@ GOOD_MODELS = [
     "stream_words",
     "ensemble_pipeline",
     "bls_add_sub",
+    "tiny_llm",
 ]
 
 
@@ -60,6 +61,7 @@ class Server:
 
     def __init__(self, repository, log_path, extra_args=()):
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.openai_port = free_port()
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         self.repository = repository
@@ -76,6 +78,8 @@ class Server:
             str(self.grpc_port),
             "--metrics-port",
             str(self.metrics_port),
+            "--openai-port",
+            str(self.openai_port),
             "--python",
             sys.executable,
         ] + list(extra_args)

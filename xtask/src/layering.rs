@@ -19,6 +19,7 @@ mod tests {
         ("tritium-server", &["tritium-ipc", "tritium-host", "tritium-config", "tritium-metrics"]),
         ("tritium-http", &["tritium-server"]),
         ("tritium-grpc", &["tritium-server", "tritium-proto"]),
+        ("tritium-openai", &["tritium-server"]),
         ("tritium-native", &["tritium-ipc"]),
     ];
 

@@ -12,6 +12,8 @@
 //! - `cargo xtask bench ipc`: the IPC benchmark (floor, stub round trips, memcpy).
 //! - `cargo xtask bench serve`: perf_analyzer against tritium and Triton 2.51 serving add_sub.
 //! - `cargo xtask bench stream`: decoupled streams of 1,000 responses, tritium against Triton 2.51.
+//! - `cargo xtask bench openai`: time to first token and tokens/s of the OpenAI frontend
+//!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -226,7 +228,8 @@ fn bench(what: &str) -> Result<()> {
         ])),
         "serve" => bench_serve::bench_serve(),
         "stream" => bench_stream::bench_stream(),
-        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream"),
+        "openai" => run(Command::new(venv_python()).current_dir(root()).args(["examples/clients/openai_bench.py"])),
+        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream, openai"),
     }
 }
 
@@ -241,7 +244,8 @@ fn main() -> Result<()> {
         ["bench"] => bench("ipc"),
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         _ => bail!(
-            "usage: cargo xtask setup | build | lint | serve [FLAGS] | test | bench ipc | bench serve | bench stream"
+            "usage: cargo xtask setup | build | lint | serve [FLAGS] | test | bench ipc | bench serve | bench stream \
+             | bench openai"
         ),
     }
 }

@@ -668,9 +668,10 @@ impl Server {
         std::thread::Builder::new()
             .name(format!("load-{name}"))
             .spawn(move || {
-                let _ = tx.send(
-                    steps.and_then(|steps| load_versions(&inner.opts, inner.metrics.custom(), &inner.bls, &model, steps)),
-                );
+                let _ =
+                    tx.send(steps.and_then(|steps| {
+                        load_versions(&inner.opts, inner.metrics.custom(), &inner.bls, &model, steps)
+                    }));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));

@@ -167,6 +167,16 @@ pub(crate) struct ServeArgs {
     /// default).
     #[arg(long, env = "TRITIUM_BACKEND_DIRECTORY", default_value = "/opt/tritonserver/backends")]
     backend_directory: PathBuf,
+    // OpenAI frontend (issue 11)
+    /// Serve the OpenAI-compatible API (`/v1/chat/completions`, `/v1/completions`,
+    /// `/v1/models`) on this port; off unless given (Triton's OpenAI frontend uses 9000).
+    #[arg(long, env = "TRITIUM_OPENAI_PORT")]
+    openai_port: Option<u16>,
+    /// A Jinja chat template for every model of the OpenAI frontend, overriding the
+    /// `chat_template` of their `tokenizer_config.json` (a template file, or a
+    /// `tokenizer_config.json`).
+    #[arg(long, env = "TRITIUM_CHAT_TEMPLATE")]
+    chat_template: Option<PathBuf>,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -281,6 +291,25 @@ async fn bind(host: &str, port: u16, what: &str, reuse_port: bool) -> Result<tok
     })
 }
 
+/// Starts the OpenAI frontend when `--openai-port` is given.
+async fn start_openai(
+    args: &ServeArgs,
+    repository: &Path,
+    server: &Server,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Option<tritium_openai::Started>> {
+    let Some(port) = args.openai_port else {
+        if args.chat_template.is_some() {
+            warn!("--chat-template is ignored without --openai-port");
+        }
+        return Ok(None);
+    };
+    let options = tritium_openai::Options::new(repository, args.chat_template.as_deref())?;
+    let started = tritium_openai::start(&args.host, port, server.clone(), options, shutdown).await?;
+    info!("OpenAI-compatible service on {}", started.addr);
+    Ok(Some(started))
+}
+
 async fn shutdown_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
@@ -340,6 +369,8 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
         info!("gRPC service off (--allow-grpc=false)");
         None
     };
+    let openai = start_openai(&args, &opts_repository, &server, stopped(stop_rx.clone())).await?;
+    let openai_metrics = openai.as_ref().map(|o| o.metrics.clone());
     let metrics_task = if args.allow_metrics {
         let metrics_address = t.metrics_address.as_deref().unwrap_or(http_address);
         let listener = bind(metrics_address, args.metrics_port, "metrics", false).await?;
@@ -347,7 +378,7 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
         let server = server.clone();
         Some(tokio::spawn(crate::metrics_http::serve(
             listener,
-            move || server.metrics_text(),
+            move || server.metrics_text() + &openai_metrics.as_ref().map(|m| m.render()).unwrap_or_default(),
             stopped(stop_rx.clone()),
         )))
     } else {
@@ -414,6 +445,9 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
         }
         if let Some(t) = grpc_task {
             let _ = t.await;
+        }
+        if let Some(o) = openai {
+            let _ = o.task.await;
         }
         if let Some(t) = metrics_task {
             let _ = t.await;

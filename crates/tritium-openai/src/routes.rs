@@ -1,0 +1,367 @@
+//! The axum routes: model discovery, and the two generation endpoints driving the model's
+//! response stream into a whole answer or server-sent events.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tritium_server::{ErrorKind, ModelMetadata, Server, Streamed};
+
+use crate::error::ApiError;
+use crate::metrics::{Metrics, Tracker};
+use crate::request::{parse, Endpoint, Generate};
+use crate::shape::{build, read, Shape};
+use crate::sse::{error_end, Completion};
+use crate::{template, Options};
+
+/// The largest request body (a long chat history fits; a flood does not).
+const MAX_BODY_BYTES: usize = 16 << 20;
+
+struct Frontend {
+    server: Server,
+    options: Options,
+    metrics: Arc<Metrics>,
+    created: u64,
+    next_id: AtomicU64,
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::default());
+    let f = Arc::new(Frontend {
+        server,
+        options,
+        metrics: metrics.clone(),
+        created: now_secs(),
+        next_id: AtomicU64::new(0),
+    });
+    let router = Router::new()
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{*model}", get(get_model))
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(f);
+    (router, metrics)
+}
+
+async fn not_found() -> Response {
+    let mut e = ApiError::invalid(
+        None,
+        "no such endpoint: this server answers /v1/chat/completions, /v1/completions and /v1/models",
+    );
+    e.status = StatusCode::NOT_FOUND;
+    e.into_response()
+}
+
+impl Frontend {
+    /// The model's metadata and shape, or the 404 a client gets for it.
+    fn resolve(&self, model: &str) -> Result<(ModelMetadata, Shape), ApiError> {
+        let meta = self.server.model_metadata(model, None).map_err(|e| match e.kind {
+            ErrorKind::NotFound => ApiError::model_not_found(model, "no such model is loaded"),
+            _ => ApiError::from(e),
+        })?;
+        let shape = Shape::of(&meta).ok_or_else(|| {
+            ApiError::model_not_found(
+                model,
+                "it is loaded but is not an LLM this frontend can drive (it needs a BYTES input text_input and a BYTES output text_output, plus a sampling_parameters input as vLLM's or a max_tokens input as TensorRT-LLM's)",
+            )
+        })?;
+        Ok((meta, shape))
+    }
+
+    fn model_object(&self, name: &str, shape: Shape) -> Value {
+        json!({"id": name, "object": "model", "created": self.created, "owned_by": "tritium", "tritium_shape": shape.name()})
+    }
+
+    fn prompt(&self, g: &Generate, meta: &ModelMetadata) -> Result<String, ApiError> {
+        match g.endpoint {
+            Endpoint::Completion => Ok(g.prompt.clone()),
+            Endpoint::Chat => {
+                let places = template::candidates(&self.options.repository.join(&meta.name), &meta.versions);
+                let t = template::find(self.options.chat_template.as_ref(), &meta.name, &places)?;
+                template::render(&t, &g.messages)
+            }
+        }
+    }
+
+    /// Starts the inference: the model's responses, on a decoupled model's stream or as the one
+    /// answer of another.
+    fn start(&self, req: tritium_server::InferRequest) -> Result<UnboundedReceiver<Streamed>, ApiError> {
+        if self.server.is_decoupled(&req.model, None)? {
+            return Ok(self.server.infer_decoupled(req)?);
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let server = self.server.clone();
+        tokio::spawn(async move {
+            let result = server.infer(req).await;
+            let _ = tx.send(Streamed::Response { result, last: true });
+        });
+        Ok(rx)
+    }
+}
+
+async fn list_models(State(f): State<Arc<Frontend>>) -> Response {
+    let mut names: Vec<String> = f.server.repository_index(true).into_iter().map(|e| e.name).collect();
+    names.dedup();
+    let data: Vec<Value> = names
+        .iter()
+        .filter_map(|n| {
+            let meta = f.server.model_metadata(n, None).ok()?;
+            Shape::of(&meta).map(|s| f.model_object(n, s))
+        })
+        .collect();
+    Json(json!({"object": "list", "data": data})).into_response()
+}
+
+async fn get_model(State(f): State<Arc<Frontend>>, Path(model): Path<String>) -> Response {
+    match f.resolve(&model) {
+        Ok((_, shape)) => Json(f.model_object(&model, shape)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A body axum could not read (too large, cut off) as an OpenAI error.
+fn unreadable(r: BytesRejection) -> ApiError {
+    let mut e = ApiError::invalid(None, format!("cannot read the request body: {}", r.body_text()));
+    e.status = r.status();
+    e
+}
+
+async fn chat(State(f): State<Arc<Frontend>>, body: Result<Bytes, BytesRejection>) -> Response {
+    match body {
+        Ok(body) => generate(f, Endpoint::Chat, body).await.unwrap_or_else(IntoResponse::into_response),
+        Err(r) => unreadable(r).into_response(),
+    }
+}
+
+async fn completions(State(f): State<Arc<Frontend>>, body: Result<Bytes, BytesRejection>) -> Response {
+    match body {
+        Ok(body) => generate(f, Endpoint::Completion, body).await.unwrap_or_else(IntoResponse::into_response),
+        Err(r) => unreadable(r).into_response(),
+    }
+}
+
+fn lost() -> ApiError {
+    ApiError::internal("the server lost the request's responses; retry it")
+}
+
+async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<Response, ApiError> {
+    let start = Instant::now();
+    let g = parse(endpoint, &body)?;
+    let (meta, shape) = f.resolve(&g.model)?;
+    let label = match endpoint {
+        Endpoint::Chat => "chat",
+        Endpoint::Completion => "completions",
+    };
+    let mut tracker = Tracker::new(f.metrics.clone(), &meta.name, label, start);
+    tracker.finish("error");
+    let prompt = f.prompt(&g, &meta)?;
+    let req = build(shape, &meta, &g, &prompt)?;
+    let mut rx = f.start(req)?;
+    let n = f.next_id.fetch_add(1, Ordering::Relaxed);
+    let created = now_secs();
+    let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
+    let mut c = Completion::new(format!("{prefix}-{created:x}{n:06x}"), created, &g);
+    // The first message decides the status: an error before any text is an HTTP error.
+    let first = rx.recv().await.ok_or_else(lost)?;
+    tracker.response();
+    if let Streamed::Response { result: Err(e), .. } = first {
+        return Err(e.into());
+    }
+    if g.stream {
+        tracker.finish("cancelled");
+        let stream = futures_util::stream::unfold(
+            StreamState { c, rx, pending: Some(first), opened: false, done: false, tracker },
+            next_events,
+        );
+        return Ok((
+            [(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")],
+            Body::from_stream(stream),
+        )
+            .into_response());
+    }
+    let mut text = String::new();
+    let mut msg = first;
+    loop {
+        let last = msg.is_last();
+        match msg {
+            Streamed::Response { result: Ok(resp), .. } => {
+                let piece = read(&resp)
+                    .map_err(|e| ApiError::internal(format!("model '{}' answered badly: {e}", meta.name)))?;
+                text.push_str(&piece.text);
+                c.absorb(&piece);
+            }
+            Streamed::Response { result: Err(e), .. } => return Err(e.into()),
+            Streamed::Final => {}
+        }
+        if last {
+            break;
+        }
+        msg = rx.recv().await.ok_or_else(lost)?;
+        tracker.response();
+    }
+    tracker.finish("success");
+    Ok(Json(c.whole(&text)).into_response())
+}
+
+struct StreamState {
+    c: Completion,
+    rx: UnboundedReceiver<Streamed>,
+    pending: Option<Streamed>,
+    opened: bool,
+    done: bool,
+    tracker: Tracker,
+}
+
+/// The events for the next model message (the chat opening chunk before the first).
+async fn next_events(mut s: StreamState) -> Option<(Result<Bytes, Infallible>, StreamState)> {
+    if s.done {
+        return None;
+    }
+    let mut out = String::new();
+    if !s.opened {
+        s.opened = true;
+        if let Some(open) = s.c.opening() {
+            out.push_str(&open);
+        }
+    }
+    let msg = match s.pending.take() {
+        Some(m) => Some(m),
+        None => {
+            let m = s.rx.recv().await;
+            if m.is_some() {
+                s.tracker.response();
+            }
+            m
+        }
+    };
+    let fail = |out: &mut String, s: &mut StreamState, e: ApiError| {
+        out.push_str(&error_end(&e.body()));
+        s.done = true;
+        s.tracker.finish("error");
+    };
+    match msg {
+        None => fail(&mut out, &mut s, lost()),
+        Some(msg) => {
+            let last = msg.is_last();
+            match msg {
+                Streamed::Response { result: Ok(resp), .. } => match read(&resp) {
+                    Ok(piece) => {
+                        s.c.absorb(&piece);
+                        if !piece.text.is_empty() {
+                            out.push_str(&s.c.delta(&piece.text));
+                        }
+                    }
+                    Err(e) => {
+                        let e = ApiError::internal(format!("model '{}' answered badly: {e}", s.c.model));
+                        fail(&mut out, &mut s, e);
+                    }
+                },
+                Streamed::Response { result: Err(e), .. } => fail(&mut out, &mut s, e.into()),
+                Streamed::Final => {}
+            }
+            if last && !s.done {
+                out.push_str(&s.c.closing());
+                s.done = true;
+                s.tracker.finish("success");
+            }
+        }
+    }
+    Some((Ok(Bytes::from(out)), s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use tritium_server::{DataType, InferError, InferResponse, OutputTensor};
+
+    fn text(s: &str) -> Streamed {
+        let resp = InferResponse {
+            model: "m".into(),
+            version: 1,
+            id: String::new(),
+            outputs: vec![OutputTensor {
+                name: "text_output".into(),
+                datatype: DataType::Bytes,
+                shape: vec![1],
+                data: crate::shape::bytes_elements([s]),
+            }],
+            parameters: Vec::new(),
+        };
+        Streamed::Response { result: Ok(resp), last: false }
+    }
+
+    async fn run(body: &str, messages: Vec<Streamed>) -> (Vec<String>, String) {
+        let g = parse(Endpoint::Completion, body.as_bytes()).expect("valid");
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut messages = messages.into_iter();
+        let first = messages.next().expect("a first message");
+        for m in messages {
+            tx.send(m).expect("send");
+        }
+        drop(tx);
+        let metrics = Arc::new(Metrics::default());
+        let tracker = Tracker::new(metrics.clone(), "m", "completions", Instant::now());
+        let state = StreamState {
+            c: Completion::new("id".into(), 1, &g),
+            rx,
+            pending: Some(first),
+            opened: false,
+            done: false,
+            tracker,
+        };
+        let chunks: Vec<String> = futures_util::stream::unfold(state, next_events)
+            .map(|b| String::from_utf8(b.expect("infallible").to_vec()).expect("utf-8"))
+            .collect()
+            .await;
+        let events = chunks.concat().split("\n\n").filter(|e| !e.is_empty()).map(str::to_owned).collect();
+        (events, metrics.render())
+    }
+
+    #[tokio::test]
+    async fn streams_deltas_then_finish_and_done() {
+        let (events, metrics) =
+            run(r#"{"model":"m","prompt":"p","stream":true}"#, vec![text("a"), text(""), text("b"), Streamed::Final])
+                .await;
+        assert_eq!(events.len(), 4, "{events:?}");
+        assert!(events[0].contains(r#""text":"a""#) && events[1].contains(r#""text":"b""#), "{events:?}");
+        assert!(events[2].contains(r#""finish_reason":"stop""#), "{events:?}");
+        assert_eq!(events[3], "data: [DONE]");
+        assert!(metrics.contains(r#"outcome="success"} 1"#), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn a_model_error_mid_stream_is_an_error_event() {
+        let err = Streamed::Response { result: Err(InferError::internal("boom")), last: true };
+        let (events, metrics) = run(r#"{"model":"m","prompt":"p","stream":true}"#, vec![text("a"), err]).await;
+        assert_eq!(events.len(), 3, "{events:?}");
+        let body: Value = serde_json::from_str(events[1].trim_start_matches("data: ")).expect("json");
+        assert_eq!(body["error"]["message"], "boom");
+        assert_eq!(body["error"]["type"], "server_error");
+        assert_eq!(events[2], "data: [DONE]");
+        assert!(metrics.contains(r#"outcome="error"} 1"#), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn a_stream_lost_without_final_is_an_error_not_a_hang() {
+        let (events, _) = run(r#"{"model":"m","prompt":"p","stream":true}"#, vec![text("a")]).await;
+        assert!(events[1].contains("lost the request"), "{events:?}");
+        assert_eq!(events.last().map(String::as_str), Some("data: [DONE]"));
+    }
+}
