@@ -976,7 +976,18 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
     }
     let t1 = Instant::now();
     let blocks = input_blocks(&placed.requests);
-    let executed = match stub.execute(std::mem::take(&mut placed.requests), ctx.supervision.execute_timeout) {
+    // A client that goes away while its request runs: the model sees it in `is_cancelled()`.
+    let mut told = std::collections::HashSet::new();
+    let mut on_wait = |stub: &Stub| {
+        for (id, p) in &placed.waiting {
+            if p.tx.is_closed() && told.insert(*id) {
+                let _ = stub.cancel(*id);
+            }
+        }
+    };
+    let requests = std::mem::take(&mut placed.requests);
+    let executed = stub.execute_watching(requests, ctx.supervision.execute_timeout, Some(&mut on_wait));
+    let executed = match executed {
         Ok(done) => done,
         Err(HostError::Ipc { source: IpcError::TooLarge { len, capacity }, .. }) => {
             // Nothing reached the stub (the message was refused before a byte of it was
