@@ -424,15 +424,28 @@ def slow_body(rid, ms):
     return {"ID": rid, "MS": ms}
 
 
-def test_a_queued_request_whose_http_client_went_away_is_never_executed(srv):
-    holder = threading.Thread(target=post, args=(srv, "/v2/models/slow/generate", slow_body("hold", 3000)))
+def infer_body(rid, ms):
+    return {
+        "inputs": [
+            {"name": "ID", "shape": [1], "datatype": "BYTES", "data": [rid]},
+            {"name": "MS", "shape": [1], "datatype": "INT32", "data": [ms]},
+        ]
+    }
+
+
+@pytest.mark.parametrize("endpoint", ["generate", "generate_stream", "infer"])
+def test_a_queued_request_whose_http_client_went_away_is_never_executed(srv, endpoint):
+    hold, gone = f"hold-{endpoint}", f"gone-{endpoint}"
+    holder = threading.Thread(target=post, args=(srv, "/v2/models/slow/generate", slow_body(hold, 3000)))
     holder.start()
-    wait_for(lambda: "hold" in executed(srv), what="the first request to run")
+    wait_for(lambda: hold in executed(srv), what="the first request to run")
     # The second waits in the queue behind the first; its client goes away.
     sock = socket.create_connection((("127.0.0.1"), srv.http_port), timeout=TIMEOUT)
-    payload = json.dumps(slow_body("gone", 0)).encode()
+    body = infer_body(gone, 0) if endpoint == "infer" else slow_body(gone, 0)
+    payload = json.dumps(body).encode()
     sock.sendall(
-        b"POST /v2/models/slow/generate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"POST /v2/models/slow/{endpoint} HTTP/1.1\r\n".encode()
+        + b"Host: x\r\nContent-Type: application/json\r\n"
         + f"Content-Length: {len(payload)}\r\n\r\n".encode()
         + payload
     )
@@ -441,7 +454,7 @@ def test_a_queued_request_whose_http_client_went_away_is_never_executed(srv):
     holder.join(TIMEOUT)
     status, _, raw = post(srv, "/v2/models/slow/generate", slow_body("after", 0))
     assert status == 200 and json.loads(raw)["OUT"] == "after", raw
-    assert "gone" not in executed(srv), executed(srv)
+    assert gone not in executed(srv), executed(srv)
     stats = grpcclient.InferenceServerClient(srv.grpc_url).get_inference_statistics("slow", as_json=True)
     assert int(stats["model_stats"][0]["inference_stats"]["fail"].get("count", 0)) >= 1
 

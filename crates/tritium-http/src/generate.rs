@@ -339,12 +339,10 @@ mod tests {
     #[test]
     fn inputs_take_their_shape_from_the_metadata_and_other_keys_are_parameters() {
         let m = meta(&[("INPUT0", "FP32", &[4]), ("TEXT", "BYTES", &[-1, 1]), ("N", "INT32", &[-1, -1])]);
-        let r = decode(
-            json!({"id": "7", "INPUT0": [1, 2, 3, 4], "TEXT": "hi", "N": [5, 6], "temperature": 0.5,
-                   "parameters": {"stream": false, "max_tokens": 3}}),
-            &m,
-        )
-        .expect("decodes");
+        // Keys are taken in the order written (nested `parameters` in key order).
+        let body = r#"{"id": "7", "INPUT0": [1, 2, 3, 4], "TEXT": "hi", "N": [5, 6], "temperature": 0.5,
+                       "parameters": {"stream": false, "max_tokens": 3}}"#;
+        let r = decode_generate_request("m", None, body.as_bytes(), &m, 1 << 20).expect("decodes");
         assert_eq!(r.id, "7");
         let shapes: Vec<(&str, &[i64])> = r.inputs.iter().map(|i| (i.name.as_str(), &i.shape[..])).collect();
         assert_eq!(shapes, vec![("INPUT0", &[4][..]), ("TEXT", &[1, 1][..]), ("N", &[1, 2][..])]);

@@ -1043,7 +1043,7 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
         if p.tx.is_closed() {
             // The client went away while the request waited (a dropped HTTP connection, a
             // cancelled gRPC call): do not spend the model's time on it.
-            finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, "the client cancelled the request")), None);
+            finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, crate::scheduler::CANCELLED)), None);
             continue;
         }
         let inputs = match place_request(stub, &p) {
