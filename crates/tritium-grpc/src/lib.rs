@@ -117,6 +117,7 @@ pub async fn serve_with(
         // are not throttled by the 64 KiB default window; hyper's adaptive window does the same.
         .http2_adaptive_window(Some(true))
         .layer(tower::util::MapResponseLayer::new(limits::name_the_flag))
+        .layer(tower::util::MapRequestLayer::new(service::arrival_layer))
         .add_service(inference)
         .add_service(health)
         .add_service(admin)
