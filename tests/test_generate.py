@@ -499,3 +499,21 @@ def test_stop_stream_with_cancel_requests_reaches_the_model(srv):
     s.close(cancel=True)
     status, _, raw = post(srv, "/v2/models/story/generate", {"text_input": "x", "mode": "report"})
     assert status == 200 and json.loads(raw)["text_output"].startswith("cancelled after "), raw
+
+
+def test_a_queued_request_of_a_cancelled_grpc_stream_is_never_executed(srv):
+    holder = threading.Thread(target=post, args=(srv, "/v2/models/slow/generate", slow_body("hold3", 3000)))
+    holder.start()
+    wait_for(lambda: "hold3" in executed(srv), what="the first request to run")
+    s = Stream(srv.grpc_url)
+    ids = grpcclient.InferInput("ID", [1], "BYTES")
+    ids.set_data_from_numpy(np.array([b"streamed"], dtype=np.object_))
+    ms = grpcclient.InferInput("MS", [1], "INT32")
+    ms.set_data_from_numpy(np.array([0], dtype=np.int32))
+    s.client.async_stream_infer("slow", [ids, ms], request_id="q")
+    time.sleep(0.5)
+    s.close(cancel=True)
+    holder.join(TIMEOUT)
+    status, _, _ = post(srv, "/v2/models/slow/generate", slow_body("after3", 0))
+    assert status == 200
+    assert "streamed" not in executed(srv), executed(srv)

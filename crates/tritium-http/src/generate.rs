@@ -210,7 +210,7 @@ pub fn shape_for(name: &str, meta_shape: &[i64], elements: usize) -> Result<Vec<
     for &d in meta_shape.iter().rev() {
         if d != -1 {
             let d = u64::try_from(d).ok().filter(|&d| d > 0).ok_or_else(bad)?;
-            if left % d != 0 {
+            if !left.is_multiple_of(d) {
                 return Err(bad());
             }
             left /= d;
