@@ -13,6 +13,7 @@ import queue
 import socket
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -517,3 +518,33 @@ def test_a_queued_request_of_a_cancelled_grpc_stream_is_never_executed(srv):
     status, _, _ = post(srv, "/v2/models/slow/generate", slow_body("after3", 0))
     assert status == 200
     assert "streamed" not in executed(srv), executed(srv)
+
+
+def cancelled_count(srv):
+    """Requests of `slow` counted as failed with reason CANCELED."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=TIMEOUT) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith("nv_inference_request_failure") and 'model="slow"' in line and "CANCELED" in line:
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_a_queued_unary_grpc_call_whose_client_closed_is_never_executed(srv):
+    before = cancelled_count(srv)
+    holder = threading.Thread(target=post, args=(srv, "/v2/models/slow/generate", slow_body("hold4", 3000)))
+    holder.start()
+    wait_for(lambda: "hold4" in executed(srv), what="the first request to run")
+    c = grpcclient.InferenceServerClient(srv.grpc_url)
+    ids = grpcclient.InferInput("ID", [1], "BYTES")
+    ids.set_data_from_numpy(np.array([b"closed"], dtype=np.object_))
+    ms = grpcclient.InferInput("MS", [1], "INT32")
+    ms.set_data_from_numpy(np.array([0], dtype=np.int32))
+    c.async_infer("slow", [ids, ms], callback=lambda result, error: None)
+    time.sleep(0.5)
+    c.close()
+    holder.join(TIMEOUT)
+    status, _, _ = post(srv, "/v2/models/slow/generate", slow_body("after4", 0))
+    assert status == 200
+    assert "closed" not in executed(srv), executed(srv)
+    assert cancelled_count(srv) == before + 1
