@@ -85,6 +85,15 @@ def tell(sender, words, mode):
     if mode == "one":
         sender.send(word(0, "only"), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         return
+    if mode == "silent":
+        # Sends nothing until cancelled: the server must tell it without a response to answer.
+        for _ in range(3000):
+            if sender.is_cancelled():
+                CANCELLED.append(-1)
+                break
+            time.sleep(0.01)
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return
     for i, w in enumerate(words):
         sender.send(word(i, w))
     if mode == "error":
@@ -548,3 +557,18 @@ def test_a_queued_unary_grpc_call_whose_client_closed_is_never_executed(srv):
     assert status == 200
     assert "closed" not in executed(srv), executed(srv)
     assert cancelled_count(srv) == before + 1
+
+
+def test_a_silent_decoupled_request_is_cancelled_when_its_http_client_goes_away(srv):
+    sock = socket.create_connection(("127.0.0.1", srv.http_port), timeout=TIMEOUT)
+    payload = json.dumps({"text_input": "x", "mode": "silent"}).encode()
+    sock.sendall(
+        b"POST /v2/models/story/generate_stream HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+    time.sleep(0.5)
+    sock.close()
+    status, _, raw = post(srv, "/v2/models/story/generate", {"text_input": "x", "mode": "report"})
+    assert status == 200
+    assert json.loads(raw)["text_output"] == "cancelled after -1", raw

@@ -705,7 +705,10 @@ fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut
                 let wait = if streaming && !more { STREAM_POLL } else { Duration::ZERO };
                 let mut route = |r: Response| open.route(ctx, stub, r);
                 match stub.poll(wait, &mut route) {
-                    Ok(m) => more = m,
+                    Ok(m) => {
+                        more = m;
+                        open.cancel_gone(stub);
+                    }
                     Err(e) => {
                         let exit = stub.kill();
                         return Served::Died(e.to_string(), exit);
@@ -819,6 +822,17 @@ impl Open {
             open.p.tx.stream(message);
         }
         Ok(())
+    }
+
+    /// Tells the stub about each open request whose client went away, once, even if the model
+    /// sends it nothing more.
+    fn cancel_gone(&mut self, stub: &Stub) {
+        for (id, open) in self.0.iter_mut() {
+            if !open.cancelled && open.p.tx.is_closed() {
+                open.cancelled = true;
+                let _ = stub.cancel(*id);
+            }
+        }
     }
 
     /// Ends the open requests among `ids` with `error` as their final response.
