@@ -150,6 +150,7 @@ pub async fn serve_with(
     }
     builder
         .layer(tower::util::MapResponseLayer::new(limits::name_the_flag))
+        .layer(tower::util::MapRequestLayer::new(service::arrival_layer))
         .add_service(inference)
         .add_service(health)
         .add_service(admin)

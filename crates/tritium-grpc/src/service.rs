@@ -46,6 +46,48 @@ pub(crate) async fn run(server: Server, request: InferRequest) -> Result<ModelIn
     convert::encode_infer_response(resp)
 }
 
+/// When the request arrived, recorded by [`arrival_layer`] before tonic decodes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Arrived(pub(crate) std::time::Instant);
+
+/// Records each request's arrival (for [`deadline`]); it runs just inside tonic's own
+/// `grpc-timeout` timer.
+pub(crate) fn arrival_layer<B>(mut req: http::Request<B>) -> http::Request<B> {
+    req.extensions_mut().insert(Arrived(std::time::Instant::now()));
+    req
+}
+
+/// How much earlier than tonic's own timer a call's deadline fires, so the answer is gRPC's
+/// `DEADLINE_EXCEEDED` and not tonic's `CANCELLED` "Timeout expired".
+const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// The deadline of a call from its `grpc-timeout` header (`<up to 8 digits><H|M|S|m|u|n>`),
+/// counted from its arrival; `None` without one (or with one tonic does not read either).
+fn deadline<T>(req: &Request<T>) -> Option<std::time::Instant> {
+    let timeout = parse_grpc_timeout(req.metadata().get("grpc-timeout")?.to_str().ok()?)?;
+    let arrived = req.extensions().get::<Arrived>().map_or_else(std::time::Instant::now, |a| a.0);
+    Some(arrived + timeout.saturating_sub(DEADLINE_MARGIN))
+}
+
+/// A `grpc-timeout` value as a duration.
+pub(crate) fn parse_grpc_timeout(v: &str) -> Option<std::time::Duration> {
+    use std::time::Duration;
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 fn not_supported(what: &str) -> Status {
     to_status(InferError::new(ErrorKind::Unsupported, format!("{what} is not supported by tritium yet")))
 }
@@ -106,6 +148,7 @@ impl GrpcInferenceService for InferenceService {
     }
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
+        let deadline = deadline(&req);
         let decoded = convert::decode_infer_request(req.into_inner()).map_err(to_status)?;
         if self.server.is_decoupled(&decoded.model, decoded.version).unwrap_or(false) {
             // Triton's text and code (`src/grpc/infer_handler.cc`).
@@ -114,8 +157,16 @@ impl GrpcInferenceService for InferenceService {
                 "ModelInfer RPC doesn't support models with decoupled transaction policy",
             )));
         }
-        let resp = run(self.server.clone(), decoded).await.map_err(to_status)?;
-        Ok(Response::new(resp))
+        let infer = run(self.server.clone(), decoded);
+        // Past its deadline the call fails as gRPC's C++ core fails it, and dropping `infer`
+        // cancels the request (never executed if still queued; the model told if running).
+        let resp = match deadline {
+            Some(at) => tokio::time::timeout_at(at.into(), infer)
+                .await
+                .map_err(|_| Status::deadline_exceeded("Deadline Exceeded"))?,
+            None => infer.await,
+        };
+        Ok(Response::new(resp.map_err(to_status)?))
     }
 
     type ModelStreamInferStream = ReceiverStream<Result<ModelStreamInferResponse, Status>>;
@@ -289,5 +340,35 @@ impl Health for HealthService {
 
     async fn watch(&self, _: Request<HealthCheckRequest>) -> Result<Response<Self::WatchStream>, Status> {
         Err(Status::unimplemented("grpc.health.v1.Health/Watch is not supported by tritium yet; use Check"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_as_the_spec_writes_them() {
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout("2M"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_grpc_timeout("3S"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_grpc_timeout("500m"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_grpc_timeout("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(parse_grpc_timeout("99999999n"), Some(Duration::from_nanos(99_999_999)));
+        for bad in ["", "S", "123456789S", "1x", "-1S", "1.5S"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_deadline_counts_from_arrival_and_fires_before_tonics() {
+        let mut req = Request::new(());
+        assert!(deadline(&req).is_none());
+        let arrived = std::time::Instant::now();
+        req.extensions_mut().insert(Arrived(arrived));
+        req.metadata_mut().insert("grpc-timeout", "100m".parse().expect("value"));
+        assert_eq!(deadline(&req), Some(arrived + Duration::from_millis(100) - DEADLINE_MARGIN));
     }
 }

@@ -48,11 +48,21 @@ enum Item {
     /// from the checks before the request was queued.
     Done { id: String, outcome: Outcome, queued: bool },
     /// Queued and running.
-    Running { id: String, task: JoinHandle<Outcome> },
+    Running { id: String, task: Task },
     /// Queued on a decoupled model: its responses, as they come.
     Stream(DecoupledStream),
     /// The stream ends with this status after the answers before it.
     End(Status),
+}
+
+/// A running request's task, aborted when dropped unawaited (the stream ended, its client went
+/// away): that drops the request's reply, which cancels it in the core.
+struct Task(JoinHandle<Outcome>);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// A decoupled request's responses and what writing them needs.
@@ -139,7 +149,7 @@ async fn issue(server: &Server, msg: ModelInferRequest) -> Item {
             let queued = outcome.as_ref().is_err_and(|e| !refused_before_queueing(e));
             Item::Done { id, outcome, queued }
         }
-        Poll::Pending => Item::Running { id, task: tokio::spawn(infer) },
+        Poll::Pending => Item::Running { id, task: Task(tokio::spawn(infer)) },
     }
 }
 
@@ -159,9 +169,14 @@ async fn write(
     while let Some(item) = items.recv().await {
         let (id, outcome, queued) = match item {
             Item::Done { id, outcome, queued } => (id, outcome, queued),
-            Item::Running { id, task } => {
+            Item::Running { id, mut task } => {
+                let joined = tokio::select! {
+                    joined = &mut task.0 => joined,
+                    // The client went away: dropping the items (and `task`) cancels the requests.
+                    () = out.closed() => return,
+                };
                 let outcome =
-                    task.await.unwrap_or_else(|e| Err(InferError::internal(format!("the inference task failed: {e}"))));
+                    joined.unwrap_or_else(|e| Err(InferError::internal(format!("the inference task failed: {e}"))));
                 (id, outcome, true)
             }
             Item::End(status) => {
@@ -196,8 +211,8 @@ async fn forward(
     loop {
         let message = tokio::select! {
             message = stream.responses.recv() => message,
-            // The client went away: dropping the responses tells the model (`is_cancelled()`),
-            // even while it sends none.
+            // The client went away: dropping the responses' receiver cancels the request, even
+            // one still queued that has sent nothing yet.
             () = out.closed() => return,
         };
         let Some(message) = message else { break };

@@ -25,6 +25,8 @@ impl Drop for Stub {
 
 /// How often a wait stops to check that the stub process is alive.
 const LIVENESS_SLICE: Duration = Duration::from_millis(50);
+/// How often a watched wait ([`Stub::execute_watching`]) calls its watcher.
+const WATCH_SLICE: Duration = Duration::from_millis(5);
 
 /// Most unasked messages (log records, calls) one [`Stub::poll`] handles before it returns, so
 /// that a model thread logging without pause cannot keep an idle worker from its queue.
@@ -391,7 +393,18 @@ impl Stub {
     /// Receives the next message that is not a log record or a call, checking the process
     /// between slices.
     fn recv(&self, timeout: Option<Duration>, what: &'static str) -> Result<ToServer, HostError> {
+        self.recv_watching(timeout, what, None)
+    }
+
+    /// [`Stub::recv`], calling `watch` (if any) at least every [`WATCH_SLICE`] while it waits.
+    fn recv_watching(
+        &self,
+        timeout: Option<Duration>,
+        what: &'static str,
+        mut watch: Option<&mut dyn FnMut(&Stub)>,
+    ) -> Result<ToServer, HostError> {
         let start = Instant::now();
+        let most = if watch.is_some() { WATCH_SLICE } else { LIVENESS_SLICE };
         loop {
             let slice = match timeout {
                 Some(t) => {
@@ -399,9 +412,9 @@ impl Stub {
                     if left.is_zero() {
                         return Err(HostError::Timeout { instance: self.instance.clone(), what, after: t });
                     }
-                    left.min(LIVENESS_SLICE)
+                    left.min(most)
                 }
-                None => LIVENESS_SLICE,
+                None => most,
             };
             match self.channel.recv(slice).map_err(|e| self.ipc(e))? {
                 Some(msg) => {
@@ -410,6 +423,9 @@ impl Stub {
                     }
                 }
                 None => {
+                    if let Some(w) = watch.as_mut() {
+                        w(self);
+                    }
                     let exit = self.lock_child().try_exit();
                     if let Some(status) = exit {
                         // Take whatever it managed to send before dying.
@@ -559,6 +575,17 @@ impl Stub {
     /// done. Input blocks are freed as the stub releases them; output tensors must be read with
     /// [`Stub::output`] and then released with [`Stub::release_outputs`].
     pub fn execute(&self, requests: Vec<Request>, timeout: Option<Duration>) -> Result<Executed, HostError> {
+        self.execute_watching(requests, timeout, None)
+    }
+
+    /// [`Stub::execute`], calling `watch` every few milliseconds while `execute` runs (the
+    /// server looks there for requests whose client went away, and sends their `Cancel`).
+    pub fn execute_watching(
+        &self,
+        requests: Vec<Request>,
+        timeout: Option<Duration>,
+        mut watch: Option<&mut dyn FnMut(&Stub)>,
+    ) -> Result<Executed, HostError> {
         let batch = {
             let mut b = self.next_batch.lock().unwrap_or_else(|p| p.into_inner());
             *b += 1;
@@ -567,7 +594,8 @@ impl Stub {
         let mut collected = Collected::new(requests.iter().map(|r| r.id));
         self.send(&ToStub::Execute { batch, requests })?;
         let result = loop {
-            match self.recv(timeout, "finish execute") {
+            let w = watch.as_mut().map(|w| &mut **w as &mut dyn FnMut(&Stub));
+            match self.recv_watching(timeout, "finish execute", w) {
                 Ok(ToServer::Response(r)) => {
                     if let Err(refused) = collected.accept(r) {
                         let (dropped, why) = *refused;

@@ -43,3 +43,55 @@ impl Body for ChunkBody {
         SizeHint::with_exact(self.remaining)
     }
 }
+
+/// A `/generate_stream` body: the first event, then one event per message of a response
+/// stream, encoded as it arrives. Dropping the body (the client went away) drops the stream's
+/// receiver, which the core sees as the request's cancellation.
+pub(crate) struct EventBody {
+    first: Option<Bytes>,
+    rx: Option<tokio::sync::mpsc::UnboundedReceiver<tritium_server::Streamed>>,
+}
+
+impl EventBody {
+    /// `first` is sent at once; `rx` is read until its final message (`None` when `first` was
+    /// the final one).
+    pub(crate) fn new(
+        first: Option<Bytes>,
+        rx: Option<tokio::sync::mpsc::UnboundedReceiver<tritium_server::Streamed>>,
+    ) -> Self {
+        Self { first, rx }
+    }
+}
+
+impl Body for EventBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(first))));
+        }
+        loop {
+            let Some(rx) = self.rx.as_mut() else { return Poll::Ready(None) };
+            match rx.poll_recv(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => {
+                    self.rx = None;
+                    return Poll::Ready(None);
+                }
+                Poll::Ready(Some(message)) => {
+                    if message.is_last() {
+                        self.rx = None;
+                    }
+                    if let Some(event) = crate::generate::event_of(message) {
+                        return Poll::Ready(Some(Ok(Frame::data(event))));
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rx.is_none()
+    }
+}

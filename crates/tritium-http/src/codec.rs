@@ -127,7 +127,7 @@ pub fn parse_header_length(value: &str, body_len: usize) -> Result<usize, InferE
 }
 
 /// Request parameters in the order the client wrote them.
-struct OrderedObject(Vec<(String, Value)>);
+pub(crate) struct OrderedObject(pub(crate) Vec<(String, Value)>);
 
 impl<'de> Deserialize<'de> for OrderedObject {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -304,7 +304,7 @@ fn mark_non_finite(json: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// The value of a marked non-finite literal.
-fn non_finite(v: &Value) -> Option<f64> {
+pub(crate) fn non_finite(v: &Value) -> Option<f64> {
     match v.as_str()?.strip_prefix(NON_FINITE_MARK)? {
         "NaN" => Some(f64::NAN),
         "Infinity" => Some(f64::INFINITY),
@@ -328,7 +328,7 @@ fn parse_header(json: &[u8]) -> Result<RequestHeader, InferError> {
 }
 
 /// A short description of a JSON value for error messages.
-fn describe(v: &Value) -> String {
+pub(crate) fn describe(v: &Value) -> String {
     if non_finite(v).is_some() {
         return v.as_str().unwrap_or_default().trim_start_matches(NON_FINITE_MARK).to_string();
     }
@@ -636,7 +636,7 @@ fn parse_shape(obj: &serde_json::Map<String, Value>, name: &str) -> Result<Vec<i
 }
 
 /// The element count of a shape; an empty shape (a scalar) has one element.
-fn element_count(shape: &[i64]) -> Option<u64> {
+pub(crate) fn element_count(shape: &[i64]) -> Option<u64> {
     shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?))
 }
 
@@ -768,7 +768,7 @@ fn float_of(v: &Value, what: &str) -> Result<f64, String> {
 
 /// Why an input's JSON `data` cannot become tensor bytes (every one is `INVALID_ARGUMENT`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-enum JsonDataError {
+pub(crate) enum JsonDataError {
     /// The shape's element count overflows.
     #[error(
         "invalid shape for input '{name}': shape {shape} causes total element count to exceed maximum size of {}",
@@ -828,10 +828,10 @@ fn expected_elements(name: &str, shape: &[i64]) -> Result<u64, JsonDataError> {
 }
 
 /// Writes one JSON element as tensor bytes, or says why it cannot.
-type LeafWriter = fn(&Value, &mut Vec<u8>) -> Result<(), String>;
+pub(crate) type LeafWriter = fn(&Value, &mut Vec<u8>) -> Result<(), String>;
 
 /// Step 2: checks `data` as a whole, and picks the writer of the type's elements.
-fn leaf_writer(name: &str, dtype: DataType, data: &str) -> Result<LeafWriter, JsonDataError> {
+pub(crate) fn leaf_writer(name: &str, dtype: DataType, data: &str) -> Result<LeafWriter, JsonDataError> {
     if !data.trim_start().starts_with('[') {
         return Err(JsonDataError::NotAnArray { name: name.to_string(), got: describe(&text_value(data)) });
     }
@@ -1180,7 +1180,13 @@ fn size_mismatch(name: &str) -> InferError {
 }
 
 /// Writes `count` elements as a JSON array, checking the size first.
-fn write_output_data(j: &mut Vec<u8>, name: &str, dtype: DataType, data: &[u8], count: u64) -> Result<(), InferError> {
+pub(crate) fn write_output_data(
+    j: &mut Vec<u8>,
+    name: &str,
+    dtype: DataType,
+    data: &[u8],
+    count: u64,
+) -> Result<(), InferError> {
     match dtype {
         DataType::Fp16 => {
             return Err(InferError::invalid(

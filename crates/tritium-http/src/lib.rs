@@ -10,15 +10,17 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tokio::sync::mpsc::UnboundedReceiver;
 use tritium_server::{
-    IndexEntry, InferError, InferRequest, InferResponse, LogSettings, LogSettingsUpdate, ModelMetadata, ModelStats,
-    Server, ServerMetadata,
+    ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, LogSettings, LogSettingsUpdate, ModelMetadata,
+    ModelStats, Server, ServerMetadata, Streamed,
 };
 
 mod body;
 pub mod codec;
 pub mod compression;
 mod error;
+pub mod generate;
 mod json_out;
 pub mod limits;
 mod routes;
@@ -46,6 +48,13 @@ impl Default for Options {
 pub trait Backend: Send + Sync + 'static {
     /// Runs one inference.
     fn infer(&self, req: InferRequest) -> impl Future<Output = Result<InferResponse, InferError>> + Send;
+    /// Starts one inference on any model (the generate extension): its responses come on the
+    /// stream, the last one final; one response for a model that is not decoupled. An error
+    /// returned here happened before the request was queued. Dropping the receiver cancels
+    /// the request. Unsupported unless implemented.
+    fn infer_stream(&self, _req: InferRequest) -> Result<UnboundedReceiver<Streamed>, InferError> {
+        Err(InferError::new(ErrorKind::Unsupported, "the generate extension is not supported by this server"))
+    }
     /// Liveness.
     fn live(&self) -> bool;
     /// Readiness.
@@ -87,6 +96,24 @@ pub trait Backend: Send + Sync + 'static {
 impl Backend for Server {
     fn infer(&self, req: InferRequest) -> impl Future<Output = Result<InferResponse, InferError>> + Send {
         Server::infer(self, req)
+    }
+    fn infer_stream(&self, req: InferRequest) -> Result<UnboundedReceiver<Streamed>, InferError> {
+        if Server::is_decoupled(self, &req.model, req.version).unwrap_or(false) {
+            return Server::infer_decoupled(self, req);
+        }
+        let answer = Server::infer_queued(self, req)?;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            // A receiver dropped before the answer (the client went away) drops the wait, and
+            // with it the request's reply, which the core takes as its cancellation.
+            tokio::select! {
+                result = answer => {
+                    let _ = tx.send(Streamed::Response { result, last: true });
+                }
+                () = tx.closed() => {}
+            }
+        });
+        Ok(rx)
     }
     fn live(&self) -> bool {
         Server::live(self)

@@ -17,10 +17,10 @@ use serde::Serialize;
 use serde_json::Value;
 use tritium_server::{parse_version, ErrorKind, InferError, LogSettings, LogSettingsUpdate, ModelStats, StatDuration};
 
-use crate::body::ChunkBody;
+use crate::body::{ChunkBody, EventBody};
 use crate::codec;
 use crate::compression::{self, Encoding};
-use crate::error::HttpError;
+use crate::error::{status_for, HttpError};
 use crate::limits::{BodyKind, TooLarge};
 use crate::{Backend, Options};
 
@@ -67,8 +67,8 @@ pub(crate) fn build<B: Backend>(backend: Arc<B>, options: Options) -> Router {
             .route(&format!("{prefix}/config"), with_405(get(model_config::<B>)))
             .route(&format!("{prefix}/stats"), with_405(get(model_stats::<B>)))
             .route(&format!("{prefix}/infer"), with_405(post(infer::<B>)))
-            .route(&format!("{prefix}/generate"), with_405(post(generate)))
-            .route(&format!("{prefix}/generate_stream"), with_405(post(generate)));
+            .route(&format!("{prefix}/generate"), with_405(post(generate::<B>)))
+            .route(&format!("{prefix}/generate_stream"), with_405(post(generate_stream::<B>)));
     }
     r = r.route("/v2/models/{model}/trace/setting", with_405(get(trace).post(trace)));
     for kind in ["systemsharedmemory", "cudasharedmemory"] {
@@ -639,14 +639,98 @@ async fn respond(encoded: codec::EncodedResponse, encoding: Encoding) -> HttpRes
     builder.body(body).map_err(|e| HttpError::from(InferError::internal(format!("failed to build the response: {e}"))))
 }
 
+// ---- the generate extension ----
+
+async fn generate<B: Backend>(State(s): St<B>, m: ModelRef, headers: HeaderMap, body: Body) -> Response {
+    generate_any(s, m, headers, body, false).await
+}
+
+async fn generate_stream<B: Backend>(State(s): St<B>, m: ModelRef, headers: HeaderMap, body: Body) -> Response {
+    generate_any(s, m, headers, body, true).await
+}
+
+async fn generate_any<B: Backend>(
+    s: AppState<B>,
+    m: ModelRef,
+    headers: HeaderMap,
+    body: Body,
+    streaming: bool,
+) -> Response {
+    match generate_inner(s, m, headers, body, streaming).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(status = %e.status, "generate failed: {}", e.message);
+            e.into_response()
+        }
+    }
+}
+
+/// Triton's `HandleGenerate`: an error before the request is queued is a plain JSON error; after
+/// that, the first response sets the status (its error's, or 200), and `/generate` answers the
+/// one response (Triton's error when there is not exactly one), `/generate_stream` each
+/// response as an event.
+async fn generate_inner<B: Backend>(
+    s: AppState<B>,
+    m: ModelRef,
+    headers: HeaderMap,
+    body: Body,
+    streaming: bool,
+) -> HttpResult {
+    let meta = match s.backend.model_metadata(&m.name, m.version) {
+        Ok(meta) => meta,
+        Err(e) => {
+            drain(body).await;
+            return Err(e.into());
+        }
+    };
+    if !matches!(
+        compression::request_encoding(header_str(&headers, &header::CONTENT_ENCODING)?),
+        Ok(Encoding::Identity)
+    ) {
+        drain(body).await;
+        return Err(InferError::invalid("Unsupported content-encoding, only 'identity' is supported.").into());
+    }
+    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
+    let (name, version, limit) = (m.name, m.version, s.options.max_input_size);
+    let request = cpu(body.len() > BLOCKING_THRESHOLD, move || {
+        crate::generate::decode_generate_request(&name, version, &body, &meta, limit)
+    })
+    .await??;
+    let mut rx = s.backend.infer_stream(request)?;
+    // Until the first message nothing is sent: it sets the status.
+    let first = rx.recv().await.ok_or_else(|| HttpError::from(InferError::internal(LOST)))?;
+    let mut last = first.is_last();
+    let first = crate::generate::message_json(first);
+    let status = first.as_ref().and_then(|(_, e)| e.as_ref()).map_or(StatusCode::OK, |e| status_for(e.kind));
+    if streaming {
+        let first = first.map(|(json, _)| crate::generate::sse_event(&json));
+        let body = EventBody::new(first, (!last).then_some(rx));
+        return Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
+            .body(Body::new(body))
+            .map_err(|e| HttpError::from(InferError::internal(format!("failed to build the response: {e}"))));
+    }
+    let mut responses: Vec<Vec<u8>> = first.into_iter().map(|(json, _)| json).collect();
+    while !last {
+        let Some(message) = rx.recv().await else { break };
+        last = message.is_last();
+        responses.extend(crate::generate::message_json(message).map(|(json, _)| json));
+    }
+    let body = match (responses.pop(), responses.is_empty()) {
+        (Some(json), true) => json,
+        _ => crate::generate::error_json(crate::generate::NOT_ONE_RESPONSE),
+    };
+    Ok(json_response(status, body))
+}
+
+/// A response stream that ended without its final message (the server lost the request).
+const LOST: &str = "the server ended the request's responses without a final response";
+
 // ---- not supported (yet) ----
 
 fn not_supported(what: &str) -> HttpError {
     HttpError::new(StatusCode::BAD_REQUEST, format!("{what} is not supported by tritium yet"))
-}
-
-async fn generate() -> HttpError {
-    not_supported("the generate extension (/generate, /generate_stream)")
 }
 
 fn log_settings_json(s: &LogSettings) -> Value {

@@ -239,15 +239,18 @@ async fn unsupported_extensions() {
     let r = send(&app, Method::GET, "/v2/logging", &[], Body::empty()).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.error().contains("does not support dynamic logging"), "{}", r.error());
-    for (method, uri) in [
-        (Method::POST, "/v2/trace/setting"),
-        (Method::GET, "/v2/models/m/trace/setting"),
-        (Method::POST, "/v2/models/m/generate"),
-    ] {
+    for (method, uri) in [(Method::POST, "/v2/trace/setting"), (Method::GET, "/v2/models/m/trace/setting")] {
         let r = send(&app, method, uri, &[], Body::empty()).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}");
         assert!(r.error().contains("not supported by tritium yet"));
     }
+    // A backend without response streams refuses the generate extension after decoding.
+    let r = send(&app, Method::POST, "/v2/models/simple/generate", &[], r#"{"IN": [1, 2]}"#).await;
+    assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED);
+    assert_eq!(r.error(), "the generate extension is not supported by this server");
+    let r = send(&app, Method::POST, "/v2/models/simple/generate_stream", &[], r#"{"IN": "x"}"#).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.error().starts_with("Unable to parse 'data' of input 'IN'"), "{}", r.error());
 }
 
 /// A request the way `tritonclient.http` builds one with binary inputs.

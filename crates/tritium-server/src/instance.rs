@@ -720,7 +720,10 @@ fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut
                 let wait = if streaming && !more { STREAM_POLL } else { Duration::ZERO };
                 let mut route = |r: Response| open.route(ctx, stub, r);
                 match stub.poll(wait, &mut route) {
-                    Ok(m) => more = m,
+                    Ok(m) => {
+                        more = m;
+                        open.cancel_gone(stub);
+                    }
                     Err(e) => {
                         let exit = stub.kill();
                         return Served::Died(e.to_string(), exit);
@@ -834,6 +837,17 @@ impl Open {
             open.p.tx.stream(message);
         }
         Ok(())
+    }
+
+    /// Tells the stub about each open request whose client went away, once, even if the model
+    /// sends it nothing more.
+    fn cancel_gone(&mut self, stub: &Stub) {
+        for (id, open) in self.0.iter_mut() {
+            if !open.cancelled && open.p.tx.is_closed() {
+                open.cancelled = true;
+                let _ = stub.cancel(*id);
+            }
+        }
     }
 
     /// Ends the open requests among `ids` with `error` as their final response.
@@ -994,7 +1008,18 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
     }
     let t1 = Instant::now();
     let blocks = input_blocks(&placed.requests);
-    let executed = match stub.execute(std::mem::take(&mut placed.requests), ctx.supervision.execute_timeout) {
+    // A client that goes away while its request runs: the model sees it in `is_cancelled()`.
+    let mut told = std::collections::HashSet::new();
+    let mut on_wait = |stub: &Stub| {
+        for (id, p) in &placed.waiting {
+            if p.tx.is_closed() && told.insert(*id) {
+                let _ = stub.cancel(*id);
+            }
+        }
+    };
+    let requests = std::mem::take(&mut placed.requests);
+    let executed = stub.execute_watching(requests, ctx.supervision.execute_timeout, Some(&mut on_wait));
+    let executed = match executed {
         Ok(done) => done,
         Err(HostError::Ipc { source: IpcError::TooLarge { len, capacity }, .. }) => {
             // Nothing reached the stub (the message was refused before a byte of it was
@@ -1050,7 +1075,7 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
         if p.tx.is_closed() {
             // The client went away while the request waited (a dropped HTTP connection, a
             // cancelled gRPC call): do not spend the model's time on it.
-            finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, "the client cancelled the request")), None);
+            finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, crate::scheduler::CANCELLED)), None);
             continue;
         }
         let inputs = match place_request(stub, &p) {

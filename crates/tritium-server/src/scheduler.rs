@@ -35,6 +35,10 @@ use crate::types::{ErrorKind, InferError, InferRequest, InferResponse, Requested
 /// Triton's text for a request rejected by its queue timeout (`dynamic_batch_scheduler.cc`).
 pub(crate) const TIMEOUT_EXPIRED: &str = "Request timeout expired";
 
+/// The answer of a request whose client went away before it ran (Triton answers such a request
+/// with a `CANCELLED` status and counts it as failed, reason `CANCELED`); usually nobody reads it.
+pub(crate) const CANCELLED: &str = "the client cancelled the request";
+
 /// A request waiting for an instance.
 pub(crate) struct Pending {
     /// The request.
@@ -294,6 +298,17 @@ impl State {
         self.levels.values().find_map(|l| l.items.front().map(|q| &q.p).or_else(|| l.delayed.front()))
     }
 
+    /// Answers and drops the requests at the front whose client went away, so they are never
+    /// executed nor take a place in a batch; each is counted as a cancelled failure.
+    fn drop_cancelled_front(&mut self, stats: &Stats) {
+        while self.front().is_some_and(|p| p.tx.is_closed()) {
+            if let Some(p) = self.pop_front() {
+                stats.failure(p.enqueued.elapsed(), ErrorKind::Cancelled, false);
+                p.tx.send(Err(InferError::new(ErrorKind::Cancelled, CANCELLED)));
+            }
+        }
+    }
+
     fn pop_front(&mut self) -> Option<Pending> {
         let (&level, l) = self.levels.iter_mut().find(|(_, l)| l.len() > 0)?;
         let p = l.items.pop_front().map(|q| q.p).or_else(|| l.delayed.pop_front())?;
@@ -462,6 +477,7 @@ impl Queue {
             }
             if !st.gathering {
                 self.expire_locked(&mut st, Instant::now());
+                st.drop_cancelled_front(&self.stats);
                 if let Some(p) = st.pop_front() {
                     break p;
                 }
@@ -482,6 +498,7 @@ impl Queue {
         let mut batch = vec![first];
         loop {
             self.expire_locked(&mut st, Instant::now());
+            st.drop_cancelled_front(&self.stats);
             while let Some(next) = st.front() {
                 let n = next.batch_size.max(1);
                 if size + n > b.max_batch_size {
@@ -489,6 +506,7 @@ impl Queue {
                 }
                 size += n;
                 batch.extend(st.pop_front());
+                st.drop_cancelled_front(&self.stats);
             }
             let full = size >= b.max_batch_size || st.front().is_some();
             let preferred = b.preferred.contains(&size);
@@ -565,6 +583,12 @@ mod tests {
         assert_eq!(rx.try_recv().expect("answer"), Err(InferError::internal("once")));
     }
 
+    /// The request of a client that keeps waiting (a dropped receiver would cancel it).
+    fn live((p, rx): (Pending, Rx)) -> Pending {
+        std::mem::forget(rx);
+        p
+    }
+
     fn pending(batch_size: u64) -> (Pending, Rx) {
         request("", 0, 0, batch_size)
     }
@@ -606,10 +630,42 @@ mod tests {
     }
 
     #[test]
+    fn requests_whose_client_went_away_never_join_a_batch_and_count_as_cancelled() {
+        let stats = stats();
+        let batching = Batching { max_batch_size: 3, preferred: vec![], max_delay: Duration::from_secs(60) };
+        let q = Queue::new(Some(batching), Priorities::single(Policy::unbounded()), stats.clone());
+        let mut kept = Vec::new();
+        for id in ["gone0", "a", "gone1", "b", "c", "d"] {
+            let (p, rx) = request(id, 0, 0, 1);
+            assert!(q.push(p).is_ok());
+            if id.starts_with("gone") {
+                drop(rx);
+            } else {
+                kept.push(rx);
+            }
+        }
+        assert_eq!(ids(&q.next_batch().expect("batch")), vec!["a", "b", "c"]);
+        assert_eq!(stats.snapshot().fail_reasons.canceled, 2);
+        assert_eq!(q.len(), 1);
+
+        // Without batching too, and a stream's receiver counts the same way.
+        let q = Queue::new(None, Priorities::single(Policy::unbounded()), stats.clone());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let req = InferRequest { id: "stream".into(), ..Default::default() };
+        let p = Pending { req, batch_size: 0, outputs: vec![], enqueued: Instant::now(), tx: Reply::Stream(tx) };
+        assert!(q.push(p).is_ok());
+        drop(rx);
+        let (p, _rx) = request("live", 0, 0, 0);
+        assert!(q.push(p).is_ok());
+        assert_eq!(ids(&q.next_batch().expect("batch")), vec!["live"]);
+        assert_eq!(stats.snapshot().fail_reasons.canceled, 3);
+    }
+
+    #[test]
     fn without_batching_each_request_goes_alone() {
         let q = queue(None);
         for _ in 0..3 {
-            assert!(q.push(pending(1).0).is_ok());
+            assert!(q.push(live(pending(1))).is_ok());
         }
         assert_eq!(q.next_batch().map(|b| b.len()), Some(1));
         assert_eq!(q.len(), 2);
@@ -619,7 +675,7 @@ mod tests {
     fn batches_fill_up_to_max_batch_size_without_waiting() {
         let q = queue(Some(Batching { max_batch_size: 4, preferred: vec![], max_delay: Duration::from_secs(60) }));
         for bs in [2, 1, 1, 3] {
-            assert!(q.push(pending(bs).0).is_ok());
+            assert!(q.push(live(pending(bs))).is_ok());
         }
         let t = Instant::now();
         assert_eq!(sizes(&q.next_batch().expect("batch")), vec![2, 1, 1]);
@@ -634,11 +690,11 @@ mod tests {
             preferred: vec![],
             max_delay: Duration::from_millis(300),
         })));
-        assert!(q.push(pending(1).0).is_ok());
+        assert!(q.push(live(pending(1))).is_ok());
         let q2 = q.clone();
         let late = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
-            assert!(q2.push(pending(2).0).is_ok());
+            assert!(q2.push(live(pending(2))).is_ok());
         });
         let batch = q.next_batch().expect("batch");
         late.join().expect("thread");
@@ -648,8 +704,8 @@ mod tests {
     #[test]
     fn a_preferred_size_ends_the_wait() {
         let q = queue(Some(Batching { max_batch_size: 8, preferred: vec![2], max_delay: Duration::from_secs(60) }));
-        assert!(q.push(pending(1).0).is_ok());
-        assert!(q.push(pending(1).0).is_ok());
+        assert!(q.push(live(pending(1))).is_ok());
+        assert!(q.push(live(pending(1))).is_ok());
         assert_eq!(sizes(&q.next_batch().expect("batch")), vec![1, 1]);
     }
 
@@ -668,7 +724,7 @@ mod tests {
             .collect();
         std::thread::sleep(Duration::from_millis(20));
         for _ in 0..4 {
-            assert!(q.push(pending(1).0).is_ok());
+            assert!(q.push(live(pending(1))).is_ok());
             std::thread::sleep(Duration::from_millis(5));
         }
         std::thread::sleep(Duration::from_millis(300));
@@ -703,24 +759,24 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert!(q.close().is_empty());
         assert!(worker.join().expect("worker"));
-        assert!(matches!(q.push(pending(1).0), Err(Refused::Closed)));
+        assert!(matches!(q.push(live(pending(1))), Err(Refused::Closed)));
     }
 
     #[test]
     fn a_full_queue_refuses_with_tritons_text_naming_the_field() {
         let p = Priorities::for_config(&config("default_queue_policy { max_queue_size: 2 }"), 0);
         let q = Queue::new(None, p, stats());
-        assert!(q.push(request("a", 0, 0, 1).0).is_ok());
-        assert!(q.push(request("b", 0, 0, 1).0).is_ok());
-        let text = refused_text(q.push(request("c", 0, 0, 1).0));
+        assert!(q.push(live(request("a", 0, 0, 1))).is_ok());
+        assert!(q.push(live(request("b", 0, 0, 1))).is_ok());
+        let text = refused_text(q.push(live(request("c", 0, 0, 1))));
         assert!(text.starts_with("[request id: c] Exceeds maximum queue size"), "{text}");
         assert!(text.contains("2 requests"), "{text}");
         assert!(text.contains("dynamic_batching.default_queue_policy.max_queue_size"), "{text}");
-        let text = refused_text(q.push(request("", 0, 0, 1).0));
+        let text = refused_text(q.push(live(request("", 0, 0, 1))));
         assert!(text.starts_with("[request id: <id_unknown>] Exceeds maximum queue size"), "{text}");
         // Taking one makes room for one.
         assert_eq!(q.next_batch().map(|b| b.len()), Some(1));
-        assert!(q.push(request("d", 0, 0, 1).0).is_ok());
+        assert!(q.push(live(request("d", 0, 0, 1))).is_ok());
         assert_eq!(q.len(), 2);
     }
 
@@ -731,8 +787,8 @@ mod tests {
         let p = Priorities::for_config(&plain, 1);
         assert_eq!(p, Priorities::single(Policy::bounded_by_flag(1)));
         let q = Queue::new(None, p, stats());
-        assert!(q.push(pending(1).0).is_ok());
-        let text = refused_text(q.push(pending(1).0));
+        assert!(q.push(live(pending(1))).is_ok());
+        let text = refused_text(q.push(live(pending(1))));
         assert!(text.contains("Exceeds maximum queue size: 1 requests"), "{text}");
         assert!(text.contains("--max-queue-size"), "{text}");
         // The model's own bound wins over the flag.
@@ -747,7 +803,7 @@ mod tests {
         let p = Priorities::for_config(&config("priority_levels: 3 default_priority_level: 2"), 0);
         let q = Queue::new(None, p, stats());
         for (id, priority) in [("low", 3), ("zero", 0), ("high", 1), ("seven", 7), ("mid", 2)] {
-            assert!(q.push(request(id, priority, 0, 1).0).is_ok());
+            assert!(q.push(live(request(id, priority, 0, 1))).is_ok());
         }
         assert_eq!(drain_ids(&q), ["high", "zero", "seven", "mid", "low"]);
     }
@@ -756,7 +812,7 @@ mod tests {
     fn without_priority_levels_the_priority_is_ignored() {
         let q = queue(None);
         for (id, priority) in [("a", 5), ("b", 1), ("c", 0)] {
-            assert!(q.push(request(id, priority, 0, 1).0).is_ok());
+            assert!(q.push(live(request(id, priority, 0, 1))).is_ok());
         }
         assert_eq!(drain_ids(&q), ["a", "b", "c"]);
     }
@@ -767,7 +823,7 @@ mod tests {
         let batching = Batching { max_batch_size: 2, preferred: vec![], max_delay: Duration::from_secs(60) };
         let q = Queue::new(Some(batching), p, stats());
         for (id, priority) in [("l1", 2), ("l2", 2), ("h1", 1)] {
-            assert!(q.push(request(id, priority, 0, 1).0).is_ok());
+            assert!(q.push(live(request(id, priority, 0, 1))).is_ok());
         }
         assert_eq!(ids(&q.next_batch().expect("batch")), ["h1", "l1"]);
     }
@@ -782,12 +838,12 @@ mod tests {
             0,
         );
         let q = Queue::new(None, p, stats());
-        assert!(q.push(request("h1", 1, 0, 1).0).is_ok());
-        let text = refused_text(q.push(request("h2", 1, 0, 1).0));
+        assert!(q.push(live(request("h1", 1, 0, 1))).is_ok());
+        let text = refused_text(q.push(live(request("h2", 1, 0, 1))));
         assert!(text.contains("at priority level 1"), "{text}");
         assert!(text.contains("dynamic_batching.priority_queue_policy[1].max_queue_size"), "{text}");
         for _ in 0..3 {
-            assert!(q.push(request("l", 2, 0, 1).0).is_ok());
+            assert!(q.push(live(request("l", 2, 0, 1))).is_ok());
         }
     }
 
@@ -817,8 +873,8 @@ mod tests {
             0,
         );
         let q = Queue::new(None, p, stats());
-        assert!(q.push(request("late", 0, 1000, 1).0).is_ok());
-        assert!(q.push(request("on_time", 0, 0, 1).0).is_ok());
+        assert!(q.push(live(request("late", 0, 1000, 1))).is_ok());
+        assert!(q.push(live(request("on_time", 0, 0, 1))).is_ok());
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(drain_ids(&q), ["on_time", "late"]);
     }

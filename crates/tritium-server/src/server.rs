@@ -236,20 +236,36 @@ impl Server {
 
     /// Runs one inference on a model that is not decoupled.
     pub async fn infer(&self, req: InferRequest) -> Result<InferResponse, InferError> {
+        self.infer_queued(req)?.await
+    }
+
+    /// Routes, validates and queues one inference on a model that is not decoupled, and
+    /// returns the wait for its answer: an error here happened before the request was queued.
+    /// Dropping the wait cancels the request (it is never executed if still queued).
+    pub fn infer_queued(
+        &self,
+        req: InferRequest,
+    ) -> Result<
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>,
+        InferError,
+    > {
         if let Some(version) = self.ensemble_of(&req) {
-            return ensemble::infer(self.clone(), version, req).await;
+            // An ensemble has no queue of its own: its checks and steps run in the answer's wait.
+            return Ok(ensemble::infer(self.clone(), version, req));
         }
         let (tx, mut rx) = oneshot::channel();
         let (version, deadline) = self.enqueue(req, Reply::Unary(tx), false)?;
-        if let Some(deadline) = deadline {
-            // At its deadline the request times out if it is still queued, even while every
-            // instance is busy (Triton's batcher checks timeouts while it waits for a slot).
-            match tokio::time::timeout_at(deadline.into(), &mut rx).await {
-                Ok(answer) => return answer.unwrap_or_else(|_| Err(dropped())),
-                Err(_) => version.ctx.queue.expire(),
+        Ok(Box::pin(async move {
+            if let Some(deadline) = deadline {
+                // At its deadline the request times out if it is still queued, even while every
+                // instance is busy (Triton's batcher checks timeouts while it waits for a slot).
+                match tokio::time::timeout_at(deadline.into(), &mut rx).await {
+                    Ok(answer) => return answer.unwrap_or_else(|_| Err(dropped())),
+                    Err(_) => version.ctx.queue.expire(),
+                }
             }
-        }
-        rx.await.unwrap_or_else(|_| Err(dropped()))
+            rx.await.unwrap_or_else(|_| Err(dropped()))
+        }))
     }
 
     /// Starts one inference on a decoupled model: the request is routed, validated and queued
