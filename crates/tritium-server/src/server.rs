@@ -121,6 +121,9 @@ pub(crate) struct Inner {
     live: AtomicBool,
 }
 
+/// The wait for the answer of a queued request ([`Server::infer_queued`]).
+pub type InferFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>;
+
 /// The running server: every model, its instances and queues.
 #[derive(Clone)]
 pub struct Server {
@@ -242,13 +245,7 @@ impl Server {
     /// Routes, validates and queues one inference on a model that is not decoupled, and
     /// returns the wait for its answer: an error here happened before the request was queued.
     /// Dropping the wait cancels the request (it is never executed if still queued).
-    pub fn infer_queued(
-        &self,
-        req: InferRequest,
-    ) -> Result<
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>,
-        InferError,
-    > {
+    pub fn infer_queued(&self, req: InferRequest) -> Result<InferFuture, InferError> {
         if let Some(version) = self.ensemble_of(&req) {
             // An ensemble has no queue of its own: its checks and steps run in the answer's wait.
             return Ok(ensemble::infer(self.clone(), version, req));
