@@ -3,7 +3,9 @@
 Each request handed to `execute` has one `_ResponseState`, shared by the request and its sender
 (`request.get_response_sender()`). It applies Triton's rules (python_backend's
 `src/response_sender.cc`, with its error texts) and sends each response at once as its own
-`Response` frame through the native channel, whose sends are thread-safe. For a decoupled model a
+`Response` frame through the native channel, whose sends are thread-safe. A decoupled model's send
+waits while the request's window (`--max-inflight-responses`) is full of responses its client has
+not taken yet. For a decoupled model a
 state dropped without the final flag (the model let go of the request and its sender) sends an
 error as the final response, so the client is never left waiting.
 """
@@ -111,8 +113,14 @@ class InferenceResponseSender:
             raise TypeError(f"Expected an 'InferenceResponse' object, found type '{type(response)}'.")
         st = self._state
         with st.lock:
-            st.account(response, flags)
             channel = _runtime.channel
+            if st.decoupled and not st.closed and channel is not None:
+                # Back-pressure: at most the server's --max-inflight-responses responses sent and
+                # not yet taken by the client; this waits (without the GIL) for the client. A
+                # cancelled request does not wait: as in Triton the send goes through and the
+                # server drops the response, since nobody reads it.
+                channel.wait_for_room(st.id, st.sent)
+            st.account(response, flags)
             if channel is None:
                 raise TritonModelException("Unable to send response. The stub has no channel to the server.")
             if response is None:

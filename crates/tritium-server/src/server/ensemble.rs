@@ -351,7 +351,7 @@ pub(super) fn infer(
     Box::pin(async move {
         check_policy(&version, &req, false)?;
         let checked = admit(&version, &req)?;
-        let (tx, mut rx) = tokio_mpsc::unbounded_channel();
+        let (tx, mut rx) = crate::types::response_stream();
         run(server, version, req, checked, tx).await;
         loop {
             match rx.recv().await {
@@ -368,10 +368,10 @@ pub(super) fn infer_decoupled(
     server: &Server,
     version: Arc<Version>,
     req: InferRequest,
-) -> Result<tokio_mpsc::UnboundedReceiver<Streamed>, InferError> {
+) -> Result<ResponseStream, InferError> {
     check_policy(&version, &req, true)?;
     let checked = admit(&version, &req)?;
-    let (tx, rx) = tokio_mpsc::unbounded_channel();
+    let (tx, rx) = crate::types::response_stream();
     tokio::spawn(run(server.clone(), version, req, checked, tx));
     Ok(rx)
 }
@@ -382,7 +382,7 @@ pub(super) fn start_on(
     server: &Server,
     version: Arc<Version>,
     req: InferRequest,
-    tx: tokio_mpsc::UnboundedSender<Streamed>,
+    tx: crate::types::StreamTx,
 ) -> Result<(), InferError> {
     let checked = admit(&version, &req)?;
     tokio::spawn(run(server.clone(), version, req, checked, tx));
@@ -400,13 +400,7 @@ enum Event {
 }
 
 /// One ensemble request, from its inputs to its last response on `tx`.
-async fn run(
-    server: Server,
-    version: Arc<Version>,
-    req: InferRequest,
-    checked: Validated,
-    tx: tokio_mpsc::UnboundedSender<Streamed>,
-) {
+async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: Validated, tx: crate::types::StreamTx) {
     let start = Instant::now();
     let Some(plan) = version.ensemble.clone() else { return };
     let name = version.ctx.model.clone();
@@ -433,7 +427,7 @@ async fn run(
         let e = InferError::new(e.kind, format!("in ensemble '{name}', {}", e.message));
         // Triton counts an ensemble's failure with reason OTHER.
         version.ctx.stats.failure(start.elapsed(), ErrorKind::Internal, false);
-        let _ = tx.send(Streamed::Response { result: Err(e), last: true });
+        tx.send(Streamed::Response { result: Err(e), last: true });
     };
     loop {
         let mut gens: Vec<u64> = Vec::new();
@@ -509,10 +503,10 @@ async fn run(
                 // One response: the ensemble is done once it is complete.
                 version.ctx.stats.success(checked.batch_size, start.elapsed(), Duration::ZERO, zero_times());
                 version.ctx.stats.execution(checked.batch_size.max(1), zero_times());
-                let _ = tx.send(Streamed::Response { result: Ok(response), last: true });
+                tx.send(Streamed::Response { result: Ok(response), last: true });
                 return;
             }
-            if tx.send(Streamed::Response { result: Ok(response), last: false }).is_err() {
+            if !tx.send(Streamed::Response { result: Ok(response), last: false }) {
                 // The client went away: dropping `incoming` cancels the steps.
                 version.ctx.stats.failure(start.elapsed(), ErrorKind::Cancelled, false);
                 return;
@@ -551,7 +545,7 @@ async fn run(
     }
     version.ctx.stats.success(checked.batch_size, start.elapsed(), Duration::ZERO, zero_times());
     version.ctx.stats.execution(checked.batch_size.max(1), zero_times());
-    let _ = tx.send(Streamed::Final);
+    tx.send(Streamed::Final);
 }
 
 fn zero_times() -> ExecTimes {
