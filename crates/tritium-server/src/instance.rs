@@ -1534,6 +1534,26 @@ mod tests {
     }
 
     #[test]
+    fn credit_goes_to_the_stub_each_half_window_and_never_without_a_window() {
+        // Window 64: nothing until the client took 32 more than the stub was told.
+        assert_eq!(credit_due(0, 31, 64), None);
+        assert_eq!(credit_due(0, 32, 64), Some(32));
+        assert_eq!(credit_due(32, 63, 64), None);
+        assert_eq!(credit_due(32, 70, 64), Some(70));
+        // A window of 1 credits every response; 0 means no limit and no credit at all.
+        assert_eq!(credit_due(5, 6, 1), Some(6));
+        assert_eq!(credit_due(0, 1_000, 0), None);
+        // Replaying the worker's loop: the stub's view never lags the client by a half window.
+        let (window, mut credited) = (16u32, 0u64);
+        for taken in 0..1_000u64 {
+            if let Some(c) = credit_due(credited, taken, window) {
+                credited = c;
+            }
+            assert!(taken - credited < u64::from(window / 2));
+        }
+    }
+
+    #[test]
     fn a_panic_becomes_an_error_with_its_message() {
         assert_eq!(unwind_to_error(|| 7), Ok(7));
         let prev = std::panic::take_hook();
