@@ -311,3 +311,31 @@ def test_a_unary_grpc_client_that_cancels_reaches_a_running_execute(srv):
         wait_for(lambda: os.path.exists(marker), what="the model to see is_cancelled()")
     finally:
         client.close()
+
+
+def test_a_hundred_concurrent_streams_on_one_instance_each_get_their_responses_in_order(srv):
+    streams, n = 100, 100
+    clients = []
+    try:
+        for _ in range(streams):
+            c = grpcclient.InferenceServerClient(srv.grpc_url)
+            q = queue.Queue()
+            c.start_stream(callback=lambda result, error, q=q: q.put((result, error)))
+            clients.append((c, q))
+        for k, (c, _) in enumerate(clients):
+            c.async_stream_infer("firehose", inputs(0, n), request_id=f"s{k}", enable_empty_final_response=True)
+        for k, (_, q) in enumerate(clients):
+            got = []
+            while True:
+                result, error = q.get(timeout=TIMEOUT)
+                assert error is None, error
+                r = result.get_response()
+                assert r.id == f"s{k}"
+                if r.parameters["triton_final_response"].bool_param:
+                    break
+                got.append(int(result.as_numpy("IDX")[0]))
+            assert got == list(range(n)), k
+    finally:
+        for c, _ in clients:
+            c.stop_stream()
+            c.close()
