@@ -135,6 +135,24 @@ output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [{ kind: KIND_CPU, count: 1 }]
 """
 
+ENSEMBLE_CONFIG = """
+name: "firehose_ensemble"
+platform: "ensemble"
+input [
+  { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] },
+  { name: "N" data_type: TYPE_INT32 dims: [ 1 ] }
+]
+output [
+  { name: "IDX" data_type: TYPE_INT64 dims: [ 1 ] },
+  { name: "DATA" data_type: TYPE_UINT8 dims: [ -1 ] }
+]
+ensemble_scheduling { step [ {
+  model_name: "firehose" model_version: -1
+  input_map { key: "MODE" value: "MODE" } input_map { key: "N" value: "N" }
+  output_map { key: "IDX" value: "IDX" } output_map { key: "DATA" value: "DATA" }
+} ] }
+"""
+
 TIMEOUT = 60
 
 
@@ -143,6 +161,9 @@ def srv(tmp_path_factory):
     repo = tmp_path_factory.mktemp("backpressure-repo")
     write_model(str(repo), "firehose", FIREHOSE, FIREHOSE_CONFIG)
     write_model(str(repo), "patient", PATIENT, PATIENT_CONFIG)
+    os.makedirs(os.path.join(str(repo), "firehose_ensemble", "1"))
+    with open(os.path.join(str(repo), "firehose_ensemble", "config.pbtxt"), "w") as f:
+        f.write(ENSEMBLE_CONFIG)
     server = Server(
         str(repo),
         str(tmp_path_factory.mktemp("backpressure-log") / "tritium.log"),
@@ -150,7 +171,7 @@ def srv(tmp_path_factory):
     )
     server.repo = str(repo)
     try:
-        server.wait_models(["firehose", "patient"])
+        server.wait_models(["firehose", "patient", "firehose_ensemble"])
         yield server
     finally:
         server.stop()
@@ -220,10 +241,11 @@ class SlowStream:
         self.client.close()
 
 
-def test_a_slow_client_holds_the_model_back_to_the_window(srv):
+@pytest.mark.parametrize("model", ["firehose", "firehose_ensemble"])
+def test_a_slow_client_holds_the_model_back_to_the_window(srv, model):
     s = SlowStream(srv.grpc_url)
     try:
-        s.client.async_stream_infer("firehose", inputs(0, TOTAL), request_id="slow")
+        s.client.async_stream_infer(model, inputs(0, TOTAL), request_id="slow")
         read = 0
         # The client reads one response, then stops reading a while, and again: each time the
         # model may be at most the window ahead of what the server has handed to the transport.

@@ -276,6 +276,13 @@ impl StreamTx {
     pub fn taken(&self) -> u64 {
         self.taken.load(std::sync::atomic::Ordering::Acquire)
     }
+
+    /// Waits until the consumer has taken at least `count` messages, or went away.
+    pub(crate) async fn wait_taken(&self, count: u64) {
+        while self.taken() < count && !self.is_closed() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
 }
 
 /// Name, dtype and shape of a model input or output, as metadata reports it.

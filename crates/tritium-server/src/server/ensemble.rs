@@ -464,7 +464,10 @@ async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: 
                     timeout_us: req.timeout_us,
                     priority: req.priority,
                 };
-                launch(&server, s, gen, step.decoupled, step_req, events.clone());
+                // A decoupled ensemble's client holds its decoupled steps back (a step's
+                // response becomes, through the steps after it, one of the ensemble's).
+                let hold = version.ctx.decoupled.then(|| (tx.clone(), version.ctx.supervision.max_inflight_responses));
+                launch(&server, s, gen, step.decoupled, step_req, events.clone(), hold);
             }
         }
         for gen in gens {
@@ -553,7 +556,10 @@ fn zero_times() -> ExecTimes {
 }
 
 /// Sends one step's request through the server's own routing, in a task that reports its
-/// responses on `events`; a step that fails to start reports its error at once.
+/// responses on `events`; a step that fails to start reports its error at once. With `hold`
+/// (the ensemble's own stream and window), a decoupled step's next response is taken only while
+/// the responses taken from it are less than a window ahead of what the ensemble's client took,
+/// so the step model is held back by the ensemble's client.
 fn launch(
     server: &Server,
     step: usize,
@@ -561,6 +567,7 @@ fn launch(
     decoupled: bool,
     req: InferRequest,
     events: tokio_mpsc::UnboundedSender<Event>,
+    hold: Option<(crate::types::StreamTx, u32)>,
 ) {
     if decoupled {
         let mut stream = match server.infer_decoupled(req) {
@@ -571,7 +578,11 @@ fn launch(
             }
         };
         tokio::spawn(async move {
-            while let Some(message) = stream.recv().await {
+            loop {
+                if let Some((out, window)) = hold.as_ref().filter(|(_, w)| *w > 0) {
+                    out.wait_taken((stream.taken() + 1).saturating_sub(u64::from(*window))).await;
+                }
+                let Some(message) = stream.recv().await else { break };
                 let last = message.is_last();
                 let sent = match message {
                     Streamed::Response { result: Ok(response), .. } => {
