@@ -17,5 +17,5 @@ mod validate;
 pub use instance::{
     Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES,
 };
-pub use server::{parse_version, Server, ServerOptions};
+pub use server::{parse_version, QueuedAnswer, Server, ServerOptions};
 pub use types::*;

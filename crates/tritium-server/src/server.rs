@@ -159,6 +159,9 @@ fn kind_name(kind: i32) -> &'static str {
     }
 }
 
+/// The wait for a queued request's answer ([`Server::infer_queued`]).
+pub type QueuedAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>;
+
 impl Server {
     /// A server with no models loaded yet.
     pub fn new(opts: ServerOptions) -> Self {
@@ -242,13 +245,7 @@ impl Server {
     /// Routes, validates and queues one inference on a model that is not decoupled, and
     /// returns the wait for its answer: an error here happened before the request was queued.
     /// Dropping the wait cancels the request (it is never executed if still queued).
-    pub fn infer_queued(
-        &self,
-        req: InferRequest,
-    ) -> Result<
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>,
-        InferError,
-    > {
+    pub fn infer_queued(&self, req: InferRequest) -> Result<QueuedAnswer, InferError> {
         if let Some(version) = self.ensemble_of(&req) {
             // An ensemble has no queue of its own: its checks and steps run in the answer's wait.
             return Ok(ensemble::infer(self.clone(), version, req));
