@@ -188,3 +188,10 @@ def test_a_decoupled_send_waits_for_room_in_the_window_before_it_goes(channel):
 def test_a_sender_of_a_model_that_is_not_decoupled_never_waits(channel):
     sender(decoupled=False).send(pb_utils.InferenceResponse([]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     assert channel.waits == []
+
+
+def test_a_send_on_the_stubs_event_loop_thread_never_waits(channel, monkeypatch):
+    monkeypatch.setattr(_runtime, "loop_thread", threading.current_thread())
+    s = sender(decoupled=True)
+    s.send(pb_utils.InferenceResponse([]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert channel.waits == [] and len(channel.sent) == 1

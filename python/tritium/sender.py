@@ -36,6 +36,12 @@ def send_response(channel, request_id, requested, response, final):
     channel.send_response(request_id, outputs, error, list(response._parameters.items()), final)
 
 
+def _on_event_loop():
+    """Whether this is the stub's asyncio event loop thread (where `async def execute` runs)."""
+    loop_thread = _runtime.loop_thread
+    return loop_thread is not None and threading.current_thread() is loop_thread
+
+
 class _ResponseState:
     """One request's response bookkeeping: its wire id, the outputs asked for, whether the model
     is decoupled, and (under `lock`) how many responses went out and whether the final did."""
@@ -114,11 +120,12 @@ class InferenceResponseSender:
         st = self._state
         with st.lock:
             channel = _runtime.channel
-            if st.decoupled and not st.closed and channel is not None:
+            if st.decoupled and not st.closed and channel is not None and not _on_event_loop():
                 # Back-pressure: at most the server's --max-inflight-responses responses sent and
                 # not yet taken by the client; this waits (without the GIL) for the client. A
                 # cancelled request does not wait: as in Triton the send goes through and the
-                # server drops the response, since nobody reads it.
+                # server drops the response, since nobody reads it. A coroutine's send (on the
+                # stub's event loop) never waits: it would stall every other coroutine with it.
                 channel.wait_for_room(st.id, st.sent)
             st.account(response, flags)
             if channel is None:

@@ -203,6 +203,7 @@ class Stub:
             self.loop = asyncio.new_event_loop()
             self.loop_thread = threading.Thread(target=self.loop.run_forever, name="tritium-asyncio", daemon=True)
             self.loop_thread.start()
+            _runtime.loop_thread = self.loop_thread
         return self.loop
 
     def _await(self, result):
