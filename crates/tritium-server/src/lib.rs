@@ -4,6 +4,7 @@
 
 mod bls;
 mod classify;
+pub mod envs;
 mod instance;
 mod scheduler;
 mod server;
@@ -15,5 +16,6 @@ pub mod types;
 mod validate;
 
 pub use instance::{Supervision, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES};
+pub use envs::EnvOptions;
 pub use server::{parse_version, Server, ServerOptions};
 pub use types::*;

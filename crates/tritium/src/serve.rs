@@ -177,6 +177,20 @@ pub(crate) struct ServeArgs {
     /// `tokenizer_config.json`).
     #[arg(long, env = "TRITIUM_CHAT_TEMPLATE")]
     chat_template: Option<PathBuf>,
+    // Per-model Python environments (issue 14).
+    /// Where packed environments (`EXECUTION_ENV_PATH`) are unpacked and `requirements.txt`
+    /// environments are built, each once, keyed by a hash of what made it (default:
+    /// `$XDG_CACHE_HOME/tritium/envs`, else `~/.cache/tritium/envs`).
+    #[arg(long, env = "TRITIUM_ENV_CACHE_DIR")]
+    env_cache_dir: Option<PathBuf>,
+    /// Install models' requirements only from this directory of wheels (pip's `--no-index
+    /// --find-links DIR`), for servers without access to PyPI.
+    #[arg(long, env = "TRITIUM_WHEELHOUSE")]
+    wheelhouse: Option<PathBuf>,
+    /// Seconds building one model's Python environment may take (its installer is killed past
+    /// it and the load fails); apart from `--stub-init-timeout-secs`.
+    #[arg(long, env = "TRITIUM_ENV_BUILD_TIMEOUT_SECS", default_value_t = 900)]
+    env_build_timeout_secs: u64,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -264,6 +278,11 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         server_id: args.triton.id.clone().unwrap_or_else(|| "tritium".to_string()),
         load_threads: args.triton.model_load_thread_count.max(1),
         load_retries: args.triton.model_load_retry_count,
+        envs: tritium_server::EnvOptions {
+            cache_dir: args.env_cache_dir.clone().unwrap_or_else(tritium_server::envs::default_cache_dir),
+            wheelhouse: args.wheelhouse.clone(),
+            build_timeout: Duration::from_secs(args.env_build_timeout_secs),
+        },
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
