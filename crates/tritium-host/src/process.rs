@@ -402,6 +402,22 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_keeps_its_last_lines_and_is_killed_past_its_time() {
+        let sh = std::path::Path::new("/bin/sh");
+        let args = |s: &str| vec![OsString::from("-c"), OsString::from(s)];
+        let done = run_tool(sh, &args("echo one; echo two >&2; echo three; exit 3"), &[], std::time::Duration::from_secs(60), 2, Span::none())
+            .expect("sh");
+        assert_eq!(done.exit, StubExit::Code(3));
+        assert!(!done.success() && !done.timed_out);
+        assert_eq!(done.tail.len(), 2);
+        assert_eq!(done.tail.last().map(String::as_str), Some("three"));
+        let slow = run_tool(sh, &args("sleep 30 & wait"), &[], std::time::Duration::from_millis(200), 2, Span::none())
+            .expect("sh");
+        assert!(slow.timed_out);
+        assert_eq!(slow.exit, StubExit::signal(libc::SIGKILL));
+    }
+
+    #[test]
     fn exits_from_wait_statuses() {
         // Raw wait statuses: the code in the high byte, or the signal in the low bits.
         assert_eq!(StubExit::from(ExitStatus::from_raw(3 << 8)), StubExit::Code(3));
