@@ -215,4 +215,3 @@ def test_the_cache_is_reused_by_the_next_server(envs, tmp_path):
         assert made == [], made
     finally:
         second.stop()
-

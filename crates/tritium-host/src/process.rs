@@ -405,8 +405,15 @@ mod tests {
     fn a_tool_keeps_its_last_lines_and_is_killed_past_its_time() {
         let sh = std::path::Path::new("/bin/sh");
         let args = |s: &str| vec![OsString::from("-c"), OsString::from(s)];
-        let done = run_tool(sh, &args("echo one; echo two >&2; echo three; exit 3"), &[], std::time::Duration::from_secs(60), 2, Span::none())
-            .expect("sh");
+        let done = run_tool(
+            sh,
+            &args("echo one; echo two; echo three; exit 3"),
+            &[],
+            std::time::Duration::from_secs(60),
+            2,
+            Span::none(),
+        )
+        .expect("sh");
         assert_eq!(done.exit, StubExit::Code(3));
         assert!(!done.success() && !done.timed_out);
         assert_eq!(done.tail.len(), 2);

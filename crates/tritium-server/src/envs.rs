@@ -249,7 +249,8 @@ fn probe(stub: &StubCommand, env: &str) -> Result<(), EnvError> {
             sys.exit('it has no usable numpy (' + repr(e) + '); the stub needs numpy: install it into the environment')\n";
     let span = tracing::info_span!("env_check", python = %stub.python.display());
     let args = [OsString::from("-c"), OsString::from(CHECK)];
-    let unusable = |reason: String| EnvError::Unusable { env: format!("{env}, interpreter {}", stub.python.display()), reason };
+    let unusable =
+        |reason: String| EnvError::Unusable { env: format!("{env}, interpreter {}", stub.python.display()), reason };
     let outcome = tritium_host::run_tool(&stub.python, &args, &stub.env, PROBE_TIMEOUT, 4, span)
         .map_err(|e| unusable(format!("cannot start it: {e}")))?;
     if outcome.success() {
@@ -364,8 +365,8 @@ fn unpack(archive: &Path, dest: &Path) -> Result<(), EnvError> {
 
 /// The virtual environment for the requirements file `file`, on `stub`'s interpreter.
 fn requirements_env(opts: &EnvOptions, stub: &StubCommand, file: &Path, model: &str) -> Result<PathBuf, EnvError> {
-    let text =
-        std::fs::read_to_string(file).map_err(|_| EnvError::Missing { parameter: REQUIREMENTS, path: file.display().to_string() })?;
+    let text = std::fs::read_to_string(file)
+        .map_err(|_| EnvError::Missing { parameter: REQUIREMENTS, path: file.display().to_string() })?;
     let python = std::fs::canonicalize(&stub.python).unwrap_or_else(|_| stub.python.clone());
     let mut hasher = Sha256::new();
     for part in [
@@ -385,11 +386,8 @@ fn requirements_env(opts: &EnvOptions, stub: &StubCommand, file: &Path, model: &
 /// Whether the requirements name numpy.
 fn names_numpy(requirements: &str) -> bool {
     requirements.lines().any(|line| {
-        let name: String = line
-            .trim()
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            .collect();
+        let name: String =
+            line.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).collect();
         name.to_ascii_lowercase().replace(['_', '.'], "-") == "numpy"
     })
 }
@@ -421,7 +419,9 @@ fn build_venv(
     }
     let steps: Vec<(PathBuf, Vec<OsString>)> = match which("uv") {
         Some(uv) => {
-            span.in_scope(|| tracing::info!(uv = %uv.display(), into = %dir.display(), "building a Python environment with uv"));
+            span.in_scope(
+                || tracing::info!(uv = %uv.display(), into = %dir.display(), "building a Python environment with uv"),
+            );
             let mut pip = vec![os("pip"), os("install"), os("--python"), venv_python.clone().into()];
             pip.extend(install);
             vec![(uv.clone(), vec![os("venv"), os("--python"), stub.python.clone().into(), dir.into()]), (uv, pip)]
@@ -432,10 +432,7 @@ fn build_venv(
             });
             let mut pip = vec![os("-m"), os("pip"), os("install"), os("--disable-pip-version-check"), os("--no-input")];
             pip.extend(install);
-            vec![
-                (stub.python.clone(), vec![os("-m"), os("venv"), dir.into()]),
-                (venv_python.clone(), pip),
-            ]
+            vec![(stub.python.clone(), vec![os("-m"), os("venv"), dir.into()]), (venv_python.clone(), pip)]
         }
     };
     for (program, args) in steps {

@@ -15,7 +15,7 @@ pub mod testing;
 pub mod types;
 mod validate;
 
-pub use instance::{Supervision, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES};
 pub use envs::EnvOptions;
+pub use instance::{Supervision, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES};
 pub use server::{parse_version, Server, ServerOptions};
 pub use types::*;
