@@ -203,7 +203,23 @@ fn find_python_path(given: Option<PathBuf>) -> Result<PathBuf> {
         return Ok(p);
     }
     let exe = std::env::current_exe().context("locating the tritium binary")?;
-    let candidates = exe.ancestors().skip(1).take(4).flat_map(|d| [d.join("python"), d.join("share/tritium/python")]);
+    // A checkout (`python/` next to `target/`), or an installed wheel: the binary in
+    // `<env>/bin`, the package in `<env>/lib/python3.X/site-packages`.
+    let site_packages = |d: &Path| -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(d.join("lib")) else { return Vec::new() };
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+            .map(|e| e.path().join("site-packages"))
+            .collect();
+        found.sort();
+        found
+    };
+    let candidates = exe.ancestors().skip(1).take(4).flat_map(|d| {
+        let mut c = vec![d.join("python"), d.join("share/tritium/python")];
+        c.extend(site_packages(d));
+        c
+    });
     for c in candidates {
         if has_native(&c) {
             return Ok(c);
@@ -233,8 +249,15 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     let python_path = find_python_path(args.python_path.clone())?;
     let python = args.python.clone().unwrap_or_else(|| {
         let venv = python_path.join("../.venv/bin/python");
+        // Installed from the wheel: the environment's own interpreter, next to the binary.
+        let beside = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("python")));
         if venv.is_file() {
             venv
+        } else if let Some(beside) = beside.filter(|p| {
+            p.is_file()
+                && python_path.starts_with(p.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent")))
+        }) {
+            beside
         } else {
             PathBuf::from("python3")
         }
