@@ -28,6 +28,9 @@ def test_the_wheel_installs_into_a_fresh_venv_and_serves(tmp_path):
     subprocess.run(pip + [wheel], check=True, timeout=600)
     tritium = venv / "bin" / "tritium"
     assert tritium.is_file()
+    # The stubs' copy of the package, alone in its directory (see dist_wheel.py).
+    shared = sorted(set(os.listdir(venv / "share" / "tritium" / "python")) - {"__pycache__"})
+    assert shared == ["tritium", "triton_python_backend_utils.py"], shared
 
     repo = tmp_path / "repo"
     shutil.copytree(os.path.join(ROOT, "examples", "models", "add_sub"), str(repo / "add_sub"))
@@ -69,6 +72,9 @@ def test_the_wheel_installs_into_a_fresh_venv_and_serves(tmp_path):
                 break
             time.sleep(0.2)
         assert state == "READY", log_path.read_text()
+        log = log_path.read_text()
+        assert f"python={venv / 'bin' / 'python'} " in log, log
+        assert f"python_path={venv / 'share' / 'tritium' / 'python'}\n" in log, log
         client = httpclient.InferenceServerClient(Handle.http_url)
         a = np.arange(4, dtype=np.float32)
         b = np.ones(4, dtype=np.float32)

@@ -1,5 +1,6 @@
 """Assembles tritium's wheel from a built tree: the `tritium` package with its abi3 native
-module, `triton_python_backend_utils`, and the `tritium` binary as a script (stdlib only).
+module and `triton_python_backend_utils` (in site-packages, and again in share/tritium/python for
+the stubs), and the `tritium` binary as a script (stdlib only).
 
 Usage: python dist_wheel.py ROOT BINARY OUT_DIR VERSION
 """
@@ -24,6 +25,10 @@ def main():
         files.append(("tritium/" + path.relative_to(package).as_posix(), path.read_bytes(), 0o644))
     utils = root / "python" / "triton_python_backend_utils.py"
     files.append((utils.name, utils.read_bytes(), 0o644))
+    # Also under <env>/share/tritium/python, where the binary looks first: the stubs' PYTHONPATH
+    # then holds tritium alone, not the whole site-packages (whose numpy would shadow a
+    # per-model environment's own).
+    files += [(f"tritium-{version}.data/data/share/tritium/python/{name}", data, mode) for name, data, mode in files]
     files.append((f"tritium-{version}.data/scripts/tritium", binary.read_bytes(), 0o755))
     files.append(
         (

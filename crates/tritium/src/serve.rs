@@ -272,7 +272,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     };
     let opts = ServerOptions {
         repository,
-        stub: StubCommand { python, python_path, env: Vec::new(), spin: args.stub_spin_us },
+        stub: {
+            info!(python = %python.display(), python_path = %python_path.display(), "stubs run on this interpreter unless a model has its own environment");
+            StubCommand { python, python_path, env: Vec::new(), spin: args.stub_spin_us }
+        },
         supervision: Supervision {
             init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
             execute_timeout: (args.execute_timeout_secs > 0).then(|| Duration::from_secs(args.execute_timeout_secs)),
