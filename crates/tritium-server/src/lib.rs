@@ -4,6 +4,7 @@
 
 mod bls;
 mod classify;
+pub mod envs;
 mod instance;
 mod scheduler;
 mod server;
@@ -14,6 +15,7 @@ pub mod testing;
 pub mod types;
 mod validate;
 
+pub use envs::EnvOptions;
 pub use instance::{
     Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES,
 };
