@@ -42,6 +42,23 @@ pub struct ModelSnapshot {
     /// How long loading the version took, in seconds (`nv_model_load_duration_secs`); `None`
     /// leaves the series out.
     pub load_duration_secs: Option<f64>,
+    /// The response cache's counts, for a version that uses the cache (`None`: the
+    /// `nv_cache_*_per_model` series are left out, as Triton leaves them out for models
+    /// without the cache).
+    pub cache: Option<CacheCounts>,
+}
+
+/// A cache-enabled model version's response-cache counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheCounts {
+    /// Requests answered from the cache.
+    pub hits: u64,
+    /// Requests looked up and not found (then executed and inserted).
+    pub misses: u64,
+    /// Cumulative lookup time of the hits, in nanoseconds.
+    pub hit_duration_ns: u64,
+    /// Cumulative lookup and insert time of the misses, in nanoseconds.
+    pub miss_duration_ns: u64,
 }
 
 /// Failed requests by the reasons Triton distinguishes (the `reason` label of
@@ -164,6 +181,20 @@ family!(
     Gauge,
     "Instantaneous number of pending requests awaiting execution per-model."
 );
+family!(CACHE_HITS, "nv_cache_num_hits_per_model", Counter, "Number of cache hits per model");
+family!(
+    CACHE_HIT_DURATION,
+    "nv_cache_hit_duration_per_model",
+    Counter,
+    "Total cache hit duration per model, in microseconds"
+);
+family!(CACHE_MISSES, "nv_cache_num_misses_per_model", Counter, "Number of cache misses per model");
+family!(
+    CACHE_MISS_DURATION,
+    "nv_cache_miss_duration_per_model",
+    Counter,
+    "Total cache miss (insert+lookup) duration per model, in microseconds"
+);
 family!(LOAD_DURATION, "nv_model_load_duration_secs", Gauge, "Model load time in seconds");
 // tritium's own, per model instance.
 family!(
@@ -199,7 +230,7 @@ family!(
 );
 
 /// The server's families in output order (Triton's registration order, then tritium's).
-const FAMILIES: [&FamilyDef; 17] = [
+const FAMILIES: [&FamilyDef; 21] = [
     &SUCCESS,
     &FAILURE,
     &COUNT,
@@ -209,6 +240,10 @@ const FAMILIES: [&FamilyDef; 17] = [
     &COMPUTE_INPUT_DURATION,
     &COMPUTE_INFER_DURATION,
     &COMPUTE_OUTPUT_DURATION,
+    &CACHE_HITS,
+    &CACHE_HIT_DURATION,
+    &CACHE_MISSES,
+    &CACHE_MISS_DURATION,
     &PENDING,
     &LOAD_DURATION,
     &STUB_STATE,
@@ -220,7 +255,7 @@ const FAMILIES: [&FamilyDef; 17] = [
 ];
 
 /// The names of the server's metric families; custom metrics may not use them.
-pub const SERVER_METRIC_NAMES: [&str; 17] = [
+pub const SERVER_METRIC_NAMES: [&str; 21] = [
     SUCCESS.name,
     FAILURE.name,
     COUNT.name,
@@ -230,6 +265,10 @@ pub const SERVER_METRIC_NAMES: [&str; 17] = [
     COMPUTE_INPUT_DURATION.name,
     COMPUTE_INFER_DURATION.name,
     COMPUTE_OUTPUT_DURATION.name,
+    CACHE_HITS.name,
+    CACHE_HIT_DURATION.name,
+    CACHE_MISSES.name,
+    CACHE_MISS_DURATION.name,
     PENDING.name,
     LOAD_DURATION.name,
     STUB_STATE.name,
@@ -330,6 +369,12 @@ fn server_families<'a>(snapshot: &'a Snapshot, options: MetricsOptions) -> Vec<F
                 add(family, labels(), Number::Int(ns / 1000));
             }
         }
+        if let Some(cache) = model.cache {
+            add(&CACHE_HITS, labels(), Number::Int(cache.hits));
+            add(&CACHE_HIT_DURATION, labels(), Number::Int(cache.hit_duration_ns / 1000));
+            add(&CACHE_MISSES, labels(), Number::Int(cache.misses));
+            add(&CACHE_MISS_DURATION, labels(), Number::Int(cache.miss_duration_ns / 1000));
+        }
         add(&PENDING, labels(), Number::Int(model.pending_requests));
         if let Some(secs) = model.load_duration_secs {
             add(&LOAD_DURATION, labels(), Number::Float(secs));
@@ -378,7 +423,39 @@ mod tests {
             compute_output_duration_ns: 999,
             pending_requests: 2,
             load_duration_secs: Some(1.5),
+            cache: None,
         }
+    }
+
+    #[test]
+    fn cache_families_are_tritons_and_only_for_models_with_the_cache() {
+        let metrics = Metrics::new();
+        let cached = ModelSnapshot {
+            name: "cached".into(),
+            version: "1".into(),
+            cache: Some(CacheCounts { hits: 3, misses: 2, hit_duration_ns: 4_500, miss_duration_ns: 12_000 }),
+            ..Default::default()
+        };
+        let text = metrics.render(&Snapshot { models: vec![cached, simple()], instances: vec![] });
+        let expected = [
+            "# HELP nv_cache_num_hits_per_model Number of cache hits per model",
+            "# TYPE nv_cache_num_hits_per_model counter",
+            "nv_cache_num_hits_per_model{model=\"cached\",version=\"1\"} 3",
+            "# HELP nv_cache_hit_duration_per_model Total cache hit duration per model, in microseconds",
+            "# TYPE nv_cache_hit_duration_per_model counter",
+            "nv_cache_hit_duration_per_model{model=\"cached\",version=\"1\"} 4",
+            "# HELP nv_cache_num_misses_per_model Number of cache misses per model",
+            "# TYPE nv_cache_num_misses_per_model counter",
+            "nv_cache_num_misses_per_model{model=\"cached\",version=\"1\"} 2",
+            "# HELP nv_cache_miss_duration_per_model Total cache miss (insert+lookup) duration per model, in microseconds",
+            "# TYPE nv_cache_miss_duration_per_model counter",
+            "nv_cache_miss_duration_per_model{model=\"cached\",version=\"1\"} 12",
+        ];
+        let got: Vec<&str> = text.lines().filter(|l| l.contains("nv_cache_")).collect();
+        assert_eq!(got, expected);
+        let start = text.find("nv_cache_num_hits_per_model").unwrap();
+        assert!(text.find("nv_inference_compute_output_duration_us").unwrap() < start);
+        assert!(start < text.find("nv_inference_pending_request_count").unwrap());
     }
 
     fn instance() -> InstanceSnapshot {

@@ -3,6 +3,7 @@
 //! frontends translate their wire formats into [`types`] and call [`Server`].
 
 mod bls;
+mod cache;
 mod classify;
 mod instance;
 mod scheduler;
@@ -14,6 +15,7 @@ pub mod testing;
 pub mod types;
 mod validate;
 
+pub use cache::CacheUsage;
 pub use instance::{Supervision, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES};
 pub use server::{parse_version, Server, ServerOptions};
 pub use types::*;

@@ -14,6 +14,7 @@ use tritium_config::proto::model_instance_group::Kind;
 use tritium_config::ModelConfig;
 use tritium_host::{Stub, StubCommand};
 
+use crate::cache::{ModelCache, ResponseCache};
 use crate::classify::{Classes, LabelError};
 use crate::instance::{self, InstanceSpec, StateView, Supervision, VersionContext};
 use crate::scheduler::{Batching, Pending, Priorities, Queue, Refused, Reply};
@@ -70,6 +71,8 @@ struct Version {
     load_duration: Duration,
     /// An ensemble's steps (an ensemble has no instances and is ready once loaded).
     ensemble: Option<Arc<ensemble::Ensemble>>,
+    /// The response cache, when the model enables it and the server has one.
+    cache: Option<ModelCache>,
 }
 
 impl Version {
@@ -117,6 +120,8 @@ pub(crate) struct Inner {
     opts: ServerOptions,
     metrics: tritium_metrics::Metrics,
     logging: std::sync::OnceLock<Arc<dyn LogControl>>,
+    /// The response cache (`--cache-config local,size=N`), set before models load.
+    cache: std::sync::OnceLock<Arc<ResponseCache>>,
     models: RwLock<BTreeMap<String, Entry>>,
     live: AtomicBool,
 }
@@ -168,6 +173,7 @@ impl Server {
                 opts,
                 metrics: tritium_metrics::Metrics::new(),
                 logging: std::sync::OnceLock::new(),
+                cache: std::sync::OnceLock::new(),
                 models: RwLock::new(BTreeMap::new()),
                 live: AtomicBool::new(true),
             }),
@@ -310,6 +316,15 @@ impl Server {
                 return Err(e);
             }
         };
+        // The response cache (only versions whose model enables it): a hit is answered here and
+        // never queued; a miss is queued with an answer that fills the cache on its way back.
+        let tx = match (&version.cache, tx) {
+            (Some(cache), Reply::Unary(tx)) => match cache.lookup(&req, &version.ctx, start, tx) {
+                crate::cache::Lookup::Hit => return Ok((version, None)),
+                crate::cache::Lookup::Miss(tx) => Reply::Unary(tx),
+            },
+            (_, tx) => tx,
+        };
         let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
         match version.ctx.queue.push(pending) {
             Ok(deadline) => Ok((version, deadline)),
@@ -385,6 +400,18 @@ impl Server {
     /// Refuses model control unless it is explicit, with Triton's text.
     pub(crate) fn bls_check_control(&self) -> Result<(), InferError> {
         self.check_control()
+    }
+
+    /// Gives the server a response cache of `bytes` (`--cache-config local,size=N`); models
+    /// loaded afterwards with `response_cache { enable: true }` use it. Only the first call
+    /// counts.
+    pub fn set_response_cache(&self, bytes: u64) {
+        let _ = self.inner.cache.set(Arc::new(ResponseCache::new(bytes)));
+    }
+
+    /// What the response cache holds now, when the server has one.
+    pub fn cache_usage(&self) -> Option<crate::cache::CacheUsage> {
+        self.inner.cache.get().map(|c| c.usage())
     }
 
     /// Hands the server the process's log control, for the logging extension.
@@ -684,10 +711,10 @@ impl Server {
         std::thread::Builder::new()
             .name(format!("load-{name}"))
             .spawn(move || {
-                let _ =
-                    tx.send(steps.and_then(|steps| {
-                        load_versions(&inner.opts, inner.metrics.custom(), &inner.bls, &model, steps)
-                    }));
+                let _ = tx.send(steps.and_then(|steps| {
+                    let cache = inner.cache.get().cloned();
+                    load_versions(&inner.opts, inner.metrics.custom(), &inner.bls, cache, &model, steps)
+                }));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
@@ -791,6 +818,12 @@ impl Server {
                     compute_output_duration_ns: s.compute_output.ns,
                     pending_requests: ver.ctx.queue.len() as u64,
                     load_duration_secs: Some(ver.load_duration.as_secs_f64()),
+                    cache: ver.cache.as_ref().map(|_| tritium_metrics::CacheCounts {
+                        hits: s.cache_hit.count,
+                        misses: s.cache_miss.count,
+                        hit_duration_ns: s.cache_hit.ns,
+                        miss_duration_ns: s.cache_miss.ns,
+                    }),
                     name: s.name,
                     version: s.version,
                 });
@@ -1017,6 +1050,7 @@ fn load_versions(
     opts: &ServerOptions,
     metrics: &tritium_metrics::CustomMetrics,
     bls: &crate::bls::Hook,
+    cache: Option<Arc<ResponseCache>>,
     name: &str,
     steps: Option<ensemble::StepConfigs>,
 ) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
@@ -1028,9 +1062,10 @@ fn load_versions(
         let steps = steps.ok_or_else(|| LoadError::Ensemble(format!("ensemble '{name}' has no steps")))?;
         return ensemble::start(opts, metrics, bls, name, &resolved, steps, prepared);
     }
+    let cache = model_cache(name, &resolved.config, cache);
     let mut loaded = BTreeMap::new();
     for &v in &resolved.versions {
-        match start_version(opts, metrics, bls, name, &resolved, v, prepared) {
+        match start_version(opts, metrics, bls, name, &resolved, v, prepared, cache.clone()) {
             Ok(version) => {
                 loaded.insert(v, version);
             }
@@ -1041,6 +1076,23 @@ fn load_versions(
         }
     }
     Ok(loaded)
+}
+
+/// The cache a model's versions use: the server's, when the model enables it (Triton uses the
+/// cache only when both the server and the model enable it; a model that enables it on a
+/// server without one is served without it, and tritium says so in the log).
+fn model_cache(name: &str, config: &ModelConfig, cache: Option<Arc<ResponseCache>>) -> Option<ModelCache> {
+    if !config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        return None;
+    }
+    if cache.is_none() {
+        warn!(
+            model = %name,
+            "the model enables response_cache but the server has no cache; it is served without one \
+             (start the server with --cache-config local,size=BYTES)"
+        );
+    }
+    cache.map(|cache| ModelCache { cache })
 }
 
 /// The answer of a request whose sender went away unanswered.
@@ -1185,6 +1237,7 @@ fn start_version(
     r: &Resolved,
     v: i64,
     prepared: Duration,
+    cache: Option<ModelCache>,
 ) -> Result<Arc<Version>, LoadError> {
     let version_start = Instant::now();
     let model_file = match &r.backend_model {
@@ -1233,6 +1286,7 @@ fn start_version(
         workers: Mutex::new(workers),
         load_duration,
         ensemble: None,
+        cache,
     });
     let error = spawn_error.or_else(|| (!failures.is_empty()).then_some(LoadError::Instances(failures)));
     match error {

@@ -319,6 +319,7 @@ pub(super) fn start(
             workers: Mutex::new(Vec::new()),
             load_duration: prepared + start.elapsed(),
             ensemble: Some(plan.clone()),
+            cache: None,
         };
         versions.insert(v, Arc::new(version));
     }
