@@ -14,6 +14,7 @@ mod stats;
 pub mod testing;
 pub mod types;
 mod validate;
+mod warmup;
 
 pub use cache::CacheUsage;
 pub use instance::{Supervision, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES};

@@ -1028,6 +1028,9 @@ pub(crate) enum LoadError {
     /// An ensemble's step models are missing or not loaded (Triton's texts).
     #[error("{0}")]
     Ensemble(String),
+    /// A `model_warmup` sample is malformed (Triton's texts).
+    #[error("{0}")]
+    Warmup(String),
 }
 
 /// A model's config, read and completed, and what loading its versions needs from it.
@@ -1248,6 +1251,7 @@ fn start_version(
         return Err(LoadError::NoModelFile(model_file.display().to_string()));
     }
     let stats = Arc::new(Stats::new(name, v));
+    let warmup = Arc::new(crate::warmup::samples(&r.config, &r.dir).map_err(LoadError::Warmup)?);
     let ctx = Arc::new(VersionContext {
         model: name.to_string(),
         version: v,
@@ -1264,6 +1268,7 @@ fn start_version(
         classes: r.classes.clone(),
         decoupled: is_decoupled(&r.config),
         bls: bls.clone(),
+        warmup,
     });
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut workers = Vec::new();

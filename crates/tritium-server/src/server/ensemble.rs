@@ -312,6 +312,7 @@ pub(super) fn start(
             classes: r.classes.clone(),
             decoupled,
             bls: bls.clone(),
+            warmup: Arc::default(),
         });
         let version = Version {
             config: config.clone(),
