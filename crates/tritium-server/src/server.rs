@@ -132,6 +132,9 @@ pub struct Server {
     inner: Arc<Inner>,
 }
 
+/// The wait for a queued request's answer ([`Server::infer_queued`]).
+pub type InferWait = std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>;
+
 /// Parses a version as URLs and protos carry it: empty means "the default version".
 pub fn parse_version(s: &str) -> Result<Option<i64>, InferError> {
     if s.is_empty() {
@@ -248,13 +251,7 @@ impl Server {
     /// Routes, validates and queues one inference on a model that is not decoupled, and
     /// returns the wait for its answer: an error here happened before the request was queued.
     /// Dropping the wait cancels the request (it is never executed if still queued).
-    pub fn infer_queued(
-        &self,
-        req: InferRequest,
-    ) -> Result<
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>,
-        InferError,
-    > {
+    pub fn infer_queued(&self, req: InferRequest) -> Result<InferWait, InferError> {
         if let Some(version) = self.ensemble_of(&req) {
             // An ensemble has no queue of its own: its checks and steps run in the answer's wait.
             return Ok(ensemble::infer(self.clone(), version, req));
@@ -1045,6 +1042,8 @@ struct Resolved {
     priorities: Priorities,
     classes: Classes,
     versions: Vec<i64>,
+    /// The response cache, when the model enables it and the server has one.
+    cache: Option<ModelCache>,
 }
 
 /// Reads, completes and checks a model's config, then starts every instance of every version;
@@ -1058,17 +1057,17 @@ fn load_versions(
     steps: Option<ensemble::StepConfigs>,
 ) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
     let load_start = Instant::now();
-    let resolved = resolve(opts, name)?;
+    let mut resolved = resolve(opts, name)?;
+    resolved.cache = model_cache(name, &resolved.config, cache);
     // Each version's load time is the shared preparation plus the start of its own instances.
     let prepared = load_start.elapsed();
     if tritium_config::is_ensemble(&resolved.config) {
         let steps = steps.ok_or_else(|| LoadError::Ensemble(format!("ensemble '{name}' has no steps")))?;
         return ensemble::start(opts, metrics, bls, name, &resolved, steps, prepared);
     }
-    let cache = model_cache(name, &resolved.config, cache);
     let mut loaded = BTreeMap::new();
     for &v in &resolved.versions {
-        match start_version(opts, metrics, bls, name, &resolved, v, prepared, cache.clone()) {
+        match start_version(opts, metrics, bls, name, &resolved, v, prepared) {
             Ok(version) => {
                 loaded.insert(v, version);
             }
@@ -1164,6 +1163,7 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
         priorities,
         classes,
         versions,
+        cache: None,
     })
 }
 
@@ -1240,7 +1240,6 @@ fn start_version(
     r: &Resolved,
     v: i64,
     prepared: Duration,
-    cache: Option<ModelCache>,
 ) -> Result<Arc<Version>, LoadError> {
     let version_start = Instant::now();
     let model_file = match &r.backend_model {
@@ -1291,7 +1290,7 @@ fn start_version(
         workers: Mutex::new(workers),
         load_duration,
         ensemble: None,
-        cache,
+        cache: r.cache.clone(),
     });
     let error = spawn_error.or_else(|| (!failures.is_empty()).then_some(LoadError::Instances(failures)));
     match error {
