@@ -218,6 +218,11 @@ def test_least_recently_used_entries_are_evicted_from_a_small_cache(start):
     infer(module, client, "cached", big)
     infer(module, client, "cached", big)
     assert executions(repo, "cached") == 6
+    # The server's cache on /metrics (tritium's own families; Triton 2.51 has none).
+    lines = metrics(srv).splitlines()
+    assert "tritium_cache_capacity_bytes 20000" in lines
+    assert "tritium_cache_entries 2" in lines
+    assert "tritium_cache_evictions_total 2" in lines, "b, then c to make room for b again"
 
 
 def test_the_deprecated_byte_size_flag_makes_a_local_cache(start):

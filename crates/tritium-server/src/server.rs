@@ -839,6 +839,12 @@ impl Server {
                 inflight: i.inflight,
             });
         }
+        snapshot.cache = self.cache_usage().map(|u| tritium_metrics::CacheSnapshot {
+            entries: u.entries,
+            used_bytes: u.used_bytes,
+            capacity_bytes: u.capacity_bytes,
+            evictions: u.evictions,
+        });
         self.inner.metrics.render(&snapshot)
     }
 
