@@ -203,3 +203,54 @@ def test_kind_model_and_kind_cpu_with_host_policy_load_and_kind_gpu_is_refused(s
     assert "specifies invalid or unsupported gpu id 0. Available GPUs are: " in entries["kgpu"]["reason"]
     assert entries["kgpu_any"]["state"] == "UNAVAILABLE"
     assert "has kind KIND_GPU but no GPUs are available" in entries["kgpu_any"]["reason"]
+
+
+DECOUPLED = """
+import json, os, threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.log = os.path.join(args["model_repository"], "seen.log")
+
+    def execute(self, requests):
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            with open(self.log, "a") as f:
+                f.write(json.dumps({"shape": list(x.shape), "values": x.flatten().tolist()}) + "\\n")
+            sender = request.get_response_sender()
+
+            def answer(sender=sender, x=x):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x.astype(np.float32))]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+            # The final response comes after execute returned: warmup waits for it.
+            threading.Timer(0.05, answer).start()
+        return None
+"""
+
+
+def test_a_decoupled_model_is_warmed_up_until_its_final_responses(start):
+    warmup = """
+    model_transaction_policy { decoupled: true }
+    model_warmup [ {
+      name: "streamed"
+      batch_size: 1
+      count: 2
+      inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } }
+    } ]
+    """
+    write_model(
+        start.repo, "dwarm", DECOUPLED, CONFIG.format(name="dwarm", mbs=0, group="kind: KIND_CPU", extra=warmup)
+    )
+    srv = start(["dwarm"])
+    assert len(seen(srv.repository, "dwarm")) == 2
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    stats = client.get_inference_statistics("dwarm", as_json=True)["model_stats"][0]
+    assert int(stats.get("inference_count", 0)) == 0
+    assert "broke the protocol" not in srv.log_text(), "no warmup response arrives after its request ended"
+    assert [i for i in client.get_model_repository_index(as_json=True)["models"] if i["name"] == "dwarm"][0][
+        "state"
+    ] == "READY"
