@@ -18,5 +18,5 @@ mod warmup;
 
 pub use cache::CacheUsage;
 pub use instance::{Supervision, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES};
-pub use server::{parse_version, InferWait, Server, ServerOptions};
+pub use server::{parse_version, InferFuture, Server, ServerOptions};
 pub use types::*;

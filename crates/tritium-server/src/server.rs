@@ -126,14 +126,14 @@ pub(crate) struct Inner {
     live: AtomicBool,
 }
 
+/// The wait for the answer of a queued request ([`Server::infer_queued`]).
+pub type InferFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>;
+
 /// The running server: every model, its instances and queues.
 #[derive(Clone)]
 pub struct Server {
     inner: Arc<Inner>,
 }
-
-/// The wait for a queued request's answer ([`Server::infer_queued`]).
-pub type InferWait = std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>;
 
 /// Parses a version as URLs and protos carry it: empty means "the default version".
 pub fn parse_version(s: &str) -> Result<Option<i64>, InferError> {
@@ -251,7 +251,7 @@ impl Server {
     /// Routes, validates and queues one inference on a model that is not decoupled, and
     /// returns the wait for its answer: an error here happened before the request was queued.
     /// Dropping the wait cancels the request (it is never executed if still queued).
-    pub fn infer_queued(&self, req: InferRequest) -> Result<InferWait, InferError> {
+    pub fn infer_queued(&self, req: InferRequest) -> Result<InferFuture, InferError> {
         if let Some(version) = self.ensemble_of(&req) {
             // An ensemble has no queue of its own: its checks and steps run in the answer's wait.
             return Ok(ensemble::infer(self.clone(), version, req));
