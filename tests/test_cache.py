@@ -12,7 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from conftest import Server
-from test_faults import index, write_model
+from test_faults import index, wait_for, write_model
 
 COUNTING = """
 import os
@@ -188,7 +188,13 @@ def test_a_request_differing_in_shape_outputs_or_data_is_a_miss(cached_server):
 
 
 def test_decoupled_models_with_the_cache_are_refused_with_tritons_text(cached_server):
-    entry = index(cached_server)["decoupled_cached"]
+    entry = wait_for(
+        lambda: (
+            index(cached_server)["decoupled_cached"]["state"] == "UNAVAILABLE"
+            and index(cached_server)["decoupled_cached"]
+        ),
+        what="the decoupled model's load to fail",
+    )
     assert entry["state"] == "UNAVAILABLE"
     assert (
         "Response Cache does not currently support model decoupled_cached with 'decoupled' transaction policy"

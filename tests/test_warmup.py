@@ -8,6 +8,7 @@ before the model was ready.
 import json
 import os
 import struct
+import time
 import urllib.request
 
 import numpy as np
@@ -61,10 +62,17 @@ def seen(repo, name):
         return [json.loads(line) for line in f]
 
 
-def index(srv):
-    req = urllib.request.Request(f"http://{srv.http_url}/v2/repository/index", data=b"{}", method="POST")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return {m["name"]: m for m in json.loads(r.read())}
+def index(srv, settled=()):
+    """The repository index by name, once the models in `settled` are no longer loading."""
+    deadline = time.time() + 60
+    while True:
+        req = urllib.request.Request(f"http://{srv.http_url}/v2/repository/index", data=b"{}", method="POST")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            entries = {m["name"]: m for m in json.loads(r.read())}
+        loading = [n for n in settled if entries.get(n, {}).get("state") in (None, "LOADING")]
+        if not loading or time.time() > deadline:
+            return entries
+        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -159,7 +167,7 @@ def test_a_failing_warmup_fails_the_load_with_its_reason_in_the_index(start):
     )
     write_model(start.repo, "fine", RECORDING, CONFIG.format(name="fine", mbs=0, group="kind: KIND_CPU", extra=""))
     srv = start(["fine"])
-    entries = index(srv)
+    entries = index(srv, settled=["cold", "nofile"])
     cold = entries["cold"]
     assert cold["state"] == "UNAVAILABLE"
     assert "failed to run warmup sample 'unlucky': " in cold["reason"]
@@ -198,7 +206,7 @@ def test_kind_model_and_kind_cpu_with_host_policy_load_and_kind_gpu_is_refused(s
     assert config["instance_group"][0]["host_policy"] == "policy0"
     assert int(config["instance_group"][0]["count"]) == 2
     # tritium runs no GPUs yet: KIND_GPU is refused with Triton's texts for a machine without them.
-    entries = index(srv)
+    entries = index(srv, settled=["kgpu", "kgpu_any"])
     assert entries["kgpu"]["state"] == "UNAVAILABLE"
     assert "specifies invalid or unsupported gpu id 0. Available GPUs are: " in entries["kgpu"]["reason"]
     assert entries["kgpu_any"]["state"] == "UNAVAILABLE"
