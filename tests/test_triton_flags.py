@@ -166,7 +166,7 @@ def test_flags_without_meaning_here_are_accepted_and_logged(tmp_path):
     [
         ("--grpc-use-ssl=true", "--grpc-use-ssl=true"),
         ("--http-restricted-api=model-repository:admin-key=secret", "--http-restricted-api"),
-        ("--cache-config=local,size=1048576", "--cache-config"),
+        ("--cache-config=redis,host=localhost", "--cache-config=redis,host=localhost"),
     ],
 )
 def test_flags_asking_for_what_tritium_cannot_do_stop_it_with_the_flag_named(tmp_path, flag, named):

@@ -16,6 +16,7 @@ mod text;
 
 pub use custom::{CustomMetrics, MetricError, MetricKind, MetricOp, MetricsSession};
 pub use server::{
-    FailureCounts, InstanceSnapshot, Metrics, MetricsOptions, ModelSnapshot, Snapshot, SERVER_METRIC_NAMES,
+    CacheCounts, CacheSnapshot, FailureCounts, InstanceSnapshot, Metrics, MetricsOptions, ModelSnapshot, Snapshot,
+    SERVER_METRIC_NAMES,
 };
 pub use text::CONTENT_TYPE;

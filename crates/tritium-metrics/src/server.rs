@@ -42,6 +42,23 @@ pub struct ModelSnapshot {
     /// How long loading the version took, in seconds (`nv_model_load_duration_secs`); `None`
     /// leaves the series out.
     pub load_duration_secs: Option<f64>,
+    /// The response cache's counts, for a version that uses the cache (`None`: the
+    /// `nv_cache_*_per_model` series are left out, as Triton leaves them out for models
+    /// without the cache).
+    pub cache: Option<CacheCounts>,
+}
+
+/// A cache-enabled model version's response-cache counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheCounts {
+    /// Requests answered from the cache.
+    pub hits: u64,
+    /// Requests looked up and not found (then executed and inserted).
+    pub misses: u64,
+    /// Cumulative lookup time of the hits, in nanoseconds.
+    pub hit_duration_ns: u64,
+    /// Cumulative lookup and insert time of the misses, in nanoseconds.
+    pub miss_duration_ns: u64,
 }
 
 /// Failed requests by the reasons Triton distinguishes (the `reason` label of
@@ -88,6 +105,21 @@ pub struct Snapshot {
     pub models: Vec<ModelSnapshot>,
     /// One entry per model instance.
     pub instances: Vec<InstanceSnapshot>,
+    /// The server's response cache, when it has one (`tritium_cache_*`).
+    pub cache: Option<CacheSnapshot>,
+}
+
+/// What the server's response cache holds when `/metrics` is scraped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheSnapshot {
+    /// Responses held.
+    pub entries: u64,
+    /// Bytes held.
+    pub used_bytes: u64,
+    /// The cache's byte size.
+    pub capacity_bytes: u64,
+    /// Responses evicted to make room, since the server started.
+    pub evictions: u64,
 }
 
 /// Options matching Triton's `--metrics-config`.
@@ -164,7 +196,36 @@ family!(
     Gauge,
     "Instantaneous number of pending requests awaiting execution per-model."
 );
+family!(CACHE_HITS, "nv_cache_num_hits_per_model", Counter, "Number of cache hits per model");
+family!(
+    CACHE_HIT_DURATION,
+    "nv_cache_hit_duration_per_model",
+    Counter,
+    "Total cache hit duration per model, in microseconds"
+);
+family!(CACHE_MISSES, "nv_cache_num_misses_per_model", Counter, "Number of cache misses per model");
+family!(
+    CACHE_MISS_DURATION,
+    "nv_cache_miss_duration_per_model",
+    Counter,
+    "Total cache miss (insert+lookup) duration per model, in microseconds"
+);
 family!(LOAD_DURATION, "nv_model_load_duration_secs", Gauge, "Model load time in seconds");
+// tritium's own, for the server's response cache (Triton 2.51 exports none).
+family!(CACHE_ENTRIES, "tritium_cache_entries", Gauge, "Number of responses held by the response cache");
+family!(CACHE_USED, "tritium_cache_used_bytes", Gauge, "Bytes held by the response cache");
+family!(
+    CACHE_CAPACITY,
+    "tritium_cache_capacity_bytes",
+    Gauge,
+    "Byte size of the response cache (--cache-config local,size=N)"
+);
+family!(
+    CACHE_EVICTIONS,
+    "tritium_cache_evictions_total",
+    Counter,
+    "Number of responses evicted from the response cache to make room"
+);
 // tritium's own, per model instance.
 family!(
     STUB_STATE,
@@ -199,7 +260,7 @@ family!(
 );
 
 /// The server's families in output order (Triton's registration order, then tritium's).
-const FAMILIES: [&FamilyDef; 17] = [
+const FAMILIES: [&FamilyDef; 25] = [
     &SUCCESS,
     &FAILURE,
     &COUNT,
@@ -209,8 +270,16 @@ const FAMILIES: [&FamilyDef; 17] = [
     &COMPUTE_INPUT_DURATION,
     &COMPUTE_INFER_DURATION,
     &COMPUTE_OUTPUT_DURATION,
+    &CACHE_HITS,
+    &CACHE_HIT_DURATION,
+    &CACHE_MISSES,
+    &CACHE_MISS_DURATION,
     &PENDING,
     &LOAD_DURATION,
+    &CACHE_ENTRIES,
+    &CACHE_USED,
+    &CACHE_CAPACITY,
+    &CACHE_EVICTIONS,
     &STUB_STATE,
     &STUB_RESTARTS,
     &STUB_IMPOSSIBLE_TRANSITIONS,
@@ -220,7 +289,7 @@ const FAMILIES: [&FamilyDef; 17] = [
 ];
 
 /// The names of the server's metric families; custom metrics may not use them.
-pub const SERVER_METRIC_NAMES: [&str; 17] = [
+pub const SERVER_METRIC_NAMES: [&str; 25] = [
     SUCCESS.name,
     FAILURE.name,
     COUNT.name,
@@ -230,8 +299,16 @@ pub const SERVER_METRIC_NAMES: [&str; 17] = [
     COMPUTE_INPUT_DURATION.name,
     COMPUTE_INFER_DURATION.name,
     COMPUTE_OUTPUT_DURATION.name,
+    CACHE_HITS.name,
+    CACHE_HIT_DURATION.name,
+    CACHE_MISSES.name,
+    CACHE_MISS_DURATION.name,
     PENDING.name,
     LOAD_DURATION.name,
+    CACHE_ENTRIES.name,
+    CACHE_USED.name,
+    CACHE_CAPACITY.name,
+    CACHE_EVICTIONS.name,
     STUB_STATE.name,
     STUB_RESTARTS.name,
     STUB_IMPOSSIBLE_TRANSITIONS.name,
@@ -330,10 +407,22 @@ fn server_families<'a>(snapshot: &'a Snapshot, options: MetricsOptions) -> Vec<F
                 add(family, labels(), Number::Int(ns / 1000));
             }
         }
+        if let Some(cache) = model.cache {
+            add(&CACHE_HITS, labels(), Number::Int(cache.hits));
+            add(&CACHE_HIT_DURATION, labels(), Number::Int(cache.hit_duration_ns / 1000));
+            add(&CACHE_MISSES, labels(), Number::Int(cache.misses));
+            add(&CACHE_MISS_DURATION, labels(), Number::Int(cache.miss_duration_ns / 1000));
+        }
         add(&PENDING, labels(), Number::Int(model.pending_requests));
         if let Some(secs) = model.load_duration_secs {
             add(&LOAD_DURATION, labels(), Number::Float(secs));
         }
+    }
+    if let Some(cache) = snapshot.cache {
+        add(&CACHE_ENTRIES, vec![], Number::Int(cache.entries));
+        add(&CACHE_USED, vec![], Number::Int(cache.used_bytes));
+        add(&CACHE_CAPACITY, vec![], Number::Int(cache.capacity_bytes));
+        add(&CACHE_EVICTIONS, vec![], Number::Int(cache.evictions));
     }
     for instance in &snapshot.instances {
         let labels = || {
@@ -378,7 +467,57 @@ mod tests {
             compute_output_duration_ns: 999,
             pending_requests: 2,
             load_duration_secs: Some(1.5),
+            cache: None,
         }
+    }
+
+    #[test]
+    fn cache_families_are_tritons_and_only_for_models_with_the_cache() {
+        let metrics = Metrics::new();
+        let cached = ModelSnapshot {
+            name: "cached".into(),
+            version: "1".into(),
+            cache: Some(CacheCounts { hits: 3, misses: 2, hit_duration_ns: 4_500, miss_duration_ns: 12_000 }),
+            ..Default::default()
+        };
+        let text = metrics.render(&Snapshot { models: vec![cached, simple()], instances: vec![], cache: None });
+        let expected = [
+            "# HELP nv_cache_num_hits_per_model Number of cache hits per model",
+            "# TYPE nv_cache_num_hits_per_model counter",
+            "nv_cache_num_hits_per_model{model=\"cached\",version=\"1\"} 3",
+            "# HELP nv_cache_hit_duration_per_model Total cache hit duration per model, in microseconds",
+            "# TYPE nv_cache_hit_duration_per_model counter",
+            "nv_cache_hit_duration_per_model{model=\"cached\",version=\"1\"} 4",
+            "# HELP nv_cache_num_misses_per_model Number of cache misses per model",
+            "# TYPE nv_cache_num_misses_per_model counter",
+            "nv_cache_num_misses_per_model{model=\"cached\",version=\"1\"} 2",
+            "# HELP nv_cache_miss_duration_per_model Total cache miss (insert+lookup) duration per model, in microseconds",
+            "# TYPE nv_cache_miss_duration_per_model counter",
+            "nv_cache_miss_duration_per_model{model=\"cached\",version=\"1\"} 12",
+        ];
+        let got: Vec<&str> = text.lines().filter(|l| l.contains("nv_cache_")).collect();
+        assert_eq!(got, expected);
+        let start = text.find("nv_cache_num_hits_per_model").unwrap();
+        assert!(text.find("nv_inference_compute_output_duration_us").unwrap() < start);
+        assert!(start < text.find("nv_inference_pending_request_count").unwrap());
+    }
+
+    #[test]
+    fn the_servers_cache_has_tritiums_families_when_there_is_one() {
+        let metrics = Metrics::new();
+        let cache = CacheSnapshot { entries: 2, used_bytes: 300, capacity_bytes: 1000, evictions: 5 };
+        let text = metrics.render(&Snapshot { models: vec![], instances: vec![], cache: Some(cache) });
+        let got: Vec<&str> = text.lines().filter(|l| l.starts_with("tritium_cache_")).collect();
+        assert_eq!(
+            got,
+            [
+                "tritium_cache_entries 2",
+                "tritium_cache_used_bytes 300",
+                "tritium_cache_capacity_bytes 1000",
+                "tritium_cache_evictions_total 5"
+            ]
+        );
+        assert!(!metrics.render(&Snapshot::default()).contains("tritium_cache_"));
     }
 
     fn instance() -> InstanceSnapshot {
@@ -405,6 +544,7 @@ mod tests {
         let snapshot = Snapshot {
             models: vec![simple(), ModelSnapshot { name: "a_model".into(), version: "2".into(), ..Default::default() }],
             instances: vec![instance()],
+            cache: None,
         };
         let text = metrics.render(&snapshot);
         let expected = [
@@ -493,7 +633,7 @@ mod tests {
     #[test]
     fn counters_follow_the_snapshot_down_and_unloaded_series_go() {
         let metrics = Metrics::new();
-        let mut snapshot = Snapshot { models: vec![simple()], instances: vec![instance()] };
+        let mut snapshot = Snapshot { models: vec![simple()], instances: vec![instance()], cache: None };
         assert!(metrics
             .render(&snapshot)
             .contains("nv_inference_request_success{model=\"simple\",version=\"1\"} 10\n"));
@@ -524,7 +664,7 @@ mod tests {
     #[test]
     fn impossible_transitions_are_a_counter_per_instance_even_at_zero() {
         let metrics = Metrics::new();
-        let mut snapshot = Snapshot { models: vec![], instances: vec![instance()] };
+        let mut snapshot = Snapshot { models: vec![], instances: vec![instance()], cache: None };
         snapshot.instances[0].impossible_transitions = 0;
         let text = metrics.render(&snapshot);
         assert!(
@@ -547,7 +687,7 @@ mod tests {
     #[test]
     fn counter_latencies_can_be_turned_off() {
         let metrics = Metrics::with_options(MetricsOptions { counter_latencies: false });
-        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![] });
+        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None });
         assert!(!text.contains("_duration_us"), "{text}");
         assert!(text.contains("nv_inference_count{model=\"simple\",version=\"1\"} 40\n"), "{text}");
     }
@@ -563,7 +703,7 @@ mod tests {
             .metric(family, vec![("model".into(), "custom_metrics".into()), ("version".into(), "1".into())], None)
             .unwrap();
         custom.increment(metric, 42.0).unwrap();
-        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![] });
+        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None });
         let tail: Vec<&str> = text.lines().rev().take(3).collect();
         assert_eq!(
             tail,
@@ -583,7 +723,7 @@ mod tests {
     fn metrics_instances_are_independent() {
         let a = Metrics::new();
         let b = Metrics::new();
-        a.render(&Snapshot { models: vec![simple()], instances: vec![] });
+        a.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None });
         assert_eq!(b.render(&Snapshot::default()), "");
         a.custom().family("only_in_a", "d", MetricKind::Gauge).unwrap();
         assert!(b.custom().family("only_in_a", "d", MetricKind::Counter).is_ok());
@@ -599,7 +739,7 @@ mod tests {
                     for n in 0..50u64 {
                         let mut model = simple();
                         model.success = i * 1000 + n;
-                        let text = metrics.render(&Snapshot { models: vec![model], instances: vec![] });
+                        let text = metrics.render(&Snapshot { models: vec![model], instances: vec![], cache: None });
                         let want = format!(
                             "nv_inference_request_success{{model=\"simple\",version=\"1\"}} {}\n",
                             i * 1000 + n
@@ -621,7 +761,7 @@ mod tests {
         first.success = 1;
         let second = simple();
         let v10 = ModelSnapshot { version: "10".into(), ..simple() };
-        let text = metrics.render(&Snapshot { models: vec![first, v10, second], instances: vec![] });
+        let text = metrics.render(&Snapshot { models: vec![first, v10, second], instances: vec![], cache: None });
         let success: Vec<&str> = text.lines().filter(|l| l.starts_with("nv_inference_request_success{")).collect();
         assert_eq!(
             success,
@@ -642,7 +782,7 @@ mod tests {
             load_duration_secs: Some(0.25),
             ..Default::default()
         };
-        let text = metrics.render(&Snapshot { models: vec![model], instances: vec![] });
+        let text = metrics.render(&Snapshot { models: vec![model], instances: vec![], cache: None });
         assert!(
             text.contains(
                 "nv_inference_request_success{model=\"we\\\"ird\\\\name\\n\",version=\"1\"} 18446744073709551615\n"

@@ -126,6 +126,8 @@ pub(crate) struct VersionContext {
     pub decoupled: bool,
     /// Where the model's BLS requests go.
     pub bls: crate::bls::Hook,
+    /// `model_warmup`: run on each instance after `initialize`, before it is ready.
+    pub warmup: Arc<Vec<crate::warmup::Sample>>,
 }
 
 /// Which instance this is, as `initialize(args)` reports it.
@@ -483,7 +485,17 @@ fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
         max_inflight_responses: sup.max_inflight_responses,
     };
     match stub.initialize(init, sup.init_timeout) {
-        Ok(()) => Started::Ready(Box::new(stub)),
+        Ok(()) => {
+            // Warmup runs before the instance is ready; a failing sample fails it (and the load).
+            let next_id = || NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+            match crate::warmup::run(&stub, &ctx.warmup, ctx.decoupled, sup.execute_timeout, &next_id) {
+                Ok(()) => Started::Ready(Box::new(stub)),
+                Err(why) => {
+                    stub.kill();
+                    Started::Failed(why)
+                }
+            }
+        }
         Err(HostError::Timeout { after, .. }) => {
             stub.kill();
             Started::Failed(format!(

@@ -3,6 +3,7 @@
 //! frontends translate their wire formats into [`types`] and call [`Server`].
 
 mod bls;
+mod cache;
 mod classify;
 pub mod envs;
 mod instance;
@@ -14,7 +15,9 @@ mod stats;
 pub mod testing;
 pub mod types;
 mod validate;
+mod warmup;
 
+pub use cache::CacheUsage;
 pub use envs::EnvOptions;
 pub use instance::{
     Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES,

@@ -14,6 +14,7 @@ use tritium_config::proto::model_instance_group::Kind;
 use tritium_config::ModelConfig;
 use tritium_host::{Stub, StubCommand};
 
+use crate::cache::{ModelCache, ResponseCache};
 use crate::classify::{Classes, LabelError};
 use crate::instance::{self, InstanceSpec, StateView, Supervision, VersionContext};
 use crate::scheduler::{Batching, Pending, Priorities, Queue, Refused, Reply};
@@ -72,6 +73,8 @@ struct Version {
     load_duration: Duration,
     /// An ensemble's steps (an ensemble has no instances and is ready once loaded).
     ensemble: Option<Arc<ensemble::Ensemble>>,
+    /// The response cache, when the model enables it and the server has one.
+    cache: Option<ModelCache>,
 }
 
 impl Version {
@@ -119,6 +122,8 @@ pub(crate) struct Inner {
     opts: ServerOptions,
     metrics: tritium_metrics::Metrics,
     logging: std::sync::OnceLock<Arc<dyn LogControl>>,
+    /// The response cache (`--cache-config local,size=N`), set before models load.
+    cache: std::sync::OnceLock<Arc<ResponseCache>>,
     models: RwLock<BTreeMap<String, Entry>>,
     live: AtomicBool,
 }
@@ -173,6 +178,7 @@ impl Server {
                 opts,
                 metrics: tritium_metrics::Metrics::new(),
                 logging: std::sync::OnceLock::new(),
+                cache: std::sync::OnceLock::new(),
                 models: RwLock::new(BTreeMap::new()),
                 live: AtomicBool::new(true),
             }),
@@ -309,6 +315,15 @@ impl Server {
                 return Err(e);
             }
         };
+        // The response cache (only versions whose model enables it): a hit is answered here and
+        // never queued; a miss is queued with an answer that fills the cache on its way back.
+        let tx = match (&version.cache, tx) {
+            (Some(cache), Reply::Unary(tx)) => match cache.lookup(&req, &version.ctx, start, tx) {
+                crate::cache::Lookup::Hit => return Ok((version, None)),
+                crate::cache::Lookup::Miss(tx) => Reply::Unary(tx),
+            },
+            (_, tx) => tx,
+        };
         let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
         match version.ctx.queue.push(pending) {
             Ok(deadline) => Ok((version, deadline)),
@@ -380,6 +395,18 @@ impl Server {
     /// Refuses model control unless it is explicit, with Triton's text.
     pub(crate) fn bls_check_control(&self) -> Result<(), InferError> {
         self.check_control()
+    }
+
+    /// Gives the server a response cache of `bytes` (`--cache-config local,size=N`); models
+    /// loaded afterwards with `response_cache { enable: true }` use it. Only the first call
+    /// counts.
+    pub fn set_response_cache(&self, bytes: u64) {
+        let _ = self.inner.cache.set(Arc::new(ResponseCache::new(bytes)));
+    }
+
+    /// What the response cache holds now, when the server has one.
+    pub fn cache_usage(&self) -> Option<crate::cache::CacheUsage> {
+        self.inner.cache.get().map(|c| c.usage())
     }
 
     /// Hands the server the process's log control, for the logging extension.
@@ -679,10 +706,10 @@ impl Server {
         std::thread::Builder::new()
             .name(format!("load-{name}"))
             .spawn(move || {
-                let _ =
-                    tx.send(steps.and_then(|steps| {
-                        load_versions(&inner.opts, inner.metrics.custom(), &inner.bls, &model, steps)
-                    }));
+                let _ = tx.send(steps.and_then(|steps| {
+                    let cache = inner.cache.get().cloned();
+                    load_versions(&inner.opts, inner.metrics.custom(), &inner.bls, cache, &model, steps)
+                }));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
@@ -786,6 +813,12 @@ impl Server {
                     compute_output_duration_ns: s.compute_output.ns,
                     pending_requests: ver.ctx.queue.len() as u64,
                     load_duration_secs: Some(ver.load_duration.as_secs_f64()),
+                    cache: ver.cache.as_ref().map(|_| tritium_metrics::CacheCounts {
+                        hits: s.cache_hit.count,
+                        misses: s.cache_miss.count,
+                        hit_duration_ns: s.cache_hit.ns,
+                        miss_duration_ns: s.cache_miss.ns,
+                    }),
                     name: s.name,
                     version: s.version,
                 });
@@ -804,6 +837,12 @@ impl Server {
                 inflight: i.inflight,
             });
         }
+        snapshot.cache = self.cache_usage().map(|u| tritium_metrics::CacheSnapshot {
+            entries: u.entries,
+            used_bytes: u.used_bytes,
+            capacity_bytes: u.capacity_bytes,
+            evictions: u.evictions,
+        });
         self.inner.metrics.render(&snapshot)
     }
 
@@ -994,6 +1033,9 @@ pub(crate) enum LoadError {
     /// The model's Python environment cannot be unpacked, built or used.
     #[error(transparent)]
     Env(#[from] crate::envs::EnvError),
+    /// A `model_warmup` sample is malformed (Triton's texts).
+    #[error("{0}")]
+    Warmup(String),
 }
 
 /// A model's config, read and completed, and what loading its versions needs from it.
@@ -1010,6 +1052,8 @@ struct Resolved {
     versions: Vec<i64>,
     /// How this model's stubs start: the server's interpreter, or its own environment's.
     stub: StubCommand,
+    /// The response cache, when the model enables it and the server has one.
+    cache: Option<ModelCache>,
 }
 
 /// Reads, completes and checks a model's config, then starts every instance of every version;
@@ -1018,11 +1062,13 @@ fn load_versions(
     opts: &ServerOptions,
     metrics: &tritium_metrics::CustomMetrics,
     bls: &crate::bls::Hook,
+    cache: Option<Arc<ResponseCache>>,
     name: &str,
     steps: Option<ensemble::StepConfigs>,
 ) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
     let load_start = Instant::now();
-    let resolved = resolve(opts, name)?;
+    let mut resolved = resolve(opts, name)?;
+    resolved.cache = model_cache(name, &resolved.config, cache);
     // Each version's load time is the shared preparation plus the start of its own instances.
     let prepared = load_start.elapsed();
     if tritium_config::is_ensemble(&resolved.config) {
@@ -1042,6 +1088,23 @@ fn load_versions(
         }
     }
     Ok(loaded)
+}
+
+/// The cache a model's versions use: the server's, when the model enables it (Triton uses the
+/// cache only when both the server and the model enable it; a model that enables it on a
+/// server without one is served without it, and tritium says so in the log).
+fn model_cache(name: &str, config: &ModelConfig, cache: Option<Arc<ResponseCache>>) -> Option<ModelCache> {
+    if !config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        return None;
+    }
+    if cache.is_none() {
+        warn!(
+            model = %name,
+            "the model enables response_cache but the server has no cache; it is served without one \
+             (start the server with --cache-config local,size=BYTES)"
+        );
+    }
+    cache.map(|cache| ModelCache { cache })
 }
 
 /// The answer of a request whose sender went away unanswered.
@@ -1117,6 +1180,7 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
         classes,
         versions,
         stub,
+        cache: None,
     })
 }
 
@@ -1202,6 +1266,7 @@ fn start_version(
         return Err(LoadError::NoModelFile(model_file.display().to_string()));
     }
     let stats = Arc::new(Stats::new(name, v));
+    let warmup = Arc::new(crate::warmup::samples(&r.config, &r.dir).map_err(LoadError::Warmup)?);
     let ctx = Arc::new(VersionContext {
         model: name.to_string(),
         version: v,
@@ -1218,6 +1283,7 @@ fn start_version(
         classes: r.classes.clone(),
         decoupled: is_decoupled(&r.config),
         bls: bls.clone(),
+        warmup,
     });
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut workers = Vec::new();
@@ -1240,6 +1306,7 @@ fn start_version(
         workers: Mutex::new(workers),
         load_duration,
         ensemble: None,
+        cache: r.cache.clone(),
     });
     let error = spawn_error.or_else(|| (!failures.is_empty()).then_some(LoadError::Instances(failures)));
     match error {

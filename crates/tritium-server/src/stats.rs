@@ -61,6 +61,24 @@ impl Stats {
         add(&mut s.compute_output, t.compute_output);
     }
 
+    /// Records a request answered from the response cache (Triton's `UpdateSuccessCacheHit`): a
+    /// success of `total`, queued for `queue`, whose lookup took `lookup`; no inference,
+    /// execution or compute is counted.
+    pub(crate) fn cache_hit(&self, total: Duration, queue: Duration, lookup: Duration) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        s.last_inference = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        add(&mut s.success, total);
+        add(&mut s.queue, queue);
+        add(&mut s.cache_hit, lookup);
+    }
+
+    /// Records a cache miss of a request that succeeded: `lookup_and_insert` is the time spent
+    /// looking it up and inserting its answer (Triton's `UpdateSuccessCacheMiss`).
+    pub(crate) fn cache_miss(&self, lookup_and_insert: Duration) {
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        add(&mut s.cache_miss, lookup_and_insert);
+    }
+
     /// Records a request that failed after `total` with an error of `kind`; `reached_model`
     /// tells a model failure from a rejection.
     pub(crate) fn failure(&self, total: Duration, kind: crate::types::ErrorKind, reached_model: bool) {

@@ -381,6 +381,18 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     let opts_repository = opts.repository.clone();
     let server = Server::new(opts);
     server.set_log_control(logging);
+    // The response cache (checked by the review in `run`).
+    if let Some(bytes) = args.triton.response_cache_byte_size {
+        warn!(
+            "Warning: '--response-cache-byte-size' has been deprecated! This will default to the 'local' cache \
+             implementation with the provided byte size for its config. Please use '--cache-config' instead. The \
+             equivalent --cache-config CLI args would be: '--cache-config=local,size={bytes}'"
+        );
+    }
+    if let Ok(Some(bytes)) = args.triton.response_cache_bytes() {
+        info!("response cache: local, {bytes} bytes");
+        server.set_response_cache(bytes);
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;

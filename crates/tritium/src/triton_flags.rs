@@ -7,8 +7,8 @@
 //!   `--grpc-address`, `--exit-on-error`, ...);
 //! - accepted as a no-op: what it asks for has no meaning here (a pinned-memory pool, GPU
 //!   metrics, `--allow-sagemaker=false`); one log line at start says so;
-//! - refused: it asks for something tritium cannot do yet (TLS, restricted APIs, a response
-//!   cache); the server does not start, and the error names the flag and why.
+//! - refused: it asks for something tritium cannot do yet (TLS, restricted APIs, a cache other
+//!   than `local`); the server does not start, and the error names the flag and why.
 //!
 //! Booleans take Triton's spellings (`true/false`, `on/off`, `1/0`, any case), and every flag
 //! takes `--flag=value` as well as `--flag value`.
@@ -230,13 +230,14 @@ pub(crate) struct TritonFlags {
     pub repoagent_directory: Option<String>,
 
     // Response Cache
-    /// Refused (not implemented yet): the response cache.
+    /// The response cache: `local,size=BYTES` (Triton's in-memory LRU cache; other caches are
+    /// refused). Models use it with `response_cache { enable: true }`.
     #[arg(long, help_heading = "Response Cache")]
     pub cache_config: Vec<String>,
     /// No effect: tritium loads no cache libraries.
     #[arg(long, help_heading = "Response Cache")]
     pub cache_directory: Option<String>,
-    /// Deprecated in Triton (--cache-config local,size=N); refused unless 0.
+    /// Deprecated in Triton: the same as --cache-config local,size=N (0: no cache).
     #[arg(long, help_heading = "Response Cache")]
     pub response_cache_byte_size: Option<u64>,
 
@@ -304,6 +305,56 @@ fn refuse(flag: impl Into<String>, why: impl Into<String>) -> Refused {
 const NOT_YET: &str = "not implemented in tritium yet";
 
 impl TritonFlags {
+    /// The response cache's byte size from `--cache-config local,size=N` (or the deprecated
+    /// `--response-cache-byte-size N`), parsed as Triton parses them; `None` without a cache.
+    pub(crate) fn response_cache_bytes(&self) -> Result<Option<u64>, Refused> {
+        if self.response_cache_byte_size.is_some() && !self.cache_config.is_empty() {
+            return Err(refuse(
+                "--response-cache-byte-size",
+                "Incompatible flags --response-cache-byte-size and --cache-config both provided. Please \
+                 provide one or the other.",
+            ));
+        }
+        if let Some(bytes) = self.response_cache_byte_size {
+            return Ok((bytes > 0).then_some(bytes));
+        }
+        let mut size = None;
+        for arg in &self.cache_config {
+            let flag = format!("--cache-config={arg}");
+            let Some((name, setting)) = arg.split_once(',').filter(|(name, _)| !name.is_empty()) else {
+                return Err(refuse(
+                    flag,
+                    format!(
+                        "No cache specified. --cache-config option format is <cache name>,<setting>=<value>. Got {arg}"
+                    ),
+                ));
+            };
+            let Some((key, value)) = setting.split_once('=').filter(|(k, v)| !k.is_empty() && !v.is_empty()) else {
+                return Err(refuse(
+                    flag,
+                    format!("--cache-config option format is '<cache name>,<setting>=<value>'. Got {arg}"),
+                ));
+            };
+            if name != "local" {
+                return Err(refuse(
+                    flag,
+                    format!("the {name:?} cache is {NOT_YET}; use the local cache (--cache-config local,size=BYTES)"),
+                ));
+            }
+            if key != "size" {
+                return Err(refuse(flag, format!("the local cache has no setting {key:?}; its one setting is size")));
+            }
+            let bytes = value.parse::<u64>().map_err(|_| {
+                refuse(flag.clone(), format!("the local cache's size must be a number of bytes, not {value:?}"))
+            })?;
+            if bytes == 0 {
+                return Err(refuse(flag, "the local cache's size must be greater than 0"));
+            }
+            size = Some(bytes);
+        }
+        Ok(size)
+    }
+
     /// Sorts the given flags into no-ops (to log) and refusals (the first one is returned).
     pub(crate) fn review(&self) -> Result<Review, Refused> {
         let mut no_effect = Vec::new();
@@ -363,15 +414,7 @@ impl TritonFlags {
                 "tritium has no Vertex AI endpoint; use KServe v2 HTTP or gRPC",
             ));
         }
-        if !self.cache_config.is_empty() {
-            return Err(refuse("--cache-config", format!("the response cache is {NOT_YET}; leave the flag out")));
-        }
-        if self.response_cache_byte_size.is_some_and(|n| n > 0) {
-            return Err(refuse(
-                "--response-cache-byte-size",
-                format!("the response cache is {NOT_YET}; leave the flag out"),
-            ));
-        }
+        self.response_cache_bytes()?;
         if let Some(mode) = &self.rate_limit {
             match mode.to_ascii_lowercase().as_str() {
                 "off" => {}
@@ -448,7 +491,7 @@ impl TritonFlags {
         }
         noop(self.repoagent_directory.is_some(), "--repoagent-directory", "tritium runs no repository agents");
         noop(self.cache_directory.is_some(), "--cache-directory", "tritium loads no cache libraries");
-        noop(self.response_cache_byte_size.is_some(), "--response-cache-byte-size=0", "the default");
+        noop(self.response_cache_byte_size == Some(0), "--response-cache-byte-size=0", "no cache is made");
         noop(self.rate_limit.is_some(), "--rate-limit=off", "the default");
         noop(!self.rate_limit_resource.is_empty(), "--rate-limit-resource", "the rate limiter is off");
         noop(self.pinned_memory_pool_byte_size.is_some(), "--pinned-memory-pool-byte-size", "no pinned memory is used");
@@ -556,8 +599,11 @@ mod tests {
             (&["--grpc-use-ssl-mutual", "on"], "--grpc-use-ssl-mutual=true"),
             (&["--http-restricted-api=model-repository:admin-key=secret"], "--http-restricted-api"),
             (&["--grpc-restricted-protocol=inference:key=v"], "--grpc-restricted-protocol"),
-            (&["--cache-config=local,size=1048576"], "--cache-config"),
-            (&["--response-cache-byte-size=100"], "--response-cache-byte-size"),
+            (&["--cache-config=redis,host=localhost"], "--cache-config=redis,host=localhost"),
+            (&["--cache-config=local,size=x"], "--cache-config=local,size=x"),
+            (&["--cache-config=size=100"], "--cache-config=size=100"),
+            (&["--cache-config=local,size"], "--cache-config=local,size"),
+            (&["--cache-config=local,size=10", "--response-cache-byte-size=100"], "--response-cache-byte-size"),
             (&["--rate-limit=execution_count"], "--rate-limit=execution_count"),
             (&["--trace-config=level=TIMESTAMPS"], "--trace-config=level=TIMESTAMPS"),
             (&["--trace-level=TENSORS"], "--trace-level=TENSORS"),
@@ -569,6 +615,16 @@ mod tests {
             assert_eq!(refused.flag, flag, "{args:?}");
             assert!(!refused.why.is_empty());
         }
+    }
+
+    #[test]
+    fn the_local_cache_size_is_read_from_either_flag() {
+        assert_eq!(parse(&[]).response_cache_bytes(), Ok(None));
+        assert_eq!(parse(&["--cache-config=local,size=1048576"]).response_cache_bytes(), Ok(Some(1_048_576)));
+        assert_eq!(parse(&["--cache-config", "local,size=4096"]).response_cache_bytes(), Ok(Some(4096)));
+        assert_eq!(parse(&["--response-cache-byte-size=2048"]).response_cache_bytes(), Ok(Some(2048)));
+        assert_eq!(parse(&["--response-cache-byte-size=0"]).response_cache_bytes(), Ok(None));
+        assert!(parse(&["--cache-config=local,size=1048576"]).review().is_ok());
     }
 
     #[test]

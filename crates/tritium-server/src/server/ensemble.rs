@@ -312,6 +312,7 @@ pub(super) fn start(
             classes: r.classes.clone(),
             decoupled,
             bls: bls.clone(),
+            warmup: Arc::default(),
         });
         let version = Version {
             config: config.clone(),
@@ -319,6 +320,7 @@ pub(super) fn start(
             workers: Mutex::new(Vec::new()),
             load_duration: prepared + start.elapsed(),
             ensemble: Some(plan.clone()),
+            cache: None,
         };
         versions.insert(v, Arc::new(version));
     }
