@@ -100,9 +100,9 @@ fn perf_analyzer_http() {
                 "--measurement-request-count",
                 "100",
                 "--stability-percentage",
-                "100",
+                "1000",
                 "--max-trials",
-                "3",
+                "10",
             ]),
             Duration::from_secs(120),
         )
