@@ -556,11 +556,14 @@ mod tests {
         assert!(!root.join("bin/python").exists());
     }
 
+    /// A tarball to build (name; entries of path, type, link target, bytes) and the error it must give.
+    type EscapeCase<'a> = (&'a str, &'a [(&'a str, tar::EntryType, &'a str, &'a [u8])], &'a str);
+
     #[test]
     fn entries_leaving_the_directory_are_refused() {
         let tmp = Tmp::new("escape");
         let opts = EnvOptions { cache_dir: tmp.0.join("cache"), ..EnvOptions::default() };
-        let cases: [(&str, &[(&str, tar::EntryType, &str, &[u8])], &str); 3] = [
+        let cases: [EscapeCase<'_>; 3] = [
             ("dotdot", &[("../evil", tar::EntryType::Regular, "", b"x")], "climbs out"),
             (
                 "symlink",
