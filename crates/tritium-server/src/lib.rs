@@ -4,7 +4,9 @@
 
 mod bls;
 mod classify;
+pub mod forward;
 mod instance;
+pub mod restricted;
 mod scheduler;
 mod server;
 mod stats;

@@ -33,6 +33,11 @@ pub(crate) struct Target {
     /// <token>`; needed to restart stubs from another host.
     #[arg(long, env = "TRITIUM_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Metadata sent with every call, `<name>=<value>` (repeatable): the header of a restricted
+    /// group, e.g. `triton-grpc-protocol-admin-key=secret` for a server started with
+    /// `--grpc-restricted-protocol=admin:admin-key=secret`.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    headers: Vec<String>,
 }
 
 /// The subcommands that act on a running server.
@@ -156,6 +161,7 @@ struct Conn {
     channel: Channel,
     url: String,
     authorization: Option<AsciiMetadataValue>,
+    headers: Vec<(tonic::metadata::AsciiMetadataKey, AsciiMetadataValue)>,
 }
 
 impl Conn {
@@ -169,6 +175,16 @@ impl Conn {
             ),
             None => None,
         };
+        let mut headers = Vec::new();
+        for h in &target.headers {
+            let (name, value) = h.split_once('=').ok_or_else(|| anyhow!("--header {h:?}: expected NAME=VALUE"))?;
+            let name = name
+                .to_ascii_lowercase()
+                .parse()
+                .map_err(|_| anyhow!("--header {h:?}: {name:?} is not a valid metadata name"))?;
+            let value = value.parse().map_err(|_| anyhow!("--header {h:?}: the value must be printable ASCII"))?;
+            headers.push((name, value));
+        }
         let uri = if target.url.contains("://") { target.url.clone() } else { format!("http://{}", target.url) };
         let endpoint = Endpoint::from_shared(uri)
             .map_err(|e| anyhow!("invalid --url {:?}: {e} (expected host:port)", target.url))?
@@ -177,7 +193,7 @@ impl Conn {
             .connect()
             .await
             .map_err(|e| anyhow!("cannot reach the server at {}: {}", target.url, root_cause(&e)))?;
-        Ok(Self { channel, url: target.url.clone(), authorization })
+        Ok(Self { channel, url: target.url.clone(), authorization, headers })
     }
 
     /// A request with the admin token, if one is given. Every call sends it, so a server that
@@ -186,6 +202,9 @@ impl Conn {
         let mut req = Request::new(message);
         if let Some(value) = &self.authorization {
             req.metadata_mut().insert("authorization", value.clone());
+        }
+        for (name, value) in &self.headers {
+            req.metadata_mut().insert(name.clone(), value.clone());
         }
         req
     }
