@@ -174,7 +174,7 @@ def test_grpc_restricted_groups_refuse_without_the_header_and_answer_with_it(doo
     assert c.get_model_config("params").config.name == "params"
 
 
-def test_grpc_stream_is_refused_without_the_header(door):
+def test_grpc_stream_is_refused_without_the_header_and_forwards_headers_with_it(door):
     results = []
     c = grpcclient.InferenceServerClient(door.grpc_url)
     c.start_stream(callback=lambda result, error: results.append((result, error)))
@@ -189,11 +189,12 @@ def test_grpc_stream_is_refused_without_the_header(door):
 
     results.clear()
     c = grpcclient.InferenceServerClient(door.grpc_url)
-    c.start_stream(callback=lambda result, error: results.append((result, error)), headers=GRPC_INFER)
+    headers = dict(GRPC_INFER, **{"x-team-name": "red"})
+    c.start_stream(callback=lambda result, error: results.append((result, error)), headers=headers)
     c.async_stream_infer("params", grpc_inputs())
     c.stop_stream()
     assert len(results) == 1 and results[0][1] is None, results
-    assert params_of(results[0][0]) == {}
+    assert params_of(results[0][0]) == {"x-team-name": "red"}
 
 
 def cli(*args, url):

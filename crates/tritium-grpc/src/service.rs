@@ -189,7 +189,9 @@ impl GrpcInferenceService for InferenceService {
         // Triton's `triton_grpc_error` mode: the client asks, with this header, for an inference
         // error to end the stream with its gRPC status instead of an `error_message`.
         let grpc_error_mode = req.metadata().get("triton_grpc_error").is_some_and(|v| v.as_bytes() == b"true");
-        let responses = stream::start(self.server.clone(), req.into_inner(), grpc_error_mode, self.shutdown.clone());
+        let forwarded = self.forwarded(req.metadata())?;
+        let responses =
+            stream::start(self.server.clone(), req.into_inner(), grpc_error_mode, self.shutdown.clone(), forwarded);
         Ok(Response::new(responses))
     }
 
