@@ -23,7 +23,7 @@ ADMIN = {"admin-key": "s3cret"}
 GRPC_INFER = {"triton-grpc-protocol-infer-key": "open-sesame"}
 GRPC_ADMIN = {"triton-grpc-protocol-admin-key": "s3cret"}
 
-PARAMS_MODEL = '''
+PARAMS_MODEL = """
 import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -36,7 +36,7 @@ class TritonPythonModel:
             params = np.array([request.parameters().encode()], dtype=np.object_)
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("PARAMS", params)]))
         return out
-'''
+"""
 
 PARAMS_CONFIG = """
 name: "params"
@@ -238,7 +238,10 @@ def test_grpc_metadata_matching_the_pattern_reaches_the_model(door):
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["--http-restricted-api=inferenc:k=v"], "--http-restricted-api=inferenc:k=v: unknown restricted api 'inferenc'"),
+        (
+            ["--http-restricted-api=inferenc:k=v"],
+            "--http-restricted-api=inferenc:k=v: unknown restricted api 'inferenc'",
+        ),
         (
             ["--grpc-restricted-protocol=health:k=v", "--grpc-restricted-protocol=health,inference:j=w"],
             "restricted protocol 'health' can not be specified in multiple config groups",
@@ -325,7 +328,10 @@ def test_grpc_over_mutual_tls(tmp_path, certs):
         name="mtls",
     )
     try:
-        assert tls_infer(srv, ca=certs["ca.pem"], private_key=certs["client.key"], certificate_chain=certs["client.pem"]) == {}
+        assert (
+            tls_infer(srv, ca=certs["ca.pem"], private_key=certs["client.key"], certificate_chain=certs["client.pem"])
+            == {}
+        )
         # Without a client certificate the handshake fails.
         with pytest.raises(InferenceServerException):
             tls_infer(srv, ca=certs["ca.pem"])

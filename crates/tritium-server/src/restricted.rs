@@ -110,9 +110,8 @@ impl Restrictions {
     /// `prefix` goes before the key (`triton-grpc-protocol-` for gRPC), `kind` names a group in
     /// errors (`api` or `protocol`).
     pub fn add(&mut self, arg: &str, option: &str, prefix: &str, kind: &str) -> Result<(), RestrictionError> {
-        let format = || {
-            RestrictionError(format!("--{option} option format is '<config name>:<setting>=<value>'. Got {arg}"))
-        };
+        let format =
+            || RestrictionError(format!("--{option} option format is '<config name>:<setting>=<value>'. Got {arg}"));
         let (groups, setting) = arg.split_once(':').ok_or_else(format)?;
         let (key, value) = setting.split_once('=').ok_or_else(format)?;
         if groups.is_empty() || key.is_empty() || value.is_empty() {
@@ -127,7 +126,8 @@ impl Restrictions {
                     "restricted {kind} '{name}' can not be specified in multiple config groups"
                 )));
             }
-            *slot = Some(Restriction { header: format!("{prefix}{key}").to_ascii_lowercase(), value: value.to_string() });
+            *slot =
+                Some(Restriction { header: format!("{prefix}{key}").to_ascii_lowercase(), value: value.to_string() });
         }
         Ok(())
     }
@@ -183,10 +183,22 @@ mod tests {
     #[test]
     fn tritons_parse_errors() {
         let err = |args: &[&str]| parse(args, "").expect_err("refused").0;
-        assert_eq!(err(&["inference"]), "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got inference");
-        assert_eq!(err(&["inference:key"]), "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got inference:key");
-        assert_eq!(err(&[":k=v"]), "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got :k=v");
-        assert_eq!(err(&["inference:k="]), "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got inference:k=");
+        assert_eq!(
+            err(&["inference"]),
+            "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got inference"
+        );
+        assert_eq!(
+            err(&["inference:key"]),
+            "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got inference:key"
+        );
+        assert_eq!(
+            err(&[":k=v"]),
+            "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got :k=v"
+        );
+        assert_eq!(
+            err(&["inference:k="]),
+            "--grpc-restricted-protocol option format is '<config name>:<setting>=<value>'. Got inference:k="
+        );
         assert_eq!(err(&["inferense:k=v"]), "unknown restricted protocol 'inferense'");
         assert_eq!(
             err(&["inference:k=v", "health,inference:j=w"]),

@@ -502,7 +502,8 @@ impl TritonFlags {
                 let path = path
                     .as_deref()
                     .ok_or_else(|| refuse(format!("--{flag}"), "is needed with --grpc-use-ssl: give a PEM file"))?;
-                std::fs::read(path).map_err(|e| refuse(format!("--{flag}={path}"), format!("cannot read the file: {e}")))
+                std::fs::read(path)
+                    .map_err(|e| refuse(format!("--{flag}={path}"), format!("cannot read the file: {e}")))
             };
             let mutual = self.grpc_use_ssl_mutual == Some(true);
             door.grpc_tls = Some(tritium_grpc::front_door::Tls {
@@ -645,7 +646,10 @@ mod tests {
         assert_eq!(f.review(), Ok(Review::default()));
         let door = f.front_door().expect("parsed");
         let http = &door.http_restrictions;
-        assert_eq!(http.get(ApiGroup::Statistics).map(|r| (r.header.as_str(), r.value.as_str())), Some(("admin-key", "secret")));
+        assert_eq!(
+            http.get(ApiGroup::Statistics).map(|r| (r.header.as_str(), r.value.as_str())),
+            Some(("admin-key", "secret"))
+        );
         assert_eq!(http.get(ApiGroup::Inference).map(|r| r.header.as_str()), Some("infer-key"));
         assert_eq!(http.get(ApiGroup::Health), None);
         let grpc = &door.grpc_restrictions;
@@ -657,7 +661,10 @@ mod tests {
     fn bad_access_flags_are_refused_with_tritons_texts() {
         let refused = |args: &[&str]| parse(args).front_door().expect_err("refused");
         let r = refused(&["--http-restricted-api=inferenc:k=v"]);
-        assert_eq!((r.flag.as_str(), r.why.as_str()), ("--http-restricted-api=inferenc:k=v", "unknown restricted api 'inferenc'"));
+        assert_eq!(
+            (r.flag.as_str(), r.why.as_str()),
+            ("--http-restricted-api=inferenc:k=v", "unknown restricted api 'inferenc'")
+        );
         let r = refused(&["--grpc-restricted-protocol=health:k=v", "--grpc-restricted-protocol=health:j=w"]);
         assert_eq!(r.why, "restricted protocol 'health' can not be specified in multiple config groups");
         let r = refused(&["--http-restricted-api=health"]);
