@@ -18,7 +18,7 @@
 
 use clap::Args;
 use tritium_server::forward::HeaderForward;
-use tritium_server::restricted::{Restrictions, GRPC_HEADER_PREFIX};
+use tritium_server::restricted::{ApiGroup, Restrictions, GRPC_HEADER_PREFIX};
 
 /// Parses a boolean as Triton does: `true`, `on`, `1`, `false`, `off`, `0`, in any case.
 pub(crate) fn triton_bool(s: &str) -> Result<bool, String> {
@@ -483,6 +483,12 @@ impl TritonFlags {
             door.http_restrictions
                 .add(arg, "http-restricted-api", "", "api")
                 .map_err(|e| refuse(format!("--http-restricted-api={arg}"), e.0))?;
+            if door.http_restrictions.get(ApiGroup::Admin).is_some() {
+                return Err(refuse(
+                    format!("--http-restricted-api={arg}"),
+                    "tritium's admin API is served over gRPC only: restrict it with --grpc-restricted-protocol=admin:...",
+                ));
+            }
         }
         for arg in &self.grpc_restricted_protocol {
             door.grpc_restrictions
@@ -633,7 +639,6 @@ mod tests {
 
     #[test]
     fn access_flags_become_typed_values() {
-        use tritium_server::restricted::ApiGroup;
         let f = parse(&[
             "--http-restricted-api=model-repository,statistics:Admin-Key=secret",
             "--http-restricted-api",
@@ -669,6 +674,8 @@ mod tests {
         assert_eq!(r.why, "restricted protocol 'health' can not be specified in multiple config groups");
         let r = refused(&["--http-restricted-api=health"]);
         assert_eq!(r.why, "--http-restricted-api option format is '<config name>:<setting>=<value>'. Got health");
+        let r = refused(&["--http-restricted-api=admin,health:k=v"]);
+        assert!(r.why.contains("--grpc-restricted-protocol=admin"), "{}", r.why);
         let r = refused(&["--grpc-header-forward-pattern=("]);
         assert!(r.why.starts_with("not a valid regular expression"), "{}", r.why);
         let r = refused(&["--grpc-use-ssl=true", "--grpc-server-key=/k.pem"]);
