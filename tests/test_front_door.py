@@ -336,6 +336,11 @@ def test_grpc_over_mutual_tls(tmp_path, certs):
         with pytest.raises(InferenceServerException):
             tls_infer(srv, ca=certs["ca.pem"])
         assert "(mutual TLS)" in srv.log_text()
+        # The CLI talks mutual TLS with --ca-cert and --client-cert.
+        tls = ["--ca-cert", certs["ca.pem"], f"--client-cert={certs['client.pem']},{certs['client.key']}"]
+        listed = cli("stubs", "--json", *tls, url=f"localhost:{srv.grpc_port}")
+        assert listed.returncode == 0, listed.stderr
+        assert any(s["model"] == "params" for s in json.loads(listed.stdout))
     finally:
         assert srv.stop() == 0, srv.log_text()
 

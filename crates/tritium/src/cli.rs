@@ -38,6 +38,14 @@ pub(crate) struct Target {
     /// `--grpc-restricted-protocol=admin:admin-key=secret`.
     #[arg(long = "header", value_name = "NAME=VALUE")]
     headers: Vec<String>,
+    /// Talk TLS to a server started with --grpc-use-ssl: the PEM file of the CA that signed its
+    /// certificate (implied `https://` URL).
+    #[arg(long, env = "TRITIUM_CA_CERT")]
+    ca_cert: Option<std::path::PathBuf>,
+    /// With --ca-cert, for a server started with --grpc-use-ssl-mutual: this client's PEM
+    /// certificate and key files, `<cert>,<key>`.
+    #[arg(long, value_name = "CERT,KEY", requires = "ca_cert")]
+    client_cert: Option<String>,
 }
 
 /// The subcommands that act on a running server.
@@ -156,6 +164,22 @@ async fn execute(command: Command) -> Result<String> {
     }
 }
 
+/// The client's TLS settings from `--ca-cert` and `--client-cert`, if TLS is asked for.
+fn client_tls(target: &Target) -> Result<Option<tonic::transport::ClientTlsConfig>> {
+    let Some(ca) = &target.ca_cert else { return Ok(None) };
+    let read = |flag: &str, path: &std::path::Path| {
+        std::fs::read(path).with_context(|| format!("{flag}: cannot read {}", path.display()))
+    };
+    let mut tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read("--ca-cert", ca)?));
+    if let Some(pair) = &target.client_cert {
+        let (cert, key) = pair.split_once(',').ok_or_else(|| anyhow!("--client-cert {pair:?}: expected CERT,KEY"))?;
+        let (cert, key) = (read("--client-cert", cert.as_ref())?, read("--client-cert", key.as_ref())?);
+        tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
+    }
+    Ok(Some(tls))
+}
+
 /// A connection to the server, and the admin token to send with every call.
 struct Conn {
     channel: Channel,
@@ -185,10 +209,14 @@ impl Conn {
             let value = value.parse().map_err(|_| anyhow!("--header {h:?}: the value must be printable ASCII"))?;
             headers.push((name, value));
         }
-        let uri = if target.url.contains("://") { target.url.clone() } else { format!("http://{}", target.url) };
-        let endpoint = Endpoint::from_shared(uri)
+        let scheme = if target.ca_cert.is_some() { "https" } else { "http" };
+        let uri = if target.url.contains("://") { target.url.clone() } else { format!("{scheme}://{}", target.url) };
+        let mut endpoint = Endpoint::from_shared(uri)
             .map_err(|e| anyhow!("invalid --url {:?}: {e} (expected host:port)", target.url))?
             .connect_timeout(CONNECT_TIMEOUT);
+        if let Some(tls) = client_tls(target)? {
+            endpoint = endpoint.tls_config(tls).map_err(|e| anyhow!("TLS settings: {}", root_cause(&e)))?;
+        }
         let channel = endpoint
             .connect()
             .await
