@@ -18,11 +18,15 @@ class FakeChannel:
 
     def __init__(self):
         self.sent = []
+        self.waits = []
         self.lock = threading.Lock()
 
     def send_response(self, request, outputs, error=None, parameters=(), final_response=True):
         with self.lock:
             self.sent.append((request, [o[0] for o in outputs], error, final_response))
+
+    def wait_for_room(self, request, sent):
+        self.waits.append((request, sent, len(self.sent)))
 
 
 @pytest.fixture
@@ -166,3 +170,28 @@ def test_a_request_returns_the_same_sender_and_a_users_request_has_none():
     req._state.close()
     with pytest.raises(pb_utils.TritonModelException, match="no reference to the decoupled state"):
         InferenceRequest("m", []).get_response_sender()
+
+
+def test_a_decoupled_send_waits_for_room_in_the_window_before_it_goes(channel):
+    s = sender(decoupled=True, request_id=5)
+    s.send(pb_utils.InferenceResponse([]))
+    s.send(pb_utils.InferenceResponse([]))
+    s.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    # Each wait names the request and how many responses it sent, and comes before the send.
+    assert channel.waits == [(5, 0, 0), (5, 1, 1), (5, 2, 2)]
+    with pytest.raises(pb_utils.TritonModelException, match="closed"):
+        s.send(pb_utils.InferenceResponse([]))
+    # A closed sender raises at once instead of waiting.
+    assert len(channel.waits) == 3
+
+
+def test_a_sender_of_a_model_that_is_not_decoupled_never_waits(channel):
+    sender(decoupled=False).send(pb_utils.InferenceResponse([]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert channel.waits == []
+
+
+def test_a_send_on_the_stubs_event_loop_thread_never_waits(channel, monkeypatch):
+    monkeypatch.setattr(_runtime, "loop_thread", threading.current_thread())
+    s = sender(decoupled=True)
+    s.send(pb_utils.InferenceResponse([]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert channel.waits == [] and len(channel.sent) == 1

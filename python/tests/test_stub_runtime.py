@@ -29,6 +29,9 @@ class FakeChannel:
             self.responses.append((request, error, final_response))
         self.event.set()
 
+    def wait_for_room(self, request, sent):
+        pass
+
     def send_execute_done(self, batch, error=None):
         self.done.append((batch, error))
 

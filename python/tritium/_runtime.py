@@ -7,6 +7,8 @@ channel = None
 decoupled = False
 # The model's version directory (`pb_utils.get_model_dir()`), set at auto-complete and initialize.
 model_dir = None
+# The thread of the stub's asyncio event loop (`async def` methods), once started.
+loop_thread = None
 
 
 class _Cancelled:

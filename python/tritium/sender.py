@@ -3,7 +3,9 @@
 Each request handed to `execute` has one `_ResponseState`, shared by the request and its sender
 (`request.get_response_sender()`). It applies Triton's rules (python_backend's
 `src/response_sender.cc`, with its error texts) and sends each response at once as its own
-`Response` frame through the native channel, whose sends are thread-safe. For a decoupled model a
+`Response` frame through the native channel, whose sends are thread-safe. A decoupled model's send
+waits while the request's window (`--max-inflight-responses`) is full of responses its client has
+not taken yet. For a decoupled model a
 state dropped without the final flag (the model let go of the request and its sender) sends an
 error as the final response, so the client is never left waiting.
 """
@@ -32,6 +34,12 @@ def send_response(channel, request_id, requested, response, final):
         wire, shape, data = t._wire_payload()
         outputs.append((t.name(), wire, shape, data))
     channel.send_response(request_id, outputs, error, list(response._parameters.items()), final)
+
+
+def _on_event_loop():
+    """Whether this is the stub's asyncio event loop thread (where `async def execute` runs)."""
+    loop_thread = _runtime.loop_thread
+    return loop_thread is not None and threading.current_thread() is loop_thread
 
 
 class _ResponseState:
@@ -111,8 +119,15 @@ class InferenceResponseSender:
             raise TypeError(f"Expected an 'InferenceResponse' object, found type '{type(response)}'.")
         st = self._state
         with st.lock:
-            st.account(response, flags)
             channel = _runtime.channel
+            if st.decoupled and not st.closed and channel is not None and not _on_event_loop():
+                # Back-pressure: at most the server's --max-inflight-responses responses sent and
+                # not yet taken by the client; this waits (without the GIL) for the client. A
+                # cancelled request does not wait: as in Triton the send goes through and the
+                # server drops the response, since nobody reads it. A coroutine's send (on the
+                # stub's event loop) never waits: it would stall every other coroutine with it.
+                channel.wait_for_room(st.id, st.sent)
+            st.account(response, flags)
             if channel is None:
                 raise TritonModelException("Unable to send response. The stub has no channel to the server.")
             if response is None:

@@ -203,6 +203,7 @@ class Stub:
             self.loop = asyncio.new_event_loop()
             self.loop_thread = threading.Thread(target=self.loop.run_forever, name="tritium-asyncio", daemon=True)
             self.loop_thread.start()
+            _runtime.loop_thread = self.loop_thread
         return self.loop
 
     def _await(self, result):
@@ -274,6 +275,7 @@ class Stub:
             # senders close: a later send raises instead of answering a finished request.
             for r in requests:
                 r._state.close()
+            _runtime.cancelled.difference_update(r._id for r in requests)
             del requests
             prefix = f"Failed to process the request(s) for model '{self.instance_name}', message: "
             self.channel.send_execute_done(batch, _error(exc, prefix))
@@ -284,8 +286,8 @@ class Stub:
             del requests
             self.channel.send_execute_done(batch)
             return
-        if _runtime.cancelled:
-            _runtime.cancelled.difference_update(r._id for r in requests)
+        # The requests end here: their cancellations are forgotten.
+        _runtime.cancelled.difference_update(r._id for r in requests)
         if responses is not None:
             self._send_all(requests, responses)
         self._end_rescheduled(requests)

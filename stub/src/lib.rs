@@ -16,11 +16,13 @@
 //! BLS (`InferenceRequest.exec`): [`Channel::bls_send`] copies the request's inputs into the
 //! stub's arena and sends a `BlsRequest`; each `BlsResponse` is routed by the [`Router`] to its
 //! call's queue, and [`Channel::bls_next`] hands it to Python as a [`BlsResponseMsg`] whose
-//! outputs are numpy arrays over the server's shared memory (no copy). `Cancel` messages are
-//! recorded here too ([`Channel::is_cancelled`]): the heartbeat thread pumps the ring whenever
-//! nobody else does, so a cancellation is seen while `execute` still runs.
+//! outputs are numpy arrays over the server's shared memory (no copy). `Cancel` and `Credit`
+//! messages are recorded here too, per request from its `Execute` until it ends ([`Requests`]:
+//! [`Channel::is_cancelled`], [`Channel::wait_for_room`]): the heartbeat thread pumps the ring
+//! whenever nobody else does, so a cancellation is seen while `execute` still runs, and a
+//! decoupled model's `send` that waits for its client (back-pressure) wakes on credit.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -203,12 +205,64 @@ struct Router {
     replies: Mutex<HashMap<u64, Result<CallResult, String>>>,
     /// The responses of each BLS call in flight, not yet taken.
     bls: Mutex<HashMap<u64, VecDeque<Response>>>,
-    /// Request ids the server cancelled.
-    cancelled: Mutex<HashSet<u64>>,
+    /// The requests between their `Execute` and their end, with their cancellation and credit.
+    requests: Mutex<Requests>,
+    /// A decoupled request's window ([`tritium_ipc::Initialize::max_inflight_responses`]; 0: none).
+    window: AtomicU64,
     /// Bumped (and `woken` notified) whenever a reply or a BLS response arrives.
     generation: Mutex<u64>,
     woken: Condvar,
     next_call: AtomicU64,
+}
+
+/// What the server told the stub about one request: whether its client went away, and how
+/// many of its responses the client has taken.
+#[derive(Default, Debug, Clone, Copy)]
+struct Tracked {
+    cancelled: bool,
+    consumed: u64,
+}
+
+/// The requests the stub is serving, from the `Execute` that brings them until they end (the
+/// final response sent, or the `execute` of a model that is not decoupled returned), so a
+/// cancellation or credit that arrives after the end is dropped instead of kept for ever.
+#[derive(Default, Debug)]
+struct Requests(HashMap<u64, Tracked>);
+
+impl Requests {
+    fn open(&mut self, request: u64) {
+        self.0.entry(request).or_default();
+    }
+
+    fn cancel(&mut self, request: u64) {
+        if let Some(t) = self.0.get_mut(&request) {
+            t.cancelled = true;
+        }
+    }
+
+    fn credit(&mut self, request: u64, consumed: u64) {
+        if let Some(t) = self.0.get_mut(&request) {
+            t.consumed = t.consumed.max(consumed);
+        }
+    }
+
+    fn end(&mut self, request: u64) {
+        self.0.remove(&request);
+    }
+
+    fn is_cancelled(&self, request: u64) -> bool {
+        self.0.get(&request).is_some_and(|t| t.cancelled)
+    }
+
+    /// Whether the response after the first `sent` may go now: the request's client has taken
+    /// enough of them, or went away (its responses are dropped by the server as they come), or
+    /// the request is not tracked (a protocol error the server reports), or there is no window.
+    fn has_room(&self, request: u64, sent: u64, window: u64) -> bool {
+        match self.0.get(&request) {
+            Some(t) if window > 0 && !t.cancelled => sent < t.consumed.saturating_add(window),
+            _ => true,
+        }
+    }
 }
 
 fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -250,7 +304,24 @@ impl Router {
                 }
             }
             ToStub::Cancel { request } => {
-                guard(&self.cancelled).insert(request);
+                guard(&self.requests).cancel(request);
+                // A send waiting for room stops waiting.
+                self.wake();
+            }
+            ToStub::Credit { request, consumed } => {
+                guard(&self.requests).credit(request, consumed);
+                self.wake();
+            }
+            ToStub::Execute { batch, requests } => {
+                let mut tracked = guard(&self.requests);
+                for r in &requests {
+                    tracked.open(r.id);
+                }
+                return Some(ToStub::Execute { batch, requests });
+            }
+            ToStub::Initialize(init) => {
+                self.window.store(u64::from(init.max_inflight_responses), Ordering::Release);
+                return Some(ToStub::Initialize(init));
             }
             other => return Some(other),
         }
@@ -679,6 +750,9 @@ impl Channel {
                 Bound::new(py, InitializeMsg { model_file: init.model_file, args: args.unbind() })?.into_any()
             }
             ToStub::Cancel { request } => Bound::new(py, CancelMsg { request })?.into_any(),
+            ToStub::Credit { request, .. } => {
+                return Err(ChannelError::new_err(format!("the credit of request {request} reached the main loop")));
+            }
             ToStub::Ping { seq } => Bound::new(py, PingMsg { seq })?.into_any(),
             ToStub::Finalize => {
                 self.executing.store(false, Ordering::Release);
@@ -755,7 +829,13 @@ impl Channel {
         }
         let parameters = params_from_py(parameters)?;
         let response = Response { request, outputs: tensors, error: stub_error(error), parameters, final_response };
-        self.send(py, ToServer::Response(response))
+        self.send(py, ToServer::Response(response))?;
+        if final_response {
+            // The request ended: a cancellation or credit for it that is still on its way is
+            // dropped when it comes. (A non-decoupled model's one response is final too.)
+            guard(&self.router.requests).end(request);
+        }
+        Ok(())
     }
 
     /// Tells the server that `execute` returned for `batch`.
@@ -828,14 +908,34 @@ impl Channel {
 
     /// Whether the server cancelled request `request` (its client went away).
     fn is_cancelled(&self, request: u64) -> bool {
-        guard(&self.router.cancelled).contains(&request)
+        guard(&self.router.requests).is_cancelled(request)
     }
 
-    /// Forgets the cancellations of requests that are done.
+    /// How many requests the stub is tracking (executed and not yet ended).
+    fn tracked_requests(&self) -> usize {
+        guard(&self.router.requests).0.len()
+    }
+
+    /// Waits, without the GIL, until decoupled request `request`, which has sent `sent`
+    /// responses, may send another: its client has taken enough of them (the server's
+    /// `--max-inflight-responses` window) or went away. Pumps the ring itself when no other
+    /// thread does, so a model sending from inside `execute` on the main thread cannot deadlock.
+    fn wait_for_room(&self, py: Python<'_>, request: u64, sent: u64) -> PyResult<()> {
+        let window = self.router.window.load(Ordering::Acquire);
+        if guard(&self.router.requests).has_room(request, sent, window) {
+            return Ok(());
+        }
+        let (inner, router) = (self.inner.clone(), self.router.clone());
+        py.detach(move || router.wait_until(&inner, None, || guard(&router.requests).has_room(request, sent, window)))
+            .map_err(ipc_err)?;
+        Ok(())
+    }
+
+    /// Forgets requests that ended (their cancellations and credit).
     fn forget_cancelled(&self, requests: Vec<u64>) {
-        let mut cancelled = guard(&self.router.cancelled);
+        let mut tracked = guard(&self.router.requests);
         for r in requests {
-            cancelled.remove(&r);
+            tracked.end(r);
         }
     }
 

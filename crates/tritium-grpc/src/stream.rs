@@ -30,7 +30,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tritium_proto::inference::infer_parameter::ParameterChoice;
 use tritium_proto::inference::{InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
-use tritium_server::{ErrorKind, InferError, ParamValue, Server, Streamed};
+use tritium_server::{ErrorKind, InferError, ParamValue, ResponseStream, Server, Streamed};
 
 use crate::convert::{self, to_status};
 use crate::service::{run, Shutdown};
@@ -74,7 +74,7 @@ struct DecoupledStream {
     version: String,
     /// `triton_enable_empty_final_response`.
     empty_final: bool,
-    responses: mpsc::UnboundedReceiver<Streamed>,
+    responses: ResponseStream,
 }
 
 /// Starts serving one stream; returns the stream of answers.
@@ -266,9 +266,9 @@ mod tests {
     use super::*;
 
     fn stream(empty_final: bool, messages: Vec<Streamed>) -> DecoupledStream {
-        let (tx, responses) = mpsc::unbounded_channel();
+        let (tx, responses) = tritium_server::response_stream();
         for m in messages {
-            tx.send(m).expect("open");
+            assert!(tx.send(m));
         }
         DecoupledStream { id: "r".into(), model: "m".into(), version: String::new(), empty_final, responses }
     }
@@ -313,8 +313,8 @@ mod tests {
     async fn an_error_ends_the_request_and_a_lost_stream_says_so() {
         let error = Streamed::Response { result: Err(InferError::internal("boom")), last: true };
         assert_eq!(written(stream(true, vec![error, response(false)])).await, [Err("boom".to_string())]);
-        let (tx, responses) = mpsc::unbounded_channel();
-        tx.send(response(false)).expect("open");
+        let (tx, responses) = tritium_server::response_stream();
+        assert!(tx.send(response(false)));
         drop(tx);
         let lost =
             DecoupledStream { id: "r".into(), model: "m".into(), version: String::new(), empty_final: true, responses };

@@ -17,7 +17,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let python_path = args.next().map(PathBuf::from).unwrap_or_else(|| "python".into());
     let cmd = StubCommand { python, python_path, env: Vec::new(), spin: 0 };
     let stub = Stub::spawn(&cmd, "serve_one_0_0", Duration::from_secs(60))?;
-    stub.initialize(Initialize { model_file, args: Vec::new() }, Duration::from_secs(60))?;
+    stub.initialize(Initialize { model_file, args: Vec::new(), max_inflight_responses: 0 }, Duration::from_secs(60))?;
     println!("{}", stub.pid());
     loop {
         std::thread::sleep(Duration::from_secs(1));

@@ -622,12 +622,15 @@ impl Stub {
 
     /// Runs one `execute` of a decoupled model on `requests`: each response goes to
     /// `on_response` as it arrives (it may also come after this returns, through
-    /// [`Stub::poll`]). Returns the error `execute` raised, if it did.
+    /// [`Stub::poll`]), and `watch` is called every few milliseconds, whether responses come or
+    /// not (the server sends cancellations and credit from there). Returns the error `execute`
+    /// raised, if it did.
     pub fn execute_decoupled(
         &self,
         requests: Vec<Request>,
         timeout: Option<Duration>,
         on_response: &mut OnResponse<'_>,
+        watch: &mut dyn FnMut(&Stub),
     ) -> Result<Option<StubError>, HostError> {
         let batch = {
             let mut b = self.next_batch.lock().unwrap_or_else(|p| p.into_inner());
@@ -635,9 +638,17 @@ impl Stub {
             *b
         };
         self.send(&ToStub::Execute { batch, requests })?;
+        let mut watched = Instant::now();
         loop {
-            match self.recv(timeout, "finish execute")? {
-                ToServer::Response(r) => on_response(r).map_err(|why| self.protocol_error(why))?,
+            match self.recv_watching(timeout, "finish execute", Some(&mut *watch))? {
+                ToServer::Response(r) => {
+                    on_response(r).map_err(|why| self.protocol_error(why))?;
+                    // Responses that keep coming must not starve the watch.
+                    if watched.elapsed() >= WATCH_SLICE {
+                        watch(self);
+                        watched = Instant::now();
+                    }
+                }
                 ToServer::ExecuteDone { batch: done, error } if done == batch => return Ok(error),
                 other => return Err(self.protocol_error(format!("sent {other:?} during execute"))),
             }
@@ -647,6 +658,12 @@ impl Stub {
     /// Tells the stub that the client of `request` went away (`is_cancelled()` turns true).
     pub fn cancel(&self, request: u64) -> Result<(), HostError> {
         self.send(&ToStub::Cancel { request })
+    }
+
+    /// Tells the stub that the client of decoupled request `request` has taken `consumed` of
+    /// its responses, so a model waiting for room in the request's window may send again.
+    pub fn credit(&self, request: u64, consumed: u64) -> Result<(), HostError> {
+        self.send(&ToStub::Credit { request, consumed })
     }
 
     /// Resolves an output tensor's bytes (bounds-checked against the stub's segments).

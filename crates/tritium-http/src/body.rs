@@ -49,16 +49,13 @@ impl Body for ChunkBody {
 /// receiver, which the core sees as the request's cancellation.
 pub(crate) struct EventBody {
     first: Option<Bytes>,
-    rx: Option<tokio::sync::mpsc::UnboundedReceiver<tritium_server::Streamed>>,
+    rx: Option<tritium_server::ResponseStream>,
 }
 
 impl EventBody {
     /// `first` is sent at once; `rx` is read until its final message (`None` when `first` was
     /// the final one).
-    pub(crate) fn new(
-        first: Option<Bytes>,
-        rx: Option<tokio::sync::mpsc::UnboundedReceiver<tritium_server::Streamed>>,
-    ) -> Self {
+    pub(crate) fn new(first: Option<Bytes>, rx: Option<tritium_server::ResponseStream>) -> Self {
         Self { first, rx }
     }
 }

@@ -10,12 +10,11 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use tokio::sync::mpsc::UnboundedReceiver;
 use tritium_server::forward::HeaderForward;
 use tritium_server::restricted::Restrictions;
 use tritium_server::{
     ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, LogSettings, LogSettingsUpdate, ModelMetadata,
-    ModelStats, Server, ServerMetadata, Streamed,
+    ModelStats, ResponseStream, Server, ServerMetadata, Streamed,
 };
 
 mod body;
@@ -60,7 +59,7 @@ pub trait Backend: Send + Sync + 'static {
     /// stream, the last one final; one response for a model that is not decoupled. An error
     /// returned here happened before the request was queued. Dropping the receiver cancels
     /// the request. Unsupported unless implemented.
-    fn infer_stream(&self, _req: InferRequest) -> Result<UnboundedReceiver<Streamed>, InferError> {
+    fn infer_stream(&self, _req: InferRequest) -> Result<ResponseStream, InferError> {
         Err(InferError::new(ErrorKind::Unsupported, "the generate extension is not supported by this server"))
     }
     /// Liveness.
@@ -105,18 +104,18 @@ impl Backend for Server {
     fn infer(&self, req: InferRequest) -> impl Future<Output = Result<InferResponse, InferError>> + Send {
         Server::infer(self, req)
     }
-    fn infer_stream(&self, req: InferRequest) -> Result<UnboundedReceiver<Streamed>, InferError> {
+    fn infer_stream(&self, req: InferRequest) -> Result<ResponseStream, InferError> {
         if Server::is_decoupled(self, &req.model, req.version).unwrap_or(false) {
             return Server::infer_decoupled(self, req);
         }
         let answer = Server::infer_queued(self, req)?;
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tritium_server::response_stream();
         tokio::spawn(async move {
             // A receiver dropped before the answer (the client went away) drops the wait, and
             // with it the request's reply, which the core takes as its cancellation.
             tokio::select! {
                 result = answer => {
-                    let _ = tx.send(Streamed::Response { result, last: true });
+                    tx.send(Streamed::Response { result, last: true });
                 }
                 () = tx.closed() => {}
             }

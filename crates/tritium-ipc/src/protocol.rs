@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::arena::Descriptor;
 
 /// Version of this protocol; the stub's hello must carry the same number.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// A tensor element type, named as KServe v2 names it on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -274,6 +274,9 @@ pub struct Initialize {
     pub model_file: String,
     /// The `args` dict passed to `initialize`, in order.
     pub args: Vec<(String, String)>,
+    /// A decoupled request's window: most responses sent and not yet taken by its client
+    /// ([`ToStub::Credit`]) before the model's next `send` waits; 0 means no limit.
+    pub max_inflight_responses: u32,
 }
 
 /// A custom metric family's kind, as `pb_utils.MetricFamily` names it.
@@ -429,6 +432,14 @@ pub enum ToStub {
     Cancel {
         /// The [`Request::id`].
         request: u64,
+    },
+    /// The client of a decoupled request has taken `consumed` of its responses so far (the
+    /// final included): the model may run [`Initialize::max_inflight_responses`] ahead of it.
+    Credit {
+        /// The [`Request::id`].
+        request: u64,
+        /// Responses taken, counted from the first; never decreases.
+        consumed: u64,
     },
     /// The answer to a BLS request the stub made.
     BlsResponse {
@@ -617,6 +628,22 @@ mod tests {
         let down = ToStub::BlsResponse { call: 7, response };
         let bytes = postcard::to_stdvec(&down).expect("encode");
         assert_eq!(postcard::from_bytes::<ToStub>(&bytes).expect("decode"), down);
+    }
+
+    #[test]
+    fn credits_and_the_window_round_trip_through_postcard() {
+        let msgs = [
+            ToStub::Credit { request: 9, consumed: u64::MAX },
+            ToStub::Initialize(Initialize {
+                model_file: "m.py".into(),
+                args: vec![("k".into(), "v".into())],
+                max_inflight_responses: 64,
+            }),
+        ];
+        for msg in msgs {
+            let bytes = postcard::to_stdvec(&msg).expect("encode");
+            assert_eq!(postcard::from_bytes::<ToStub>(&bytes).expect("decode"), msg);
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use tokio::sync::mpsc::UnboundedReceiver;
+use tritium_server::ResponseStream;
 use tritium_server::{ErrorKind, ModelMetadata, Server, Streamed};
 
 use crate::error::ApiError;
@@ -101,15 +101,15 @@ impl Frontend {
 
     /// Starts the inference: the model's responses, on a decoupled model's stream or as the one
     /// answer of another.
-    fn start(&self, req: tritium_server::InferRequest) -> Result<UnboundedReceiver<Streamed>, ApiError> {
+    fn start(&self, req: tritium_server::InferRequest) -> Result<ResponseStream, ApiError> {
         if self.server.is_decoupled(&req.model, None)? {
             return Ok(self.server.infer_decoupled(req)?);
         }
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tritium_server::response_stream();
         let server = self.server.clone();
         tokio::spawn(async move {
             let result = server.infer(req).await;
-            let _ = tx.send(Streamed::Response { result, last: true });
+            tx.send(Streamed::Response { result, last: true });
         });
         Ok(rx)
     }
@@ -221,7 +221,7 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
 
 struct StreamState {
     c: Completion,
-    rx: UnboundedReceiver<Streamed>,
+    rx: ResponseStream,
     pending: Option<Streamed>,
     opened: bool,
     done: bool,
@@ -309,11 +309,11 @@ mod tests {
 
     async fn run(body: &str, messages: Vec<Streamed>) -> (Vec<String>, String) {
         let g = parse(Endpoint::Completion, body.as_bytes()).expect("valid");
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tritium_server::response_stream();
         let mut messages = messages.into_iter();
         let first = messages.next().expect("a first message");
         for m in messages {
-            tx.send(m).expect("send");
+            assert!(tx.send(m));
         }
         drop(tx);
         let metrics = Arc::new(Metrics::default());

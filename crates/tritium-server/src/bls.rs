@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 use tracing::warn;
 use tritium_host::{BlsEvent, BlsHandler};
 use tritium_ipc::{CallOp, CallResult, Request, Response, ServerChannel, StubError, Tensor, TensorData, ToStub};
@@ -38,35 +38,7 @@ impl Hook {
     pub(crate) fn new(server: Weak<Inner>) -> Self {
         Self { server, runtime: tokio::runtime::Handle::try_current().ok() }
     }
-
-    /// Tells the stub behind `channel` that the client of its open request `request` went away
-    /// as soon as it does, even while the model sends nothing (the worker also sees it when the
-    /// next response comes). Ends when the request is done (its stream's senders are gone).
-    pub(crate) fn watch_client(
-        &self,
-        tx: mpsc::WeakUnboundedSender<Streamed>,
-        channel: &Arc<ServerChannel>,
-        request: u64,
-    ) {
-        let Some(runtime) = &self.runtime else { return };
-        let channel = Arc::downgrade(channel);
-        runtime.spawn(async move {
-            loop {
-                tokio::time::sleep(CLIENT_POLL).await;
-                let Some(tx) = tx.upgrade() else { return };
-                if tx.is_closed() {
-                    if let Some(channel) = channel.upgrade() {
-                        let _ = channel.send(&ToStub::Cancel { request });
-                    }
-                    return;
-                }
-            }
-        });
-    }
 }
-
-/// How often an open request of a decoupled model is checked for a client that went away.
-const CLIENT_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Answers `pb_utils.is_model_ready`, `load_model` and `unload_model` for model code of
 /// `caller`. Loading blocks the calling instance's worker until the model is loaded (the caller
@@ -436,7 +408,10 @@ async fn run(
     cancel: Arc<Notify>,
 ) {
     let call = key.1;
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    // The task takes each answer as it comes, so a decoupled target is credited at once: what
+    // bounds it is the caller's own model code, and the caller's answers wait in the server's
+    // arena of the caller's stub (each within `--max-server-shm-bytes-per-stub`), not here.
+    let (tx, mut rx) = crate::types::response_stream();
     let queued = req.and_then(|req| {
         let model = req.model.clone();
         server.bls_enqueue(req, tx).map_err(|e| InferError::new(e.kind, before_queue(&model, &e.message).message))

@@ -60,6 +60,10 @@ pub struct Supervision {
     /// Most bytes of output tensors in one response, checked before any is copied
     /// (`--max-output-bytes`).
     pub max_output_bytes: u64,
+    /// Most responses of one decoupled request sent by the model and not yet taken by its
+    /// client; the model's next `send` waits for the client (`--max-inflight-responses`; 0: no
+    /// limit).
+    pub max_inflight_responses: u32,
     /// What a stub may make the server map, and how much the server's arena for one stub may
     /// hold (`--max-stub-segments`, `--max-stub-shm-bytes`, `--max-server-shm-bytes-per-stub`).
     pub channel: ChannelLimits,
@@ -75,6 +79,10 @@ pub const DEFAULT_MAX_REQUEST_METADATA_BYTES: usize = 64 << 10;
 /// client anyway, and the server must hold a copy of it in memory.
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 2 << 30;
 
+/// Default of `--max-inflight-responses`: a decoupled model runs at most 64 responses ahead of
+/// a slow client (Triton has no such bound: its gRPC frontend queues every response).
+pub const DEFAULT_MAX_INFLIGHT_RESPONSES: u32 = 64;
+
 impl Default for Supervision {
     fn default() -> Self {
         Self {
@@ -88,6 +96,7 @@ impl Default for Supervision {
             healthy_after: Duration::from_secs(30),
             max_request_metadata_bytes: DEFAULT_MAX_REQUEST_METADATA_BYTES,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
+            max_inflight_responses: DEFAULT_MAX_INFLIGHT_RESPONSES,
             channel: ChannelLimits::default(),
         }
     }
@@ -471,6 +480,7 @@ fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
     let init = Initialize {
         model_file: ctx.model_file.display().to_string(),
         args: args.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        max_inflight_responses: sup.max_inflight_responses,
     };
     match stub.initialize(init, sup.init_timeout) {
         Ok(()) => Started::Ready(Box::new(stub)),
@@ -722,7 +732,7 @@ fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut
                 match stub.poll(wait, &mut route) {
                     Ok(m) => {
                         more = m;
-                        open.cancel_gone(stub);
+                        open.watch(stub, ctx.supervision.max_inflight_responses);
                     }
                     Err(e) => {
                         let exit = stub.kill();
@@ -772,6 +782,8 @@ struct OpenRequest {
     started: Instant,
     /// The stub was told that the client went away.
     cancelled: bool,
+    /// The count of responses taken by the client that the stub was last told (its `Credit`).
+    credited: u64,
 }
 
 /// The open requests of a decoupled model's instance, by the id the stub knows them by.
@@ -818,12 +830,7 @@ impl Open {
             Streamed::Response { result, last }
         };
         stub.release_outputs(&resp);
-        if !open.cancelled && open.p.tx.is_closed() {
-            // The client went away: the model sees it in `is_cancelled()` and may stop early. A
-            // stub that cannot take the message is noticed by the worker's next receive.
-            open.cancelled = true;
-            let _ = stub.cancel(resp.request);
-        }
+        open.watch(stub, resp.request, ctx.supervision.max_inflight_responses);
         if !last {
             open.p.tx.stream(message);
             return Ok(());
@@ -839,14 +846,12 @@ impl Open {
         Ok(())
     }
 
-    /// Tells the stub about each open request whose client went away, once, even if the model
-    /// sends it nothing more.
-    fn cancel_gone(&mut self, stub: &Stub) {
+    /// Tells the stub, for each open request, that its client went away (once) and how many
+    /// responses its client has taken (when that advanced by half of `window`), even while the
+    /// model sends nothing: called while the worker is idle and while `execute` runs.
+    fn watch(&mut self, stub: &Stub, window: u32) {
         for (id, open) in self.0.iter_mut() {
-            if !open.cancelled && open.p.tx.is_closed() {
-                open.cancelled = true;
-                let _ = stub.cancel(*id);
-            }
+            open.watch(stub, *id, window);
         }
     }
 
@@ -868,6 +873,25 @@ impl Open {
 }
 
 impl OpenRequest {
+    /// [`Open::watch`] for one request, `id` to the stub. A stub that cannot take the message
+    /// is noticed by the worker's next receive.
+    fn watch(&mut self, stub: &Stub, id: u64, window: u32) {
+        let crate::scheduler::Reply::Stream(tx) = &self.p.tx else { return };
+        if tx.is_closed() {
+            if !self.cancelled {
+                // The model sees it in `is_cancelled()` and may stop early; a send waiting for
+                // credit stops waiting.
+                self.cancelled = true;
+                let _ = stub.cancel(id);
+            }
+            return;
+        }
+        if let Some(consumed) = credit_due(self.credited, tx.taken(), window) {
+            self.credited = consumed;
+            let _ = stub.credit(id, consumed);
+        }
+    }
+
     /// The request's times for the statistics: all of it since its batch was taken is counted
     /// as inference, since a decoupled model computes while it sends.
     fn times(&self) -> ExecTimes {
@@ -877,6 +901,14 @@ impl OpenRequest {
             compute_output: Duration::ZERO,
         }
     }
+}
+
+/// The count to pass to the stub when a client that was credited `credited` responses has taken
+/// `taken`: when it advanced by at least half the window (at least one), so a model blocked on
+/// a full window wakes before its client runs dry, with one message per half window.
+fn credit_due(credited: u64, taken: u64, window: u32) -> Option<u64> {
+    let step = u64::from(window / 2).max(1);
+    (window > 0 && taken >= credited.saturating_add(step)).then_some(taken)
 }
 
 /// Runs one batch of a decoupled model: its requests become open, and each response is
@@ -900,14 +932,16 @@ fn run_decoupled_batch(
         // The inputs are in shared memory now: the server's copy is not needed any more.
         p.req.inputs = Vec::new();
         let queue = t0.saturating_duration_since(p.enqueued);
-        if let crate::scheduler::Reply::Stream(tx) = &p.tx {
-            ctx.bls.watch_client(tx.downgrade(), stub.channel(), id);
-        }
-        open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false });
+        open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false, credited: 0 });
     }
     let requests = std::mem::take(&mut placed.requests);
-    let mut route = |r: Response| open.route(ctx, stub, r);
-    let executed = stub.execute_decoupled(requests, ctx.supervision.execute_timeout, &mut route);
+    // Responses and the watch both need the open table; the stub calls one at a time.
+    let open = std::cell::RefCell::new(open);
+    let window = ctx.supervision.max_inflight_responses;
+    let mut route = |r: Response| open.borrow_mut().route(ctx, stub, r);
+    let mut watch = |stub: &Stub| open.borrow_mut().watch(stub, window);
+    let executed = stub.execute_decoupled(requests, ctx.supervision.execute_timeout, &mut route, &mut watch);
+    let open = open.into_inner();
     match executed {
         Ok(error) => {
             let times =
@@ -1497,6 +1531,26 @@ mod tests {
             m.contains("300000 bytes") && m.contains("258048 bytes") && m.contains("--max-request-metadata-bytes"),
             "{m}"
         );
+    }
+
+    #[test]
+    fn credit_goes_to_the_stub_each_half_window_and_never_without_a_window() {
+        // Window 64: nothing until the client took 32 more than the stub was told.
+        assert_eq!(credit_due(0, 31, 64), None);
+        assert_eq!(credit_due(0, 32, 64), Some(32));
+        assert_eq!(credit_due(32, 63, 64), None);
+        assert_eq!(credit_due(32, 70, 64), Some(70));
+        // A window of 1 credits every response; 0 means no limit and no credit at all.
+        assert_eq!(credit_due(5, 6, 1), Some(6));
+        assert_eq!(credit_due(0, 1_000, 0), None);
+        // Replaying the worker's loop: the stub's view never lags the client by a half window.
+        let (window, mut credited) = (16u32, 0u64);
+        for taken in 0..1_000u64 {
+            if let Some(c) = credit_due(credited, taken, window) {
+                credited = c;
+            }
+            assert!(taken - credited < u64::from(window / 2));
+        }
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub mod testing;
 pub mod types;
 mod validate;
 
-pub use instance::{Supervision, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES};
-pub use server::{parse_version, Server, ServerOptions};
+pub use instance::{
+    Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES,
+};
+pub use server::{parse_version, InferFuture, Server, ServerOptions};
 pub use types::*;

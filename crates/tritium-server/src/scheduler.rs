@@ -25,12 +25,12 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::{model_queue_policy, ModelConfig, ModelQueuePolicy};
 
 use crate::stats::Stats;
-use crate::types::{ErrorKind, InferError, InferRequest, InferResponse, RequestedOutput, Streamed};
+use crate::types::{ErrorKind, InferError, InferRequest, InferResponse, RequestedOutput, StreamTx, Streamed};
 
 /// Triton's text for a request rejected by its queue timeout (`dynamic_batch_scheduler.cc`).
 pub(crate) const TIMEOUT_EXPIRED: &str = "Request timeout expired";
@@ -57,9 +57,10 @@ pub(crate) struct Pending {
 pub(crate) enum Reply {
     /// The one answer of a request to a model that is not decoupled.
     Unary(oneshot::Sender<Result<InferResponse, InferError>>),
-    /// The responses of a request to a decoupled model, as they come. Unbounded: the worker
-    /// that forwards them must never block on one slow client.
-    Stream(mpsc::UnboundedSender<Streamed>),
+    /// The responses of a request to a decoupled model, as they come. The channel never blocks
+    /// the worker that forwards them; what bounds it is the stub, which waits for credit
+    /// ([`StreamTx::taken`]) once `--max-inflight-responses` are sent and not taken.
+    Stream(StreamTx),
 }
 
 impl Reply {
@@ -71,7 +72,7 @@ impl Reply {
                 let _ = tx.send(result);
             }
             Reply::Stream(tx) => {
-                let _ = tx.send(Streamed::Response { result, last: true });
+                tx.send(Streamed::Response { result, last: true });
             }
         }
     }
@@ -79,7 +80,7 @@ impl Reply {
     /// Sends one message of a decoupled request's stream (nothing for a unary request).
     pub(crate) fn stream(&self, message: Streamed) {
         if let Reply::Stream(tx) = self {
-            let _ = tx.send(message);
+            tx.send(message);
         }
     }
 
@@ -563,7 +564,7 @@ mod tests {
 
     #[test]
     fn a_stream_reply_ends_with_its_final_answer_and_a_unary_one_ignores_stream_messages() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = crate::types::response_stream();
         let reply = Reply::Stream(tx);
         reply.stream(Streamed::Response { result: Err(InferError::internal("partial")), last: false });
         assert!(!reply.is_closed());
@@ -650,7 +651,7 @@ mod tests {
 
         // Without batching too, and a stream's receiver counts the same way.
         let q = Queue::new(None, Priorities::single(Policy::unbounded()), stats.clone());
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = crate::types::response_stream();
         let req = InferRequest { id: "stream".into(), ..Default::default() };
         let p = Pending { req, batch_size: 0, outputs: vec![], enqueued: Instant::now(), tx: Reply::Stream(tx) };
         assert!(q.push(p).is_ok());

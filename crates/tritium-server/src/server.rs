@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{mpsc as tokio_mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tracing::{error, info, warn};
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::model_instance_group::Kind;
@@ -120,6 +120,9 @@ pub(crate) struct Inner {
     models: RwLock<BTreeMap<String, Entry>>,
     live: AtomicBool,
 }
+
+/// The wait for the answer of a queued request ([`Server::infer_queued`]).
+pub type InferFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>;
 
 /// The running server: every model, its instances and queues.
 #[derive(Clone)]
@@ -242,13 +245,7 @@ impl Server {
     /// Routes, validates and queues one inference on a model that is not decoupled, and
     /// returns the wait for its answer: an error here happened before the request was queued.
     /// Dropping the wait cancels the request (it is never executed if still queued).
-    pub fn infer_queued(
-        &self,
-        req: InferRequest,
-    ) -> Result<
-        std::pin::Pin<Box<dyn std::future::Future<Output = Result<InferResponse, InferError>> + Send>>,
-        InferError,
-    > {
+    pub fn infer_queued(&self, req: InferRequest) -> Result<InferFuture, InferError> {
         if let Some(version) = self.ensemble_of(&req) {
             // An ensemble has no queue of its own: its checks and steps run in the answer's wait.
             return Ok(ensemble::infer(self.clone(), version, req));
@@ -272,11 +269,11 @@ impl Server {
     /// before this returns, and its responses come on the stream as the model sends them, the
     /// last one final ([`Streamed::is_last`]). A stream whose sender is dropped without a final
     /// message means the server lost the request (it never happens by design).
-    pub fn infer_decoupled(&self, req: InferRequest) -> Result<tokio_mpsc::UnboundedReceiver<Streamed>, InferError> {
+    pub fn infer_decoupled(&self, req: InferRequest) -> Result<ResponseStream, InferError> {
         if let Some(version) = self.ensemble_of(&req) {
             return ensemble::infer_decoupled(self, version, req);
         }
-        let (tx, rx) = tokio_mpsc::unbounded_channel();
+        let (tx, rx) = crate::types::response_stream();
         let (version, deadline) = self.enqueue(req, Reply::Stream(tx), true)?;
         if let Some(deadline) = deadline {
             // The queue timeout applies even while every instance is busy.
@@ -362,11 +359,7 @@ impl Server {
 
     /// Queues a BLS request through the clients' path; its answers come on `tx` (one final
     /// message from a model that is not decoupled). Must run inside the runtime.
-    pub(crate) fn bls_enqueue(
-        &self,
-        req: InferRequest,
-        tx: tokio_mpsc::UnboundedSender<Streamed>,
-    ) -> Result<(), InferError> {
+    pub(crate) fn bls_enqueue(&self, req: InferRequest, tx: crate::types::StreamTx) -> Result<(), InferError> {
         if let Some(version) = self.ensemble_of(&req) {
             // An ensemble has no queue of its own: its steps are queued as they become ready.
             return ensemble::start_on(self, version, req, tx);

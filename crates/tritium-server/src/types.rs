@@ -196,6 +196,95 @@ impl Streamed {
     }
 }
 
+/// The receiving end of a decoupled request's responses ([`crate::Server::infer_decoupled`]):
+/// it counts the messages its consumer has taken, and the instance worker passes that count to
+/// the stub as credit, so a model runs at most `--max-inflight-responses` ahead of its client.
+/// Dropping it is how a consumer cancels the request.
+#[derive(Debug)]
+pub struct ResponseStream {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Streamed>,
+    taken: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The sending end of a [`ResponseStream`], held by the request while it is queued or open (a
+/// frontend makes its own to serve a model that is not decoupled through the same path).
+#[derive(Debug, Clone)]
+pub struct StreamTx {
+    tx: tokio::sync::mpsc::UnboundedSender<Streamed>,
+    taken: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// A new response stream and its sending end.
+pub fn response_stream() -> (StreamTx, ResponseStream) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let taken = std::sync::Arc::default();
+    (StreamTx { tx, taken: std::sync::Arc::clone(&taken) }, ResponseStream { rx, taken })
+}
+
+impl ResponseStream {
+    /// The next message, waiting for it; None once the stream ended (after the final message,
+    /// or when the server dropped the request).
+    pub async fn recv(&mut self) -> Option<Streamed> {
+        let message = self.rx.recv().await;
+        if message.is_some() {
+            self.taken.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+        message
+    }
+
+    /// Polls for the next message (as [`ResponseStream::recv`], for hand-written futures and bodies).
+    pub fn poll_recv(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Streamed>> {
+        let polled = self.rx.poll_recv(cx);
+        if let std::task::Poll::Ready(Some(_)) = &polled {
+            self.taken.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+        polled
+    }
+
+    /// The next message if one is there, without waiting.
+    pub fn try_recv(&mut self) -> Result<Streamed, tokio::sync::mpsc::error::TryRecvError> {
+        let message = self.rx.try_recv();
+        if message.is_ok() {
+            self.taken.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+        message
+    }
+
+    /// How many messages the consumer has taken.
+    pub fn taken(&self) -> u64 {
+        self.taken.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+impl StreamTx {
+    /// Queues one message; false when the consumer went away.
+    pub fn send(&self, message: Streamed) -> bool {
+        self.tx.send(message).is_ok()
+    }
+
+    /// Whether the consumer dropped its [`ResponseStream`].
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Completes when the consumer drops its [`ResponseStream`].
+    pub async fn closed(&self) {
+        self.tx.closed().await;
+    }
+
+    /// How many messages the consumer has taken.
+    pub fn taken(&self) -> u64 {
+        self.taken.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until the consumer has taken at least `count` messages, or went away.
+    pub(crate) async fn wait_taken(&self, count: u64) {
+        while self.taken() < count && !self.is_closed() {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+}
+
 /// Name, dtype and shape of a model input or output, as metadata reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorMetadata {
@@ -445,4 +534,33 @@ pub trait LogControl: Send + Sync {
     fn get(&self) -> LogSettings;
     /// Applies `update` and returns the new settings.
     fn update(&self, update: LogSettingsUpdate) -> Result<LogSettings, InferError>;
+}
+
+#[cfg(test)]
+mod stream_tests {
+    use super::*;
+
+    fn final_message() -> Streamed {
+        Streamed::Final
+    }
+
+    #[tokio::test]
+    async fn the_stream_counts_what_its_consumer_took() {
+        let (tx, mut rx) = response_stream();
+        for _ in 0..3 {
+            assert!(tx.send(final_message()));
+        }
+        // Queued is not taken.
+        assert_eq!(tx.taken(), 0);
+        assert!(rx.recv().await.is_some());
+        assert_eq!((tx.taken(), rx.taken()), (1, 1));
+        assert!(rx.try_recv().is_ok());
+        assert!(rx.try_recv().is_ok());
+        assert!(rx.try_recv().is_err());
+        assert_eq!(tx.taken(), 3);
+        assert!(!tx.is_closed());
+        drop(rx);
+        assert!(tx.is_closed());
+        assert!(!tx.send(final_message()));
+    }
 }

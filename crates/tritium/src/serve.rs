@@ -177,6 +177,12 @@ pub(crate) struct ServeArgs {
     /// `tokenizer_config.json`).
     #[arg(long, env = "TRITIUM_CHAT_TEMPLATE")]
     chat_template: Option<PathBuf>,
+    // Back-pressure for decoupled streams (issue 10)
+    /// Most responses of one decoupled request that the model may have sent and its client not
+    /// yet taken; the model's next `send` waits for the client (0: no limit, the server buffers
+    /// whatever the model sends).
+    #[arg(long, env = "TRITIUM_MAX_INFLIGHT_RESPONSES", default_value_t = tritium_server::DEFAULT_MAX_INFLIGHT_RESPONSES)]
+    max_inflight_responses: u32,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -251,6 +257,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             backoff_max: Duration::from_secs(args.stub_backoff_max_secs),
             max_request_metadata_bytes: args.max_request_metadata_bytes,
             max_output_bytes: args.max_output_bytes,
+            max_inflight_responses: args.max_inflight_responses,
             channel: tritium_host::ChannelLimits {
                 max_peer_segments: args.max_stub_segments,
                 max_peer_segment_bytes: tritium_host::ChannelLimits::default()

@@ -92,7 +92,11 @@ impl Model {
             ("model_version", "1".to_string()),
             ("model_name", self.name.clone()),
         ];
-        Initialize { model_file: self.file(), args: args.into_iter().map(|(k, v)| (k.to_string(), v)).collect() }
+        Initialize {
+            model_file: self.file(),
+            args: args.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+            max_inflight_responses: 0,
+        }
     }
 
     /// Spawns a stub and initializes the model in it.

@@ -351,7 +351,7 @@ pub(super) fn infer(
     Box::pin(async move {
         check_policy(&version, &req, false)?;
         let checked = admit(&version, &req)?;
-        let (tx, mut rx) = tokio_mpsc::unbounded_channel();
+        let (tx, mut rx) = crate::types::response_stream();
         run(server, version, req, checked, tx).await;
         loop {
             match rx.recv().await {
@@ -368,10 +368,10 @@ pub(super) fn infer_decoupled(
     server: &Server,
     version: Arc<Version>,
     req: InferRequest,
-) -> Result<tokio_mpsc::UnboundedReceiver<Streamed>, InferError> {
+) -> Result<ResponseStream, InferError> {
     check_policy(&version, &req, true)?;
     let checked = admit(&version, &req)?;
-    let (tx, rx) = tokio_mpsc::unbounded_channel();
+    let (tx, rx) = crate::types::response_stream();
     tokio::spawn(run(server.clone(), version, req, checked, tx));
     Ok(rx)
 }
@@ -382,7 +382,7 @@ pub(super) fn start_on(
     server: &Server,
     version: Arc<Version>,
     req: InferRequest,
-    tx: tokio_mpsc::UnboundedSender<Streamed>,
+    tx: crate::types::StreamTx,
 ) -> Result<(), InferError> {
     let checked = admit(&version, &req)?;
     tokio::spawn(run(server.clone(), version, req, checked, tx));
@@ -400,13 +400,7 @@ enum Event {
 }
 
 /// One ensemble request, from its inputs to its last response on `tx`.
-async fn run(
-    server: Server,
-    version: Arc<Version>,
-    req: InferRequest,
-    checked: Validated,
-    tx: tokio_mpsc::UnboundedSender<Streamed>,
-) {
+async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: Validated, tx: crate::types::StreamTx) {
     let start = Instant::now();
     let Some(plan) = version.ensemble.clone() else { return };
     let name = version.ctx.model.clone();
@@ -433,7 +427,7 @@ async fn run(
         let e = InferError::new(e.kind, format!("in ensemble '{name}', {}", e.message));
         // Triton counts an ensemble's failure with reason OTHER.
         version.ctx.stats.failure(start.elapsed(), ErrorKind::Internal, false);
-        let _ = tx.send(Streamed::Response { result: Err(e), last: true });
+        tx.send(Streamed::Response { result: Err(e), last: true });
     };
     loop {
         let mut gens: Vec<u64> = Vec::new();
@@ -470,7 +464,10 @@ async fn run(
                     timeout_us: req.timeout_us,
                     priority: req.priority,
                 };
-                launch(&server, s, gen, step.decoupled, step_req, events.clone());
+                // A decoupled ensemble's client holds its decoupled steps back (a step's
+                // response becomes, through the steps after it, one of the ensemble's).
+                let hold = version.ctx.decoupled.then(|| (tx.clone(), version.ctx.supervision.max_inflight_responses));
+                launch(&server, s, gen, step.decoupled, step_req, events.clone(), hold);
             }
         }
         for gen in gens {
@@ -509,10 +506,10 @@ async fn run(
                 // One response: the ensemble is done once it is complete.
                 version.ctx.stats.success(checked.batch_size, start.elapsed(), Duration::ZERO, zero_times());
                 version.ctx.stats.execution(checked.batch_size.max(1), zero_times());
-                let _ = tx.send(Streamed::Response { result: Ok(response), last: true });
+                tx.send(Streamed::Response { result: Ok(response), last: true });
                 return;
             }
-            if tx.send(Streamed::Response { result: Ok(response), last: false }).is_err() {
+            if !tx.send(Streamed::Response { result: Ok(response), last: false }) {
                 // The client went away: dropping `incoming` cancels the steps.
                 version.ctx.stats.failure(start.elapsed(), ErrorKind::Cancelled, false);
                 return;
@@ -551,7 +548,7 @@ async fn run(
     }
     version.ctx.stats.success(checked.batch_size, start.elapsed(), Duration::ZERO, zero_times());
     version.ctx.stats.execution(checked.batch_size.max(1), zero_times());
-    let _ = tx.send(Streamed::Final);
+    tx.send(Streamed::Final);
 }
 
 fn zero_times() -> ExecTimes {
@@ -559,7 +556,10 @@ fn zero_times() -> ExecTimes {
 }
 
 /// Sends one step's request through the server's own routing, in a task that reports its
-/// responses on `events`; a step that fails to start reports its error at once.
+/// responses on `events`; a step that fails to start reports its error at once. With `hold`
+/// (the ensemble's own stream and window), a decoupled step's next response is taken only while
+/// the responses taken from it are less than a window ahead of what the ensemble's client took,
+/// so the step model is held back by the ensemble's client.
 fn launch(
     server: &Server,
     step: usize,
@@ -567,6 +567,7 @@ fn launch(
     decoupled: bool,
     req: InferRequest,
     events: tokio_mpsc::UnboundedSender<Event>,
+    hold: Option<(crate::types::StreamTx, u32)>,
 ) {
     if decoupled {
         let mut stream = match server.infer_decoupled(req) {
@@ -577,7 +578,11 @@ fn launch(
             }
         };
         tokio::spawn(async move {
-            while let Some(message) = stream.recv().await {
+            loop {
+                if let Some((out, window)) = hold.as_ref().filter(|(_, w)| *w > 0) {
+                    out.wait_taken((stream.taken() + 1).saturating_sub(u64::from(*window))).await;
+                }
+                let Some(message) = stream.recv().await else { break };
                 let last = message.is_last();
                 let sent = match message {
                     Streamed::Response { result: Ok(response), .. } => {
