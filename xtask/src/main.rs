@@ -156,6 +156,28 @@ fn build() -> Result<()> {
     Ok(())
 }
 
+/// Builds the wheel `target/dist/tritium-<version>-py3-none-linux_<arch>.whl`: the `tritium`
+/// package with its abi3 native module, `triton_python_backend_utils`, and the `tritium` binary
+/// (without debug info) as a script, so `pip install` of it gives a `tritium` command that finds
+/// its Python package in the same environment. Assembled with the standard library
+/// (`dist_wheel.py`), not maturin: the wheel holds a binary and an extension module from two
+/// crates.
+fn dist() -> Result<()> {
+    build()?;
+    let target = target_dir();
+    let stripped = target.join("dist/tritium.stripped");
+    std::fs::create_dir_all(target.join("dist"))?;
+    run(Command::new("objcopy").arg("--strip-debug").arg(target.join("release/tritium")).arg(&stripped))?;
+    let script = target.join("dist/dist_wheel.py");
+    std::fs::write(&script, include_str!("dist_wheel.py"))?;
+    run(Command::new(venv_python())
+        .arg(&script)
+        .arg(root())
+        .arg(&stripped)
+        .arg(target.join("dist"))
+        .arg(env!("CARGO_PKG_VERSION")))
+}
+
 /// Builds everything and runs the server on the examples until Ctrl-C.
 fn serve(extra: &[String]) -> Result<()> {
     setup()?;
@@ -238,13 +260,14 @@ fn main() -> Result<()> {
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         ["setup"] => setup(),
         ["build"] => build(),
+        ["dist"] => dist(),
         ["lint"] => setup().and_then(|()| lint()),
         ["test"] => test(),
         ["bench", what] => bench(what),
         ["bench"] => bench("ipc"),
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         _ => bail!(
-            "usage: cargo xtask setup | build | lint | serve [FLAGS] | test | bench ipc | bench serve | bench stream \
+            "usage: cargo xtask setup | build | dist | lint | serve [FLAGS] | test | bench ipc | bench serve | bench stream \
              | bench openai"
         ),
     }

@@ -311,6 +311,7 @@ mod tests {
             strict_readiness: true,
             explicit_control: true,
             backend_directory: std::path::PathBuf::new(),
+            envs: tritium_server::EnvOptions::default(),
             max_queue_size: 0,
             server_id: "tritium".into(),
             load_threads: 4,

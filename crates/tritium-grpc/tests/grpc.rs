@@ -72,6 +72,7 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
         load_threads: 4,
         load_retries: 0,
         backend_directory: PathBuf::new(),
+        envs: tritium_server::EnvOptions::default(),
     }
 }
 

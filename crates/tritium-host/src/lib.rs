@@ -10,6 +10,6 @@ pub mod output;
 pub mod process;
 pub mod stub;
 
-pub use process::{StubCommand, StubExit};
+pub use process::{run_tool, StubCommand, StubExit, ToolOutcome};
 pub use stub::{BlsEvent, BlsHandler, CallHandler, HostError, OnResponse, Stub, StubInfo, POLL_CHUNK};
 pub use tritium_ipc::ChannelLimits;

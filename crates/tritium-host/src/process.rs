@@ -283,6 +283,97 @@ pub(crate) fn spawn(
     Ok((ChildGuard { child, exit: None }, stderr))
 }
 
+/// How a tool run by [`run_tool`] ended.
+#[derive(Debug, Clone)]
+pub struct ToolOutcome {
+    /// How the process ended (killed by SIGKILL when it ran past its time).
+    pub exit: StubExit,
+    /// Whether it ran past its time and was killed.
+    pub timed_out: bool,
+    /// Its last lines of output (stdout and stderr together), oldest first.
+    pub tail: Vec<String>,
+}
+
+impl ToolOutcome {
+    /// Whether it exited by itself with code 0.
+    pub fn success(&self) -> bool {
+        !self.timed_out && self.exit == StubExit::Code(0)
+    }
+}
+
+/// Runs a helper program to completion (building a model's Python environment: `python -m
+/// venv`, `pip`, `uv`; probing an interpreter) in its own process group, with `env` added to
+/// the server's environment. Each line it prints is logged at info level in `span` (progress in
+/// the log), the last `tail` lines are kept, and a run longer than `timeout` has its whole
+/// process group killed. The child also gets `PR_SET_PDEATHSIG`, like a stub.
+pub fn run_tool(
+    program: &std::path::Path,
+    args: &[OsString],
+    env: &[(OsString, OsString)],
+    timeout: std::time::Duration,
+    tail: usize,
+    span: Span,
+) -> std::io::Result<ToolOutcome> {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
+    // system calls (setpgid, prctl).
+    unsafe {
+        command.pre_exec(|| {
+            libc::setpgid(0, 0);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    let lines = StderrTail(Arc::new(Mutex::new(VecDeque::new())));
+    let mut readers = Vec::new();
+    let outputs: [Option<Box<dyn Read + Send>>; 2] = [
+        child.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>),
+        child.stderr.take().map(|e| Box::new(e) as Box<dyn Read + Send>),
+    ];
+    for reader in outputs.into_iter().flatten() {
+        let (span, lines) = (span.clone(), lines.clone());
+        readers.push(std::thread::Builder::new().name("tool-output".into()).spawn(move || {
+            let _enter = span.enter();
+            crate::output::read_lines(reader, crate::output::MAX_LINE, |line| {
+                tracing::info!(target: "tritium::env", "{line}");
+                let mut l = lines.0.lock().unwrap_or_else(|e| e.into_inner());
+                if l.len() == tail.max(1) {
+                    l.pop_front();
+                }
+                l.push_back(line);
+            });
+        })?);
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    let mut timed_out = false;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            timed_out = true;
+            // The whole group: pip and uv start children of their own.
+            // SAFETY: kill takes a process group id (our child's own group) and a signal.
+            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
+            break child.wait()?;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    for r in readers {
+        let _ = r.join();
+    }
+    let tail = lines.0.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
+    Ok(ToolOutcome { exit: StubExit::from(status), timed_out, tail })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +399,29 @@ mod tests {
         // cannot hit a process that reused the pid.
         let again = pidfd_kill(std::os::fd::AsFd::as_fd(&pidfd)).expect_err("reaped");
         assert_eq!(again.raw_os_error(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn a_tool_keeps_its_last_lines_and_is_killed_past_its_time() {
+        let sh = std::path::Path::new("/bin/sh");
+        let args = |s: &str| vec![OsString::from("-c"), OsString::from(s)];
+        let done = run_tool(
+            sh,
+            &args("echo one; echo two; echo three; exit 3"),
+            &[],
+            std::time::Duration::from_secs(60),
+            2,
+            Span::none(),
+        )
+        .expect("sh");
+        assert_eq!(done.exit, StubExit::Code(3));
+        assert!(!done.success() && !done.timed_out);
+        assert_eq!(done.tail.len(), 2);
+        assert_eq!(done.tail.last().map(String::as_str), Some("three"));
+        let slow = run_tool(sh, &args("sleep 30 & wait"), &[], std::time::Duration::from_millis(200), 2, Span::none())
+            .expect("sh");
+        assert!(slow.timed_out);
+        assert_eq!(slow.exit, StubExit::signal(libc::SIGKILL));
     }
 
     #[test]

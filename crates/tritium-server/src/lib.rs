@@ -4,6 +4,7 @@
 
 mod bls;
 mod classify;
+pub mod envs;
 pub mod forward;
 mod instance;
 pub mod restricted;
@@ -16,6 +17,7 @@ pub mod testing;
 pub mod types;
 mod validate;
 
+pub use envs::EnvOptions;
 pub use instance::{
     Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES,
 };

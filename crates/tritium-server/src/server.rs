@@ -51,6 +51,8 @@ pub struct ServerOptions {
     /// Where Python-based backends live: `backend: "<name>"` other than "python" runs
     /// `<backend_directory>/<name>/model.py` (`--backend-directory`).
     pub backend_directory: PathBuf,
+    /// Per-model Python environments: their cache and how they are built (`envs.rs`).
+    pub envs: crate::envs::EnvOptions,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -925,12 +927,13 @@ fn newest_version_dir(dir: &Path) -> Option<i64> {
 /// Runs the model's `auto_complete_config` in a short-lived stub.
 fn auto_complete(
     opts: &ServerOptions,
+    stub: &StubCommand,
     name: &str,
     model_file: &Path,
     config: &ModelConfig,
 ) -> Result<ModelConfig, LoadError> {
     let timeout = opts.supervision.init_timeout;
-    let stub = Stub::spawn(&opts.stub, &format!("{name}_autocomplete"), timeout)
+    let stub = Stub::spawn(stub, &format!("{name}_autocomplete"), timeout)
         .map_err(|e| LoadError::AutoComplete(e.to_string()))?;
     let json = tritium_config::to_json(config).to_string();
     let result = stub.auto_complete(&model_file.display().to_string(), &json, timeout);
@@ -988,6 +991,9 @@ pub(crate) enum LoadError {
     /// An ensemble's step models are missing or not loaded (Triton's texts).
     #[error("{0}")]
     Ensemble(String),
+    /// The model's Python environment cannot be unpacked, built or used.
+    #[error(transparent)]
+    Env(#[from] crate::envs::EnvError),
 }
 
 /// A model's config, read and completed, and what loading its versions needs from it.
@@ -1002,6 +1008,8 @@ struct Resolved {
     priorities: Priorities,
     classes: Classes,
     versions: Vec<i64>,
+    /// How this model's stubs start: the server's interpreter, or its own environment's.
+    stub: StubCommand,
 }
 
 /// Reads, completes and checks a model's config, then starts every instance of every version;
@@ -1023,7 +1031,7 @@ fn load_versions(
     }
     let mut loaded = BTreeMap::new();
     for &v in &resolved.versions {
-        match start_version(opts, metrics, bls, name, &resolved, v, prepared) {
+        match start_version(metrics, bls, name, &resolved, v, prepared) {
             Ok(version) => {
                 loaded.insert(v, version);
             }
@@ -1071,13 +1079,19 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
         ..Default::default()
     });
     let backend_model = python_based_backend(opts, &config)?;
+    // The model's own Python environment (envs.rs), made ready before any of its stubs starts.
+    let stub = if config.platform == "ensemble" {
+        opts.stub.clone()
+    } else {
+        crate::envs::stub_for(&opts.stub, &opts.envs, name, &dir, &config)?
+    };
     if opts.auto_complete {
         let file = match &backend_model {
             Some(file) => mentions_auto_complete(file, has_file).then(|| file.clone()),
             None => auto_complete_file(&dir, &config, has_file),
         };
         if let Some(file) = file {
-            config = auto_complete(opts, name, &file, &config)?;
+            config = auto_complete(opts, &stub, name, &file, &config)?;
         }
     }
     tritium_config::normalize(&mut config, name)?;
@@ -1102,6 +1116,7 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
         priorities,
         classes,
         versions,
+        stub,
     })
 }
 
@@ -1171,7 +1186,6 @@ fn instance_specs(config: &ModelConfig) -> Vec<InstanceSpec> {
 /// Step 4: spawns the instances of version `v` and waits until each is ready or failed (step 5);
 /// a version with a failed instance is retired.
 fn start_version(
-    opts: &ServerOptions,
     metrics: &tritium_metrics::CustomMetrics,
     bls: &crate::bls::Hook,
     name: &str,
@@ -1196,7 +1210,7 @@ fn start_version(
         config_json: r.config_json.clone(),
         queue: Arc::new(Queue::new(r.batching.clone(), r.priorities.clone(), stats.clone())),
         stats,
-        stub: opts.stub.clone(),
+        stub: r.stub.clone(),
         supervision: r.supervision.clone(),
         live_workers: AtomicUsize::new(0),
         instances: Mutex::new(Vec::new()),
@@ -1296,6 +1310,7 @@ mod tests {
                 load_threads: 4,
                 load_retries: 0,
                 backend_directory: self.0.join("backends"),
+                envs: crate::envs::EnvOptions::default(),
             }
         }
     }

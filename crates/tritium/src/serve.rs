@@ -183,6 +183,20 @@ pub(crate) struct ServeArgs {
     /// whatever the model sends).
     #[arg(long, env = "TRITIUM_MAX_INFLIGHT_RESPONSES", default_value_t = tritium_server::DEFAULT_MAX_INFLIGHT_RESPONSES)]
     max_inflight_responses: u32,
+    // Per-model Python environments (issue 14).
+    /// Where packed environments (`EXECUTION_ENV_PATH`) are unpacked and `requirements.txt`
+    /// environments are built, each once, keyed by a hash of what made it (default:
+    /// `$XDG_CACHE_HOME/tritium/envs`, else `~/.cache/tritium/envs`).
+    #[arg(long, env = "TRITIUM_ENV_CACHE_DIR")]
+    env_cache_dir: Option<PathBuf>,
+    /// Install models' requirements only from this directory of wheels (pip's `--no-index
+    /// --find-links DIR`), for servers without access to PyPI.
+    #[arg(long, env = "TRITIUM_WHEELHOUSE")]
+    wheelhouse: Option<PathBuf>,
+    /// Seconds building one model's Python environment may take (its installer is killed past
+    /// it and the load fails); apart from `--stub-init-timeout-secs`.
+    #[arg(long, env = "TRITIUM_ENV_BUILD_TIMEOUT_SECS", default_value_t = 900)]
+    env_build_timeout_secs: u64,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -195,7 +209,23 @@ fn find_python_path(given: Option<PathBuf>) -> Result<PathBuf> {
         return Ok(p);
     }
     let exe = std::env::current_exe().context("locating the tritium binary")?;
-    let candidates = exe.ancestors().skip(1).take(4).flat_map(|d| [d.join("python"), d.join("share/tritium/python")]);
+    // A checkout (`python/` next to `target/`), or an installed wheel: the binary in
+    // `<env>/bin`, the package in `<env>/lib/python3.X/site-packages`.
+    let site_packages = |d: &Path| -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(d.join("lib")) else { return Vec::new() };
+        let mut found: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+            .map(|e| e.path().join("site-packages"))
+            .collect();
+        found.sort();
+        found
+    };
+    let candidates = exe.ancestors().skip(1).take(4).flat_map(|d| {
+        let mut c = vec![d.join("python"), d.join("share/tritium/python")];
+        c.extend(site_packages(d));
+        c
+    });
     for c in candidates {
         if has_native(&c) {
             return Ok(c);
@@ -230,8 +260,15 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     let python_path = find_python_path(args.python_path.clone())?;
     let python = args.python.clone().unwrap_or_else(|| {
         let venv = python_path.join("../.venv/bin/python");
+        // Installed from the wheel: the environment's own interpreter, next to the binary.
+        let beside = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("python")));
         if venv.is_file() {
             venv
+        } else if let Some(beside) = beside.filter(|p| {
+            p.is_file()
+                && python_path.starts_with(p.parent().and_then(Path::parent).unwrap_or(Path::new("/nonexistent")))
+        }) {
+            beside
         } else {
             PathBuf::from("python3")
         }
@@ -246,7 +283,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     };
     let opts = ServerOptions {
         repository,
-        stub: StubCommand { python, python_path, env: Vec::new(), spin: args.stub_spin_us },
+        stub: {
+            info!(python = %python.display(), python_path = %python_path.display(), "stubs run on this interpreter unless a model has its own environment");
+            StubCommand { python, python_path, env: Vec::new(), spin: args.stub_spin_us }
+        },
         supervision: Supervision {
             init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
             execute_timeout: (args.execute_timeout_secs > 0).then(|| Duration::from_secs(args.execute_timeout_secs)),
@@ -276,6 +316,11 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         server_id: args.triton.id.clone().unwrap_or_else(|| "tritium".to_string()),
         load_threads: args.triton.model_load_thread_count.max(1),
         load_retries: args.triton.model_load_retry_count,
+        envs: tritium_server::EnvOptions {
+            cache_dir: args.env_cache_dir.clone().unwrap_or_else(tritium_server::envs::default_cache_dir),
+            wheelhouse: args.wheelhouse.clone(),
+            build_timeout: Duration::from_secs(args.env_build_timeout_secs),
+        },
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
