@@ -164,8 +164,9 @@ def test_flags_without_meaning_here_are_accepted_and_logged(tmp_path):
 @pytest.mark.parametrize(
     "flag,named",
     [
-        ("--grpc-use-ssl=true", "--grpc-use-ssl=true"),
-        ("--http-restricted-api=model-repository:admin-key=secret", "--http-restricted-api"),
+        ("--grpc-use-ssl=true", "--grpc-server-cert"),
+        ("--http-restricted-api=model-repository", "--http-restricted-api option format"),
+        ("--rate-limit=execution_count", "--rate-limit=execution_count"),
         ("--cache-config=redis,host=localhost", "--cache-config=redis,host=localhost"),
     ],
 )

@@ -12,11 +12,13 @@
 
 pub mod admin;
 pub mod convert;
+pub mod front_door;
 mod limits;
 mod service;
 mod stream;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -26,6 +28,8 @@ use tonic::transport::server::TcpIncoming;
 use tritium_proto::admin::admin_server::AdminServer;
 use tritium_proto::health::health_server::HealthServer;
 use tritium_proto::inference::grpc_inference_service_server::GrpcInferenceServiceServer;
+use tritium_server::forward::HeaderForward;
+use tritium_server::restricted::Restrictions;
 use tritium_server::Server;
 
 pub use admin::AdminService;
@@ -33,7 +37,7 @@ pub use convert::{code_for, to_status, MAX_GRPC_MESSAGE_SIZE, MAX_REQUEST_ENTRIE
 pub use service::{HealthService, InferenceService};
 
 /// Frontend options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// `--grpc-max-message-size`: the largest message received or sent, in bytes (a compressed
     /// request counts decompressed).
@@ -50,6 +54,13 @@ pub struct Options {
     /// `--grpc-infer-response-compression-level` other than `none`: answers are compressed
     /// with an algorithm the client accepts (gzip or deflate).
     pub compress_responses: bool,
+    /// `--grpc-restricted-protocol`: the groups whose calls need a header.
+    pub restrictions: Arc<Restrictions>,
+    /// `--grpc-header-forward-pattern`: metadata of inference calls forwarded to the model as
+    /// request parameters.
+    pub header_forward: Option<HeaderForward>,
+    /// `--grpc-use-ssl` / `--grpc-use-ssl-mutual`: TLS, checked by [`front_door::Tls::config`].
+    pub tls: Option<tonic::transport::ServerTlsConfig>,
 }
 
 impl Default for Options {
@@ -62,6 +73,9 @@ impl Default for Options {
             max_connection_age: None,
             max_connection_age_grace: None,
             compress_responses: false,
+            restrictions: Arc::default(),
+            header_forward: None,
+            tls: None,
         }
     }
 }
@@ -79,11 +93,11 @@ pub fn service(server: Server, admin_token: Option<String>) -> Services {
         InferenceService::new(server.clone()),
         HealthService::new(server.clone()),
         AdminService::new(server, admin_token),
-        Options::default(),
+        &Options::default(),
     )
 }
 
-fn build(inference: InferenceService, health: HealthService, admin: AdminService, options: Options) -> Services {
+fn build(inference: InferenceService, health: HealthService, admin: AdminService, options: &Options) -> Services {
     let mut inference = GrpcInferenceServiceServer::new(inference)
         .max_decoding_message_size(options.max_message_size)
         .max_encoding_message_size(options.max_message_size)
@@ -126,10 +140,10 @@ pub async fn serve_with(
     let (down_tx, down_rx) = watch::channel(false);
     let signal = service::Shutdown::new(down_rx);
     let (inference, health, admin) = build(
-        InferenceService::with_shutdown(server.clone(), signal),
+        InferenceService::with_shutdown(server.clone(), signal, options.header_forward.clone()),
         HealthService::new(server.clone()),
         AdminService::new(server, admin_token),
-        options,
+        &options,
     );
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let tonic_signal = async move {
@@ -148,8 +162,12 @@ pub async fn serve_with(
     if let Some(grace) = options.max_connection_age_grace {
         builder = builder.max_connection_age_grace(grace);
     }
+    if let Some(tls) = options.tls {
+        builder = builder.tls_config(tls)?;
+    }
     builder
         .layer(tower::util::MapResponseLayer::new(limits::name_the_flag))
+        .layer(front_door::RestrictLayer::new(options.restrictions))
         .layer(tower::util::MapRequestLayer::new(service::arrival_layer))
         .add_service(inference)
         .add_service(health)

@@ -12,7 +12,8 @@ use tritium_proto::health::health_server::Health;
 use tritium_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use tritium_proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use tritium_proto::inference::*;
-use tritium_server::{parse_version, ErrorKind, InferError, InferRequest, Server};
+use tritium_server::forward::HeaderForward;
+use tritium_server::{parse_version, ErrorKind, InferError, InferRequest, ParamValue, Server};
 
 use crate::convert::{self, to_status};
 use crate::stream;
@@ -101,16 +102,24 @@ fn version(s: &str) -> Result<Option<i64>, Status> {
 pub struct InferenceService {
     server: Server,
     shutdown: Shutdown,
+    forward: Option<HeaderForward>,
 }
 
 impl InferenceService {
     /// A service answering from `server`.
     pub fn new(server: Server) -> Self {
-        Self { server, shutdown: Shutdown::default() }
+        Self { server, shutdown: Shutdown::default(), forward: None }
     }
 
-    pub(crate) fn with_shutdown(server: Server, shutdown: Shutdown) -> Self {
-        Self { server, shutdown }
+    pub(crate) fn with_shutdown(server: Server, shutdown: Shutdown, forward: Option<HeaderForward>) -> Self {
+        Self { server, shutdown, forward }
+    }
+
+    /// The request parameters `--grpc-header-forward-pattern` makes of a call's metadata.
+    fn forwarded(&self, metadata: &tonic::metadata::MetadataMap) -> Result<Vec<(String, ParamValue)>, Status> {
+        let Some(forward) = &self.forward else { return Ok(Vec::new()) };
+        let headers = metadata.as_ref();
+        forward.parameters(headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes()))).map_err(to_status)
     }
 }
 
@@ -149,7 +158,9 @@ impl GrpcInferenceService for InferenceService {
 
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let deadline = deadline(&req);
-        let decoded = convert::decode_infer_request(req.into_inner()).map_err(to_status)?;
+        let forwarded = self.forwarded(req.metadata())?;
+        let mut decoded = convert::decode_infer_request(req.into_inner()).map_err(to_status)?;
+        decoded.parameters.extend(forwarded);
         if self.server.is_decoupled(&decoded.model, decoded.version).unwrap_or(false) {
             // Triton's text and code (`src/grpc/infer_handler.cc`).
             return Err(to_status(InferError::new(
@@ -178,7 +189,9 @@ impl GrpcInferenceService for InferenceService {
         // Triton's `triton_grpc_error` mode: the client asks, with this header, for an inference
         // error to end the stream with its gRPC status instead of an `error_message`.
         let grpc_error_mode = req.metadata().get("triton_grpc_error").is_some_and(|v| v.as_bytes() == b"true");
-        let responses = stream::start(self.server.clone(), req.into_inner(), grpc_error_mode, self.shutdown.clone());
+        let forwarded = self.forwarded(req.metadata())?;
+        let responses =
+            stream::start(self.server.clone(), req.into_inner(), grpc_error_mode, self.shutdown.clone(), forwarded);
         Ok(Response::new(responses))
     }
 

@@ -30,7 +30,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tritium_proto::inference::infer_parameter::ParameterChoice;
 use tritium_proto::inference::{InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
-use tritium_server::{ErrorKind, InferError, ResponseStream, Server, Streamed};
+use tritium_server::{ErrorKind, InferError, ParamValue, ResponseStream, Server, Streamed};
 
 use crate::convert::{self, to_status};
 use crate::service::{run, Shutdown};
@@ -83,10 +83,11 @@ pub(crate) fn start(
     inbound: Streaming<ModelInferRequest>,
     grpc_error_mode: bool,
     shutdown: Shutdown,
+    forwarded: Vec<(String, ParamValue)>,
 ) -> ReceiverStream<Result<ModelStreamInferResponse, Status>> {
     let (items_tx, items_rx) = mpsc::channel(MAX_PENDING);
     let (out_tx, out_rx) = mpsc::channel(MAX_UNSENT);
-    tokio::spawn(read(server, inbound, items_tx, shutdown));
+    tokio::spawn(read(server, inbound, items_tx, shutdown, forwarded));
     tokio::spawn(write(items_rx, out_tx, grpc_error_mode));
     ReceiverStream::new(out_rx)
 }
@@ -96,6 +97,7 @@ async fn read(
     mut inbound: Streaming<ModelInferRequest>,
     items: mpsc::Sender<Item>,
     shutdown: Shutdown,
+    forwarded: Vec<(String, ParamValue)>,
 ) {
     loop {
         let next = tokio::select! {
@@ -110,7 +112,7 @@ async fn read(
             next = inbound.message() => next,
         };
         let item = match next {
-            Ok(Some(msg)) => issue(&server, msg).await,
+            Ok(Some(msg)) => issue(&server, msg, &forwarded).await,
             // The client closed its side: the answers still due are written, then the stream ends.
             Ok(None) => return,
             Err(status) => Item::End(status),
@@ -123,17 +125,18 @@ async fn read(
 }
 
 /// Decodes a request and starts it, queuing it before returning.
-async fn issue(server: &Server, msg: ModelInferRequest) -> Item {
+async fn issue(server: &Server, msg: ModelInferRequest, forwarded: &[(String, ParamValue)]) -> Item {
     let id = msg.id.clone();
     let empty_final = msg
         .parameters
         .get("triton_enable_empty_final_response")
         .is_some_and(|p| matches!(p, InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) }));
     let (model, version) = (msg.model_name.clone(), msg.model_version.clone());
-    let decoded = match convert::decode_infer_request(msg) {
+    let mut decoded = match convert::decode_infer_request(msg) {
         Ok(d) => d,
         Err(e) => return Item::Done { id, outcome: Err(e), queued: false },
     };
+    decoded.parameters.extend_from_slice(forwarded);
     if server.is_decoupled(&decoded.model, decoded.version).unwrap_or(false) {
         // Routed, validated and queued before the next request is read.
         return match server.infer_decoupled(decoded) {

@@ -10,6 +10,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use tritium_server::forward::HeaderForward;
+use tritium_server::restricted::Restrictions;
 use tritium_server::{
     ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, LogSettings, LogSettingsUpdate, ModelMetadata,
     ModelStats, ResponseStream, Server, ServerMetadata, Streamed,
@@ -19,6 +21,7 @@ mod body;
 pub mod codec;
 pub mod compression;
 mod error;
+pub mod front_door;
 pub mod generate;
 mod json_out;
 pub mod limits;
@@ -29,16 +32,21 @@ pub use error::{error_body, status_for};
 pub use limits::DEFAULT_MAX_INPUT_SIZE;
 
 /// Frontend options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// `--http-max-input-size`: the largest request body accepted (JSON header and binary data
     /// together), before and after decompression.
     pub max_input_size: usize,
+    /// `--http-restricted-api`: the groups whose requests need a header.
+    pub restrictions: Arc<Restrictions>,
+    /// `--http-header-forward-pattern`: headers of `/infer` requests forwarded to the model as
+    /// request parameters.
+    pub header_forward: Option<HeaderForward>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { max_input_size: DEFAULT_MAX_INPUT_SIZE }
+        Self { max_input_size: DEFAULT_MAX_INPUT_SIZE, restrictions: Arc::default(), header_forward: None }
     }
 }
 

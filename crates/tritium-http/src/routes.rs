@@ -36,7 +36,7 @@ struct AppState<B> {
 
 impl<B> Clone for AppState<B> {
     fn clone(&self) -> Self {
-        Self { backend: self.backend.clone(), options: self.options }
+        Self { backend: self.backend.clone(), options: self.options.clone() }
     }
 }
 
@@ -79,7 +79,12 @@ pub(crate) fn build<B: Backend>(backend: Arc<B>, options: Options) -> Router {
                 .route(&format!("{prefix}/unregister"), with_405(post(shm_unregister)));
         }
     }
-    r.fallback(|| async { HttpError::not_found() }).with_state(AppState { backend, options })
+    let restrictions = options.restrictions.clone();
+    let r = r.fallback(|| async { HttpError::not_found() }).with_state(AppState { backend, options });
+    if restrictions.is_empty() {
+        return r;
+    }
+    r.layer(axum::middleware::from_fn_with_state(restrictions, crate::front_door::restrict))
 }
 
 /// A model name and version from the path, as Triton's model regex takes them: the version, when
@@ -529,7 +534,12 @@ async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap
         return Err(InferError::from(TooLarge::body(BodyKind::Json, Some(header), s.options.max_input_size)).into());
     }
     let body = read_infer_body(&headers, body, encodings.request, s.options.max_input_size, kind).await?;
-    let decoded = decode_infer(&*s.backend, m, body, encodings.header_length.as_deref()).await?;
+    let mut decoded = decode_infer(&*s.backend, m, body, encodings.header_length.as_deref()).await?;
+    if let Some(forward) = &s.options.header_forward {
+        // Triton forwards after the request is built, so its own errors come first.
+        let headers = headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes()));
+        decoded.request.parameters.extend(forward.parameters(headers)?);
+    }
     let specs = decoded.outputs;
     let response = s.backend.infer(decoded.request).await?;
     let json_outputs: usize =

@@ -459,7 +459,7 @@ async fn infer_raw_binary() {
 #[tokio::test]
 async fn body_limit() {
     let mock = Arc::new(Mock::default());
-    let app = router_with(mock, Options { max_input_size: 200 });
+    let app = router_with(mock, Options { max_input_size: 200, ..Options::default() });
     let flag = "Use --http-max-input-size to increase the limit.";
     let req = json!({"inputs": [{"name": "I", "datatype": "INT32", "shape": [100], "data": vec![0; 100]}]}).to_string();
     let r = send(&app, Method::POST, "/v2/models/m/infer", &[], req.clone()).await;
@@ -503,7 +503,7 @@ async fn body_limit() {
 
 #[tokio::test]
 async fn content_length_over_the_limit_is_refused_before_the_body() {
-    let app = router_with(Arc::new(Mock::default()), Options { max_input_size: 1 << 20 });
+    let app = router_with(Arc::new(Mock::default()), Options { max_input_size: 1 << 20, ..Options::default() });
     // A body that never ends: the declared length is refused at once, and only a bounded
     // amount of the body is read (and thrown away) before the answer.
     let req = Request::builder()

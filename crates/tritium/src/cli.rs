@@ -33,6 +33,19 @@ pub(crate) struct Target {
     /// <token>`; needed to restart stubs from another host.
     #[arg(long, env = "TRITIUM_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// Metadata sent with every call, `<name>=<value>` (repeatable): the header of a restricted
+    /// group, e.g. `triton-grpc-protocol-admin-key=secret` for a server started with
+    /// `--grpc-restricted-protocol=admin:admin-key=secret`.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    headers: Vec<String>,
+    /// Talk TLS to a server started with --grpc-use-ssl: the PEM file of the CA that signed its
+    /// certificate (implied `https://` URL).
+    #[arg(long, env = "TRITIUM_CA_CERT")]
+    ca_cert: Option<std::path::PathBuf>,
+    /// With --ca-cert, for a server started with --grpc-use-ssl-mutual: this client's PEM
+    /// certificate and key files, `<cert>,<key>`.
+    #[arg(long, value_name = "CERT,KEY", requires = "ca_cert")]
+    client_cert: Option<String>,
 }
 
 /// The subcommands that act on a running server.
@@ -151,11 +164,28 @@ async fn execute(command: Command) -> Result<String> {
     }
 }
 
+/// The client's TLS settings from `--ca-cert` and `--client-cert`, if TLS is asked for.
+fn client_tls(target: &Target) -> Result<Option<tonic::transport::ClientTlsConfig>> {
+    let Some(ca) = &target.ca_cert else { return Ok(None) };
+    let read = |flag: &str, path: &std::path::Path| {
+        std::fs::read(path).with_context(|| format!("{flag}: cannot read {}", path.display()))
+    };
+    let mut tls = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(read("--ca-cert", ca)?));
+    if let Some(pair) = &target.client_cert {
+        let (cert, key) = pair.split_once(',').ok_or_else(|| anyhow!("--client-cert {pair:?}: expected CERT,KEY"))?;
+        let (cert, key) = (read("--client-cert", cert.as_ref())?, read("--client-cert", key.as_ref())?);
+        tls = tls.identity(tonic::transport::Identity::from_pem(cert, key));
+    }
+    Ok(Some(tls))
+}
+
 /// A connection to the server, and the admin token to send with every call.
 struct Conn {
     channel: Channel,
     url: String,
     authorization: Option<AsciiMetadataValue>,
+    headers: Vec<(tonic::metadata::AsciiMetadataKey, AsciiMetadataValue)>,
 }
 
 impl Conn {
@@ -169,15 +199,29 @@ impl Conn {
             ),
             None => None,
         };
-        let uri = if target.url.contains("://") { target.url.clone() } else { format!("http://{}", target.url) };
-        let endpoint = Endpoint::from_shared(uri)
+        let mut headers = Vec::new();
+        for h in &target.headers {
+            let (name, value) = h.split_once('=').ok_or_else(|| anyhow!("--header {h:?}: expected NAME=VALUE"))?;
+            let name = name
+                .to_ascii_lowercase()
+                .parse()
+                .map_err(|_| anyhow!("--header {h:?}: {name:?} is not a valid metadata name"))?;
+            let value = value.parse().map_err(|_| anyhow!("--header {h:?}: the value must be printable ASCII"))?;
+            headers.push((name, value));
+        }
+        let scheme = if target.ca_cert.is_some() { "https" } else { "http" };
+        let uri = if target.url.contains("://") { target.url.clone() } else { format!("{scheme}://{}", target.url) };
+        let mut endpoint = Endpoint::from_shared(uri)
             .map_err(|e| anyhow!("invalid --url {:?}: {e} (expected host:port)", target.url))?
             .connect_timeout(CONNECT_TIMEOUT);
+        if let Some(tls) = client_tls(target)? {
+            endpoint = endpoint.tls_config(tls).map_err(|e| anyhow!("TLS settings: {}", root_cause(&e)))?;
+        }
         let channel = endpoint
             .connect()
             .await
             .map_err(|e| anyhow!("cannot reach the server at {}: {}", target.url, root_cause(&e)))?;
-        Ok(Self { channel, url: target.url.clone(), authorization })
+        Ok(Self { channel, url: target.url.clone(), authorization, headers })
     }
 
     /// A request with the admin token, if one is given. Every call sends it, so a server that
@@ -186,6 +230,9 @@ impl Conn {
         let mut req = Request::new(message);
         if let Some(value) = &self.authorization {
             req.metadata_mut().insert("authorization", value.clone());
+        }
+        for (name, value) in &self.headers {
+            req.metadata_mut().insert(name.clone(), value.clone());
         }
         req
     }

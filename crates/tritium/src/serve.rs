@@ -241,6 +241,11 @@ fn find_python_path(given: Option<PathBuf>) -> Result<PathBuf> {
 pub(crate) fn run(args: ServeArgs) -> Result<()> {
     // A flag asking for what tritium cannot do stops it before anything starts.
     let review = args.triton.review().context("refusing to start")?;
+    let front_door = args.triton.front_door().context("refusing to start")?;
+    let grpc_tls = match &front_door.grpc_tls {
+        Some(tls) => Some(tls.config().context("refusing to start: gRPC TLS")?),
+        None => None,
+    };
     let logging = crate::logging::Logging::install(tritium_server::LogSettings {
         log_file: args.log_file.clone(),
         log_info: args.log_info,
@@ -319,7 +324,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
-    runtime.block_on(serve(args, opts, logging))
+    runtime.block_on(serve(args, opts, logging, front_door, grpc_tls))
 }
 
 /// Listens on `host:port` for `what` (`http`, `grpc`, `metrics`: the flags' prefix); with
@@ -377,7 +382,13 @@ async fn shutdown_signal() {
     }
 }
 
-async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<crate::logging::Logging>) -> Result<()> {
+async fn serve(
+    args: ServeArgs,
+    opts: ServerOptions,
+    logging: std::sync::Arc<crate::logging::Logging>,
+    front_door: crate::triton_flags::FrontDoor,
+    grpc_tls: Option<tonic::transport::ServerTlsConfig>,
+) -> Result<()> {
     let opts_repository = opts.repository.clone();
     let server = Server::new(opts);
     server.set_log_control(logging);
@@ -402,7 +413,11 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     let http_task = if t.allow_http {
         let http = bind(http_address, args.http_port, "http", t.reuse_http_port).await?;
         info!("HTTP service on {}", http.local_addr()?);
-        let http_options = tritium_http::Options { max_input_size: args.http_max_input_size };
+        let http_options = tritium_http::Options {
+            max_input_size: args.http_max_input_size,
+            restrictions: Arc::new(front_door.http_restrictions),
+            header_forward: front_door.http_forward,
+        };
         let serving = tritium_http::serve_with(http, Arc::new(server.clone()), http_options, stopped(stop_rx.clone()));
         Some(tokio::spawn(serving))
     } else {
@@ -412,7 +427,12 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
     let grpc_task = if t.allow_grpc {
         let grpc_address = t.grpc_address.as_deref().unwrap_or(&args.host);
         let grpc = bind(grpc_address, args.grpc_port, "grpc", t.reuse_grpc_port).await?;
-        info!("gRPC service on {}", grpc.local_addr()?);
+        let scheme = match &front_door.grpc_tls {
+            Some(tls) if tls.mutual => " (mutual TLS)",
+            Some(_) => " (TLS)",
+            None => "",
+        };
+        info!("gRPC service on {}{scheme}", grpc.local_addr()?);
         let ms = |v: u64| Duration::from_millis(v);
         let grpc_options = tritium_grpc::Options {
             max_message_size: args.grpc_max_message_size,
@@ -421,6 +441,9 @@ async fn serve(args: ServeArgs, opts: ServerOptions, logging: std::sync::Arc<cra
             max_connection_age: t.grpc_max_connection_age.map(ms),
             max_connection_age_grace: t.grpc_max_connection_age_grace.map(ms),
             compress_responses: t.grpc_infer_response_compression_level != crate::triton_flags::CompressionLevel::None,
+            restrictions: Arc::new(front_door.grpc_restrictions),
+            header_forward: front_door.grpc_forward,
+            tls: grpc_tls,
         };
         Some(tokio::spawn(tritium_grpc::serve_with(
             grpc,

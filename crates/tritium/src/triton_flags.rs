@@ -7,13 +7,18 @@
 //!   `--grpc-address`, `--exit-on-error`, ...);
 //! - accepted as a no-op: what it asks for has no meaning here (a pinned-memory pool, GPU
 //!   metrics, `--allow-sagemaker=false`); one log line at start says so;
-//! - refused: it asks for something tritium cannot do yet (TLS, restricted APIs, a cache other
-//!   than `local`); the server does not start, and the error names the flag and why.
+//! - refused: it asks for something tritium cannot do yet (a cache other than `local`, a rate
+//!   limiter, tracing); the server does not start, and the error names the flag and why.
+//!
+//! The access flags (restricted APIs, header forwarding, gRPC TLS) are parsed by
+//! [`TritonFlags::front_door`] into typed values for the frontends.
 //!
 //! Booleans take Triton's spellings (`true/false`, `on/off`, `1/0`, any case), and every flag
 //! takes `--flag=value` as well as `--flag value`.
 
 use clap::Args;
+use tritium_server::forward::HeaderForward;
+use tritium_server::restricted::{ApiGroup, Restrictions, GRPC_HEADER_PREFIX};
 
 /// Parses a boolean as Triton does: `true`, `on`, `1`, `false`, `off`, `0`, in any case.
 pub(crate) fn triton_bool(s: &str) -> Result<bool, String> {
@@ -87,10 +92,13 @@ pub(crate) struct TritonFlags {
     /// No effect: HTTP requests run on the server's async runtime with gRPC's.
     #[arg(long, help_heading = "HTTP")]
     pub http_thread_count: Option<u32>,
-    /// Refused (not implemented yet): restricted HTTP APIs.
+    /// Restrict HTTP APIs: `<apis>:<key>=<value>` (repeatable), `<apis>` a comma-separated
+    /// list of health, metadata, inference, shared-memory, model-config, model-repository,
+    /// statistics, trace, logging; their requests must carry the header `<key>: <value>`.
     #[arg(long, help_heading = "HTTP")]
     pub http_restricted_api: Vec<String>,
-    /// Refused (not implemented yet): HTTP headers forwarded as request parameters.
+    /// A regular expression: the headers of inference requests whose names match it become
+    /// request parameters (strings) the model sees.
     #[arg(long, help_heading = "HTTP")]
     pub http_header_forward_pattern: Option<String>,
 
@@ -135,25 +143,29 @@ pub(crate) struct TritonFlags {
     /// No effect (tritium keeps no pool of request objects).
     #[arg(long, help_heading = "GRPC")]
     pub grpc_infer_allocation_pool_size: Option<i64>,
-    /// Refused when true (not implemented yet): gRPC over TLS.
+    /// Serve gRPC over TLS (--grpc-server-cert and --grpc-server-key).
     #[arg(long, value_parser = triton_bool, help_heading = "GRPC")]
     pub grpc_use_ssl: Option<bool>,
-    /// Refused when true (not implemented yet): gRPC over mutual TLS.
+    /// Serve gRPC over mutual TLS: clients must present a certificate signed by
+    /// --grpc-root-cert (implies --grpc-use-ssl).
     #[arg(long, value_parser = triton_bool, help_heading = "GRPC")]
     pub grpc_use_ssl_mutual: Option<bool>,
-    /// Used with --grpc-use-ssl only.
+    /// PEM file of the server's certificate (chain), for TLS.
     #[arg(long, help_heading = "GRPC")]
     pub grpc_server_cert: Option<String>,
-    /// Used with --grpc-use-ssl only.
+    /// PEM file of the server's private key, for TLS.
     #[arg(long, help_heading = "GRPC")]
     pub grpc_server_key: Option<String>,
-    /// Used with --grpc-use-ssl only.
+    /// PEM file of the CA certificate that signs clients' certificates, for mutual TLS.
     #[arg(long, help_heading = "GRPC")]
     pub grpc_root_cert: Option<String>,
-    /// Refused (not implemented yet): restricted gRPC protocols.
+    /// Restrict gRPC protocols: `<protocols>:<key>=<value>` (repeatable), the groups of
+    /// --http-restricted-api plus tritium's `admin`; their calls must carry the metadata
+    /// `triton-grpc-protocol-<key>: <value>`.
     #[arg(long, help_heading = "GRPC")]
     pub grpc_restricted_protocol: Vec<String>,
-    /// Refused (not implemented yet): gRPC headers forwarded as request parameters.
+    /// A regular expression: the metadata of inference calls whose names match it become
+    /// request parameters (strings) the model sees.
     #[arg(long, help_heading = "GRPC")]
     pub grpc_header_forward_pattern: Option<String>,
 
@@ -370,38 +382,6 @@ impl TritonFlags {
                 "tritium serves one model repository, so there are no namespaces; leave the flag out",
             ));
         }
-        if !self.http_restricted_api.is_empty() {
-            return Err(refuse(
-                "--http-restricted-api",
-                format!("{NOT_YET}; starting without it would leave those APIs open to every client"),
-            ));
-        }
-        if !self.grpc_restricted_protocol.is_empty() {
-            return Err(refuse(
-                "--grpc-restricted-protocol",
-                format!("{NOT_YET}; starting without it would leave those APIs open to every client"),
-            ));
-        }
-        if self.http_header_forward_pattern.is_some() {
-            return Err(refuse(
-                "--http-header-forward-pattern",
-                format!("{NOT_YET}; models would not see the headers"),
-            ));
-        }
-        if self.grpc_header_forward_pattern.is_some() {
-            return Err(refuse(
-                "--grpc-header-forward-pattern",
-                format!("{NOT_YET}; models would not see the headers"),
-            ));
-        }
-        for (flag, on) in [("--grpc-use-ssl", self.grpc_use_ssl), ("--grpc-use-ssl-mutual", self.grpc_use_ssl_mutual)] {
-            if on == Some(true) {
-                return Err(refuse(
-                    format!("{flag}=true"),
-                    format!("gRPC over TLS is {NOT_YET}; terminate TLS in front of tritium (a proxy or service mesh)"),
-                ));
-            }
-        }
         if self.allow_sagemaker == Some(true) {
             return Err(refuse(
                 "--allow-sagemaker=true",
@@ -444,8 +424,16 @@ impl TritonFlags {
         }
 
         let ssl_files = [&self.grpc_server_cert, &self.grpc_server_key, &self.grpc_root_cert];
-        noop(ssl_files.iter().any(|f| f.is_some()), "--grpc-server-cert/key/root-cert", "they are used with TLS only");
-        noop(self.grpc_use_ssl.is_some() || self.grpc_use_ssl_mutual.is_some(), "--grpc-use-ssl=false", "the default");
+        noop(
+            !self.grpc_tls_on() && ssl_files.iter().any(|f| f.is_some()),
+            "--grpc-server-cert/key/root-cert",
+            "they are used with --grpc-use-ssl or --grpc-use-ssl-mutual only",
+        );
+        noop(
+            !self.grpc_tls_on() && (self.grpc_use_ssl.is_some() || self.grpc_use_ssl_mutual.is_some()),
+            "--grpc-use-ssl=false",
+            "the default",
+        );
         noop(self.model_namespacing.is_some(), "--model-namespacing=false", "the default");
         noop(self.http_thread_count.is_some(), "--http-thread-count", "HTTP runs on the server's async runtime");
         let ping_policy = [
@@ -505,6 +493,79 @@ impl TritonFlags {
         noop(!self.host_policy.is_empty(), "--host-policy", "host policies are not applied yet");
         noop(!self.model_load_gpu_limit.is_empty(), "--model-load-gpu-limit", "GPU memory is not tracked");
         Ok(Review { no_effect })
+    }
+}
+
+/// What the frontends need from the access flags: restricted groups, header forwarding and
+/// gRPC TLS, parsed and checked.
+#[derive(Debug, Default)]
+pub(crate) struct FrontDoor {
+    /// `--http-restricted-api`.
+    pub http_restrictions: Restrictions,
+    /// `--grpc-restricted-protocol` (headers with Triton's `triton-grpc-protocol-` prefix).
+    pub grpc_restrictions: Restrictions,
+    /// `--http-header-forward-pattern`.
+    pub http_forward: Option<HeaderForward>,
+    /// `--grpc-header-forward-pattern`.
+    pub grpc_forward: Option<HeaderForward>,
+    /// `--grpc-use-ssl` / `--grpc-use-ssl-mutual` with the files' contents.
+    pub grpc_tls: Option<tritium_grpc::front_door::Tls>,
+}
+
+impl TritonFlags {
+    /// Whether gRPC is served over TLS.
+    fn grpc_tls_on(&self) -> bool {
+        self.grpc_use_ssl == Some(true) || self.grpc_use_ssl_mutual == Some(true)
+    }
+
+    /// Parses the access flags; an error names the flag and says what is wrong, with Triton's
+    /// texts for the restricted-API syntax.
+    pub(crate) fn front_door(&self) -> Result<FrontDoor, Refused> {
+        let mut door = FrontDoor::default();
+        for arg in &self.http_restricted_api {
+            door.http_restrictions
+                .add(arg, "http-restricted-api", "", "api")
+                .map_err(|e| refuse(format!("--http-restricted-api={arg}"), e.0))?;
+            if door.http_restrictions.get(ApiGroup::Admin).is_some() {
+                return Err(refuse(
+                    format!("--http-restricted-api={arg}"),
+                    "tritium's admin API is served over gRPC only: restrict it with --grpc-restricted-protocol=admin:...",
+                ));
+            }
+        }
+        for arg in &self.grpc_restricted_protocol {
+            door.grpc_restrictions
+                .add(arg, "grpc-restricted-protocol", GRPC_HEADER_PREFIX, "protocol")
+                .map_err(|e| refuse(format!("--grpc-restricted-protocol={arg}"), e.0))?;
+        }
+        let pattern = |flag: &str, p: &Option<String>| match p.as_deref() {
+            None | Some("") => Ok(None),
+            Some(p) => HeaderForward::new(p)
+                .map(Some)
+                .map_err(|e| refuse(format!("--{flag}={p}"), format!("not a valid regular expression: {e}"))),
+        };
+        door.http_forward = pattern("http-header-forward-pattern", &self.http_header_forward_pattern)?;
+        door.grpc_forward = pattern("grpc-header-forward-pattern", &self.grpc_header_forward_pattern)?;
+        if self.grpc_tls_on() {
+            let read = |flag: &str, path: &Option<String>| -> Result<Vec<u8>, Refused> {
+                let path = path
+                    .as_deref()
+                    .ok_or_else(|| refuse(format!("--{flag}"), "is needed with --grpc-use-ssl: give a PEM file"))?;
+                std::fs::read(path)
+                    .map_err(|e| refuse(format!("--{flag}={path}"), format!("cannot read the file: {e}")))
+            };
+            let mutual = self.grpc_use_ssl_mutual == Some(true);
+            door.grpc_tls = Some(tritium_grpc::front_door::Tls {
+                cert: read("grpc-server-cert", &self.grpc_server_cert)?,
+                key: read("grpc-server-key", &self.grpc_server_key)?,
+                root: match (&self.grpc_root_cert, mutual) {
+                    (None, false) => None,
+                    (root, _) => Some(read("grpc-root-cert", root)?),
+                },
+                mutual,
+            });
+        }
+        Ok(door)
     }
 }
 
@@ -595,11 +656,7 @@ mod tests {
     #[test]
     fn flags_asking_for_what_tritium_cannot_do_are_refused_by_name() {
         for (args, flag) in [
-            (&["--grpc-use-ssl=true"][..], "--grpc-use-ssl=true"),
-            (&["--grpc-use-ssl-mutual", "on"], "--grpc-use-ssl-mutual=true"),
-            (&["--http-restricted-api=model-repository:admin-key=secret"], "--http-restricted-api"),
-            (&["--grpc-restricted-protocol=inference:key=v"], "--grpc-restricted-protocol"),
-            (&["--cache-config=redis,host=localhost"], "--cache-config=redis,host=localhost"),
+            (&["--cache-config=redis,host=localhost"][..], "--cache-config=redis,host=localhost"),
             (&["--cache-config=local,size=x"], "--cache-config=local,size=x"),
             (&["--cache-config=size=100"], "--cache-config=size=100"),
             (&["--cache-config=local,size"], "--cache-config=local,size"),
@@ -609,7 +666,6 @@ mod tests {
             (&["--trace-level=TENSORS"], "--trace-level=TENSORS"),
             (&["--allow-sagemaker=true"], "--allow-sagemaker=true"),
             (&["--model-namespacing=true"], "--model-namespacing=true"),
-            (&["--grpc-header-forward-pattern=x-.*"], "--grpc-header-forward-pattern"),
         ] {
             let refused = parse(args).review().expect_err("refused");
             assert_eq!(refused.flag, flag, "{args:?}");
@@ -635,5 +691,53 @@ mod tests {
         assert_eq!(trace_turns_on("opentelemetry,url=localhost:4318/v1/traces"), None);
         assert_eq!(trace_turns_on("mode=opentelemetry"), None);
         assert!(trace_turns_on("level=TIMESTAMPS").is_some());
+    }
+
+    #[test]
+    fn access_flags_become_typed_values() {
+        let f = parse(&[
+            "--http-restricted-api=model-repository,statistics:Admin-Key=secret",
+            "--http-restricted-api",
+            "inference:infer-key=k",
+            "--grpc-restricted-protocol=admin,health:key=v",
+            "--http-header-forward-pattern=^x-",
+            "--grpc-header-forward-pattern",
+            "team",
+        ]);
+        assert_eq!(f.review(), Ok(Review::default()));
+        let door = f.front_door().expect("parsed");
+        let http = &door.http_restrictions;
+        assert_eq!(
+            http.get(ApiGroup::Statistics).map(|r| (r.header.as_str(), r.value.as_str())),
+            Some(("admin-key", "secret"))
+        );
+        assert_eq!(http.get(ApiGroup::Inference).map(|r| r.header.as_str()), Some("infer-key"));
+        assert_eq!(http.get(ApiGroup::Health), None);
+        let grpc = &door.grpc_restrictions;
+        assert_eq!(grpc.get(ApiGroup::Admin).map(|r| r.header.as_str()), Some("triton-grpc-protocol-key"));
+        assert!(door.http_forward.is_some() && door.grpc_forward.is_some() && door.grpc_tls.is_none());
+    }
+
+    #[test]
+    fn bad_access_flags_are_refused_with_tritons_texts() {
+        let refused = |args: &[&str]| parse(args).front_door().expect_err("refused");
+        let r = refused(&["--http-restricted-api=inferenc:k=v"]);
+        assert_eq!(
+            (r.flag.as_str(), r.why.as_str()),
+            ("--http-restricted-api=inferenc:k=v", "unknown restricted api 'inferenc'")
+        );
+        let r = refused(&["--grpc-restricted-protocol=health:k=v", "--grpc-restricted-protocol=health:j=w"]);
+        assert_eq!(r.why, "restricted protocol 'health' can not be specified in multiple config groups");
+        let r = refused(&["--http-restricted-api=health"]);
+        assert_eq!(r.why, "--http-restricted-api option format is '<config name>:<setting>=<value>'. Got health");
+        let r = refused(&["--http-restricted-api=admin,health:k=v"]);
+        assert!(r.why.contains("--grpc-restricted-protocol=admin"), "{}", r.why);
+        let r = refused(&["--grpc-header-forward-pattern=("]);
+        assert!(r.why.starts_with("not a valid regular expression"), "{}", r.why);
+        let r = refused(&["--grpc-use-ssl=true", "--grpc-server-key=/k.pem"]);
+        assert_eq!(r.flag, "--grpc-server-cert");
+        let r = refused(&["--grpc-use-ssl-mutual=1", "--grpc-server-cert=/nonexistent/c.pem", "--grpc-server-key=/k"]);
+        assert_eq!(r.flag, "--grpc-server-cert=/nonexistent/c.pem");
+        assert!(r.why.starts_with("cannot read the file"), "{}", r.why);
     }
 }
