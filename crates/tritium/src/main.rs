@@ -69,4 +69,28 @@ mod tests {
             "tritium: restart of m failed: stub died; last stderr lines:\n  Traceback\n  ValueError\n"
         );
     }
+
+    /// clap checks a command's definition only in debug builds, and the suite runs in release:
+    /// flags merged from several places (`ServeArgs`, `TritonFlags`) must not share a long name
+    /// or an environment variable.
+    #[test]
+    fn no_two_flags_share_a_name_or_an_environment_variable() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        for sub in cli.get_subcommands() {
+            let mut longs = std::collections::HashSet::new();
+            let mut envs = std::collections::HashSet::new();
+            for arg in sub.get_arguments() {
+                let names = arg.get_long().into_iter().chain(arg.get_all_aliases().into_iter().flatten());
+                for name in names {
+                    assert!(longs.insert(name.to_string()), "`{} --{name}` is defined twice", sub.get_name());
+                }
+                if let Some(env) = arg.get_env() {
+                    let env = env.to_string_lossy().to_string();
+                    assert!(envs.insert(env.clone()), "`{}`: {env} is read by two flags", sub.get_name());
+                }
+            }
+            assert!(sub.get_name() != "serve" || longs.contains("model-store"), "{longs:?}");
+        }
+    }
 }
