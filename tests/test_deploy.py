@@ -177,6 +177,10 @@ def test_dockerfile_shape():
     # `tritium serve` finds python/tritium/_native.abi3.so next to an ancestor of its binary.
     assert "/opt/tritium/bin/tritium" in text and "/opt/tritium/python/tritium" in text
     assert "_native.abi3.so" in text
+    # The build context is the repository root: keep target/ and the venv out of it.
+    with open(os.path.join(DEPLOY, "Dockerfile.dockerignore")) as f:
+        ignored = set(f.read().split())
+    assert {"target", ".venv", ".git"} <= ignored
 
 
 def probe_ports(c):
