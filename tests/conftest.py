@@ -139,6 +139,25 @@ def server(repository, tmp_path_factory):
         assert code == 0, f"tritium exited with {code} on SIGTERM; log:\n{srv.log_text()}"
 
 
+@pytest.fixture
+def start(tmp_path):
+    """Starts servers on a repository of the test's own (`start.repo`, empty until the test writes
+    models into it) and stops them after the test."""
+    servers = []
+
+    def start_server(models, extra_args=()):
+        srv = Server(str(tmp_path / "repo"), str(tmp_path / f"tritium-{len(servers)}.log"), extra_args)
+        servers.append(srv)
+        srv.wait_models(models)
+        return srv
+
+    os.makedirs(str(tmp_path / "repo"), exist_ok=True)
+    start_server.repo = str(tmp_path / "repo")
+    yield start_server
+    for srv in servers:
+        srv.stop()
+
+
 @pytest.fixture(params=["http", "grpc"])
 def protocol(request):
     return request.param

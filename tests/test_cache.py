@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import Server
 from test_faults import index, wait_for, write_model
 
 COUNTING = """
@@ -106,24 +105,6 @@ def metric(text, name, model):
         if line.startswith(f'{name}{{model="{model}",version="1"}}'):
             return float(line.rsplit(" ", 1)[1])
     return None
-
-
-@pytest.fixture
-def start(tmp_path):
-    """Starts servers on a repository of the test's own (`start.repo`) and stops them after."""
-    servers = []
-
-    def start_server(models, extra_args=()):
-        srv = Server(str(tmp_path / "repo"), str(tmp_path / f"tritium-{len(servers)}.log"), extra_args)
-        servers.append(srv)
-        srv.wait_models(models)
-        return srv
-
-    os.makedirs(str(tmp_path / "repo"), exist_ok=True)
-    start_server.repo = str(tmp_path / "repo")
-    yield start_server
-    for srv in servers:
-        srv.stop()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import Server
 from tritonclient.utils import InferenceServerException
 
 SLEEPY = """
@@ -81,23 +80,6 @@ def wait_for(predicate, timeout=30, what="condition"):
             return value
         time.sleep(0.05)
     raise AssertionError("timed out waiting for " + what)
-
-
-@pytest.fixture
-def start(tmp_path):
-    servers = []
-
-    def start_server(models, extra_args=()):
-        srv = Server(str(tmp_path / "repo"), str(tmp_path / f"tritium-{len(servers)}.log"), extra_args)
-        servers.append(srv)
-        srv.wait_models(models)
-        return srv
-
-    os.makedirs(str(tmp_path / "repo"), exist_ok=True)
-    start_server.repo = str(tmp_path / "repo")
-    yield start_server
-    for srv in servers:
-        srv.stop()
 
 
 def alive(pid):

@@ -12,10 +12,8 @@ import time
 import urllib.request
 
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import Server
 from test_faults import write_model
 
 RECORDING = """
@@ -73,24 +71,6 @@ def index(srv, settled=()):
         if not loading or time.time() > deadline:
             return entries
         time.sleep(0.05)
-
-
-@pytest.fixture
-def start(tmp_path):
-    """Starts servers on a repository of the test's own (`start.repo`) and stops them after."""
-    servers = []
-
-    def start_server(models, extra_args=()):
-        srv = Server(str(tmp_path / "repo"), str(tmp_path / f"tritium-{len(servers)}.log"), extra_args)
-        servers.append(srv)
-        srv.wait_models(models)
-        return srv
-
-    os.makedirs(str(tmp_path / "repo"), exist_ok=True)
-    start_server.repo = str(tmp_path / "repo")
-    yield start_server
-    for srv in servers:
-        srv.stop()
 
 
 WARMUP = """
