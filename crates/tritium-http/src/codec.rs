@@ -303,6 +303,23 @@ fn mark_non_finite(json: &[u8]) -> Option<Vec<u8>> {
     changed.then_some(out)
 }
 
+/// A request parameter's JSON value as Triton takes it (`SetTritonParameterFromJsonParameter`):
+/// a string, a bool, an integer, or another number as a double; anything else is refused with
+/// Triton's text naming the parameter.
+pub(crate) fn param_value(name: &str, value: &Value) -> Result<ParamValue, InferError> {
+    match value {
+        Value::String(s) => Ok(ParamValue::Str(s.clone())),
+        Value::Bool(b) => Ok(ParamValue::Bool(*b)),
+        Value::Number(n) => Ok(match n.as_i64() {
+            Some(i) => ParamValue::Int(i),
+            None => ParamValue::Double(n.as_f64().unwrap_or(f64::NAN)),
+        }),
+        _ => Err(InferError::invalid(format!(
+            "parameter '{name}' has invalid type. It should be either 'int', 'bool', or 'string'."
+        ))),
+    }
+}
+
 /// The value of a marked non-finite literal.
 pub(crate) fn non_finite(v: &Value) -> Option<f64> {
     match v.as_str()?.strip_prefix(NON_FINITE_MARK)? {
@@ -457,21 +474,9 @@ fn parse_request_parameters(
                 ));
             }
             _ => {
-                let v = match &value {
-                    Value::String(s) => match non_finite(&value) {
-                        Some(f) => ParamValue::Double(f),
-                        None => ParamValue::Str(s.clone()),
-                    },
-                    Value::Bool(b) => ParamValue::Bool(*b),
-                    Value::Number(n) => match n.as_i64() {
-                        Some(i) => ParamValue::Int(i),
-                        None => ParamValue::Double(n.as_f64().unwrap_or(f64::NAN)),
-                    },
-                    _ => {
-                        return Err(InferError::invalid(format!(
-                            "parameter '{key}' has invalid type. It should be either 'int', 'bool', or 'string'."
-                        )))
-                    }
+                let v = match non_finite(&value) {
+                    Some(f) => ParamValue::Double(f),
+                    None => param_value(&key, &value)?,
                 };
                 request.parameters.push((key, v));
             }

@@ -122,19 +122,7 @@ impl Decoder<'_> {
                 }
             };
         }
-        let v = match &value {
-            Value::String(s) => ParamValue::Str(s.clone()),
-            Value::Bool(b) => ParamValue::Bool(*b),
-            Value::Number(n) => match n.as_i64() {
-                Some(i) => ParamValue::Int(i),
-                None => ParamValue::Double(n.as_f64().unwrap_or(f64::NAN)),
-            },
-            _ => {
-                return Err(InferError::invalid(format!(
-                    "parameter '{name}' has invalid type. It should be either 'int', 'bool', or 'string'."
-                )))
-            }
-        };
+        let v = codec::param_value(&name, &value)?;
         self.request.parameters.push((name, v));
         Ok(())
     }
