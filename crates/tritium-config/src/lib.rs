@@ -16,6 +16,7 @@ mod json;
 mod normalize;
 mod parse;
 mod pbtxt_prepass;
+mod sequence;
 mod versions;
 
 use std::sync::OnceLock;
@@ -28,6 +29,7 @@ pub use json::{from_json, from_json_str, to_json};
 pub use normalize::{normalize, resolve_instance_groups};
 pub use parse::{load_config, parse_config, CONFIG_FILE};
 pub use proto::{ModelConfig, ModelVersionPolicy};
+pub use sequence::{sequence_controls, BoolControl, SequenceControls};
 pub use versions::model_versions;
 
 /// The messages and enums of Triton's model configuration (`model_config.proto`, protobuf

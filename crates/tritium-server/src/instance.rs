@@ -539,6 +539,7 @@ pub(crate) fn spawn(
             instance.on(Event::Died(format!("the instance worker panicked: {why}"), StubExit::Other(why.clone())));
             instance.on(Event::GaveUp(format!("the instance worker panicked and stopped: {why}")));
         }
+        ctx.queue.instance_gone(&instance.spec.name);
         leave(&ctx);
     });
     if spawned.is_err() {
@@ -736,7 +737,7 @@ fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut
     loop {
         let streaming = !open.0.is_empty();
         let idle = if more || streaming { Duration::ZERO } else { IDLE_POLL };
-        match ctx.queue.next_batch_unless(&interrupted, idle) {
+        match ctx.queue.next_batch_of(&instance.spec.name, &interrupted, idle) {
             Next::Closed => return Served::Closed,
             Next::Idle => {
                 let wait = if streaming && !more { STREAM_POLL } else { Duration::ZERO };
@@ -847,7 +848,7 @@ impl Open {
             open.p.tx.stream(message);
             return Ok(());
         }
-        if let Some(open) = self.0.remove(&resp.request) {
+        if let Some(open) = self.0.remove(&resp.request).filter(|o| !o.p.tx.discards()) {
             let total = open.p.enqueued.elapsed();
             match &message {
                 Streamed::Response { result: Err(e), .. } => ctx.stats.failure(total, e.kind, true),
@@ -1093,6 +1094,9 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
     let times = ExecTimes { compute_input: t1 - t0, compute_infer: t2 - t1, compute_output: t2.elapsed() };
     ctx.stats.execution(placed.batch_size, times);
     for Answer { p, result, served } in answers {
+        if p.tx.discards() {
+            continue;
+        }
         let queue = t0.saturating_duration_since(p.enqueued);
         if served {
             ctx.stats.success(p.batch_size, p.enqueued.elapsed(), queue, times);
@@ -1321,6 +1325,9 @@ fn finish(
     result: Result<InferResponse, InferError>,
     timing: Option<(Duration, ExecTimes)>,
 ) {
+    if p.tx.discards() {
+        return;
+    }
     let total = p.enqueued.elapsed();
     match (&result, timing) {
         (Ok(_), Some((queue, times))) => ctx.stats.success(p.batch_size, total, queue, times),

@@ -10,6 +10,7 @@ pub mod forward;
 mod instance;
 pub mod restricted;
 mod scheduler;
+mod sequence;
 mod server;
 mod stats;
 #[doc(hidden)]

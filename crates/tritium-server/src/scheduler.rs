@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::{model_queue_policy, ModelConfig, ModelQueuePolicy};
 
+use crate::sequence::Sequences;
 use crate::stats::Stats;
 use crate::types::{ErrorKind, InferError, InferRequest, InferResponse, RequestedOutput, StreamTx, Streamed};
 
@@ -61,6 +62,9 @@ pub(crate) enum Reply {
     /// the worker that forwards them; what bounds it is the stub, which waits for credit
     /// ([`StreamTx::taken`]) once `--max-inflight-responses` are sent and not taken.
     Stream(StreamTx),
+    /// Nobody waits: a sequence batch's null request (`crate::sequence`), whose answer is
+    /// dropped and not counted in the statistics.
+    Discard,
 }
 
 impl Reply {
@@ -74,6 +78,7 @@ impl Reply {
             Reply::Stream(tx) => {
                 tx.send(Streamed::Response { result, last: true });
             }
+            Reply::Discard => {}
         }
     }
 
@@ -89,7 +94,13 @@ impl Reply {
         match self {
             Reply::Unary(tx) => tx.is_closed(),
             Reply::Stream(tx) => tx.is_closed(),
+            Reply::Discard => false,
         }
+    }
+
+    /// Whether the answer is dropped and the request not counted (a null request).
+    pub(crate) fn discards(&self) -> bool {
+        matches!(self, Reply::Discard)
     }
 }
 
@@ -263,6 +274,9 @@ pub(crate) enum Refused {
     Closed,
     /// The request's level is full; the error carries Triton's text and names the limit.
     Full(InferError),
+    /// The request breaks a rule of the model's scheduler (a sequence model's correlation id
+    /// or START flag); the error carries Triton's text.
+    Invalid(InferError),
 }
 
 /// A request in its level's queue, with its deadline.
@@ -331,6 +345,8 @@ pub(crate) struct Queue {
     priorities: Priorities,
     /// Where requests rejected in the queue are counted.
     stats: Arc<Stats>,
+    /// A sequence model's batcher, which takes every request instead of the levels.
+    sequences: Option<Sequences>,
 }
 
 impl Queue {
@@ -342,7 +358,15 @@ impl Queue {
             batching,
             priorities,
             stats,
+            sequences: None,
         }
+    }
+
+    /// The queue of a sequence model: `sequences` takes its requests and forms its batches;
+    /// only `--max-queue-size` (in `priorities`) applies of the queue policies, as a bound on
+    /// the requests waiting.
+    pub(crate) fn sequenced(sequences: Sequences, priorities: Priorities, stats: Arc<Stats>) -> Self {
+        Self { sequences: Some(sequences), ..Self::new(None, priorities, stats) }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -353,6 +377,13 @@ impl Queue {
     /// one (the caller calls [`Queue::expire`] then). Refuses it if the queue is closed or the
     /// level is full.
     pub(crate) fn push(&self, p: Pending) -> Result<Option<Instant>, Refused> {
+        if let Some(sequences) = &self.sequences {
+            let policy = &self.priorities.default_policy;
+            if policy.max_queue_size != 0 && sequences.len() >= policy.max_queue_size {
+                return Err(Refused::Full(full_error(&p.req.id, policy, 0)));
+            }
+            return sequences.push(p).map(|()| None);
+        }
         let now = Instant::now();
         let mut st = self.lock();
         if st.closed {
@@ -417,11 +448,14 @@ impl Queue {
 
     /// Requests waiting.
     pub(crate) fn len(&self) -> usize {
-        self.lock().len
+        self.lock().len + self.sequences.as_ref().map_or(0, Sequences::len)
     }
 
     /// Stops taking requests; what is queued is still handed out by `next_batch`.
     pub(crate) fn close_gracefully(&self) {
+        if let Some(sequences) = &self.sequences {
+            sequences.close();
+        }
         self.lock().closed = true;
         self.cv.notify_all();
         self.closing.notify_all();
@@ -434,6 +468,9 @@ impl Queue {
         let mut rest = Vec::with_capacity(st.len);
         while let Some(p) = st.pop_front() {
             rest.push(p);
+        }
+        if let Some(sequences) = &self.sequences {
+            rest.extend(sequences.drain());
         }
         drop(st);
         self.cv.notify_all();
@@ -450,8 +487,28 @@ impl Queue {
 
     /// Wakes every waiting worker, so that each re-checks its own interruption condition.
     pub(crate) fn wake_all(&self) {
+        if let Some(sequences) = &self.sequences {
+            sequences.wake_all();
+        }
         let _st = self.lock();
         self.cv.notify_all();
+    }
+
+    /// The next batch of instance `instance`: from its sequence slots for a sequence model,
+    /// otherwise as [`Queue::next_batch_unless`].
+    pub(crate) fn next_batch_of(&self, instance: &str, interrupted: &dyn Fn() -> bool, idle: Duration) -> Next {
+        match &self.sequences {
+            Some(sequences) => sequences.next_batch(instance, interrupted, idle),
+            None => self.next_batch_unless(interrupted, idle),
+        }
+    }
+
+    /// Instance `instance` stopped for good: a sequence model answers the requests waiting in
+    /// its slots and hands them out no more.
+    pub(crate) fn instance_gone(&self, instance: &str) {
+        if let Some(sequences) = &self.sequences {
+            sequences.instance_gone(instance);
+        }
     }
 
     /// Blocks until there is work and returns the next batch; `None` once the queue is closed.
@@ -615,6 +672,7 @@ mod tests {
                 e.message
             }
             Err(Refused::Closed) => panic!("closed, not full"),
+            Err(Refused::Invalid(e)) => panic!("invalid, not full: {e}"),
             Ok(_) => panic!("queued"),
         }
     }

@@ -331,7 +331,7 @@ impl Server {
                 "model '{}' is unloading; retry once it is loaded again",
                 version.ctx.model
             ))),
-            Err(Refused::Full(e)) => {
+            Err(Refused::Full(e) | Refused::Invalid(e)) => {
                 // Triton counts a full queue as a failed request, reason REJECTED.
                 version.ctx.stats.failure(start.elapsed(), e.kind, false);
                 Err(e)
@@ -1267,13 +1267,19 @@ fn start_version(
     }
     let stats = Arc::new(Stats::new(name, v));
     let warmup = Arc::new(crate::warmup::samples(&r.config, &r.dir).map_err(LoadError::Warmup)?);
+    let specs = instance_specs(&r.config);
+    let names = specs.iter().map(|s| s.name.clone()).collect();
+    let queue = match crate::sequence::Sequences::for_config(name, &r.config, names, stats.clone())? {
+        Some(sequences) => Queue::sequenced(sequences, r.priorities.clone(), stats.clone()),
+        None => Queue::new(r.batching.clone(), r.priorities.clone(), stats.clone()),
+    };
     let ctx = Arc::new(VersionContext {
         model: name.to_string(),
         version: v,
         model_file,
         model_dir: r.dir.clone(),
         config_json: r.config_json.clone(),
-        queue: Arc::new(Queue::new(r.batching.clone(), r.priorities.clone(), stats.clone())),
+        queue: Arc::new(queue),
         stats,
         stub: r.stub.clone(),
         supervision: r.supervision.clone(),
@@ -1288,7 +1294,7 @@ fn start_version(
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut workers = Vec::new();
     let mut spawn_error = None;
-    for spec in instance_specs(&r.config) {
+    for spec in specs {
         match instance::spawn(ctx.clone(), spec, ready_tx.clone()) {
             Ok(w) => workers.push(w),
             Err(e) => {
