@@ -29,6 +29,7 @@ GOOD_MODELS = [
     "ensemble_pipeline",
     "bls_add_sub",
     "tiny_llm",
+    "sequence_accumulate",
 ]
 
 

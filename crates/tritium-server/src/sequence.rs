@@ -7,9 +7,10 @@
 //! `max_candidate_sequences` with `oldest`. A START request takes the free slot with the lowest
 //! index (instances in turn), and its sequence holds the slot until its END request is taken
 //! into a batch, its client cancels one of its requests, or it is idle for
-//! `max_sequence_idle_microseconds` (measured from its last request, as Triton does; the release
-//! is logged). A sequence that finds no free slot waits in the backlog (Triton's) until one is
-//! released; its requests expire there only by their own `timeout`.
+//! `max_sequence_idle_microseconds` (measured from its last request, as Triton does, or from when
+//! it got its slot out of the backlog; the release is logged). A sequence that finds no free slot
+//! waits in the backlog (Triton's) until one is released; its requests expire there only by their
+//! own `timeout`.
 //!
 //! A worker takes a batch from its own instance's slots only, at most one request per sequence:
 //! - `direct`: slot `i` is batch index `i`. The batch runs from slot 0 to the highest slot with
