@@ -3,12 +3,12 @@
 model sees the control inputs, idle sequences are released, the oldest strategy batches
 sequences together, and Triton's errors for requests that break the rules."""
 
+import json
 import os
 import shutil
 import threading
 import time
 import urllib.request
-import json
 
 import numpy as np
 import pytest

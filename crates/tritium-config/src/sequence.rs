@@ -83,7 +83,11 @@ pub fn sequence_controls(batching: &ModelSequenceBatching, model: &str) -> Resul
         let data_type = c.data_type();
         if !matches!(
             data_type,
-            DataType::TypeUint64 | DataType::TypeInt64 | DataType::TypeUint32 | DataType::TypeInt32 | DataType::TypeString
+            DataType::TypeUint64
+                | DataType::TypeInt64
+                | DataType::TypeUint32
+                | DataType::TypeInt32
+                | DataType::TypeString
         ) {
             return invalid(format!(
                 "unexpected data type for control {corrid} for {model}. Allowed data types are TYPE_UINT64, \
@@ -219,7 +223,10 @@ mod tests {
         assert_eq!((start.name.as_str(), start.data_type), ("S", DataType::TypeFp32));
         assert_eq!((start.false_bytes, start.true_bytes), (0f32.to_le_bytes().to_vec(), 1f32.to_le_bytes().to_vec()));
         let end = c.end.expect("end");
-        assert_eq!((end.data_type, end.false_bytes, end.true_bytes), (DataType::TypeInt32, vec![5, 0, 0, 0], vec![7, 0, 0, 0]));
+        assert_eq!(
+            (end.data_type, end.false_bytes, end.true_bytes),
+            (DataType::TypeInt32, vec![5, 0, 0, 0], vec![7, 0, 0, 0])
+        );
         let ready = c.ready.expect("ready");
         assert_eq!((ready.data_type, ready.false_bytes, ready.true_bytes), (DataType::TypeBool, vec![0], vec![1]));
         assert_eq!(c.corrid, Some(("C".to_string(), DataType::TypeString)));
@@ -277,7 +284,9 @@ mod tests {
 
     #[test]
     fn implicit_state_and_iterative_sequences_are_refused_with_why() {
-        let state = batching("state [ { input_name: \"IN_STATE\" output_name: \"OUT_STATE\" data_type: TYPE_FP32 dims: [ 1 ] } ]");
+        let state = batching(
+            "state [ { input_name: \"IN_STATE\" output_name: \"OUT_STATE\" data_type: TYPE_FP32 dims: [ 1 ] } ]",
+        );
         let text = check_supported(&state, "m").expect_err("refused").to_string();
         assert!(text.contains("sequence_batching.state") && text.contains("'IN_STATE'"), "{text}");
         assert!(text.contains("correlation_id()"), "{text}");

@@ -215,7 +215,8 @@ impl Sequences {
         let max_batch_size = config.max_batch_size.max(1) as usize;
         let (strategy, slots) = match &sb.strategy_choice {
             Some(StrategyChoice::Oldest(o)) => {
-                let slots = if o.max_candidate_sequences > 0 { o.max_candidate_sequences as usize } else { max_batch_size };
+                let slots =
+                    if o.max_candidate_sequences > 0 { o.max_candidate_sequences as usize } else { max_batch_size };
                 let preferred = o.preferred_batch_size.iter().map(|&p| p.max(1) as usize).collect();
                 (Strategy::Oldest { preferred, delay: Duration::from_micros(o.max_queue_delay_microseconds) }, slots)
             }
@@ -229,7 +230,8 @@ impl Sequences {
             None => (Strategy::Direct { delay: Duration::ZERO, min_utilization: 0.0 }, max_batch_size),
         };
         let control = |c: &Option<BoolControl>| c.as_ref().and_then(Control::new);
-        let corrid = controls.corrid.as_ref().and_then(|(name, t)| Some((name.clone(), crate::validate::wire_type(*t as i32)?)));
+        let corrid =
+            controls.corrid.as_ref().and_then(|(name, t)| Some((name.clone(), crate::validate::wire_type(*t as i32)?)));
         let layout = Layout {
             strategy,
             slots,
@@ -661,12 +663,8 @@ impl Sequences {
                 InputTensor { name: t.name.clone(), datatype: t.datatype, shape: t.shape.clone(), data: zeros(len) }
             })
             .collect();
-        let mut req = InferRequest {
-            model: like.req.model.clone(),
-            version: like.req.version,
-            inputs,
-            ..Default::default()
-        };
+        let mut req =
+            InferRequest { model: like.req.model.clone(), version: like.req.version, inputs, ..Default::default() };
         self.add_controls(&mut req, true);
         NullRequest { req, batch_size: like.batch_size }
     }
@@ -805,7 +803,12 @@ mod tests {
     }
 
     fn direct(instances: usize, slots: usize) -> Sequences {
-        sequences(Strategy::Direct { delay: Duration::ZERO, min_utilization: 0.0 }, instances, slots, Duration::from_secs(60))
+        sequences(
+            Strategy::Direct { delay: Duration::ZERO, min_utilization: 0.0 },
+            instances,
+            slots,
+            Duration::from_secs(60),
+        )
     }
 
     fn request(id: u64, flags: u32, value: f32) -> (Pending, Rx) {
@@ -998,7 +1001,8 @@ mod tests {
         assert_eq!(b.iter().map(value).collect::<Vec<_>>(), [5.0, 6.0, 7.0]);
         assert!(b.iter().all(|p| input(p, "START").shape == [1, 1] && i32_of(p, "START") == 1));
         // Only sequence 5 has a next request: one, after the delay; a short delay runs it at once.
-        let s2 = sequences(Strategy::Oldest { preferred: vec![3], delay: Duration::ZERO }, 1, 4, Duration::from_secs(60));
+        let s2 =
+            sequences(Strategy::Oldest { preferred: vec![3], delay: Duration::ZERO }, 1, 4, Duration::from_secs(60));
         assert!(push(&s2, 1, S, 1.0).is_ok());
         assert!(push(&s2, 1, E, 1.5).is_ok());
         assert_eq!(batch(&s2, "m_0").iter().map(value).collect::<Vec<_>>(), [1.0]);

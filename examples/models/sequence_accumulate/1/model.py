@@ -28,5 +28,7 @@ class TritonPythonModel:
                 self.sums[key] = total
                 if flag(request, "END"):
                     del self.sums[key]
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", np.array([[total]], dtype=np.int32))]))
+            responses.append(
+                pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", np.array([[total]], dtype=np.int32))])
+            )
         return responses
