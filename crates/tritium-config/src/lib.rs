@@ -29,7 +29,7 @@ pub use json::{from_json, from_json_str, to_json};
 pub use normalize::{normalize, resolve_instance_groups};
 pub use parse::{load_config, parse_config, CONFIG_FILE};
 pub use proto::{ModelConfig, ModelVersionPolicy};
-pub use sequence::{sequence_controls, BoolControl, SequenceControls};
+pub use sequence::{check_supported as check_sequence_supported, sequence_controls, BoolControl, SequenceControls};
 pub use versions::model_versions;
 
 /// The messages and enums of Triton's model configuration (`model_config.proto`, protobuf

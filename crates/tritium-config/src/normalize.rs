@@ -285,7 +285,6 @@ fn validate_config(config: &ModelConfig, is_ensemble: bool) -> Result<(), Config
                 Some(StrategyChoice::Direct(_)) | None => {}
             }
             crate::sequence::sequence_controls(batching, name)?;
-            crate::sequence::check_supported(batching, name)?;
         }
         Some(SchedulingChoice::EnsembleScheduling(ensemble)) => {
             if !is_ensemble {

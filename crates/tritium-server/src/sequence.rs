@@ -211,6 +211,7 @@ impl Sequences {
         stats: Arc<Stats>,
     ) -> Result<Option<Self>, ConfigError> {
         let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice else { return Ok(None) };
+        tritium_config::check_sequence_supported(sb, model)?;
         let controls = tritium_config::sequence_controls(sb, model)?;
         let max_batch_size = config.max_batch_size.max(1) as usize;
         let (strategy, slots) = match &sb.strategy_choice {
