@@ -62,7 +62,9 @@ VARIANTS = {
         "oldest { max_candidate_sequences: 4 preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 5000000 }"
         + controls("TYPE_UINT64"),
     ),
-    "seq_backlog": config("seq_backlog", controls("TYPE_UINT64"), max_batch_size=1),
+    "seq_backlog": config(
+        "seq_backlog", "max_sequence_idle_microseconds: 10000000" + controls("TYPE_UINT64"), max_batch_size=1
+    ),
     "seq_state": config(
         "seq_state",
         'state [ { input_name: "IN_STATE" output_name: "OUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]',
