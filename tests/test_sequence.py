@@ -70,7 +70,51 @@ VARIANTS = {
         'state [ { input_name: "IN_STATE" output_name: "OUT_STATE" data_type: TYPE_INT32 dims: [ 1 ] } ]',
     ),
 }
-LOADED = ["sequence_accumulator", "seq_string", "seq_idle", "seq_oldest", "seq_backlog"]
+LOADED = ["sequence_accumulator", "seq_string", "seq_idle", "seq_oldest", "seq_backlog", "seq_decoupled"]
+
+# A decoupled sequence model: the running sum, sent through the request's response sender.
+DECOUPLED_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def flag(request, name):
+    return bool(pb_utils.get_input_tensor_by_name(request, name).as_numpy().reshape(-1)[0])
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        for request in requests:
+            total = 0
+            if flag(request, "READY"):
+                key = request.correlation_id()
+                value = int(pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy().reshape(-1)[0])
+                total = (0 if flag(request, "START") else self.sums.get(key, 0)) + value
+                self.sums[key] = total
+            out = pb_utils.Tensor("OUTPUT", np.array([[total]], dtype=np.int32))
+            sender = request.get_response_sender()
+            sender.send(pb_utils.InferenceResponse([out]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+DECOUPLED_CONFIG = """
+name: "seq_decoupled"
+backend: "python"
+max_batch_size: 2
+model_transaction_policy { decoupled: true }
+input [ { name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+sequence_batching {
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] }
+  ]
+}
+instance_group [ { kind: KIND_CPU, count: 1 } ]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +126,9 @@ def seq_server(tmp_path_factory):
         os.makedirs(str(repo / name / "1"))
         shutil.copy(os.path.join(MODEL_DIR, "1", "model.py"), str(repo / name / "1" / "model.py"))
         (repo / name / "config.pbtxt").write_text(text)
+    os.makedirs(str(repo / "seq_decoupled" / "1"))
+    (repo / "seq_decoupled" / "1" / "model.py").write_text(DECOUPLED_MODEL)
+    (repo / "seq_decoupled" / "config.pbtxt").write_text(DECOUPLED_CONFIG)
     srv = Server(str(repo), str(tmp / "tritium.log"))
     try:
         srv.wait_models(LOADED)
@@ -279,3 +326,41 @@ def test_implicit_state_is_refused_at_load(seq_server):
     assert index["seq_state"]["state"] == "UNAVAILABLE", index["seq_state"]
     assert "sequence_batching.state" in index["seq_state"]["reason"], index["seq_state"]
     assert "not supported" in index["seq_state"]["reason"], index["seq_state"]
+
+
+def test_a_decoupled_sequence_model_streams_each_sequences_sum(seq_server):
+    # Two sequences on one instance with two slots (batch indexes 0 and 1), over one gRPC stream:
+    # a batch with a request in slot 1 alone carries a null request in slot 0, whose response
+    # must reach neither the stream nor the statistics.
+    answers = {}
+    done = threading.Event()
+
+    def callback(result, error):
+        if error is not None:
+            answers[f"error-{len(answers)}"] = str(error)
+        else:
+            answers[result.get_response().id] = int(result.as_numpy("OUTPUT").reshape(-1)[0])
+        if len(answers) == 6:
+            done.set()
+
+    client = grpcclient.InferenceServerClient(seq_server.grpc_url)
+    client.start_stream(callback=callback)
+    try:
+        for step in range(3):
+            for cid, base in ((71, 1), (72, 100)):
+                inp = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+                inp.set_data_from_numpy(np.array([[base * (step + 1)]], dtype=np.int32))
+                client.async_stream_infer(
+                    "seq_decoupled",
+                    [inp],
+                    request_id=f"{cid}-{step}",
+                    sequence_id=cid,
+                    sequence_start=step == 0,
+                    sequence_end=step == 2,
+                )
+        assert done.wait(30), answers
+    finally:
+        client.stop_stream()
+    assert answers == {"71-0": 1, "71-1": 3, "71-2": 6, "72-0": 100, "72-1": 300, "72-2": 600}
+    stats = statistics(seq_server, "seq_decoupled")["inference_stats"]
+    assert stats["success"]["count"] == 6, stats
