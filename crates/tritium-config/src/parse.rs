@@ -47,7 +47,29 @@ fn parse_error(error: &ParseError, prepared: &Prepared<'_>, text: &str, file: &P
         .and_then(|mut labels| labels.next())
         .map_or(text.len(), |label| prepared.original_offset(label.offset()));
     let (line, column) = line_column(text, offset);
-    ConfigError::Parse { path: PathBuf::from(file), line, column, message: error.to_string() }
+    let message = error.to_string();
+    let message = model_metrics_hint(&message).unwrap_or(message);
+    ConfigError::Parse { path: PathBuf::from(file), line, column, message }
+}
+
+/// The prefix of prost-reflect's error for an unknown field of `model_metrics`.
+const UNKNOWN_FIELD: &str = "field '";
+const OF_MODEL_METRICS: &str = "' not found for message 'inference.ModelMetrics'";
+
+/// A `model_metrics { enable: true counters [...] gauges [...] }` block, which guides show but
+/// Triton has never accepted (its `model_metrics` only holds `metric_control`, the histogram
+/// buckets of Triton's own metrics): the error names the field and the two ways model code
+/// exports metrics, which need no configuration.
+fn model_metrics_hint(message: &str) -> Option<String> {
+    let field = message.strip_prefix(UNKNOWN_FIELD)?.strip_suffix(OF_MODEL_METRICS)?;
+    Some(format!(
+        "field '{field}' not found for message 'inference.ModelMetrics': `model_metrics {{ enable: ... counters [...] \
+         gauges [...] }}` is not part of Triton's model configuration (its `model_metrics` holds only \
+         `metric_control`, the histogram buckets of Triton's own metrics). Metrics from model code need no \
+         configuration: create them in model.py with pb_utils.MetricFamily (Triton's custom metrics API), or \
+         register them with prometheus_client (tritium gathers its default registry at each scrape); both \
+         appear on /metrics. Remove the model_metrics block."
+    ))
 }
 
 /// 1-based line and column (in characters) of a byte offset.
