@@ -3,6 +3,7 @@ stub at scrape time, labelled with model, version and instance, one family per n
 with SIGKILL comes back counting from zero (and tritium_stub_restarts_total says so); a stub busy in
 `execute` still answers, and a stopped one never holds up the scrape beyond the timeout."""
 
+import json
 import os
 import re
 import signal
@@ -128,7 +129,38 @@ def srv(start):
         """,
         PLAIN,
     )
+    # What some guides show, which is not Triton's configuration: a load error pointing the way.
+    write(
+        start.repo,
+        "guide_metrics",
+        """
+        name: "guide_metrics"
+        backend: "python"
+        model_metrics {
+          enable: true
+          counters [ "requests" ]
+        }
+        """,
+        PLAIN,
+    )
     return start(["promc", "plain"])
+
+
+def test_model_metrics_from_guides_fails_its_load_with_the_supported_ways(srv):
+    req = urllib.request.Request(f"http://{srv.http_url}/v2/repository/index", data=b"{}", method="POST")
+    deadline = time.time() + 30
+    while True:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            entry = {m["name"]: m for m in json.loads(r.read())}["guide_metrics"]
+        if entry.get("state") == "UNAVAILABLE" or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    reason = entry.get("reason", "")
+    assert entry.get("state") == "UNAVAILABLE", entry
+    assert "config.pbtxt:5:" in reason and "field 'enable' not found for message 'inference.ModelMetrics'" in reason, (
+        reason
+    )
+    assert "pb_utils.MetricFamily" in reason and "prometheus_client" in reason, reason
 
 
 def test_counters_gauges_and_histograms_of_every_instance(srv):
