@@ -135,8 +135,11 @@ def test_sighup_is_ignored_in_explicit_mode_and_no_socket_sends_nothing(start, m
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     write_model(start.repo, "slow")
     srv = start([], ["--model-control-mode", "explicit"])
-    srv.wait_models([])
-    time.sleep(0.5)  # the SIGHUP handler is installed before the (empty) startup load
+    # The SIGHUP handler is in place before the startup load is logged.
+    deadline = time.time() + 30
+    while "loading 0 model(s)" not in srv.log_text():
+        assert time.time() < deadline and srv.proc.poll() is None, srv.log_text()
+        time.sleep(0.05)
     srv.proc.send_signal(signal.SIGHUP)
     deadline = time.time() + 10
     while "SIGHUP ignored" not in srv.log_text():
