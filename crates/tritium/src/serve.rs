@@ -548,6 +548,8 @@ async fn serve(
                 let rescan = tokio::select! {
                     _ = tick => false,
                     Some(()) = hup => true,
+                    // SIGHUP's stream ended (the runtime is stopping) and no poll timer: idle.
+                    else => std::future::pending().await,
                 };
                 if rescan && mode == ControlMode::Explicit {
                     warn!("SIGHUP ignored: with --model-control-mode explicit, models load and unload on request only");
