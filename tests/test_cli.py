@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -196,16 +197,20 @@ def test_unreachable_server():
 def test_models_json_and_table(server):
     models = json.loads(ok(tritium("models", "--json", url=server.grpc_url)))
     for m in models:
-        assert set(m) == {"name", "version", "state", "reason"}, m
+        assert set(m) == {"name", "version", "state", "reason", "python", "environment"}, m
     by_name = {m["name"]: m for m in models}
+    # Which interpreter each model runs on: the server's --python (no environment of its own).
+    assert by_name["add_sub"]["python"] == sys.executable and by_name["add_sub"]["environment"] == ""
+    assert by_name["ensemble_pipeline"]["python"] == "", "an ensemble runs no stub"
     for name in GOOD_MODELS:
         assert by_name[name]["state"] == "READY" and by_name[name]["version"] == "1", by_name[name]
     assert by_name["broken_init"]["state"] == "UNAVAILABLE"
     assert by_name["broken_init"]["reason"], by_name["broken_init"]
 
     columns, rows = parse_table(ok(tritium("models", url=server.grpc_url)))
-    assert columns == ["NAME", "VERSION", "STATE", "REASON"]
-    assert {r["NAME"]: r["STATE"] for r in rows}["add_sub"] == "READY"
+    assert columns == ["NAME", "VERSION", "STATE", "PYTHON", "ENV", "REASON"]
+    row = {r["NAME"]: r for r in rows}["add_sub"]
+    assert (row["STATE"], row["PYTHON"], row["ENV"]) == ("READY", sys.executable, "-")
 
 
 def test_load_is_refused_without_explicit_model_control(server):

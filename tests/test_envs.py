@@ -5,17 +5,19 @@ broken requirement (pip's message), an archive entry climbing out with `..`, an 
 without numpy. One server loads them all at once, so the environments are made concurrently."""
 
 import glob
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
+import urllib.request
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from conftest import Server
+from conftest import Server, binary
 from test_faults import index, write_model
 
 WHERE = """
@@ -157,6 +159,31 @@ def test_a_packed_environment_runs_the_model_on_its_interpreter(envs):
     assert prefix.startswith(unpacked + os.sep), prefix
     assert executable == os.path.join(prefix, "bin", "python"), executable
     assert os.path.isfile(os.path.join(prefix, ".tritium-complete"))
+
+
+def test_the_index_and_tritium_models_show_each_models_interpreter_and_environment(envs):
+    req = urllib.request.Request(f"http://{envs.http_url}/v2/repository/index", data=b"{}", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        index = {m["name"]: m for m in json.loads(r.read())}
+    for name in ("packed", "six_old"):
+        executable, prefix, _ = where(envs.http_url, name)
+        entry = index[name]
+        assert os.path.realpath(entry["tritium_environment"]) == os.path.realpath(prefix), entry
+        assert entry["tritium_environment"].startswith(envs.cache + os.sep), entry
+        assert entry["tritium_python"] == os.path.join(entry["tritium_environment"], "bin", "python"), entry
+        assert os.path.realpath(entry["tritium_python"]) == os.path.realpath(executable), entry
+    # Triton's keys are unchanged, so tritonclient reads the index as before.
+    assert {"name", "version", "state"} <= set(index["packed"])
+    # `tritium models` (over gRPC) shows the same.
+    out = subprocess.run(
+        [binary(), "models", "--json", "--url", envs.grpc_url], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+    models = {m["name"]: m for m in json.loads(out.stdout)}
+    for name in ("packed", "six_old"):
+        assert models[name]["python"] == index[name]["tritium_python"]
+        assert models[name]["environment"] == index[name]["tritium_environment"]
+    assert models["broken_requirement"]["python"] == "", "a model that failed to load runs nothing"
 
 
 def test_models_sharing_an_archive_share_one_unpacked_copy(envs):

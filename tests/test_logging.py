@@ -141,3 +141,63 @@ def test_python_logging_reaches_the_server_log_with_and_without_basic_config(ser
         assert not log_lines(server, "debug:basic-5", timeout=0.3), "the model's basicConfig level is INFO"
     finally:
         h.update_log_settings({"log_info": True, "log_warning": True, "log_verbose_level": 0})
+
+
+IMPORT_TIME_MODEL = """
+import logging
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+# What many model files do at import time, before tritium has called initialize.
+logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(levelname)s %(message)s")
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        marker = requests[0].inputs()[0].as_numpy()[0].decode()
+        logging.debug("root-debug:" + marker)
+        logging.info("root-info:" + marker)
+        logging.getLogger("imp.model").warning("named-warning:" + marker)
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            logging.getLogger("imp.model").exception("caught:" + marker)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OK", np.array([True]))]) for _ in requests]
+"""
+
+
+def test_import_time_basic_config_and_the_servers_start_flags(start):
+    """`logging.basicConfig(level=DEBUG)` at import time: the root logger's records (logger name
+    `root`) and named loggers' reach the server log once each, with file and line, a logged
+    exception carries its traceback, and the server's own flags (`--log-verbose 1`,
+    `--log-info false`) decide what is shown."""
+    model_dir = os.path.join(start.repo, "imp", "1")
+    os.makedirs(model_dir)
+    with open(os.path.join(start.repo, "imp", "config.pbtxt"), "w") as f:
+        f.write(
+            'name: "imp"\nbackend: "python"\n'
+            'input [ { name: "MARKER" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+            'output [ { name: "OK" data_type: TYPE_BOOL dims: [ 1 ] } ]\n'
+        )
+    with open(os.path.join(model_dir, "model.py"), "w") as f:
+        f.write(IMPORT_TIME_MODEL)
+    srv = start(["imp"], ["--log-verbose", "1", "--log-info", "false"])
+    say(srv, "m1", "imp")
+
+    def line_of(call):
+        return next(n for n, text in enumerate(IMPORT_TIME_MODEL.splitlines(), 1) if call in text)
+
+    for needle, level, call, logger in [
+        ("root-debug:m1", " DEBUG ", "logging.debug(", "root"),
+        ("named-warning:m1", " WARN ", ".warning(", "imp.model"),
+        ("caught:m1", " ERROR ", ".exception(", "imp.model"),
+    ]:
+        assert log_lines(srv, needle), (needle, srv.log_text()[-3000:])
+        time.sleep(0.2)
+        lines = log_lines(srv, needle)
+        assert len(lines) == 1, lines
+        assert level in lines[0], lines[0]
+        assert re.search(rf"imp/1/model\.py:{line_of(call)}\] {re.escape(logger)}: {needle}", lines[0]), lines[0]
+    assert log_lines(srv, "ValueError: boom"), "the traceback follows the exception's record"
+    assert not log_lines(srv, "root-info:m1", timeout=0.3), "--log-info false hides INFO records"

@@ -8,6 +8,7 @@ and `finalize`, and answers through the channel's `send_*` methods. Between mess
 that the server that started it is still its parent, and exits when it is not.
 
 Before any model code runs, `pylogging.install()` sends Python `logging` records to the server's log,
+`promclient.serve()` starts the thread that answers the server's requests for `prometheus_client` metrics,
 and `sys.argv` becomes `['']`, what Triton's embedded interpreter gives model code.
 
 Coroutines (`async def` model methods) run on one asyncio event loop per stub, in a background
@@ -27,7 +28,7 @@ import traceback
 
 import numpy as np
 
-from . import _native, _runtime, pylogging
+from . import _native, _runtime, promclient, pylogging
 from .config import ModelConfig, using_decoupled_model_transaction_policy
 from .errors import (
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
@@ -380,6 +381,7 @@ def main(argv=None):
     channel = _native.Channel(opts.control_fd, opts.socket_fd, opts.spin_us, opts.arena_segment_mb << 20)
     _runtime.channel = channel
     pylogging.install()
+    promclient.serve(channel)
     Stub(channel).run()
     _runtime.channel = None
 

@@ -37,8 +37,9 @@ use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use tritium_ipc::{
-    CallOp, CallResult, CorrelationId, DataType, IpcError, LogLevel, LogRecord, MetricKind, MetricOp, Param, Request,
-    Response, StubChannel, StubError, Tensor, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
+    CallOp, CallResult, ClientFamily, ClientMetricKind, ClientSample, CorrelationId, DataType, IpcError, LogLevel,
+    LogRecord, MetricKind, MetricOp, Param, Request, Response, StubChannel, StubError, Tensor, TensorData, ToServer,
+    ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
 create_exception!(_native, ChannelError, PyException, "The shared-memory channel to the server failed.");
@@ -213,7 +214,14 @@ struct Router {
     generation: Mutex<u64>,
     woken: Condvar,
     next_call: AtomicU64,
+    /// Metrics requests (`CollectMetrics` seqs) for the Python thread that answers them.
+    metrics: Mutex<VecDeque<u64>>,
+    metrics_asked: Condvar,
 }
+
+/// Most metrics requests kept for the answering thread; older ones are dropped (the server
+/// has stopped waiting for them).
+const METRICS_QUEUE: usize = 4;
 
 /// What the server told the stub about one request: whether its client went away, and how
 /// many of its responses the client has taken.
@@ -318,6 +326,14 @@ impl Router {
                     tracked.open(r.id);
                 }
                 return Some(ToStub::Execute { batch, requests });
+            }
+            ToStub::CollectMetrics { seq } => {
+                let mut queue = guard(&self.metrics);
+                if queue.len() >= METRICS_QUEUE {
+                    queue.pop_front();
+                }
+                queue.push_back(seq);
+                self.metrics_asked.notify_all();
             }
             ToStub::Initialize(init) => {
                 self.window.store(u64::from(init.max_inflight_responses), Ordering::Release);
@@ -761,6 +777,9 @@ impl Channel {
             ToStub::Reply { call, .. } | ToStub::BlsResponse { call, .. } => {
                 return Err(ChannelError::new_err(format!("the answer to call {call} reached the main loop")));
             }
+            ToStub::CollectMetrics { seq } => {
+                return Err(ChannelError::new_err(format!("metrics request {seq} reached the main loop")));
+            }
         };
         Ok(Some(obj))
     }
@@ -1069,6 +1088,66 @@ impl Channel {
     /// `pb_utils.unload_model(model_name, unload_dependents)`: starts the unload.
     fn model_unload(&self, py: Python<'_>, name: String, unload_dependents: bool) -> PyResult<()> {
         self.call(py, CallOp::ModelUnload { name, unload_dependents }).map(|_| ())
+    }
+
+    /// Waits up to `timeout_ms`, without the GIL, for the server's next request for the
+    /// `prometheus_client` metrics; returns its seq, or None. Requests come in through whichever
+    /// thread pumps the ring (the heartbeat thread while `execute` runs), so a thread of its own
+    /// answers them while the main thread is busy.
+    fn next_metrics_request(&self, py: Python<'_>, timeout_ms: u64) -> Option<u64> {
+        let router = self.router.clone();
+        py.detach(move || {
+            let queue = guard(&router.metrics);
+            let (mut queue, _) = router
+                .metrics_asked
+                .wait_timeout_while(queue, Duration::from_millis(timeout_ms), |q| q.is_empty())
+                .unwrap_or_else(|p| p.into_inner());
+            queue.pop_front()
+        })
+    }
+
+    /// Answers metrics request `seq` with `families`, each `(name, help, type, samples)` with
+    /// `type` one of "counter", "gauge", "histogram", "summary", "untyped" and samples
+    /// `(name, labels, value)`; or with `error`. A message too large for the ring is answered
+    /// with an error saying so.
+    #[pyo3(signature = (seq, families, error = None))]
+    #[allow(clippy::type_complexity)]
+    fn send_client_metrics(
+        &self,
+        py: Python<'_>,
+        seq: u64,
+        families: Vec<(String, String, String, Vec<(String, Vec<(String, String)>, f64)>)>,
+        error: Option<String>,
+    ) -> PyResult<()> {
+        let families = match error {
+            Some(e) => Err(e),
+            None => families
+                .into_iter()
+                .map(|(name, help, kind, samples)| {
+                    let kind = match kind.as_str() {
+                        "counter" => ClientMetricKind::Counter,
+                        "gauge" => ClientMetricKind::Gauge,
+                        "histogram" => ClientMetricKind::Histogram,
+                        "summary" => ClientMetricKind::Summary,
+                        "untyped" => ClientMetricKind::Untyped,
+                        other => return Err(PyValueError::new_err(format!("unknown metric type {other:?}"))),
+                    };
+                    let samples =
+                        samples.into_iter().map(|(name, labels, value)| ClientSample { name, labels, value }).collect();
+                    Ok(ClientFamily { name, help, kind, samples })
+                })
+                .collect::<PyResult<Vec<_>>>()
+                .map_err(|e| e.to_string()),
+        };
+        let inner = self.inner.clone();
+        py.detach(move || match inner.send(&ToServer::ClientMetrics { seq, families }) {
+            Err(IpcError::TooLarge { len, capacity }) => {
+                let why = format!("the metrics take {len} bytes, more than the {capacity} bytes one message may hold");
+                inner.send(&ToServer::ClientMetrics { seq, families: Err(why) })
+            }
+            other => other,
+        })
+        .map_err(ipc_err)
     }
 
     /// Answers a ping.

@@ -2,10 +2,12 @@
 //! the whole test suite, and the benchmarks.
 //!
 //! - `cargo xtask setup`: creates `.venv` (from `$TRITIUM_BASE_PYTHON` or `python3`) with the
-//!   packages in `python/requirements-dev.txt`.
+//!   packages in `python/requirements-dev.txt`, and perf_analyzer (for `test` and `bench`).
 //! - `cargo xtask build`: builds the `tritium` binary and `tritium._native` (release), placing the
 //!   native module into `python/tritium/`.
-//! - `cargo xtask serve [FLAGS]`: setup, build, then `tritium serve` on `examples/models`.
+//! - `cargo xtask serve [FLAGS]`: `.venv` with what serving needs (`python/requirements-serve.txt`:
+//!   numpy, and tritonclient for the example clients; no perf_analyzer or CUDA runtime), build,
+//!   then `tritium serve` on `examples/models`.
 //! - `cargo xtask lint`: `cargo fmt --check`, clippy with `-D warnings`, `ruff check` and
 //!   `ruff format --check`.
 //! - `cargo xtask test`: setup, lint, build, `cargo test --workspace`, then the Python tests.
@@ -48,22 +50,40 @@ fn venv_python() -> PathBuf {
     root().join(".venv/bin/python")
 }
 
-/// Creates `.venv` if needed and installs the requirements into it.
-fn setup() -> Result<()> {
+/// Creates `.venv` if needed (from `$TRITIUM_BASE_PYTHON` or `python3`).
+fn venv() -> Result<PathBuf> {
     let py = venv_python();
     if !py.exists() {
         let base = std::env::var("TRITIUM_BASE_PYTHON").unwrap_or_else(|_| "python3".into());
         run(Command::new(&base).args(["-m", "venv"]).arg(root().join(".venv")))?;
     }
-    let stamp = root().join(".venv/.tritium-requirements");
-    let req = root().join("python/requirements-dev.txt");
+    Ok(py)
+}
+
+/// Installs `python/<file>` into `.venv` unless the stamp says that exact text is installed.
+fn install_requirements(py: &Path, file: &str, stamp: &str) -> Result<()> {
+    let stamp = root().join(".venv").join(stamp);
+    let req = root().join("python").join(file);
     let wanted = std::fs::read_to_string(&req).with_context(|| format!("reading {}", req.display()))?;
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
-        run(Command::new(&py)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"])
-            .arg(&req))?;
+        run(Command::new(py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"]).arg(&req))?;
         std::fs::write(&stamp, wanted)?;
     }
+    Ok(())
+}
+
+/// What `cargo xtask serve` needs: `.venv` with `python/requirements-serve.txt` (numpy, and
+/// tritonclient for the example clients). No test tools: no perf_analyzer, no CUDA runtime.
+fn setup_serve() -> Result<()> {
+    let py = venv()?;
+    install_requirements(&py, "requirements-serve.txt", ".tritium-requirements-serve")
+}
+
+/// Everything the tests and benchmarks need: `.venv` with `python/requirements-dev.txt`, and
+/// perf_analyzer.
+fn setup() -> Result<()> {
+    let py = venv()?;
+    install_requirements(&py, "requirements-dev.txt", ".tritium-requirements")?;
     setup_perf_analyzer(&py)
 }
 
@@ -180,7 +200,7 @@ fn dist() -> Result<()> {
 
 /// Builds everything and runs the server on the examples until Ctrl-C.
 fn serve(extra: &[String]) -> Result<()> {
-    setup()?;
+    setup_serve()?;
     build()?;
     let target = target_dir();
     let mut cmd = Command::new(target.join("release/tritium"));

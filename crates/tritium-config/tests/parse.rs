@@ -315,6 +315,29 @@ fn an_empty_config_parses_to_defaults() {
 }
 
 #[test]
+fn model_metrics_from_guides_is_refused_naming_the_field_line_and_the_supported_ways() {
+    let file = Path::new("/repo/m/config.pbtxt");
+    let text = "name: \"m\"\nbackend: \"python\"\nmodel_metrics {\n  enable: true\n  counters [ \"requests\" ]\n  gauges [ \"load\" ]\n}\n";
+    let err = parse_config(text, file).expect_err("not Triton syntax");
+    let ConfigError::Parse { line, column, message, .. } = &err else { panic!("not a parse error: {err:?}") };
+    assert_eq!((*line, *column), (4, 3), "{err}");
+    assert!(message.starts_with("field 'enable' not found for message 'inference.ModelMetrics': "), "{message}");
+    for needle in ["pb_utils.MetricFamily", "prometheus_client", "Remove the model_metrics block"] {
+        assert!(message.contains(needle), "{needle}: {message}");
+    }
+    assert!(err.to_string().starts_with("/repo/m/config.pbtxt:4:3: field 'enable'"), "{err}");
+    // Whichever field comes first is the one named.
+    let err = parse_config("model_metrics { counters [ \"a\" ] }", file).expect_err("counters");
+    assert!(err.to_string().contains("field 'counters' not found for message 'inference.ModelMetrics': "), "{err}");
+    // Triton's own model_metrics still parses.
+    let ok = "model_metrics { metric_control [ { metric_identifier { family: \"nv_inference_first_response_histogram_ms\" } histogram_options { buckets: [ 1, 10 ] } } ] }";
+    parse_config(ok, file).expect("Triton's model_metrics");
+    // Other unknown fields keep prost-reflect's text alone.
+    let err = parse_config("bogus: 1", file).expect_err("bogus");
+    assert!(!err.to_string().contains("prometheus_client"), "{err}");
+}
+
+#[test]
 fn parse_errors_name_file_line_column_and_reason() {
     let file = Path::new("/repo/m/config.pbtxt");
     let cases = [

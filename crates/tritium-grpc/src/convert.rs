@@ -567,7 +567,14 @@ pub fn index_to_proto(entries: Vec<IndexEntry>) -> RepositoryIndexResponse {
     RepositoryIndexResponse {
         models: entries
             .into_iter()
-            .map(|e| ModelIndex { name: e.name, version: e.version, state: e.state, reason: e.reason })
+            .map(|e| ModelIndex {
+                name: e.name,
+                version: e.version,
+                state: e.state,
+                reason: e.reason,
+                tritium_python: e.python,
+                tritium_environment: e.environment,
+            })
             .collect(),
     }
 }

@@ -643,12 +643,23 @@ fn statistics_in_triton_shape() {
 #[test]
 fn index_rows() {
     let p = index_to_proto(vec![
-        IndexEntry { name: "a".into(), version: "1".into(), state: "READY".into(), reason: String::new() },
-        IndexEntry { name: "b".into(), version: String::new(), state: "UNAVAILABLE".into(), reason: "boom".into() },
+        IndexEntry {
+            name: "a".into(),
+            version: "1".into(),
+            state: "READY".into(),
+            python: "/env/bin/python".into(),
+            environment: "/env".into(),
+            ..IndexEntry::default()
+        },
+        IndexEntry { name: "b".into(), state: "UNAVAILABLE".into(), reason: "boom".into(), ..IndexEntry::default() },
     ]);
     let rows: Vec<_> =
         p.models.iter().map(|m| (m.name.as_str(), m.version.as_str(), m.state.as_str(), m.reason.as_str())).collect();
     assert_eq!(rows, vec![("a", "1", "READY", ""), ("b", "", "UNAVAILABLE", "boom")]);
+    assert_eq!(
+        (p.models[0].tritium_python.as_str(), p.models[0].tritium_environment.as_str()),
+        ("/env/bin/python", "/env")
+    );
 }
 
 #[test]

@@ -11,5 +11,7 @@ pub mod process;
 pub mod stub;
 
 pub use process::{run_tool, StubCommand, StubExit, ToolOutcome};
-pub use stub::{BlsEvent, BlsHandler, CallHandler, HostError, OnResponse, Stub, StubInfo, POLL_CHUNK};
+pub use stub::{
+    BlsEvent, BlsHandler, CallHandler, ClientMetrics, HostError, MetricsProbe, OnResponse, Stub, StubInfo, POLL_CHUNK,
+};
 pub use tritium_ipc::ChannelLimits;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use tracing::Span;
 use tritium_ipc::{
-    CallOp, CallResult, ChannelConfig, ChannelLimits, Descriptor, Initialize, IpcError, LogLevel, Request, Response,
-    ServerChannel, StubError, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
+    CallOp, CallResult, ChannelConfig, ChannelLimits, ClientFamily, Descriptor, Initialize, IpcError, LogLevel,
+    Request, Response, ServerChannel, StubError, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
 use crate::process::{self, ChildGuard, StderrTail, StubCommand, StubExit};
@@ -208,8 +208,73 @@ pub enum BlsEvent {
 /// answers later through the stub's channel.
 pub type BlsHandler = Arc<dyn Fn(BlsEvent) + Send + Sync>;
 
+/// What a stub answered to a metrics request: its `prometheus_client` families, or why not.
+pub type ClientMetrics = Result<Vec<ClientFamily>, String>;
+
+/// A metrics request not answered yet.
+struct Asked {
+    seq: u64,
+    at: Instant,
+    answer: std::sync::mpsc::SyncSender<ClientMetrics>,
+}
+
+/// The metrics request a stub has open (at most one).
+#[derive(Default)]
+struct ProbeState {
+    next: std::sync::atomic::AtomicU64,
+    asked: Mutex<Option<Asked>>,
+}
+
+impl ProbeState {
+    /// Hands the answer to `seq` to whoever asked; an answer nobody waits for any more (late, or
+    /// never asked for) is dropped.
+    fn deliver(&self, seq: u64, families: ClientMetrics) {
+        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        if asked.as_ref().is_some_and(|a| a.seq == seq) {
+            if let Some(a) = asked.take() {
+                let _ = a.answer.try_send(families);
+            }
+        }
+    }
+}
+
+/// How long an unanswered metrics request keeps a stub from being asked again.
+const PROBE_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// Asks a stub, from any thread, for the metrics its model code registered with
+/// `prometheus_client` (the answer comes through whichever thread reads the stub's messages).
+/// Asking never waits: a stub whose ring is full, or that has not answered the previous request
+/// (for up to 30 s), is not asked.
+#[derive(Clone)]
+pub struct MetricsProbe {
+    channel: Arc<ServerChannel>,
+    state: Arc<ProbeState>,
+}
+
+impl MetricsProbe {
+    /// Sends a request; the answer comes on the returned receiver. None when the stub was not
+    /// asked (see above) or its channel failed.
+    pub fn ask(&self) -> Option<std::sync::mpsc::Receiver<ClientMetrics>> {
+        let mut asked = self.state.asked.lock().unwrap_or_else(|p| p.into_inner());
+        if asked.as_ref().is_some_and(|a| a.at.elapsed() < PROBE_RETRY_AFTER) {
+            return None;
+        }
+        let seq = self.state.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let (answer, receiver) = std::sync::mpsc::sync_channel(1);
+        match self.channel.try_send(&ToStub::CollectMetrics { seq }) {
+            Ok(true) => {
+                *asked = Some(Asked { seq, at: Instant::now(), answer });
+                Some(receiver)
+            }
+            Ok(false) | Err(_) => None,
+        }
+    }
+}
+
 /// A running stub process and its channel.
 pub struct Stub {
+    /// The open metrics request, answered through [`Stub::unasked`].
+    probe: Arc<ProbeState>,
     /// Answers model code's calls; without one, calls get an error.
     calls: Mutex<Option<CallHandler>>,
     /// Takes model code's BLS calls; without one, they are answered with an error.
@@ -252,6 +317,7 @@ impl Stub {
             .map_err(|source| HostError::Spawn { python: cmd.python.display().to_string(), source })?;
         span.record("pid", child.pid());
         let mut stub = Self {
+            probe: Arc::default(),
             calls: Mutex::new(None),
             bls: Mutex::new(None),
             kill_reason: Arc::new(Mutex::new(None)),
@@ -297,6 +363,11 @@ impl Stub {
     /// The channel, for allocating input tensors and reading outputs.
     pub fn channel(&self) -> &Arc<ServerChannel> {
         &self.channel
+    }
+
+    /// Asks this stub for its `prometheus_client` metrics from other threads.
+    pub fn metrics_probe(&self) -> MetricsProbe {
+        MetricsProbe { channel: self.channel.clone(), state: self.probe.clone() }
     }
 
     /// The last lines the stub wrote to stderr.
@@ -525,6 +596,7 @@ impl Stub {
                 self.bls(BlsEvent::Request { call, model, version, decoupled, request })?
             }
             ToServer::BlsCancel { call } => self.bls(BlsEvent::Cancel { call })?,
+            ToServer::ClientMetrics { seq, families } => self.probe.deliver(seq, families),
             other => return Ok(Some(other)),
         }
         Ok(None)

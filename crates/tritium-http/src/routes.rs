@@ -420,6 +420,12 @@ struct IndexEntryJson<'a> {
     state: &'a str,
     #[serde(skip_serializing_if = "str::is_empty")]
     reason: &'a str,
+    /// tritium's own (clients that read Triton's keys ignore it): the stubs' interpreter.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    tritium_python: &'a str,
+    /// tritium's own: the model's own Python environment, when it has one.
+    #[serde(skip_serializing_if = "str::is_empty")]
+    tritium_environment: &'a str,
 }
 
 /// Parses an optional JSON body (empty means none).
@@ -443,7 +449,14 @@ async fn repository_index<B: Backend>(State(s): St<B>, headers: HeaderMap, body:
     let index = s.backend.repository_index(ready);
     let entries: Vec<IndexEntryJson<'_>> = index
         .iter()
-        .map(|e| IndexEntryJson { name: &e.name, version: &e.version, state: &e.state, reason: &e.reason })
+        .map(|e| IndexEntryJson {
+            name: &e.name,
+            version: &e.version,
+            state: &e.state,
+            reason: &e.reason,
+            tritium_python: &e.python,
+            tritium_environment: &e.environment,
+        })
         .collect();
     json_ok(&entries)
 }

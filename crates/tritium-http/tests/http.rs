@@ -173,7 +173,7 @@ async fn repository_extension() {
     assert_eq!(r.status, StatusCode::OK);
     assert_eq!(
         String::from_utf8(r.body.to_vec()).unwrap(),
-        r#"[{"name":"a","version":"1","state":"READY"},{"name":"b","state":"UNAVAILABLE","reason":"unloaded"}]"#
+        r#"[{"name":"a","version":"1","state":"READY","tritium_python":"/e/bin/python","tritium_environment":"/e"},{"name":"b","state":"UNAVAILABLE","reason":"unloaded"}]"#
     );
     assert_eq!(*mock.last_index_ready.lock().unwrap(), Some(false));
     send(&app, Method::POST, "/v2/repository/index", &[], r#"{"ready": true}"#).await;

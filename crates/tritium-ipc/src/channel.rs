@@ -388,6 +388,25 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         producer.send(FRAME_APP, buf, true, self.config.send_timeout)
     }
 
+    /// Sends one message only if that needs no waiting: false when another thread of this side
+    /// is sending or the ring has no room for it now (a peer that does not read). For requests
+    /// that must never hold up their sender (a `/metrics` scrape).
+    pub fn try_send(&self, msg: &S) -> Result<bool, IpcError> {
+        let mut tx = match self.tx.try_lock() {
+            Ok(tx) => tx,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(false),
+        };
+        let Tx { producer, buf } = &mut *tx;
+        buf.clear();
+        postcard::to_io(msg, &mut *buf).map_err(|e| IpcError::Protocol(format!("encoding a message: {e}")))?;
+        if producer.free_slots() < producer.slots_for(buf.len()) {
+            return Ok(false);
+        }
+        producer.send(FRAME_APP, buf, true, Duration::ZERO)?;
+        Ok(true)
+    }
+
     fn send_control_locked(&self, tx: &mut Tx, msg: &Control, wake: bool) -> Result<(), IpcError> {
         let Tx { producer, buf } = tx;
         buf.clear();

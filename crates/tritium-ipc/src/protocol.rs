@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::arena::Descriptor;
 
 /// Version of this protocol; the stub's hello must carry the same number.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// A tensor element type, named as KServe v2 names it on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -409,6 +409,42 @@ pub enum CallResult {
     Ready(bool),
 }
 
+/// A `prometheus_client` metric family's type, as the Prometheus text format names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub enum ClientMetricKind {
+    Counter,
+    Gauge,
+    Histogram,
+    Summary,
+    Untyped,
+}
+
+/// One sample of a `prometheus_client` family: its full name (`x_total`, `x_bucket`), labels
+/// and value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientSample {
+    /// Sample name.
+    pub name: String,
+    /// Label pairs, as model code set them (`le` and `quantile` included).
+    pub labels: Vec<(String, String)>,
+    /// Value.
+    pub value: f64,
+}
+
+/// One metric family from the `prometheus_client` default registry of a stub.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClientFamily {
+    /// Family name, in the text format's terms (a counter's ends in `_total`).
+    pub name: String,
+    /// HELP text.
+    pub help: String,
+    /// Type.
+    pub kind: ClientMetricKind,
+    /// Samples.
+    pub samples: Vec<ClientSample>,
+}
+
 /// Server -> stub messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToStub {
@@ -462,6 +498,12 @@ pub enum ToStub {
     },
     /// Call `finalize()` and exit.
     Finalize,
+    /// Collect the `prometheus_client` default registry (answered with
+    /// [`ToServer::ClientMetrics`] from a thread other than the one running `execute`).
+    CollectMetrics {
+        /// Echoed.
+        seq: u64,
+    },
 }
 
 /// Stub -> server messages.
@@ -527,6 +569,14 @@ pub enum ToServer {
     },
     /// `finalize` returned; the stub exits next.
     FinalizeDone(Result<(), StubError>),
+    /// Answer to [`ToStub::CollectMetrics`]: the families (none when model code did not import
+    /// `prometheus_client`), or why they could not be collected.
+    ClientMetrics {
+        /// Echoed.
+        seq: u64,
+        /// The families, or the error.
+        families: Result<Vec<ClientFamily>, String>,
+    },
 }
 
 /// Channel-level frames, handled inside [`crate::channel::Channel`] and never seen by its users.
@@ -643,6 +693,28 @@ mod tests {
         for msg in msgs {
             let bytes = postcard::to_stdvec(&msg).expect("encode");
             assert_eq!(postcard::from_bytes::<ToStub>(&bytes).expect("decode"), msg);
+        }
+    }
+
+    #[test]
+    fn client_metrics_round_trip_through_postcard() {
+        let down = ToStub::CollectMetrics { seq: 3 };
+        let bytes = postcard::to_stdvec(&down).expect("encode");
+        assert_eq!(postcard::from_bytes::<ToStub>(&bytes).expect("decode"), down);
+        let family = ClientFamily {
+            name: "request_count_total".into(),
+            help: "Total requests".into(),
+            kind: ClientMetricKind::Counter,
+            samples: vec![ClientSample {
+                name: "request_count_total".into(),
+                labels: vec![("p".into(), "a".into())],
+                value: 2.0,
+            }],
+        };
+        for families in [Ok(vec![family]), Err("no".to_string())] {
+            let up = ToServer::ClientMetrics { seq: 3, families };
+            let bytes = postcard::to_stdvec(&up).expect("encode");
+            assert_eq!(postcard::from_bytes::<ToServer>(&bytes).expect("decode"), up);
         }
     }
 

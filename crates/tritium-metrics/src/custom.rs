@@ -518,6 +518,12 @@ impl CustomMetrics {
         out
     }
 
+    /// The names of the families that have metrics (those [`render`](Self::render) writes).
+    pub(crate) fn family_names(&self) -> std::collections::BTreeSet<String> {
+        let registry = self.lock();
+        registry.families.values().filter(|f| !f.members.is_empty()).map(|f| f.name.clone()).collect()
+    }
+
     /// [`render`](Self::render), appending to `out`.
     pub fn render_to(&self, out: &mut String) {
         let registry = self.lock();

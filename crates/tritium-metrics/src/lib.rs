@@ -8,12 +8,15 @@
 //! server's and the custom ones. This crate knows no transport: the binary serves the page over
 //! HTTP. Custom metrics live in [`CustomMetrics`] (reachable as [`Metrics::custom`]); each
 //! stub's calls go through its own [`MetricsSession`], which releases what the stub held when it
-//! goes away.
+//! goes away. The metrics model code registers with `prometheus_client` come from the stubs at
+//! scrape time (`Snapshot::client`) and are checked and merged by `client`.
 
+mod client;
 mod custom;
 mod server;
 mod text;
 
+pub use client::{ClientFamily, ClientKind, ClientSample, StubFamilies, MAX_SAMPLES, MAX_TEXT_BYTES};
 pub use custom::{CustomMetrics, MetricError, MetricKind, MetricOp, MetricsSession};
 pub use server::{
     CacheCounts, CacheSnapshot, FailureCounts, InstanceSnapshot, Metrics, MetricsOptions, ModelSnapshot, Snapshot,

@@ -107,6 +107,8 @@ pub struct Snapshot {
     pub instances: Vec<InstanceSnapshot>,
     /// The server's response cache, when it has one (`tritium_cache_*`).
     pub cache: Option<CacheSnapshot>,
+    /// What each live stub's `prometheus_client` registry held.
+    pub client: Vec<crate::client::StubFamilies>,
 }
 
 /// What the server's response cache holds when `/metrics` is scraped.
@@ -361,11 +363,21 @@ impl Metrics {
     /// The whole `/metrics` text: the server's families from `snapshot` (Triton's order, series
     /// sorted by labels), then the custom metrics (families by name).
     pub fn render(&self, snapshot: &Snapshot) -> String {
+        self.render_reporting(snapshot, &mut |_, _| {})
+    }
+
+    /// [`render`](Self::render), then the stubs' `prometheus_client` families
+    /// (`snapshot.client`, merged by name); `ignored` gets the index in `snapshot.client` of
+    /// each stub something was left out of, and why.
+    pub fn render_reporting(&self, snapshot: &Snapshot, ignored: &mut dyn FnMut(usize, String)) -> String {
         let mut out = String::with_capacity(256 * (snapshot.models.len() + snapshot.instances.len()) + 1024);
         for family in server_families(snapshot, self.inner.options) {
             family.render(&mut out);
         }
         self.inner.custom.render_to(&mut out);
+        if !snapshot.client.is_empty() {
+            crate::client::render_to(&mut out, &snapshot.client, &self.inner.custom.family_names(), ignored);
+        }
         out
     }
 }
@@ -480,7 +492,12 @@ mod tests {
             cache: Some(CacheCounts { hits: 3, misses: 2, hit_duration_ns: 4_500, miss_duration_ns: 12_000 }),
             ..Default::default()
         };
-        let text = metrics.render(&Snapshot { models: vec![cached, simple()], instances: vec![], cache: None });
+        let text = metrics.render(&Snapshot {
+            models: vec![cached, simple()],
+            instances: vec![],
+            cache: None,
+            client: vec![],
+        });
         let expected = [
             "# HELP nv_cache_num_hits_per_model Number of cache hits per model",
             "# TYPE nv_cache_num_hits_per_model counter",
@@ -506,7 +523,7 @@ mod tests {
     fn the_servers_cache_has_tritiums_families_when_there_is_one() {
         let metrics = Metrics::new();
         let cache = CacheSnapshot { entries: 2, used_bytes: 300, capacity_bytes: 1000, evictions: 5 };
-        let text = metrics.render(&Snapshot { models: vec![], instances: vec![], cache: Some(cache) });
+        let text = metrics.render(&Snapshot { models: vec![], instances: vec![], cache: Some(cache), client: vec![] });
         let got: Vec<&str> = text.lines().filter(|l| l.starts_with("tritium_cache_")).collect();
         assert_eq!(
             got,
@@ -545,6 +562,7 @@ mod tests {
             models: vec![simple(), ModelSnapshot { name: "a_model".into(), version: "2".into(), ..Default::default() }],
             instances: vec![instance()],
             cache: None,
+            client: vec![],
         };
         let text = metrics.render(&snapshot);
         let expected = [
@@ -633,7 +651,8 @@ mod tests {
     #[test]
     fn counters_follow_the_snapshot_down_and_unloaded_series_go() {
         let metrics = Metrics::new();
-        let mut snapshot = Snapshot { models: vec![simple()], instances: vec![instance()], cache: None };
+        let mut snapshot =
+            Snapshot { models: vec![simple()], instances: vec![instance()], cache: None, client: vec![] };
         assert!(metrics
             .render(&snapshot)
             .contains("nv_inference_request_success{model=\"simple\",version=\"1\"} 10\n"));
@@ -664,7 +683,7 @@ mod tests {
     #[test]
     fn impossible_transitions_are_a_counter_per_instance_even_at_zero() {
         let metrics = Metrics::new();
-        let mut snapshot = Snapshot { models: vec![], instances: vec![instance()], cache: None };
+        let mut snapshot = Snapshot { models: vec![], instances: vec![instance()], cache: None, client: vec![] };
         snapshot.instances[0].impossible_transitions = 0;
         let text = metrics.render(&snapshot);
         assert!(
@@ -687,7 +706,7 @@ mod tests {
     #[test]
     fn counter_latencies_can_be_turned_off() {
         let metrics = Metrics::with_options(MetricsOptions { counter_latencies: false });
-        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None });
+        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None, client: vec![] });
         assert!(!text.contains("_duration_us"), "{text}");
         assert!(text.contains("nv_inference_count{model=\"simple\",version=\"1\"} 40\n"), "{text}");
     }
@@ -703,7 +722,7 @@ mod tests {
             .metric(family, vec![("model".into(), "custom_metrics".into()), ("version".into(), "1".into())], None)
             .unwrap();
         custom.increment(metric, 42.0).unwrap();
-        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None });
+        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None, client: vec![] });
         let tail: Vec<&str> = text.lines().rev().take(3).collect();
         assert_eq!(
             tail,
@@ -723,7 +742,7 @@ mod tests {
     fn metrics_instances_are_independent() {
         let a = Metrics::new();
         let b = Metrics::new();
-        a.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None });
+        a.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None, client: vec![] });
         assert_eq!(b.render(&Snapshot::default()), "");
         a.custom().family("only_in_a", "d", MetricKind::Gauge).unwrap();
         assert!(b.custom().family("only_in_a", "d", MetricKind::Counter).is_ok());
@@ -739,7 +758,12 @@ mod tests {
                     for n in 0..50u64 {
                         let mut model = simple();
                         model.success = i * 1000 + n;
-                        let text = metrics.render(&Snapshot { models: vec![model], instances: vec![], cache: None });
+                        let text = metrics.render(&Snapshot {
+                            models: vec![model],
+                            instances: vec![],
+                            cache: None,
+                            client: vec![],
+                        });
                         let want = format!(
                             "nv_inference_request_success{{model=\"simple\",version=\"1\"}} {}\n",
                             i * 1000 + n
@@ -761,7 +785,12 @@ mod tests {
         first.success = 1;
         let second = simple();
         let v10 = ModelSnapshot { version: "10".into(), ..simple() };
-        let text = metrics.render(&Snapshot { models: vec![first, v10, second], instances: vec![], cache: None });
+        let text = metrics.render(&Snapshot {
+            models: vec![first, v10, second],
+            instances: vec![],
+            cache: None,
+            client: vec![],
+        });
         let success: Vec<&str> = text.lines().filter(|l| l.starts_with("nv_inference_request_success{")).collect();
         assert_eq!(
             success,
@@ -782,7 +811,7 @@ mod tests {
             load_duration_secs: Some(0.25),
             ..Default::default()
         };
-        let text = metrics.render(&Snapshot { models: vec![model], instances: vec![], cache: None });
+        let text = metrics.render(&Snapshot { models: vec![model], instances: vec![], cache: None, client: vec![] });
         assert!(
             text.contains(
                 "nv_inference_request_success{model=\"we\\\"ird\\\\name\\n\",version=\"1\"} 18446744073709551615\n"

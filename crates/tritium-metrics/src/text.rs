@@ -30,6 +30,8 @@ pub(crate) enum SeriesValue<'a> {
     /// A histogram: finite upper bounds (strictly increasing), observations per bucket (not
     /// cumulative; one more than the bounds, the last one for `+Inf`), their sum and count.
     Histogram { bounds: &'a [f64], counts: &'a [u64], sum: f64, count: u64 },
+    /// A summary: `(quantile, value)` pairs, the sum and the count of its observations.
+    Summary { quantiles: &'a [(f64, f64)], sum: f64, count: f64 },
 }
 
 /// One series of a family: its labels (name, value) and its value.
@@ -44,13 +46,19 @@ pub(crate) struct Series<'a> {
 pub(crate) struct Family<'a> {
     name: &'a str,
     help: &'a str,
-    kind: MetricKind,
+    /// The TYPE line's type: `counter`, `gauge`, `histogram`, `summary` or `untyped`.
+    kind: &'static str,
     series: Vec<Series<'a>>,
 }
 
 impl<'a> Family<'a> {
     /// An empty family.
     pub(crate) fn new(name: &'a str, help: &'a str, kind: MetricKind) -> Self {
+        Self::typed(name, help, kind.prometheus_type())
+    }
+
+    /// An empty family of the text format's type `kind` (`summary` and `untyped` included).
+    pub(crate) fn typed(name: &'a str, help: &'a str, kind: &'static str) -> Self {
         Self { name, help, kind, series: Vec::new() }
     }
 
@@ -91,7 +99,7 @@ impl<'a> Family<'a> {
         out.push_str("# TYPE ");
         out.push_str(self.name);
         out.push(' ');
-        out.push_str(self.kind.prometheus_type());
+        out.push_str(self.kind);
         out.push('\n');
         for one in &series {
             match one.value {
@@ -100,23 +108,39 @@ impl<'a> Family<'a> {
                     let mut cumulative = 0u64;
                     for (bound, n) in bounds.iter().zip(counts) {
                         cumulative = cumulative.saturating_add(*n);
-                        push_sample(out, self.name, "_bucket", &one.labels, Some(*bound), Number::Int(cumulative));
+                        let le = Some(("le", *bound));
+                        push_sample(out, self.name, "_bucket", &one.labels, le, Number::Int(cumulative));
                     }
-                    push_sample(out, self.name, "_bucket", &one.labels, Some(f64::INFINITY), Number::Int(count));
+                    let le = Some(("le", f64::INFINITY));
+                    push_sample(out, self.name, "_bucket", &one.labels, le, Number::Int(count));
                     push_sample(out, self.name, "_sum", &one.labels, None, Number::Float(sum));
                     push_sample(out, self.name, "_count", &one.labels, None, Number::Int(count));
+                }
+                SeriesValue::Summary { quantiles, sum, count } => {
+                    for (q, value) in quantiles {
+                        push_sample(out, self.name, "", &one.labels, Some(("quantile", *q)), Number::Float(*value));
+                    }
+                    push_sample(out, self.name, "_sum", &one.labels, None, Number::Float(sum));
+                    push_sample(out, self.name, "_count", &one.labels, None, Number::Float(count));
                 }
             }
         }
     }
 }
 
-/// Writes one sample line: `name{labels,le="bound"} value`, without braces when there are no
-/// labels.
-fn push_sample(out: &mut String, name: &str, suffix: &str, labels: &[(&str, &str)], le: Option<f64>, value: Number) {
+/// Writes one sample line: `name{labels,le="bound"} value` (the last label, `le` or `quantile`,
+/// given as a number), without braces when there are no labels.
+fn push_sample(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    labels: &[(&str, &str)],
+    last: Option<(&str, f64)>,
+    value: Number,
+) {
     out.push_str(name);
     out.push_str(suffix);
-    if !labels.is_empty() || le.is_some() {
+    if !labels.is_empty() || last.is_some() {
         out.push('{');
         for (i, (key, value)) in labels.iter().enumerate() {
             if i > 0 {
@@ -127,11 +151,12 @@ fn push_sample(out: &mut String, name: &str, suffix: &str, labels: &[(&str, &str
             push_label_value(out, value);
             out.push('"');
         }
-        if let Some(le) = le {
+        if let Some((key, le)) = last {
             if !labels.is_empty() {
                 out.push(',');
             }
-            out.push_str("le=\"");
+            out.push_str(key);
+            out.push_str("=\"");
             push_value(out, le);
             out.push('"');
         }

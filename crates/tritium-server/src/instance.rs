@@ -323,6 +323,8 @@ pub(crate) struct Instance {
     executions: AtomicU64,
     /// The BLS calls its stub has in flight.
     pub(crate) bls: crate::bls::Calls,
+    /// Asks the running stub for its `prometheus_client` metrics (replaced at each start).
+    probe: Mutex<Option<Arc<crate::scrape::StubProbe>>>,
 }
 
 impl Instance {
@@ -336,7 +338,16 @@ impl Instance {
             inflight: AtomicU64::new(0),
             executions: AtomicU64::new(0),
             bls: crate::bls::Calls::default(),
+            probe: Mutex::new(None),
         }
+    }
+
+    /// The running stub's metrics probe, when the instance is ready.
+    pub(crate) fn metrics_probe(&self) -> Option<Arc<crate::scrape::StubProbe>> {
+        if self.state() != InstanceState::Ready {
+            return None;
+        }
+        self.probe.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Whether the worker is running a batch (inside `execute`).
@@ -623,6 +634,8 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
         if let Err(e) = watched {
             warn!("cannot watch the stub process ({e}); crashes are noticed on the next request only");
         }
+        *instance.probe.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Arc::new(crate::scrape::StubProbe::new(stub.metrics_probe())));
         instance.on(Event::Initialized);
         if let Some(tx) = ready.take() {
             let _ = tx.send(Ok(()));

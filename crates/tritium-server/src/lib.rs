@@ -10,6 +10,7 @@ pub mod forward;
 mod instance;
 pub mod restricted;
 mod scheduler;
+mod scrape;
 mod sequence;
 mod server;
 mod stats;
@@ -25,5 +26,6 @@ pub use envs::EnvOptions;
 pub use instance::{
     Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES,
 };
+pub use scrape::STUB_METRICS_TIMEOUT;
 pub use server::{parse_version, InferFuture, Server, ServerOptions};
 pub use types::*;

@@ -97,6 +97,18 @@ impl Version {
         })
     }
 
+    /// The interpreter the version's stubs run on, and its own environment's directory (empty
+    /// when it runs on the server's `--python`); both empty for an ensemble.
+    fn interpreter(&self) -> (String, String) {
+        if self.ensemble.is_some() {
+            return (String::new(), String::new());
+        }
+        let stub = &self.ctx.stub;
+        let environment =
+            stub.env.iter().rev().find(|(k, _)| k == "VIRTUAL_ENV").map(|(_, v)| v.to_string_lossy().into_owned());
+        (stub.python.display().to_string(), environment.unwrap_or_default())
+    }
+
     /// Stops taking requests, lets the instances finish what is queued, and joins them.
     fn retire(&self) {
         self.ctx.queue.close_gracefully();
@@ -603,7 +615,7 @@ impl Server {
         for name in names {
             let Some(entry) = models.get(&name) else {
                 if !ready_only {
-                    out.push(IndexEntry { name, version: String::new(), state: String::new(), reason: String::new() });
+                    out.push(IndexEntry { name, ..IndexEntry::default() });
                 }
                 continue;
             };
@@ -617,7 +629,7 @@ impl Server {
                 continue;
             }
             if entry.versions.is_empty() {
-                out.push(IndexEntry { name: name.clone(), version: String::new(), state: state.into(), reason });
+                out.push(IndexEntry { name: name.clone(), state: state.into(), reason, ..IndexEntry::default() });
             } else {
                 for (v, ver) in &entry.versions {
                     let (state, reason) = match ver.failure() {
@@ -627,7 +639,15 @@ impl Server {
                     if ready_only && state != "READY" {
                         continue;
                     }
-                    out.push(IndexEntry { name: name.clone(), version: v.to_string(), state: state.into(), reason });
+                    let (python, environment) = ver.interpreter();
+                    out.push(IndexEntry {
+                        name: name.clone(),
+                        version: v.to_string(),
+                        state: state.into(),
+                        reason,
+                        python,
+                        environment,
+                    });
                 }
             }
         }
@@ -824,6 +844,24 @@ impl Server {
                 });
             }
         }
+        // Every ready stub is asked for its prometheus_client metrics at once.
+        let mut probes = Vec::new();
+        for (name, entry) in self.models().iter() {
+            for (v, ver) in &entry.versions {
+                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    if let Some(probe) = i.metrics_probe() {
+                        let labels = tritium_metrics::StubFamilies {
+                            model: name.clone(),
+                            version: v.to_string(),
+                            instance: i.spec.name.clone(),
+                            families: Vec::new(),
+                        };
+                        probes.push((labels, probe));
+                    }
+                }
+            }
+        }
+        let answered = crate::scrape::gather(probes);
         for i in self.instances(None) {
             snapshot.instances.push(InstanceSnapshot {
                 model: i.model,
@@ -843,7 +881,13 @@ impl Server {
             capacity_bytes: u.capacity_bytes,
             evictions: u.evictions,
         });
-        self.inner.metrics.render(&snapshot)
+        let probes: Vec<_> = answered.iter().map(|(_, p)| p.clone()).collect();
+        snapshot.client = answered.into_iter().map(|(families, _)| families).collect();
+        self.inner.metrics.render_reporting(&snapshot, &mut |i, why| {
+            if let (Some(probe), Some(labels)) = (probes.get(i), snapshot.client.get(i)) {
+                probe.warn_once(labels, &why);
+            }
+        })
     }
 
     /// Requests waiting in a model's queues (all versions).

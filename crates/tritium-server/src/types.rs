@@ -323,7 +323,7 @@ pub struct ServerMetadata {
 }
 
 /// One row of the repository index.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IndexEntry {
     /// Model name.
     pub name: String,
@@ -333,6 +333,11 @@ pub struct IndexEntry {
     pub state: String,
     /// Why it is not ready, when it is not.
     pub reason: String,
+    /// The interpreter its stubs run on (empty for an ensemble, or a model not loaded).
+    pub python: String,
+    /// The model's own Python environment (`EXECUTION_ENV_PATH`, `requirements.txt`): its
+    /// directory; empty when the model runs on the server's `--python`.
+    pub environment: String,
 }
 
 /// A count and the total time of some step, as Triton's statistics report them.

@@ -416,12 +416,22 @@ fn models_json(models: &[ModelIndex]) -> Value {
     Value::Array(
         models
             .iter()
-            .map(|m| json!({ "name": m.name, "version": m.version, "state": m.state, "reason": m.reason }))
+            .map(|m| {
+                json!({
+                    "name": m.name,
+                    "version": m.version,
+                    "state": m.state,
+                    "reason": m.reason,
+                    "python": m.tritium_python,
+                    "environment": m.tritium_environment,
+                })
+            })
             .collect(),
     )
 }
 
-/// The table of `tritium models`; a model that was never loaded has no version or state.
+/// The table of `tritium models`; a model that was never loaded has no version, state or
+/// interpreter, and one running on the server's `--python` has no environment of its own.
 fn models_table(models: &[ModelIndex]) -> String {
     if models.is_empty() {
         return "no models in the repository\n".to_string();
@@ -429,9 +439,18 @@ fn models_table(models: &[ModelIndex]) -> String {
     let dash = |s: &str| if s.is_empty() { "-".to_string() } else { s.to_string() };
     let rows: Vec<Vec<String>> = models
         .iter()
-        .map(|m| vec![m.name.clone(), dash(&m.version), dash(&m.state), first_line(&m.reason).to_string()])
+        .map(|m| {
+            vec![
+                m.name.clone(),
+                dash(&m.version),
+                dash(&m.state),
+                dash(&m.tritium_python),
+                dash(&m.tritium_environment),
+                first_line(&m.reason).to_string(),
+            ]
+        })
         .collect();
-    table(&["NAME", "VERSION", "STATE", "REASON"], &rows)
+    table(&["NAME", "VERSION", "STATE", "PYTHON", "ENV", "REASON"], &rows)
 }
 
 /// Left-aligned columns two spaces apart, without trailing spaces.
@@ -722,18 +741,29 @@ add_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; the s
     #[test]
     fn models_table_with_dashes_for_unloaded() {
         let models = [
-            ModelIndex { name: "add_sub".into(), version: "1".into(), state: "READY".into(), reason: String::new() },
+            ModelIndex {
+                name: "add_sub".into(),
+                version: "1".into(),
+                state: "READY".into(),
+                tritium_python: "/v/bin/python".into(),
+                ..Default::default()
+            },
             ModelIndex {
                 name: "broken".into(),
                 version: "1".into(),
                 state: "UNAVAILABLE".into(),
                 reason: "bad\nstack".into(),
+                tritium_python: "/e/bin/python".into(),
+                tritium_environment: "/e".into(),
             },
             ModelIndex { name: "later".into(), ..Default::default() },
         ];
         assert_eq!(
             models_table(&models),
-            "NAME     VERSION  STATE        REASON\nadd_sub  1        READY\nbroken   1        UNAVAILABLE  bad\nlater    -        -\n"
+            "NAME     VERSION  STATE        PYTHON         ENV  REASON\n\
+             add_sub  1        READY        /v/bin/python  -\n\
+             broken   1        UNAVAILABLE  /e/bin/python  /e   bad\n\
+             later    -        -            -              -\n"
         );
     }
 

@@ -1,5 +1,6 @@
 //! `tritium serve`: flags (Triton's names where Triton has them, also read from `TRITIUM_*`),
-//! logging, the frontends, the initial model load, and graceful shutdown on SIGINT/SIGTERM.
+//! logging, the frontends, the initial model load, graceful shutdown on SIGINT/SIGTERM, and
+//! systemd's notifications with SIGHUP as a repository re-scan (`sdnotify.rs`).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -367,6 +368,18 @@ async fn start_openai(
     Ok(Some(started))
 }
 
+/// The `STATUS=` text once a load is done: how many models serve, and which failed.
+fn ready_status(server: &Server) -> String {
+    let index = server.repository_index(false);
+    let ready = index.iter().filter(|e| e.state == "READY").count();
+    let failed: Vec<&str> = index.iter().filter(|e| e.state == "UNAVAILABLE").map(|e| e.name.as_str()).collect();
+    if failed.is_empty() {
+        format!("serving {ready} model(s)")
+    } else {
+        format!("serving {ready} model(s); failed to load: {}", failed.join(", "))
+    }
+}
+
 async fn shutdown_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
@@ -472,11 +485,26 @@ async fn serve(
         None
     };
 
+    // systemd (Type=notify, ExecReload=kill -HUP): readiness, status, watchdog, and SIGHUP as a
+    // repository re-scan (sdnotify.rs). The SIGHUP handler is in place before any model loads,
+    // so an early reload request cannot end the process (SIGHUP's default action).
+    let notifier = crate::sdnotify::Notifier::from_env();
+    let watchdog = match (&notifier, crate::sdnotify::watchdog_interval()) {
+        (Some(n), Some(every)) => Some(crate::sdnotify::spawn_watchdog(n.clone(), every)),
+        _ => None,
+    };
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| warn!("cannot watch SIGHUP ({e}); it will stop the server instead of re-scanning"))
+        .ok();
+
     let initial = match args.model_control_mode {
         ControlMode::Explicit if !args.load_model.iter().any(|m| m == "*") => args.load_model.clone(),
         _ => server.repository_models(),
     };
     info!("loading {} model(s) from {}", initial.len(), opts_repository.display());
+    if let Some(n) = &notifier {
+        n.status(&format!("loading {} model(s)", initial.len()));
+    }
     // With --exit-on-error=true, a model that fails its first load stops the server (Triton's
     // behaviour, and its default); tritium's default keeps serving the models that loaded.
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<String>();
@@ -485,6 +513,8 @@ async fn serve(
         let poll = (args.model_control_mode == ControlMode::Poll)
             .then(|| Duration::from_secs(args.repository_poll_secs.max(1)));
         let exit_on_error = args.triton.exit_on_error;
+        let notifier = notifier.clone();
+        let mode = args.model_control_mode;
         tokio::spawn(async move {
             server.load_models(initial.clone()).await;
             if exit_on_error {
@@ -499,10 +529,41 @@ async fn serve(
                     return;
                 }
             }
-            if let Some(every) = poll {
-                loop {
-                    tokio::time::sleep(every).await;
-                    server.poll_repository().await;
+            if let Some(n) = &notifier {
+                n.notify(&format!("READY=1\nSTATUS={}", ready_status(&server)));
+            }
+            loop {
+                let hup = async {
+                    match hangup.as_mut() {
+                        Some(h) => h.recv().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let tick = async {
+                    match poll {
+                        Some(every) => tokio::time::sleep(every).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let rescan = tokio::select! {
+                    _ = tick => false,
+                    Some(()) = hup => true,
+                    // SIGHUP's stream ended (the runtime is stopping) and no poll timer: idle.
+                    else => std::future::pending().await,
+                };
+                if rescan && mode == ControlMode::Explicit {
+                    warn!("SIGHUP ignored: with --model-control-mode explicit, models load and unload on request only");
+                    continue;
+                }
+                if rescan {
+                    info!("SIGHUP: re-scanning the model repository");
+                    if let Some(n) = &notifier {
+                        n.status("re-scanning the model repository (SIGHUP)");
+                    }
+                }
+                server.poll_repository().await;
+                if let (true, Some(n)) = (rescan, &notifier) {
+                    n.status(&ready_status(&server));
                 }
             }
         })
@@ -525,6 +586,12 @@ async fn serve(
         std::process::exit(130);
     });
     loading.abort();
+    if let Some(n) = &notifier {
+        n.notify("STOPPING=1\nSTATUS=shutting down: draining requests and finalizing models");
+    }
+    if let Some(w) = watchdog {
+        w.abort();
+    }
     let _ = stop_tx.send(true);
     let drain = async {
         if let Some(t) = http_task {

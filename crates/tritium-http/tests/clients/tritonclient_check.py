@@ -119,7 +119,10 @@ def main():
     check(stats["model_stats"][0]["inference_stats"]["success"]["count"] == 5, stats)
     check(client.get_inference_statistics()["model_stats"][0]["name"] == "a", "all stats")
     index = client.get_model_repository_index()
-    check(index[0] == {"name": "a", "version": "1", "state": "READY"}, index)
+    # Triton's keys, then tritium's own (interpreter, environment), which tritonclient passes through.
+    triton_keys = {k: v for k, v in index[0].items() if not k.startswith("tritium_")}
+    check(triton_keys == {"name": "a", "version": "1", "state": "READY"}, index)
+    check(index[0]["tritium_python"] == "/e/bin/python" and index[0]["tritium_environment"] == "/e", index)
     client.load_model("simple")
     client.unload_model("simple", unload_dependents=True)
     check(client.get_system_shared_memory_status() == [], "shm status")

@@ -102,12 +102,19 @@ impl Backend for Mock {
     fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
         *self.last_index_ready.lock().unwrap() = Some(ready_only);
         vec![
-            IndexEntry { name: "a".into(), version: "1".into(), state: "READY".into(), reason: String::new() },
+            IndexEntry {
+                name: "a".into(),
+                version: "1".into(),
+                state: "READY".into(),
+                python: "/e/bin/python".into(),
+                environment: "/e".into(),
+                ..IndexEntry::default()
+            },
             IndexEntry {
                 name: "b".into(),
-                version: String::new(),
                 state: "UNAVAILABLE".into(),
                 reason: "unloaded".into(),
+                ..IndexEntry::default()
             },
         ]
     }
