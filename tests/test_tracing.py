@@ -9,6 +9,7 @@ import http.server
 import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 
@@ -16,10 +17,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from conftest import ROOT, binary, free_port
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from tritonclient.utils import InferenceServerException
-
-from conftest import ROOT, free_port
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -412,10 +412,6 @@ def test_triton_mode_writes_tritons_trace_file(start, tmp_path):
 
 
 def test_bad_trace_flags_refuse_to_start(tmp_path):
-    import subprocess
-
-    from conftest import binary
-
     out = subprocess.run(
         [binary(), "serve", "--model-repository", str(tmp_path), "--trace-config=level=LOUD"],
         capture_output=True,

@@ -338,10 +338,7 @@ impl GrpcInferenceService for InferenceService {
                 .collect();
             view = self.server.update_trace_settings(model, &values).map_err(to_status)?;
         }
-        let settings = view
-            .into_iter()
-            .map(|(k, value)| (k, trace_setting_response::SettingValue { value }))
-            .collect();
+        let settings = view.into_iter().map(|(k, value)| (k, trace_setting_response::SettingValue { value })).collect();
         Ok(Response::new(TraceSettingResponse { settings }))
     }
 

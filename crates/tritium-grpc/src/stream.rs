@@ -30,8 +30,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tritium_proto::inference::infer_parameter::ParameterChoice;
 use tritium_proto::inference::{InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
-use tritium_server::{ErrorKind, InferError, ParamValue, ResponseStream, Server, Streamed};
 use tritium_server::trace::TraceParent;
+use tritium_server::{ErrorKind, InferError, ParamValue, ResponseStream, Server, Streamed};
 
 use crate::convert::{self, to_status};
 use crate::service::{run, Shutdown};

@@ -12,11 +12,11 @@ use std::sync::Arc;
 
 use tritium_server::forward::HeaderForward;
 use tritium_server::restricted::Restrictions;
+use tritium_server::trace::UpdateValue;
 use tritium_server::{
     ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, LogSettings, LogSettingsUpdate, ModelMetadata,
     ModelStats, ResponseStream, Server, ServerMetadata, Streamed, TraceSettingsView,
 };
-use tritium_server::trace::UpdateValue;
 
 mod body;
 pub mod codec;

@@ -25,6 +25,6 @@ pub use instance::{
     Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES,
 };
 pub use server::{parse_version, InferFuture, Server, ServerOptions, TraceSettingsView};
-pub use types::*;
 /// Request tracing: the frontends parse a caller's `traceparent` with [`trace::SpanContext`].
 pub use tritium_trace as trace;
+pub use types::*;

@@ -655,7 +655,14 @@ mod tests {
         let q = Queue::new(None, Priorities::single(Policy::unbounded()), stats.clone());
         let (tx, rx) = crate::types::response_stream();
         let req = InferRequest { id: "stream".into(), ..Default::default() };
-        let p = Pending { req, batch_size: 0, outputs: vec![], enqueued: Instant::now(), tx: Reply::Stream(tx), trace: None };
+        let p = Pending {
+            req,
+            batch_size: 0,
+            outputs: vec![],
+            enqueued: Instant::now(),
+            tx: Reply::Stream(tx),
+            trace: None,
+        };
         assert!(q.push(p).is_ok());
         drop(rx);
         let (p, _rx) = request("live", 0, 0, 0);

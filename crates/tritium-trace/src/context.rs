@@ -164,10 +164,8 @@ mod tests {
             assert_eq!(SpanContext::from_traceparent(bad), None, "{bad:?}");
         }
         // A later version may carry more fields.
-        assert!(SpanContext::from_traceparent(
-            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-more"
-        )
-        .is_some_and(|c| !c.sampled));
+        assert!(SpanContext::from_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-more")
+            .is_some_and(|c| !c.sampled));
         assert_eq!(SpanContext::from_triton_context("not json"), None);
         assert_eq!(SpanContext::from_triton_context("{}"), None);
     }

@@ -129,11 +129,12 @@ impl Slot {
         let mut c = self.counters();
         let mut hit = false;
         if s.rate != 0 {
-            if !(s.invalid_reason().is_none() && c.count != 0) && !force {
+            let valid = s.invalid_reason().is_none() && c.count != 0;
+            if !valid && !force {
                 return false;
             }
             c.sample += 1;
-            hit = c.sample % u64::from(s.rate) == 0;
+            hit = c.sample.is_multiple_of(u64::from(s.rate));
             if hit && c.count > 0 {
                 c.count -= 1;
                 c.created += 1;
@@ -458,8 +459,9 @@ impl ActiveTrace {
     /// the compute span so that the model's BLS calls become its children; `None` in triton
     /// mode, as in Triton.
     pub fn model_context(&self) -> Option<String> {
-        (self.shared.default.mode == Mode::OpenTelemetry)
-            .then(|| SpanContext { trace_id: self.trace_id, span_id: self.compute_span, sampled: true }.triton_context())
+        (self.shared.default.mode == Mode::OpenTelemetry).then(|| {
+            SpanContext { trace_id: self.trace_id, span_id: self.compute_span, sampled: true }.triton_context()
+        })
     }
 
     /// Triton's trace id of this trace.
@@ -555,8 +557,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("tritium-trace-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let path = dir.join("trace.json");
-        let settings =
-            Settings { log_frequency: 1, file: path.display().to_string(), ..on(1, -1) };
+        let settings = Settings { log_frequency: 1, file: path.display().to_string(), ..on(1, -1) };
         let t = tracer(settings);
         let mut trace = t.start("add_sub", None, Instant::now()).expect("sampled");
         trace.identify(1, "req-1");

@@ -12,7 +12,7 @@ use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-use crate::{Activity, ActiveTrace, Clock, OtelOptions, TraceError, TraceParent};
+use crate::{ActiveTrace, Activity, Clock, OtelOptions, TraceError, TraceParent};
 
 /// `ExportTraceServiceRequest`.
 #[derive(Clone, PartialEq, Message)]
@@ -122,10 +122,7 @@ pub(crate) mod any_value {
 }
 
 fn string_kv(key: &str, value: &str) -> KeyValue {
-    KeyValue {
-        key: key.into(),
-        value: Some(AnyValue { value: Some(any_value::Value::StringValue(value.into())) }),
-    }
+    KeyValue { key: key.into(), value: Some(AnyValue { value: Some(any_value::Value::StringValue(value.into())) }) }
 }
 
 fn int_kv(key: &str, value: i64) -> KeyValue {
@@ -335,7 +332,7 @@ async fn run(
         };
         if let Some(why) = failure {
             dropped.fetch_add(n, Ordering::Relaxed);
-            if failures % 100 == 0 {
+            if failures.is_multiple_of(100) {
                 tracing::warn!(
                     "cannot export {n} trace spans to http://{}:{}{}: {why} ({} failed exports so far)",
                     target.host,
@@ -440,8 +437,8 @@ mod tests {
             warnings: vec![],
         };
         let tracer = Tracer::new(&flags).expect("tracer");
-        let caller = SpanContext::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-            .expect("valid");
+        let caller =
+            SpanContext::from_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").expect("valid");
         let mut t = tracer.start("add_sub", Some(TraceParent::Remote(caller)), Instant::now()).expect("forced");
         t.identify(1, "r1");
         t.stamp(Activity::QueueStart, Instant::now());

@@ -302,7 +302,8 @@ pub fn parse_flags(configs: &[String], legacy: &LegacyFlags) -> Result<TraceFlag
         }
         Mode::OpenTelemetry => {
             if legacy.file.is_some() {
-                warnings.push("'--trace-file' is deprecated and will be ignored with opentelemetry tracing mode".into());
+                warnings
+                    .push("'--trace-file' is deprecated and will be ignored with opentelemetry tracing mode".into());
             }
             if legacy.log_frequency.is_some() {
                 warnings.push(
@@ -349,9 +350,7 @@ pub fn parse_flags(configs: &[String], legacy: &LegacyFlags) -> Result<TraceFlag
 
 /// Splits one `--trace-config` value as Triton's `ParseTraceConfigOption`.
 fn split_config(arg: &str) -> Result<(Option<Mode>, String, String), FlagError> {
-    let format = || {
-        FlagError(format!("--trace-config option format is '<trace mode>,<setting>=<value>'. Got {arg}"))
-    };
+    let format = || FlagError(format!("--trace-config option format is '<trace mode>,<setting>=<value>'. Got {arg}"));
     let (mode, rest) = match arg.find(',') {
         Some(0) => {
             return Err(FlagError(format!(
@@ -522,9 +521,16 @@ mod tests {
 
     #[test]
     fn trace_config_sets_the_global_and_mode_settings() {
-        let f = flags(&["mode=opentelemetry", "rate=1", "level=TIMESTAMPS", "count=5",
-            "opentelemetry,url=http://127.0.0.1:9/v1/traces", "opentelemetry,resource=team=ml",
-            "opentelemetry,bsp_schedule_delay=50", "triton,file=/ignored"])
+        let f = flags(&[
+            "mode=opentelemetry",
+            "rate=1",
+            "level=TIMESTAMPS",
+            "count=5",
+            "opentelemetry,url=http://127.0.0.1:9/v1/traces",
+            "opentelemetry,resource=team=ml",
+            "opentelemetry,bsp_schedule_delay=50",
+            "triton,file=/ignored",
+        ])
         .expect("valid");
         assert_eq!(f.settings.mode, Mode::OpenTelemetry);
         assert_eq!((f.settings.rate, f.settings.count), (1, 5));
@@ -536,8 +542,17 @@ mod tests {
         let keys: Vec<_> = f.settings.view().into_iter().map(|(k, _)| k).collect();
         assert_eq!(
             keys,
-            ["trace_level", "trace_rate", "trace_count", "trace_mode", "url", "resource", "bsp_max_queue_size",
-             "bsp_schedule_delay", "bsp_max_export_batch_size"]
+            [
+                "trace_level",
+                "trace_rate",
+                "trace_count",
+                "trace_mode",
+                "url",
+                "resource",
+                "bsp_max_queue_size",
+                "bsp_schedule_delay",
+                "bsp_max_export_batch_size"
+            ]
         );
     }
 
@@ -602,13 +617,19 @@ mod tests {
             err(&[("trace_file", Some(&["/x"]))]),
             "trace file location can not be updated through network protocol"
         );
-        assert_eq!(err(&[("trace_level", Some(&["OFF", "TIMESTAMPS"]))]), "Expect only one trace level 'OFF' is specified");
+        assert_eq!(
+            err(&[("trace_level", Some(&["OFF", "TIMESTAMPS"]))]),
+            "Expect only one trace level 'OFF' is specified"
+        );
         assert_eq!(err(&[("trace_rate", Some(&["often"]))]), "Unable to parse 'trace_rate', got: often");
         assert_eq!(
             err(&[("trace_rate", Some(&["99999999999"]))]),
             "Unable to parse 'trace_rate', value is out of range [ 0, 4294967295 ], got: 99999999999"
         );
-        assert_eq!(err(&[("trace_count", Some(&["-2"]))]), "Unable to parse 'trace_count'. Expecting value >= -1, got: -2");
+        assert_eq!(
+            err(&[("trace_count", Some(&["-2"]))]),
+            "Unable to parse 'trace_count'. Expecting value >= -1, got: -2"
+        );
         assert_eq!(err(&[("log_frequency", Some(&["1", "2"]))]), "expect only 1 value for 'log_frequency'");
     }
 }

@@ -572,7 +572,6 @@ impl TritonFlags {
     }
 }
 
-
 /// What a `--backend-config` setting means to tritium.
 fn backend_config_why(setting: &str) -> &'static str {
     let key = setting.split_once(',').map(|(_, kv)| kv.split('=').next().unwrap_or("")).unwrap_or("");

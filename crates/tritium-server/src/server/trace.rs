@@ -43,11 +43,8 @@ impl Server {
     }
 
     fn trace_target(&self, model: Option<&str>) -> Result<&Tracer, InferError> {
-        let tracer = self
-            .inner
-            .tracer
-            .get()
-            .ok_or_else(|| InferError::unavailable("the server does not support tracing"))?;
+        let tracer =
+            self.inner.tracer.get().ok_or_else(|| InferError::unavailable("the server does not support tracing"))?;
         if let Some(m) = model {
             if !self.model_ready(m, None) {
                 return Err(InferError::invalid(format!("Request for unknown model : {m}")));
@@ -77,9 +74,7 @@ impl Server {
 
 fn setting_error(e: tritium_trace::SettingError) -> InferError {
     match e {
-        tritium_trace::SettingError::Unsupported(m) => {
-            InferError::new(crate::types::ErrorKind::Unsupported, m)
-        }
+        tritium_trace::SettingError::Unsupported(m) => InferError::new(crate::types::ErrorKind::Unsupported, m),
         tritium_trace::SettingError::Invalid(m) => InferError::invalid(m),
     }
 }
