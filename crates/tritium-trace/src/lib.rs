@@ -207,6 +207,9 @@ enum Sink {
 
 struct Shared {
     default: Settings,
+    /// Whether any setting (the global one or a model's) can sample a request by its rate: when
+    /// none can, a request without a trace context is not traced, without taking a lock.
+    any_on: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
     sink: Sink,
     next_id: AtomicU64,
@@ -241,6 +244,7 @@ impl Tracer {
         };
         Ok(Tracer {
             shared: Arc::new(Shared {
+                any_on: std::sync::atomic::AtomicBool::new(samples(&settings)),
                 default: settings,
                 state: Mutex::new(state),
                 sink,
@@ -264,6 +268,9 @@ impl Tracer {
     /// (in opentelemetry mode, while tracing is on), and a model's BLS call whose caller is
     /// traced is always traced.
     pub fn start(&self, model: &str, parent: Option<TraceParent>, started: Instant) -> Option<ActiveTrace> {
+        if parent.is_none() && !self.shared.any_on.load(Ordering::Relaxed) {
+            return None;
+        }
         let slot = {
             let state = self.state();
             state.models.get(model).unwrap_or(&state.global).clone()
@@ -317,13 +324,18 @@ impl Tracer {
     /// later global updates in those fields; clearing every field of a model drops its setting.
     pub fn update(&self, model: Option<&str>, update: &Update) -> Result<Settings, SettingError> {
         let mut state = self.state();
-        self.update_one(&mut state, model, update)?;
-        if model.is_none() {
-            for name in state.fallback_used.clone() {
-                self.update_one(&mut state, Some(&name), &Update::default())?;
+        let updated = self.update_one(&mut state, model, update).and_then(|()| {
+            if model.is_none() {
+                for name in state.fallback_used.clone() {
+                    self.update_one(&mut state, Some(&name), &Update::default())?;
+                }
             }
-        }
+            Ok(())
+        });
+        let any_on = samples(&state.global.settings) || state.models.values().any(|m| samples(&m.settings));
+        self.shared.any_on.store(any_on, Ordering::Relaxed);
         drop(state);
+        updated?;
         Ok(self.settings(model))
     }
 
@@ -398,6 +410,11 @@ impl Tracer {
             }
         }
     }
+}
+
+/// Whether a setting may sample requests by its rate (its count aside, which runs out).
+fn samples(s: &Settings) -> bool {
+    s.invalid_reason().is_none()
 }
 
 /// Whether a field is specified after an update (Triton's `*_specified` rule).
