@@ -9,6 +9,9 @@ decoupled = False
 model_dir = None
 # The thread of the stub's asyncio event loop (`async def` methods), once started.
 loop_thread = None
+# The trace context of the batch `execute` runs now (its first traced request's), for BLS
+# requests made without `trace=`: they join the executing request's trace.
+current_trace = None
 
 
 class _Cancelled:

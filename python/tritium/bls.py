@@ -63,8 +63,17 @@ def _send(request, decoupled):
         list(request._parameters.items()),
         inputs,
         sorted(request._requested),
+        _trace_context(request),
     )
     return channel, call
+
+
+def _trace_context(request):
+    """The BLS request's parent trace: the one it was given (`trace=`), else the trace of the
+    batch being executed, else none ("")."""
+    trace = getattr(request, "_trace", None)
+    context = trace.get_context() if trace is not None else None
+    return context or _runtime.current_trace or ""
 
 
 def _response(msg):

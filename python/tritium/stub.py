@@ -251,6 +251,7 @@ class Stub:
         # The message is still referenced by the caller: empty its list so that each input block
         # lives exactly as long as model code holds on to its tensor.
         wire_requests.clear()
+        _runtime.current_trace = next((c for c in (r._trace.get_context() for r in requests) if c), None)
         try:
             if not hasattr(self.model, "execute"):
                 raise AttributeError("Python model does not implement `execute` method.")

@@ -117,8 +117,10 @@ class Tensor:
 
 
 class InferenceTrace:
-    """`request.trace()`: the request's trace. tritium does not trace requests, so its context is
-    None, as Triton's is for a request that is not traced."""
+    """`request.trace()`: the request's trace. Its context is Triton's trace context text
+    (`{"traceparent": "00-...-...-01"}`) when the request is traced in OpenTelemetry mode, and
+    None otherwise, as in Triton. Passed as `InferenceRequest(..., trace=...)`, it makes a BLS
+    call a child of the request's span."""
 
     __slots__ = ("_context",)
 
@@ -195,7 +197,7 @@ class InferenceRequest:
         req._model_version = model_version
         req._state = _ResponseState(msg.id, req._requested, _runtime.decoupled)
         req._sender = None
-        req._trace = InferenceTrace()
+        req._trace = InferenceTrace(msg.trace or None)
         req._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return req
 
@@ -246,7 +248,7 @@ class InferenceRequest:
         return self._sender
 
     def trace(self):
-        """The request's `InferenceTrace` (its `get_context()` is None: tritium does not trace)."""
+        """The request's `InferenceTrace` (its `get_context()` is None unless the request is traced)."""
         return self._trace
 
     def set_release_flags(self, flags):

@@ -136,6 +136,8 @@ struct RequestMsg {
     inputs: Py<PyList>,
     /// Names of the outputs the client asked for (all outputs when empty).
     requested_outputs: Py<PyList>,
+    /// Triton's trace context text when the request is traced, else "".
+    trace: String,
 }
 
 /// One input tensor of a [`RequestMsg`].
@@ -658,6 +660,7 @@ impl Channel {
             parameters: params_to_py(py, r.parameters)?.unbind(),
             inputs: inputs.unbind(),
             requested_outputs: PyList::new(py, r.requested_outputs)?.unbind(),
+            trace: r.trace,
         };
         Py::new(py, msg)
     }
@@ -961,7 +964,8 @@ impl Channel {
     /// Sends a BLS request and returns its call id; the responses come from `bls_next`.
     /// `inputs` holds `(name, wire_dtype, shape, data)` as for `send_response`; they are copied
     /// into the stub's arena, and the server releases them.
-    #[pyo3(signature = (model, version, decoupled, request_id, correlation_id, flags, timeout_us, parameters, inputs, requested_outputs))]
+    /// `trace` is the parent's trace context text ("" for none).
+    #[pyo3(signature = (model, version, decoupled, request_id, correlation_id, flags, timeout_us, parameters, inputs, requested_outputs, trace=String::new()))]
     #[allow(clippy::too_many_arguments)]
     fn bls_send(
         &self,
@@ -976,6 +980,7 @@ impl Channel {
         parameters: Vec<(String, Bound<'_, PyAny>)>,
         inputs: Vec<(String, String, Vec<i64>, Bound<'_, PyAny>)>,
         requested_outputs: Vec<String>,
+        trace: String,
     ) -> PyResult<u64> {
         let correlation_id = if let Ok(s) = correlation_id.extract::<String>() {
             CorrelationId::Str(s)
@@ -1007,6 +1012,7 @@ impl Channel {
             parameters,
             inputs: tensors,
             requested_outputs,
+            trace,
         };
         guard(&self.router.bls).insert(call, VecDeque::new());
         let blocks = request.inputs.clone();

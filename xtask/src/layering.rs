@@ -15,8 +15,9 @@ mod tests {
         ("tritium-host", &["tritium-ipc"]),
         ("tritium-config", &[]),
         ("tritium-metrics", &[]),
+        ("tritium-trace", &[]),
         ("tritium-proto", &["tritium-config"]),
-        ("tritium-server", &["tritium-ipc", "tritium-host", "tritium-config", "tritium-metrics"]),
+        ("tritium-server", &["tritium-ipc", "tritium-host", "tritium-config", "tritium-metrics", "tritium-trace"]),
         ("tritium-http", &["tritium-server"]),
         ("tritium-grpc", &["tritium-server", "tritium-proto"]),
         ("tritium-openai", &["tritium-server"]),
@@ -29,6 +30,7 @@ mod tests {
         ("tritium-host", &["tokio", "tonic", "axum", "hyper", "serde_json"]),
         ("tritium-config", &["tonic", "axum", "hyper", "tokio"]),
         ("tritium-metrics", &["tonic", "axum", "hyper", "tokio"]),
+        ("tritium-trace", &["tonic", "axum", "hyper", "h2", "tower"]),
         ("tritium-server", &["tonic", "axum", "hyper", "h2", "tower"]),
         ("tritium-native", &["tokio", "tonic", "axum", "hyper", "serde_json"]),
     ];

@@ -27,7 +27,7 @@ pub use ensemble::{check_steps, ensemble_scheduling, is_ensemble, ENSEMBLE_PLATF
 pub use error::ConfigError;
 pub use json::{from_json, from_json_str, to_json};
 pub use normalize::{normalize, resolve_instance_groups};
-pub use parse::{load_config, parse_config, CONFIG_FILE};
+pub use parse::{config_path, load_config, load_config_named, parse_config, CONFIG_FILE};
 pub use proto::{ModelConfig, ModelVersionPolicy};
 pub use sequence::{check_supported as check_sequence_supported, sequence_controls, BoolControl, SequenceControls};
 pub use versions::model_versions;

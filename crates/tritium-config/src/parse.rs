@@ -21,7 +21,25 @@ pub const CONFIG_FILE: &str = "config.pbtxt";
 /// Reads `<model_dir>/config.pbtxt`; `Ok(None)` when the model has none (the server then
 /// asks the model's `auto_complete_config` for one).
 pub fn load_config(model_dir: &Path) -> Result<Option<ModelConfig>, ConfigError> {
-    let path = model_dir.join(CONFIG_FILE);
+    load_config_named(model_dir, None)
+}
+
+/// The file a model's config is read from: with a config name (`--model-config-name`),
+/// `<model_dir>/configs/<name>.pbtxt` when it exists, else `<model_dir>/config.pbtxt`, as
+/// Triton chooses.
+pub fn config_path(model_dir: &Path, name: Option<&str>) -> std::path::PathBuf {
+    if let Some(name) = name.filter(|n| !n.is_empty()) {
+        let custom = model_dir.join("configs").join(format!("{name}.pbtxt"));
+        if custom.is_file() {
+            return custom;
+        }
+    }
+    model_dir.join(CONFIG_FILE)
+}
+
+/// [`load_config`] with a config name: the file [`config_path`] picks.
+pub fn load_config_named(model_dir: &Path, name: Option<&str>) -> Result<Option<ModelConfig>, ConfigError> {
+    let path = config_path(model_dir, name);
     match std::fs::read_to_string(&path) {
         Ok(text) => parse_config(&text, &path).map(Some),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),

@@ -312,6 +312,7 @@ mod tests {
             explicit_control: true,
             backend_directory: std::path::PathBuf::new(),
             envs: tritium_server::EnvOptions::default(),
+            config_name: None,
             max_queue_size: 0,
             server_id: "tritium".into(),
             load_threads: 4,

@@ -478,6 +478,7 @@ pub fn decode_infer_request(msg: ModelInferRequest) -> Result<InferRequest, Infe
         flags: params.flags,
         timeout_us: params.timeout_us,
         priority: params.priority,
+        trace: None,
     })
 }
 

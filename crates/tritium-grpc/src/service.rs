@@ -13,6 +13,7 @@ use tritium_proto::health::{HealthCheckRequest, HealthCheckResponse};
 use tritium_proto::inference::grpc_inference_service_server::GrpcInferenceService;
 use tritium_proto::inference::*;
 use tritium_server::forward::HeaderForward;
+use tritium_server::trace::{SpanContext, TraceParent, UpdateValue};
 use tritium_server::{parse_version, ErrorKind, InferError, InferRequest, ParamValue, Server};
 
 use crate::convert::{self, to_status};
@@ -123,6 +124,12 @@ impl InferenceService {
     }
 }
 
+/// The caller's trace from its W3C `traceparent` metadata, if it sent a valid one.
+fn trace_parent(metadata: &tonic::metadata::MetadataMap) -> Option<TraceParent> {
+    let value = metadata.get("traceparent")?.to_str().ok()?;
+    SpanContext::from_traceparent(value).map(TraceParent::Remote)
+}
+
 #[tonic::async_trait]
 impl GrpcInferenceService for InferenceService {
     async fn server_live(&self, _: Request<ServerLiveRequest>) -> Result<Response<ServerLiveResponse>, Status> {
@@ -159,8 +166,10 @@ impl GrpcInferenceService for InferenceService {
     async fn model_infer(&self, req: Request<ModelInferRequest>) -> Result<Response<ModelInferResponse>, Status> {
         let deadline = deadline(&req);
         let forwarded = self.forwarded(req.metadata())?;
+        let trace = trace_parent(req.metadata());
         let mut decoded = convert::decode_infer_request(req.into_inner()).map_err(to_status)?;
         decoded.parameters.extend(forwarded);
+        decoded.trace = trace;
         if self.server.is_decoupled(&decoded.model, decoded.version).unwrap_or(false) {
             // Triton's text and code (`src/grpc/infer_handler.cc`).
             return Err(to_status(InferError::new(
@@ -190,8 +199,15 @@ impl GrpcInferenceService for InferenceService {
         // error to end the stream with its gRPC status instead of an `error_message`.
         let grpc_error_mode = req.metadata().get("triton_grpc_error").is_some_and(|v| v.as_bytes() == b"true");
         let forwarded = self.forwarded(req.metadata())?;
-        let responses =
-            stream::start(self.server.clone(), req.into_inner(), grpc_error_mode, self.shutdown.clone(), forwarded);
+        let trace = trace_parent(req.metadata());
+        let responses = stream::start(
+            self.server.clone(),
+            req.into_inner(),
+            grpc_error_mode,
+            self.shutdown.clone(),
+            forwarded,
+            trace,
+        );
         Ok(Response::new(responses))
     }
 
@@ -304,9 +320,26 @@ impl GrpcInferenceService for InferenceService {
         Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 
-    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> Result<Response<TraceSettingResponse>, Status> {
-        // Triton built without tracing answers UNAVAILABLE "the server does not support trace".
-        Err(Status::unavailable("the server does not support trace: tracing is not supported by tritium yet"))
+    async fn trace_setting(
+        &self,
+        request: Request<TraceSettingRequest>,
+    ) -> Result<Response<TraceSettingResponse>, Status> {
+        let req = request.into_inner();
+        let model = (!req.model_name.is_empty()).then_some(req.model_name.as_str());
+        let mut view = self.server.trace_settings(model).map_err(to_status)?;
+        if !req.settings.is_empty() {
+            let values: Vec<(String, UpdateValue)> = req
+                .settings
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = if v.value.is_empty() { UpdateValue::Clear } else { UpdateValue::Values(v.value) };
+                    (k, v)
+                })
+                .collect();
+            view = self.server.update_trace_settings(model, &values).map_err(to_status)?;
+        }
+        let settings = view.into_iter().map(|(k, value)| (k, trace_setting_response::SettingValue { value })).collect();
+        Ok(Response::new(TraceSettingResponse { settings }))
     }
 
     async fn log_settings(

@@ -30,6 +30,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 use tritium_proto::inference::infer_parameter::ParameterChoice;
 use tritium_proto::inference::{InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse};
+use tritium_server::trace::TraceParent;
 use tritium_server::{ErrorKind, InferError, ParamValue, ResponseStream, Server, Streamed};
 
 use crate::convert::{self, to_status};
@@ -84,10 +85,11 @@ pub(crate) fn start(
     grpc_error_mode: bool,
     shutdown: Shutdown,
     forwarded: Vec<(String, ParamValue)>,
+    trace: Option<TraceParent>,
 ) -> ReceiverStream<Result<ModelStreamInferResponse, Status>> {
     let (items_tx, items_rx) = mpsc::channel(MAX_PENDING);
     let (out_tx, out_rx) = mpsc::channel(MAX_UNSENT);
-    tokio::spawn(read(server, inbound, items_tx, shutdown, forwarded));
+    tokio::spawn(read(server, inbound, items_tx, shutdown, forwarded, trace));
     tokio::spawn(write(items_rx, out_tx, grpc_error_mode));
     ReceiverStream::new(out_rx)
 }
@@ -98,6 +100,7 @@ async fn read(
     items: mpsc::Sender<Item>,
     shutdown: Shutdown,
     forwarded: Vec<(String, ParamValue)>,
+    trace: Option<TraceParent>,
 ) {
     loop {
         let next = tokio::select! {
@@ -112,7 +115,7 @@ async fn read(
             next = inbound.message() => next,
         };
         let item = match next {
-            Ok(Some(msg)) => issue(&server, msg, &forwarded).await,
+            Ok(Some(msg)) => issue(&server, msg, &forwarded, trace).await,
             // The client closed its side: the answers still due are written, then the stream ends.
             Ok(None) => return,
             Err(status) => Item::End(status),
@@ -125,7 +128,12 @@ async fn read(
 }
 
 /// Decodes a request and starts it, queuing it before returning.
-async fn issue(server: &Server, msg: ModelInferRequest, forwarded: &[(String, ParamValue)]) -> Item {
+async fn issue(
+    server: &Server,
+    msg: ModelInferRequest,
+    forwarded: &[(String, ParamValue)],
+    trace: Option<TraceParent>,
+) -> Item {
     let id = msg.id.clone();
     let empty_final = msg
         .parameters
@@ -137,6 +145,8 @@ async fn issue(server: &Server, msg: ModelInferRequest, forwarded: &[(String, Pa
         Err(e) => return Item::Done { id, outcome: Err(e), queued: false },
     };
     decoded.parameters.extend_from_slice(forwarded);
+    // The stream's `traceparent` puts each of its requests in the caller's trace.
+    decoded.trace = trace;
     if server.is_decoupled(&decoded.model, decoded.version).unwrap_or(false) {
         // Routed, validated and queued before the next request is read.
         return match server.infer_decoupled(decoded) {

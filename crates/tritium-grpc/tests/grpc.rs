@@ -73,6 +73,7 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
         load_retries: 0,
         backend_directory: PathBuf::new(),
         envs: tritium_server::EnvOptions::default(),
+        config_name: None,
     }
 }
 

@@ -182,6 +182,9 @@ pub type OnResponse<'a> = dyn FnMut(Response) -> Result<(), String> + 'a;
 pub type CallHandler = Arc<dyn Fn(CallOp) -> Result<CallResult, String> + Send + Sync>;
 
 /// What model code asks of other models (BLS), handed to the [`BlsHandler`].
+// Each event is built once and moved once into the handler; boxing the request would buy
+// nothing but an allocation per call.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum BlsEvent {
     /// `InferenceRequest.exec()`: run `request` on `model` and answer with `BlsResponse`s.

@@ -1,7 +1,7 @@
 //! tritium's KServe v2 HTTP/REST frontend, compatible with Triton's HTTP server as
 //! `tritonclient.http` and `perf_analyzer -i http` use it: health, metadata, config, inference
 //! (JSON and the binary tensor data extension, gzip/deflate bodies), statistics, the model
-//! repository extension, and placeholders for the shared-memory, logging and trace extensions.
+//! repository extension, and placeholders for the shared-memory extensions.
 //!
 //! [`router`] builds the axum router over a [`tritium_server::Server`]; [`serve`] runs it on a
 //! listener until a shutdown future completes. The wire codec lives in [`codec`] as plain
@@ -12,9 +12,10 @@ use std::sync::Arc;
 
 use tritium_server::forward::HeaderForward;
 use tritium_server::restricted::Restrictions;
+use tritium_server::trace::UpdateValue;
 use tritium_server::{
     ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, LogSettings, LogSettingsUpdate, ModelMetadata,
-    ModelStats, ResponseStream, Server, ServerMetadata, Streamed,
+    ModelStats, ResponseStream, Server, ServerMetadata, Streamed, TraceSettingsView,
 };
 
 mod body;
@@ -98,6 +99,19 @@ pub trait Backend: Send + Sync + 'static {
     fn update_log_settings(&self, _update: LogSettingsUpdate) -> Result<LogSettings, InferError> {
         Err(InferError::unavailable("the server does not support dynamic logging"))
     }
+    /// The trace settings of a model, or the global ones (the trace extension); unavailable
+    /// unless implemented.
+    fn trace_settings(&self, _model: Option<&str>) -> Result<TraceSettingsView, InferError> {
+        Err(InferError::unavailable("the server does not support tracing"))
+    }
+    /// Updates trace settings from the request's named values.
+    fn update_trace_settings(
+        &self,
+        _model: Option<&str>,
+        _values: &[(String, UpdateValue)],
+    ) -> Result<TraceSettingsView, InferError> {
+        Err(InferError::unavailable("the server does not support tracing"))
+    }
 }
 
 impl Backend for Server {
@@ -163,6 +177,16 @@ impl Backend for Server {
     }
     fn update_log_settings(&self, update: LogSettingsUpdate) -> Result<LogSettings, InferError> {
         Server::update_log_settings(self, update)
+    }
+    fn trace_settings(&self, model: Option<&str>) -> Result<TraceSettingsView, InferError> {
+        Server::trace_settings(self, model)
+    }
+    fn update_trace_settings(
+        &self,
+        model: Option<&str>,
+        values: &[(String, UpdateValue)],
+    ) -> Result<TraceSettingsView, InferError> {
+        Server::update_trace_settings(self, model, values)
     }
 }
 

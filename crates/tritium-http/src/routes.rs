@@ -15,7 +15,10 @@ use axum::Router;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
-use tritium_server::{parse_version, ErrorKind, InferError, LogSettings, LogSettingsUpdate, ModelStats, StatDuration};
+use tritium_server::trace::{SpanContext, TraceParent, UpdateValue};
+use tritium_server::{
+    parse_version, ErrorKind, InferError, LogSettings, LogSettingsUpdate, ModelStats, StatDuration, TraceSettingsView,
+};
 
 use crate::body::{ChunkBody, EventBody};
 use crate::codec;
@@ -55,7 +58,7 @@ pub(crate) fn build<B: Backend>(backend: Arc<B>, options: Options) -> Router {
         .route("/v2/health/ready", get_only(get(health_ready::<B>)))
         .route("/v2/models/stats", get_only(get(all_stats::<B>)))
         .route("/v2/logging", with_405(get(logging_get::<B>).post(logging_post::<B>)))
-        .route("/v2/trace/setting", with_405(get(trace).post(trace)))
+        .route("/v2/trace/setting", with_405(get(trace_get::<B>).post(trace_post::<B>)))
         .route("/v2/repository/index", with_405(post(repository_index::<B>)))
         .route("/v2/repository/{repo}/index", with_405(post(repository_index::<B>)))
         .route("/v2/repository/models/{model}/{action}", with_405(post(repository_control::<B>)))
@@ -70,7 +73,7 @@ pub(crate) fn build<B: Backend>(backend: Arc<B>, options: Options) -> Router {
             .route(&format!("{prefix}/generate"), with_405(post(generate::<B>)))
             .route(&format!("{prefix}/generate_stream"), with_405(post(generate_stream::<B>)));
     }
-    r = r.route("/v2/models/{model}/trace/setting", with_405(get(trace).post(trace)));
+    r = r.route("/v2/models/{model}/trace/setting", with_405(get(trace_get::<B>).post(trace_post::<B>)));
     for kind in ["systemsharedmemory", "cudasharedmemory"] {
         for prefix in [format!("/v2/{kind}"), format!("/v2/{kind}/region/{{region}}")] {
             r = r
@@ -553,6 +556,7 @@ async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap
         let headers = headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes()));
         decoded.request.parameters.extend(forward.parameters(headers)?);
     }
+    decoded.request.trace = trace_parent(&headers);
     let specs = decoded.outputs;
     let response = s.backend.infer(decoded.request).await?;
     let json_outputs: usize =
@@ -715,10 +719,11 @@ async fn generate_inner<B: Backend>(
     }
     let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
     let (name, version, limit) = (m.name, m.version, s.options.max_input_size);
-    let request = cpu(body.len() > BLOCKING_THRESHOLD, move || {
+    let mut request = cpu(body.len() > BLOCKING_THRESHOLD, move || {
         crate::generate::decode_generate_request(&name, version, &body, &meta, limit)
     })
     .await??;
+    request.trace = trace_parent(&headers);
     let mut rx = s.backend.infer_stream(request)?;
     // Until the first message nothing is sent: it sets the status.
     let first = rx.recv().await.ok_or_else(|| HttpError::from(InferError::internal(LOST)))?;
@@ -807,8 +812,73 @@ async fn logging_post<B: Backend>(State(s): St<B>, headers: HeaderMap, body: Bod
     json_ok(&log_settings_json(&s.backend.update_log_settings(update)?))
 }
 
-async fn trace() -> HttpError {
-    not_supported("the trace extension (trace/setting)")
+/// The trace settings as Triton's JSON: `trace_level` a list of strings, every other setting a
+/// string.
+fn trace_settings_json(view: TraceSettingsView) -> Value {
+    let map = view
+        .into_iter()
+        .map(|(k, v)| {
+            let value = if k == "trace_level" { Value::from(v) } else { Value::from(v.concat()) };
+            (k, value)
+        })
+        .collect::<serde_json::Map<_, _>>();
+    Value::Object(map)
+}
+
+/// The model a trace route names (`None` for the global settings).
+fn trace_model(p: &HashMap<String, String>) -> Option<&str> {
+    p.get("model").map(String::as_str).filter(|m| !m.is_empty())
+}
+
+async fn trace_get<B: Backend>(State(s): St<B>, Params(p): Params) -> HttpResult {
+    json_ok(&trace_settings_json(s.backend.trace_settings(trace_model(&p))?))
+}
+
+/// Parses a trace settings POST body as Triton reads it: `null` clears a setting, `trace_level`
+/// is a list of strings and every other setting a string.
+pub(crate) fn parse_trace_update(body: &Value) -> Result<Vec<(String, UpdateValue)>, HttpError> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| HttpError::new(StatusCode::BAD_REQUEST, "trace settings must be a JSON object"))?;
+    let bad = |key: &str, want: &str| HttpError::new(StatusCode::BAD_REQUEST, format!("expect {want} for '{key}'"));
+    let mut values = Vec::with_capacity(obj.len());
+    for (key, value) in obj {
+        let v = match value {
+            Value::Null => UpdateValue::Clear,
+            _ if key == "trace_level" => {
+                let items = value.as_array().ok_or_else(|| bad(key, "an array of strings"))?;
+                let levels = items
+                    .iter()
+                    .map(|l| l.as_str().map(str::to_string).ok_or_else(|| bad(key, "an array of strings")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                UpdateValue::Values(levels)
+            }
+            Value::String(v) => UpdateValue::Values(vec![v.clone()]),
+            _ => return Err(bad(key, "a string")),
+        };
+        values.push((key.clone(), v));
+    }
+    Ok(values)
+}
+
+async fn trace_post<B: Backend>(State(s): St<B>, Params(p): Params, headers: HeaderMap, body: Body) -> HttpResult {
+    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
+    let model = trace_model(&p);
+    let view = match optional_json(&body)? {
+        Some(v) => {
+            // Triton checks the model before reading the settings.
+            s.backend.trace_settings(model)?;
+            s.backend.update_trace_settings(model, &parse_trace_update(&v)?)?
+        }
+        None => s.backend.trace_settings(model)?,
+    };
+    json_ok(&trace_settings_json(view))
+}
+
+/// The caller's trace from its W3C `traceparent` header, if it sent a valid one.
+fn trace_parent(headers: &HeaderMap) -> Option<TraceParent> {
+    let value = headers.get("traceparent")?.to_str().ok()?;
+    SpanContext::from_traceparent(value).map(TraceParent::Remote)
 }
 
 fn shm_kind(uri: &Uri) -> &'static str {

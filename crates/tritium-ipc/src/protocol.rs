@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::arena::Descriptor;
 
 /// Version of this protocol; the stub's hello must carry the same number.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// A tensor element type, named as KServe v2 names it on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -191,6 +191,10 @@ pub struct Request {
     pub inputs: Vec<Tensor>,
     /// Names of the outputs the client asked for (all outputs when empty, per Triton).
     pub requested_outputs: Vec<String>,
+    /// Triton's trace context text (`{"traceparent":"..."}`): to the stub, the traced
+    /// request's (`request.trace().get_context()`); from the stub, a BLS request's parent.
+    /// Empty when the request is not traced.
+    pub trace: String,
 }
 
 /// An error raised by model code or by the stub, with Triton's error code.

@@ -25,6 +25,7 @@ use tritium_host::{CallHandler, ChannelLimits, HostError, Stub, StubCommand, Stu
 use tritium_ipc::Response;
 use tritium_ipc::{CallOp, CallResult, Descriptor, Initialize, IpcError, Request, TensorData};
 use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
+use tritium_trace::Activity;
 
 use crate::classify::{Classes, ClassifyError};
 use crate::scheduler::{Next, Pending, Queue};
@@ -861,7 +862,10 @@ impl Open {
             open.p.tx.stream(message);
             return Ok(());
         }
-        if let Some(open) = self.0.remove(&resp.request).filter(|o| !o.p.tx.discards()) {
+        if let Some(mut open) = self.0.remove(&resp.request).filter(|o| !o.p.tx.discards()) {
+            if let Some(trace) = open.p.trace.as_mut() {
+                trace.stamp(Activity::ComputeEnd, Instant::now());
+            }
             let total = open.p.enqueued.elapsed();
             match &message {
                 Streamed::Response { result: Err(e), .. } => ctx.stats.failure(total, e.kind, true),
@@ -957,6 +961,10 @@ fn run_decoupled_batch(
     for (id, mut p) in placed.waiting.drain() {
         // The inputs are in shared memory now: the server's copy is not needed any more.
         p.req.inputs = Vec::new();
+        if let Some(trace) = p.trace.as_mut() {
+            trace.stamp(Activity::ComputeStart, t0);
+            trace.stamp(Activity::ComputeInputEnd, t1);
+        }
         let queue = t0.saturating_duration_since(p.enqueued);
         open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false, credited: 0 });
     }
@@ -1106,9 +1114,16 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
     let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting)?;
     let times = ExecTimes { compute_input: t1 - t0, compute_infer: t2 - t1, compute_output: t2.elapsed() };
     ctx.stats.execution(placed.batch_size, times);
-    for Answer { p, result, served } in answers {
+    let t3 = Instant::now();
+    for Answer { mut p, result, served } in answers {
         if p.tx.discards() {
             continue;
+        }
+        if let Some(trace) = p.trace.as_mut() {
+            trace.stamp(Activity::ComputeStart, t0);
+            trace.stamp(Activity::ComputeInputEnd, t1);
+            trace.stamp(Activity::ComputeOutputStart, t2);
+            trace.stamp(Activity::ComputeEnd, t3);
         }
         let queue = t0.saturating_duration_since(p.enqueued);
         if served {
@@ -1159,6 +1174,7 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
             parameters: p.req.parameters.clone(),
             inputs,
             requested_outputs: p.outputs.iter().map(|o| o.name.clone()).collect(),
+            trace: p.trace.as_ref().and_then(|t| t.model_context()).unwrap_or_default(),
         });
         placed.waiting.insert(id, p);
     }

@@ -27,5 +27,7 @@ pub use instance::{
     Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES,
 };
 pub use scrape::STUB_METRICS_TIMEOUT;
-pub use server::{parse_version, InferFuture, Server, ServerOptions};
+pub use server::{parse_version, InferFuture, Server, ServerOptions, TraceSettingsView};
+/// Request tracing: the frontends parse a caller's `traceparent` with [`trace::SpanContext`].
+pub use tritium_trace as trace;
 pub use types::*;

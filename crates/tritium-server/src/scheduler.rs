@@ -52,6 +52,8 @@ pub(crate) struct Pending {
     pub enqueued: Instant,
     /// Where the answer goes.
     pub tx: Reply,
+    /// Its trace, when it is traced (recorded when the request is dropped, after its answer).
+    pub trace: Option<Box<tritium_trace::ActiveTrace>>,
 }
 
 /// Where a request's answer goes: one answer, or a stream of them for a decoupled model.
@@ -616,7 +618,7 @@ mod tests {
     fn request(id: &str, priority: u64, timeout_us: u64, batch_size: u64) -> (Pending, Rx) {
         let (tx, rx) = oneshot::channel();
         let req = InferRequest { id: id.into(), priority, timeout_us, ..Default::default() };
-        (Pending { req, batch_size, outputs: vec![], enqueued: Instant::now(), tx: Reply::Unary(tx) }, rx)
+        (Pending { req, batch_size, outputs: vec![], enqueued: Instant::now(), tx: Reply::Unary(tx), trace: None }, rx)
     }
 
     #[test]
@@ -711,7 +713,14 @@ mod tests {
         let q = Queue::new(None, Priorities::single(Policy::unbounded()), stats.clone());
         let (tx, rx) = crate::types::response_stream();
         let req = InferRequest { id: "stream".into(), ..Default::default() };
-        let p = Pending { req, batch_size: 0, outputs: vec![], enqueued: Instant::now(), tx: Reply::Stream(tx) };
+        let p = Pending {
+            req,
+            batch_size: 0,
+            outputs: vec![],
+            enqueued: Instant::now(),
+            tx: Reply::Stream(tx),
+            trace: None,
+        };
         assert!(q.push(p).is_ok());
         drop(rx);
         let (p, _rx) = request("live", 0, 0, 0);

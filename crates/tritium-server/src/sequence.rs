@@ -752,6 +752,7 @@ impl NullRequest {
             outputs: Vec::new(),
             enqueued: Instant::now(),
             tx: Reply::Discard,
+            trace: None,
         }
     }
 }
@@ -827,7 +828,17 @@ mod tests {
             }],
             ..Default::default()
         };
-        (Pending { req, batch_size: 1, outputs: vec![], enqueued: Instant::now(), tx: Reply::Unary(tx) }, rx)
+        (
+            Pending {
+                req,
+                batch_size: 1,
+                outputs: vec![],
+                enqueued: Instant::now(),
+                tx: Reply::Unary(tx),
+                trace: None,
+            },
+            rx,
+        )
     }
 
     /// Pushes a request whose client keeps waiting.

@@ -23,6 +23,9 @@ use crate::types::*;
 use crate::validate::{check_metadata, validate, wire_type, Validated};
 
 mod ensemble;
+mod trace;
+
+pub use trace::TraceSettingsView;
 
 /// How the server runs models.
 #[derive(Debug, Clone)]
@@ -54,6 +57,9 @@ pub struct ServerOptions {
     pub backend_directory: PathBuf,
     /// Per-model Python environments: their cache and how they are built (`envs.rs`).
     pub envs: crate::envs::EnvOptions,
+    /// `--model-config-name`: each model's config is `configs/<name>.pbtxt` when it has one,
+    /// else `config.pbtxt` (Triton's config variants).
+    pub config_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,6 +142,8 @@ pub(crate) struct Inner {
     logging: std::sync::OnceLock<Arc<dyn LogControl>>,
     /// The response cache (`--cache-config local,size=N`), set before models load.
     cache: std::sync::OnceLock<Arc<ResponseCache>>,
+    /// Request tracing (`--trace-config`), set before requests arrive.
+    tracer: std::sync::OnceLock<tritium_trace::Tracer>,
     models: RwLock<BTreeMap<String, Entry>>,
     live: AtomicBool,
 }
@@ -191,6 +199,7 @@ impl Server {
                 metrics: tritium_metrics::Metrics::new(),
                 logging: std::sync::OnceLock::new(),
                 cache: std::sync::OnceLock::new(),
+                tracer: std::sync::OnceLock::new(),
                 models: RwLock::new(BTreeMap::new()),
                 live: AtomicBool::new(true),
             }),
@@ -336,7 +345,9 @@ impl Server {
             },
             (_, tx) => tx,
         };
-        let pending = Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx };
+        let trace = self.start_trace(&req, &version.ctx, start);
+        let pending =
+            Pending { req, batch_size: checked.batch_size, outputs: checked.outputs, enqueued: start, tx, trace };
         match version.ctx.queue.push(pending) {
             Ok(deadline) => Ok((version, deadline)),
             Err(Refused::Closed) => Err(InferError::unavailable(format!(
@@ -473,6 +484,7 @@ impl Server {
                 "statistics",
                 "schedule_policy",
                 "logging",
+                "trace",
             ]
             .map(String::from)
             .to_vec(),
@@ -1178,7 +1190,7 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
     if !dir.is_dir() {
         return Err(LoadError::NoDirectory(dir.display().to_string()));
     }
-    let from_file = tritium_config::load_config(&dir)?;
+    let from_file = tritium_config::load_config_named(&dir, opts.config_name.as_deref())?;
     let has_file = from_file.is_some();
     let mut config = from_file.unwrap_or_else(|| ModelConfig {
         name: name.to_string(),
@@ -1428,6 +1440,7 @@ mod tests {
                 load_retries: 0,
                 backend_directory: self.0.join("backends"),
                 envs: crate::envs::EnvOptions::default(),
+                config_name: None,
             }
         }
     }

@@ -126,6 +126,9 @@ pub struct InferRequest {
     /// Priority (Triton's `priority` parameter): 0 for the model's default level; a model
     /// without `priority_levels` ignores it.
     pub priority: u64,
+    /// The trace this request belongs to: the client's (a `traceparent` the frontend read) or,
+    /// for a model's BLS call, the calling request's.
+    pub trace: Option<tritium_trace::TraceParent>,
 }
 
 /// An output a request asks for.

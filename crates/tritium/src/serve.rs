@@ -198,6 +198,11 @@ pub(crate) struct ServeArgs {
     /// it and the load fails); apart from `--stub-init-timeout-secs`.
     #[arg(long, env = "TRITIUM_ENV_BUILD_TIMEOUT_SECS", default_value_t = 900)]
     env_build_timeout_secs: u64,
+    // Tracing and config variants (issue 16, trace).
+    /// Each model's config is `<model>/configs/<NAME>.pbtxt` when it has one, else its
+    /// `config.pbtxt` (Triton's config variants).
+    #[arg(long, env = "TRITIUM_MODEL_CONFIG_NAME", help_heading = "Model Repository")]
+    model_config_name: Option<String>,
 }
 
 /// Finds the `python/` directory holding the `tritium` package with its native module built.
@@ -322,6 +327,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             wheelhouse: args.wheelhouse.clone(),
             build_timeout: Duration::from_secs(args.env_build_timeout_secs),
         },
+        config_name: args.model_config_name.clone(),
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
@@ -405,6 +411,13 @@ async fn serve(
     let opts_repository = opts.repository.clone();
     let server = Server::new(opts);
     server.set_log_control(logging);
+    // Tracing (issue 16): `--trace-config`, checked by the review in `run`; the exporter task
+    // of opentelemetry mode runs on this runtime.
+    let trace_flags = args.triton.trace_flags().context("refusing to start")?;
+    for warning in &trace_flags.warnings {
+        warn!("Warning: {warning}");
+    }
+    server.set_tracer(tritium_server::trace::Tracer::new(&trace_flags).context("refusing to start")?);
     // The response cache (checked by the review in `run`).
     if let Some(bytes) = args.triton.response_cache_byte_size {
         warn!(
@@ -610,6 +623,10 @@ async fn serve(
     };
     if tokio::time::timeout(Duration::from_secs(args.exit_timeout_secs), drain).await.is_err() {
         warn!("exit timeout reached; stopping the remaining stubs");
+    }
+    if let Some(tracer) = server.tracer() {
+        // The last spans go to the collector, the waiting traces to the trace file.
+        tracer.shutdown(Duration::from_secs(5)).await;
     }
     info!("stopped");
     match failed {

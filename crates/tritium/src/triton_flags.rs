@@ -8,7 +8,10 @@
 //! - accepted as a no-op: what it asks for has no meaning here (a pinned-memory pool, GPU
 //!   metrics, `--allow-sagemaker=false`); one log line at start says so;
 //! - refused: it asks for something tritium cannot do yet (a cache other than `local`, a rate
-//!   limiter, tracing); the server does not start, and the error names the flag and why.
+//!   limiter); the server does not start, and the error names the flag and why.
+//!
+//! The tracing flags are parsed by [`TritonFlags::trace_flags`] (`tritium_trace`, with Triton's
+//! syntax and texts).
 //!
 //! The access flags (restricted APIs, header forwarding, gRPC TLS) are parsed by
 //! [`TritonFlags::front_door`] into typed values for the frontends.
@@ -213,13 +216,16 @@ pub(crate) struct TritonFlags {
     pub metrics_config: Vec<String>,
 
     // Tracing
-    /// Trace settings; refused when they turn tracing on (not implemented yet).
+    /// Trace settings, repeatable: `[<mode>,]<setting>=<value>` (`mode=triton|opentelemetry`,
+    /// `level=OFF|TIMESTAMPS|TENSORS`, `rate=N`, `count=N`, `triton,file=PATH`,
+    /// `triton,log-frequency=N`, `opentelemetry,url=URL`, `opentelemetry,resource=KEY=VALUE`,
+    /// `opentelemetry,bsp_*=N`).
     #[arg(long, help_heading = "Tracing")]
     pub trace_config: Vec<String>,
     /// Deprecated in Triton (--trace-config triton,file=...).
     #[arg(long, help_heading = "Tracing")]
     pub trace_file: Option<String>,
-    /// Deprecated in Triton; refused unless OFF (tracing is not implemented yet).
+    /// Deprecated in Triton (--trace-config level=...).
     #[arg(long, help_heading = "Tracing")]
     pub trace_level: Vec<String>,
     /// Deprecated in Triton (--trace-config rate=N).
@@ -317,6 +323,19 @@ fn refuse(flag: impl Into<String>, why: impl Into<String>) -> Refused {
 const NOT_YET: &str = "not implemented in tritium yet";
 
 impl TritonFlags {
+    /// The tracing flags (`--trace-config` and the deprecated `--trace-*`), combined as Triton
+    /// combines them; a value Triton refuses is refused with its text.
+    pub(crate) fn trace_flags(&self) -> Result<tritium_server::trace::TraceFlags, Refused> {
+        let legacy = tritium_server::trace::LegacyFlags {
+            file: self.trace_file.clone(),
+            level: self.trace_level.clone(),
+            rate: self.trace_rate,
+            count: self.trace_count,
+            log_frequency: self.trace_log_frequency,
+        };
+        tritium_server::trace::parse_flags(&self.trace_config, &legacy).map_err(|e| refuse("--trace-config", e.0))
+    }
+
     /// The response cache's byte size from `--cache-config local,size=N` (or the deprecated
     /// `--response-cache-byte-size N`), parsed as Triton parses them; `None` without a cache.
     pub(crate) fn response_cache_bytes(&self) -> Result<Option<u64>, Refused> {
@@ -412,16 +431,7 @@ impl TritonFlags {
                 }
             }
         }
-        for level in &self.trace_level {
-            if !level.eq_ignore_ascii_case("off") {
-                return Err(refuse(format!("--trace-level={level}"), format!("tracing is {NOT_YET}; use OFF")));
-            }
-        }
-        for setting in &self.trace_config {
-            if let Some(why) = trace_turns_on(setting) {
-                return Err(refuse(format!("--trace-config={setting}"), why));
-            }
-        }
+        self.trace_flags()?;
 
         let ssl_files = [&self.grpc_server_cert, &self.grpc_server_key, &self.grpc_root_cert];
         noop(
@@ -467,13 +477,6 @@ impl TritonFlags {
         noop(self.allow_cpu_metrics.is_some(), "--allow-cpu-metrics", "tritium exports no host CPU metrics");
         noop(self.metrics_interval_ms.is_some(), "--metrics-interval-ms", "metrics are computed when scraped");
         noop(!self.metrics_config.is_empty(), "--metrics-config", "latency summaries are not exported yet");
-        let trace_settings = !self.trace_config.is_empty()
-            || !self.trace_level.is_empty()
-            || self.trace_file.is_some()
-            || self.trace_rate.is_some()
-            || self.trace_count.is_some()
-            || self.trace_log_frequency.is_some();
-        noop(trace_settings, "--trace-*", "tracing stays off");
         for setting in &self.backend_config {
             noop(true, &format!("--backend-config={setting}"), backend_config_why(setting));
         }
@@ -569,20 +572,6 @@ impl TritonFlags {
     }
 }
 
-/// Why a `--trace-config` setting is refused: when it turns tracing on.
-fn trace_turns_on(setting: &str) -> Option<String> {
-    // `<mode>,<key>=<value>` or `<key>=<value>`.
-    let (mode, kv) = match setting.split_once(',') {
-        Some((mode, kv)) if !mode.contains('=') => (Some(mode), kv),
-        _ => (None, setting),
-    };
-    let (key, value) = kv.split_once('=')?;
-    if mode.is_none() && key == "level" && !value.eq_ignore_ascii_case("off") {
-        return Some(format!("tracing is {NOT_YET}; use level=OFF or leave the flag out"));
-    }
-    None
-}
-
 /// What a `--backend-config` setting means to tritium.
 fn backend_config_why(setting: &str) -> &'static str {
     let key = setting.split_once(',').map(|(_, kv)| kv.split('=').next().unwrap_or("")).unwrap_or("");
@@ -648,7 +637,7 @@ mod tests {
             "--trace-config=rate=100",
         ]);
         let review = f.review().expect("accepted");
-        assert_eq!(review.no_effect.len(), 6, "{:?}", review.no_effect);
+        assert_eq!(review.no_effect.len(), 5, "{:?}", review.no_effect);
         assert!(review.no_effect.iter().all(|l| l.contains("has no effect in tritium")));
         assert!(review.no_effect.iter().any(|l| l.contains("shm-default-byte-size") && l.contains("memfd")));
     }
@@ -662,8 +651,8 @@ mod tests {
             (&["--cache-config=local,size"], "--cache-config=local,size"),
             (&["--cache-config=local,size=10", "--response-cache-byte-size=100"], "--response-cache-byte-size"),
             (&["--rate-limit=execution_count"], "--rate-limit=execution_count"),
-            (&["--trace-config=level=TIMESTAMPS"], "--trace-config=level=TIMESTAMPS"),
-            (&["--trace-level=TENSORS"], "--trace-level=TENSORS"),
+            (&["--trace-config=level=LOUD"], "--trace-config"),
+            (&["--trace-config=jaeger,url=x"], "--trace-config"),
             (&["--allow-sagemaker=true"], "--allow-sagemaker=true"),
             (&["--model-namespacing=true"], "--model-namespacing=true"),
         ] {
@@ -684,13 +673,20 @@ mod tests {
     }
 
     #[test]
-    fn trace_settings_that_keep_tracing_off_are_accepted() {
-        assert_eq!(trace_turns_on("rate=100"), None);
-        assert_eq!(trace_turns_on("level=OFF"), None);
-        assert_eq!(trace_turns_on("triton,file=/tmp/trace.json"), None);
-        assert_eq!(trace_turns_on("opentelemetry,url=localhost:4318/v1/traces"), None);
-        assert_eq!(trace_turns_on("mode=opentelemetry"), None);
-        assert!(trace_turns_on("level=TIMESTAMPS").is_some());
+    fn trace_flags_are_implemented() {
+        let f = parse(&[
+            "--trace-config=mode=opentelemetry",
+            "--trace-config",
+            "level=TIMESTAMPS",
+            "--trace-config=opentelemetry,url=http://127.0.0.1:4318/v1/traces",
+        ]);
+        assert_eq!(f.review(), Ok(Review::default()));
+        let t = f.trace_flags().expect("valid");
+        assert!(t.settings.level.timestamps());
+        assert_eq!(t.otel.url, "http://127.0.0.1:4318/v1/traces");
+        let legacy = parse(&["--trace-file=/tmp/t.json", "--trace-level=TIMESTAMPS", "--trace-rate=1"]);
+        let t = legacy.trace_flags().expect("valid");
+        assert_eq!((t.settings.file.as_str(), t.settings.rate), ("/tmp/t.json", 1));
     }
 
     #[test]

@@ -75,7 +75,8 @@ impl Server {
 
     async fn dependencies(&self, name: &str) -> Result<Option<StepConfigs>, LoadError> {
         let dir = self.inner.opts.repository.join(name);
-        let Ok(Some(config)) = tritium_config::load_config(&dir) else { return Ok(None) };
+        let cfg = self.inner.opts.config_name.as_deref();
+        let Ok(Some(config)) = tritium_config::load_config_named(&dir, cfg) else { return Ok(None) };
         let Some(scheduling) = tritium_config::ensemble_scheduling(&config) else { return Ok(None) };
         if !tritium_config::is_ensemble(&config) {
             return Ok(None);
@@ -92,7 +93,7 @@ impl Server {
                 missing.join(", ")
             )));
         }
-        if let Some(cycle) = ensemble_cycle(&self.inner.opts.repository, name) {
+        if let Some(cycle) = ensemble_cycle(&self.inner.opts.repository, name, self.inner.opts.config_name.as_deref()) {
             // Each ensemble of the cycle would wait for the other: Triton leaves them unloaded.
             return Err(LoadError::Ensemble(format!(
                 "ensemble '{name}' depends on itself through its steps: {}",
@@ -142,6 +143,7 @@ impl Server {
         let name = name.to_string();
         Box::pin(async move {
             let repo = server.inner.opts.repository.clone();
+            let cfg = server.inner.opts.config_name.clone();
             let dependents: Vec<String> = server
                 .models()
                 .iter()
@@ -150,7 +152,7 @@ impl Server {
                     // A loaded model: only an ensemble has steps.
                     Some(v) => v.ensemble.as_ref().is_some_and(|plan| plan.steps.iter().any(|s| s.model == name)),
                     // A failed one may be an ensemble that waits for this model.
-                    None => step_models(&repo.join(n)).contains(&name),
+                    None => step_models(&repo.join(n), cfg.as_deref()).contains(&name),
                 })
                 .map(|(n, _)| n.clone())
                 .collect();
@@ -194,8 +196,8 @@ impl Server {
 
 /// The step models of the ensemble in `dir`, from its config.pbtxt alone (none for a model that
 /// is not an ensemble).
-fn step_models(dir: &Path) -> Vec<String> {
-    match tritium_config::load_config(dir) {
+fn step_models(dir: &Path, config_name: Option<&str>) -> Vec<String> {
+    match tritium_config::load_config_named(dir, config_name) {
         Ok(Some(c)) if tritium_config::is_ensemble(&c) => tritium_config::ensemble_scheduling(&c)
             .map(|e| e.step.iter().map(|s| s.model_name.clone()).collect())
             .unwrap_or_default(),
@@ -204,10 +206,10 @@ fn step_models(dir: &Path) -> Vec<String> {
 }
 
 /// A chain of ensembles in `repository` that leads from `name` back to itself, if any.
-fn ensemble_cycle(repository: &Path, name: &str) -> Option<Vec<String>> {
-    fn walk(repository: &Path, path: &mut Vec<String>, done: &mut HashSet<String>) -> bool {
+fn ensemble_cycle(repository: &Path, name: &str, config_name: Option<&str>) -> Option<Vec<String>> {
+    fn walk(repository: &Path, cfg: Option<&str>, path: &mut Vec<String>, done: &mut HashSet<String>) -> bool {
         let Some(last) = path.last().cloned() else { return false };
-        for step in step_models(&repository.join(&last)) {
+        for step in step_models(&repository.join(&last), cfg) {
             if step == path[0] {
                 path.push(step);
                 return true;
@@ -216,7 +218,7 @@ fn ensemble_cycle(repository: &Path, name: &str) -> Option<Vec<String>> {
                 continue;
             }
             path.push(step);
-            if walk(repository, path, done) {
+            if walk(repository, cfg, path, done) {
                 return true;
             }
             path.pop();
@@ -224,18 +226,19 @@ fn ensemble_cycle(repository: &Path, name: &str) -> Option<Vec<String>> {
         false
     }
     let mut path = vec![name.to_string()];
-    walk(repository, &mut path, &mut HashSet::new()).then_some(path)
+    walk(repository, config_name, &mut path, &mut HashSet::new()).then_some(path)
 }
 
 /// Whether the model in `dir` is an ensemble, from its config.pbtxt alone.
-pub(super) fn is_ensemble_dir(dir: &Path) -> bool {
-    matches!(tritium_config::load_config(dir), Ok(Some(c)) if tritium_config::is_ensemble(&c))
+pub(super) fn is_ensemble_dir(dir: &Path, config_name: Option<&str>) -> bool {
+    matches!(tritium_config::load_config_named(dir, config_name), Ok(Some(c)) if tritium_config::is_ensemble(&c))
 }
 
 /// Splits models to load into (others, ensembles): ensembles load after the models they use.
 pub(super) fn split(server: &Server, names: Vec<String>) -> (Vec<String>, Vec<String>) {
     let repo = &server.inner.opts.repository;
-    let (ensembles, others) = names.into_iter().partition(|n| is_ensemble_dir(&repo.join(n)));
+    let cfg = server.inner.opts.config_name.as_deref();
+    let (ensembles, others) = names.into_iter().partition(|n| is_ensemble_dir(&repo.join(n), cfg));
     (others, ensembles)
 }
 
@@ -465,6 +468,8 @@ async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: 
                     flags: req.flags,
                     timeout_us: req.timeout_us,
                     priority: req.priority,
+                    // Each step is traced on its own, in the client's trace when it sent one.
+                    trace: req.trace,
                 };
                 // A decoupled ensemble's client holds its decoupled steps back (a step's
                 // response becomes, through the steps after it, one of the ensemble's).
@@ -628,7 +633,7 @@ mod tests {
 
     #[test]
     fn a_missing_directory_is_not_an_ensemble() {
-        assert!(!is_ensemble_dir(Path::new("/nonexistent/tritium/ensemble")));
+        assert!(!is_ensemble_dir(Path::new("/nonexistent/tritium/ensemble"), None));
     }
 
     fn write_ensemble(repo: &Path, name: &str, steps: &[&str]) {
@@ -657,11 +662,11 @@ mod tests {
         write_ensemble(&repo, "self", &["self"]);
         write_ensemble(&repo, "d", &["b2", "b2"]);
         write_ensemble(&repo, "b2", &["plain"]);
-        assert_eq!(ensemble_cycle(&repo, "a"), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
-        assert_eq!(ensemble_cycle(&repo, "self"), Some(vec!["self".into(), "self".into()]));
-        assert_eq!(ensemble_cycle(&repo, "d"), None);
-        assert!(is_ensemble_dir(&repo.join("d")));
-        assert_eq!(step_models(&repo.join("d")), ["b2", "b2"]);
+        assert_eq!(ensemble_cycle(&repo, "a", None), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+        assert_eq!(ensemble_cycle(&repo, "self", None), Some(vec!["self".into(), "self".into()]));
+        assert_eq!(ensemble_cycle(&repo, "d", None), None);
+        assert!(is_ensemble_dir(&repo.join("d"), None));
+        assert_eq!(step_models(&repo.join("d"), None), ["b2", "b2"]);
         let _ = std::fs::remove_dir_all(&repo);
     }
 }
