@@ -164,6 +164,7 @@ def test_a_request_returns_the_same_sender_and_a_users_request_has_none():
         parameters = {}
         inputs = []
         requested_outputs = []
+        trace = ""
 
     req = InferenceRequest._from_wire(Wire(), "m", 1)
     assert req.get_response_sender() is req.get_response_sender()

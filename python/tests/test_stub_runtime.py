@@ -55,6 +55,7 @@ class Wire:
         self.parameters = {}
         self.inputs = []
         self.requested_outputs = []
+        self.trace = ""
 
 
 @pytest.fixture

@@ -216,7 +216,44 @@ async fn repository_extension() {
 #[tokio::test]
 async fn unsupported_extensions() {
     let (_, app) = app();
-    for kind in ["systemsharedmemory", "cudasharedmemory"] {
+    // System shared memory: Triton's texts for unknown regions, missing fields and missing keys.
+    let r = get(&app, "/v2/systemsharedmemory/status").await;
+    assert_eq!((r.status, &r.body[..]), (StatusCode::OK, &b"[]"[..]));
+    let r = get(&app, "/v2/systemsharedmemory/region/r0/status").await;
+    assert_eq!(
+        (r.status, r.error().as_str()),
+        (StatusCode::NOT_FOUND, "Unable to find system shared memory region: 'r0'")
+    );
+    let register =
+        |body: &'static str| send(&app, Method::POST, "/v2/systemsharedmemory/region/r0/register", &[], body);
+    let r = register(r#"{"key":"/no-such-tritium-key","byte_size":8}"#).await;
+    assert_eq!(
+        (r.status, r.error().as_str()),
+        (StatusCode::INTERNAL_SERVER_ERROR, "Unable to open shared memory region: '/no-such-tritium-key'")
+    );
+    let r = register(r#"{"byte_size":8}"#).await;
+    assert_eq!(
+        (r.status, r.error().as_str()),
+        (StatusCode::BAD_REQUEST, "Shared memory register request has no 'key' field")
+    );
+    let r = register(r#"{"key":"/k"}"#).await;
+    assert_eq!(
+        (r.status, r.error().as_str()),
+        (StatusCode::BAD_REQUEST, "Shared memory register request has no 'byte_size' field")
+    );
+    let r = send(&app, Method::POST, "/v2/systemsharedmemory/register", &[], r#"{"key":"/k","byte_size":8}"#).await;
+    assert_eq!(
+        (r.status, r.error().as_str()),
+        (StatusCode::BAD_REQUEST, "'region name' is necessary to register system shared memory region")
+    );
+    for uri in ["/v2/systemsharedmemory/unregister", "/v2/systemsharedmemory/region/r0/unregister"] {
+        assert_eq!(send(&app, Method::POST, uri, &[], Body::empty()).await.status, StatusCode::OK);
+    }
+    assert_eq!(
+        send(&app, Method::GET, "/v2/systemsharedmemory/register", &[], Body::empty()).await.status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    for kind in ["cudasharedmemory"] {
         let r = get(&app, &format!("/v2/{kind}/status")).await;
         assert_eq!((r.status, &r.body[..]), (StatusCode::OK, &b"[]"[..]));
         let r = get(&app, &format!("/v2/{kind}/region/r0/status")).await;
@@ -239,10 +276,11 @@ async fn unsupported_extensions() {
     let r = send(&app, Method::GET, "/v2/logging", &[], Body::empty()).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
     assert!(r.error().contains("does not support dynamic logging"), "{}", r.error());
+    // A backend without tracing answers the trace extension the same way.
     for (method, uri) in [(Method::POST, "/v2/trace/setting"), (Method::GET, "/v2/models/m/trace/setting")] {
         let r = send(&app, method, uri, &[], Body::empty()).await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}");
-        assert!(r.error().contains("not supported by tritium yet"));
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{uri}");
+        assert!(r.error().contains("does not support tracing"), "{}", r.error());
     }
     // A backend without response streams refuses the generate extension after decoding.
     let r = send(&app, Method::POST, "/v2/models/simple/generate", &[], r#"{"IN": [1, 2]}"#).await;
