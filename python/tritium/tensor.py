@@ -5,7 +5,7 @@ import sys
 
 import numpy as np
 
-from . import _runtime
+from . import _runtime, dlpack
 from .dtypes import _WIRE_DTYPES, deserialize_bytes_tensor, serialize_byte_tensor
 from .errors import TRITONSERVER_REQUEST_RELEASE_ALL, LogLevel, TritonError, TritonModelException
 from .sender import InferenceResponseSender, _ResponseState
@@ -97,6 +97,33 @@ class Tensor:
     def is_cpu(self):
         """Always True: tensors of this stub live in host memory."""
         return True
+
+    def to_dlpack(self):
+        """A DLPack capsule sharing the tensor's memory (`torch.from_dlpack(t.to_dlpack())`). A
+        read-only tensor (an input in a client's shared memory region) is exported as a copy."""
+        return dlpack.export_capsule(self._wire, self._raw if self._raw is not None else self._array)
+
+    @staticmethod
+    def from_dlpack(name, dlpack_tensor):
+        """A tensor named `name` over the memory of a DLPack capsule, or of any object with
+        `__dlpack__` and `__dlpack_device__` (a torch tensor, a numpy array), without a copy.
+        Only CPU tensors are supported by this stub; BF16 tensors come through as BF16."""
+        if not isinstance(name, str):
+            raise TypeError("Tensor name must be a string")
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        wire, array = dlpack.import_tensor(dlpack_tensor)
+        if wire == "BF16":
+            return Tensor(name, None, "BF16", array)
+        return Tensor(name, array, wire, None)
+
+    def __dlpack__(self, stream=None, **_):
+        """The DLPack protocol: `numpy.from_dlpack(t)` and `torch.from_dlpack(t)` share its memory."""
+        return self.to_dlpack()
+
+    def __dlpack_device__(self):
+        """(kDLCPU, 0): tensors of this stub live in host memory."""
+        return (dlpack.KDL_CPU, 0)
 
     def __repr__(self):
         return f"Tensor(name={self._name!r}, dtype={self._wire}, shape={self.shape()})"
