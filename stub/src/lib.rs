@@ -37,9 +37,9 @@ use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use tritium_ipc::{
-    CallOp, CallResult, ClientFamily, ClientMetricKind, ClientSample, CorrelationId, DataType, IpcError, LogLevel,
-    LogRecord, MetricKind, MetricOp, Param, Request, Response, StubChannel, StubError, Tensor, TensorData, ToServer,
-    ToStub, View, WaitPolicy, PROTOCOL_VERSION,
+    CallOp, CallResult, ClientFamily, ClientMetricKind, ClientSample, CorrelationId, DataType, Descriptor, IpcError,
+    LogLevel, LogRecord, MetricKind, MetricOp, Param, Request, Response, StubChannel, StubError, Tensor, TensorData,
+    ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION, REGION_BIT,
 };
 
 create_exception!(_native, ChannelError, PyException, "The shared-memory channel to the server failed.");
@@ -85,7 +85,10 @@ impl InBlock {
 
 impl Drop for InBlock {
     fn drop(&mut self) {
-        self.channel.release(self.view.desc);
+        // A client's region is nobody's to free: only arena blocks go back.
+        if self.view.desc.segment & REGION_BIT == 0 {
+            self.channel.release(self.view.desc);
+        }
     }
 }
 
@@ -210,6 +213,9 @@ struct Router {
     bls: Mutex<HashMap<u64, VecDeque<Response>>>,
     /// The requests between their `Execute` and their end, with their cancellation and credit.
     requests: Mutex<Requests>,
+    /// Outputs each request wants written into a client's shared memory region, by request id
+    /// (system shared memory), from its `Execute` until its final response.
+    output_regions: Mutex<HashMap<u64, Vec<(String, Descriptor)>>>,
     /// A decoupled request's window ([`tritium_ipc::Initialize::max_inflight_responses`]; 0: none).
     window: AtomicU64,
     /// Bumped (and `woken` notified) whenever a reply or a BLS response arrives.
@@ -326,6 +332,12 @@ impl Router {
                 let mut tracked = guard(&self.requests);
                 for r in &requests {
                     tracked.open(r.id);
+                }
+                let mut regions = guard(&self.output_regions);
+                for r in &requests {
+                    if !r.output_regions.is_empty() {
+                        regions.insert(r.id, r.output_regions.clone());
+                    }
                 }
                 return Some(ToStub::Execute { batch, requests });
             }
@@ -601,9 +613,57 @@ impl Channel {
     fn free_tensors(&self, tensors: &[Tensor]) {
         for t in tensors {
             if let TensorData::Shm { desc, .. } = t.data {
-                let _ = self.inner.free_own(desc);
+                if desc.segment & REGION_BIT == 0 {
+                    let _ = self.inner.free_own(desc);
+                }
             }
         }
+    }
+
+    /// Writes an output straight into the client's region `dest` (system shared memory): one
+    /// copy from the model's array, none in the server. `Ok(Err(text))` is Triton's error for
+    /// an output larger than the region's range.
+    fn tensor_into_region(
+        &self,
+        py: Python<'_>,
+        out: (String, String, Vec<i64>, Bound<'_, PyAny>),
+        dest: Descriptor,
+    ) -> PyResult<Result<Tensor, String>> {
+        let (name, dtype_name, shape, data) = out;
+        let dtype = dtype(&dtype_name)?;
+        let (address, nbytes) = if let Ok(bytes) = data.cast::<PyBytes>() {
+            (bytes.as_bytes().as_ptr() as usize, bytes.as_bytes().len())
+        } else {
+            let array = data.cast::<PyUntypedArray>().map_err(|_| {
+                PyValueError::new_err(format!(
+                    "output '{name}' must be bytes or a numpy array, got {}",
+                    data.get_type()
+                ))
+            })?;
+            if !array.is_c_contiguous() {
+                return Err(PyValueError::new_err(format!("output '{name}' must be C-contiguous")));
+            }
+            let nbytes = array.shape().iter().try_fold(array.dtype().itemsize(), |acc, &d| acc.checked_mul(d));
+            let nbytes = nbytes.ok_or_else(|| PyValueError::new_err(format!("output '{name}' is too large")))?;
+            // SAFETY: `array` is a live ndarray (checked by the cast); its data pointer is read only.
+            (unsafe { (*array.as_array_ptr()).data } as usize, nbytes)
+        };
+        if nbytes as u64 > dest.len {
+            return Ok(Err(format!(
+                "shared memory size specified with the request for output '{name}' ({} bytes) should be at least {nbytes} bytes to hold the results",
+                dest.len
+            )));
+        }
+        let desc = Descriptor { len: nbytes as u64, ..dest };
+        let view = self.inner.view(desc).map_err(ipc_err)?;
+        if nbytes > 0 {
+            py.detach(move || {
+                // SAFETY: the source covers `nbytes` contiguous bytes of an object the caller's
+                // Bound keeps alive; the view was bounds-checked against the mapped region.
+                unsafe { std::ptr::copy_nonoverlapping(address as *const u8, view.as_ptr(), nbytes) }
+            });
+        }
+        Ok(Ok(Tensor { name, dtype, shape, data: TensorData::Shm { desc, writable: false } }))
     }
 
     fn send(&self, py: Python<'_>, msg: ToServer) -> PyResult<()> {
@@ -839,9 +899,22 @@ impl Channel {
         parameters: Vec<(String, Bound<'_, PyAny>)>,
         final_response: bool,
     ) -> PyResult<()> {
+        let regions = guard(&self.router.output_regions).get(&request).cloned().unwrap_or_default();
         let mut tensors = Vec::with_capacity(outputs.len());
+        let mut region_error = None;
         for out in outputs {
-            match self.tensor_from_py(py, out) {
+            let made = match regions.iter().find(|(name, _)| *name == out.0) {
+                Some((_, dest)) => match self.tensor_into_region(py, out, *dest) {
+                    Ok(Ok(t)) => Ok(t),
+                    Ok(Err(too_small)) => {
+                        region_error = Some(too_small);
+                        break;
+                    }
+                    Err(e) => Err(e),
+                },
+                None => self.tensor_from_py(py, out),
+            };
+            match made {
                 Ok(t) => tensors.push(t),
                 Err(e) => {
                     self.free_tensors(&tensors);
@@ -849,13 +922,21 @@ impl Channel {
                 }
             }
         }
+        let mut error = stub_error(error);
+        if let Some(message) = region_error {
+            // Triton fails the response (INTERNAL) when an output does not fit its region.
+            self.free_tensors(&tensors);
+            tensors = Vec::new();
+            error = Some(StubError { message, code: 1, traceback: None });
+        }
         let parameters = params_from_py(parameters)?;
-        let response = Response { request, outputs: tensors, error: stub_error(error), parameters, final_response };
+        let response = Response { request, outputs: tensors, error, parameters, final_response };
         self.send(py, ToServer::Response(response))?;
         if final_response {
             // The request ended: a cancellation or credit for it that is still on its way is
             // dropped when it comes. (A non-decoupled model's one response is final too.)
             guard(&self.router.requests).end(request);
+            guard(&self.router.output_regions).remove(&request);
         }
         Ok(())
     }
@@ -956,8 +1037,10 @@ impl Channel {
     /// Forgets requests that ended (their cancellations and credit).
     fn forget_cancelled(&self, requests: Vec<u64>) {
         let mut tracked = guard(&self.router.requests);
+        let mut regions = guard(&self.router.output_regions);
         for r in requests {
             tracked.end(r);
+            regions.remove(&r);
         }
     }
 
@@ -1013,6 +1096,7 @@ impl Channel {
             inputs: tensors,
             requested_outputs,
             trace,
+            output_regions: Vec::new(),
         };
         guard(&self.router.bls).insert(call, VecDeque::new());
         let blocks = request.inputs.clone();

@@ -14,6 +14,8 @@
 //! - `cargo xtask bench ipc`: the IPC benchmark (floor, stub round trips, memcpy).
 //! - `cargo xtask bench serve`: perf_analyzer against tritium and Triton 2.51 serving add_sub.
 //! - `cargo xtask bench stream`: decoupled streams of 1,000 responses, tritium against Triton 2.51.
+//! - `cargo xtask bench shm`: perf_analyzer `--shared-memory system` with two 4 MiB inputs and
+//!   outputs, tritium against Triton 2.51.
 //! - `cargo xtask bench openai`: time to first token and tokens/s of the OpenAI frontend
 //!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams).
 
@@ -26,6 +28,7 @@ mod tidy;
 use anyhow::{bail, Context, Result};
 
 mod bench_serve;
+mod bench_shm;
 mod bench_stream;
 
 fn root() -> PathBuf {
@@ -270,8 +273,9 @@ fn bench(what: &str) -> Result<()> {
         ])),
         "serve" => bench_serve::bench_serve(),
         "stream" => bench_stream::bench_stream(),
+        "shm" => bench_shm::bench_shm(),
         "openai" => run(Command::new(venv_python()).current_dir(root()).args(["examples/clients/openai_bench.py"])),
-        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream, openai"),
+        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream, shm, openai"),
     }
 }
 
@@ -288,7 +292,7 @@ fn main() -> Result<()> {
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         _ => bail!(
             "usage: cargo xtask setup | build | dist | lint | serve [FLAGS] | test | bench ipc | bench serve | bench stream \
-             | bench openai"
+             | bench shm | bench openai"
         ),
     }
 }

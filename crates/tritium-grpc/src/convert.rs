@@ -227,14 +227,22 @@ pub fn shared_memory_params(
     Ok(Some(ShmRef { region, offset: offset.unwrap_or(0), byte_size }))
 }
 
-/// The error for a tensor placed in a client shared-memory region: no region can be registered
-/// with tritium yet, so no region can be found (Triton answers `Unable to find shared memory
-/// region` for an unregistered one). `INVALID_ARGUMENT`, as the HTTP frontend answers it.
-fn shm_unsupported(shm: &ShmRef) -> InferError {
-    invalid(format!(
-        "Unable to find shared memory region: '{}': shared memory is not supported by tritium yet; send the tensor data in the request",
-        shm.region
-    ))
+/// The registered regions a request's `shared_memory_*` tensors resolve against; without one
+/// (a conversion with no server) every region is unknown.
+type Regions<'a> = Option<&'a tritium_server::shm::ShmRegistry>;
+
+fn unknown_region(shm: &ShmRef) -> InferError {
+    InferError::not_found(format!("Unable to find shared memory region: '{}'", shm.region))
+}
+
+/// An input's bytes in a registered region (no copy). Triton keeps offset and size in
+/// `size_t`s, so a negative one becomes huge and fails its bounds checks; so does it here.
+fn shm_input(regions: Regions<'_>, shm: &ShmRef) -> Result<Bytes, InferError> {
+    regions.ok_or_else(|| unknown_region(shm))?.input(&shm.region, shm.offset as u64, shm.byte_size as u64)
+}
+
+fn shm_output(regions: Regions<'_>, shm: &ShmRef) -> Result<tritium_server::shm::ShmTarget, InferError> {
+    regions.ok_or_else(|| unknown_region(shm))?.output(&shm.region, shm.offset as u64, shm.byte_size as u64)
 }
 
 /// Parses a KServe datatype name.
@@ -355,6 +363,7 @@ pub fn decode_inputs(
     model: &str,
     inputs: Vec<InferInputTensor>,
     raw: &[Bytes],
+    regions: Regions<'_>,
 ) -> Result<Vec<InputTensor>, InferError> {
     // Triton adds every input (name, datatype, shape) before it reads any data.
     let dtypes = inputs.iter().map(|io| parse_datatype(&io.name, &io.datatype)).collect::<Result<Vec<_>, _>>()?;
@@ -368,7 +377,9 @@ pub fn decode_inputs(
                     "unexpected 'content' provided when using shared memory for input tensor '{name}' for model '{model}'"
                 )));
             }
-            return Err(shm_unsupported(&shm));
+            let data = shm_input(regions, &shm)?;
+            out.push(InputTensor { name, datatype, shape: io.shape, data });
+            continue;
         }
         let data = match &io.contents {
             Some(_) if !raw.is_empty() => {
@@ -408,8 +419,11 @@ pub fn classification_count(output: &InferRequestedOutputTensor) -> Result<Optio
 }
 
 /// The outputs a request asks for, in its order, with their classification counts (Triton's
-/// `InferAllocatorPayload`). Output shared memory is refused: no region can be registered.
-pub fn decode_outputs(outputs: &[InferRequestedOutputTensor]) -> Result<Vec<RequestedOutput>, InferError> {
+/// `InferAllocatorPayload`), and the registered region of those asked for in shared memory.
+pub fn decode_outputs(
+    outputs: &[InferRequestedOutputTensor],
+    regions: Regions<'_>,
+) -> Result<Vec<RequestedOutput>, InferError> {
     outputs
         .iter()
         .map(|o| {
@@ -418,10 +432,8 @@ pub fn decode_outputs(outputs: &[InferRequestedOutputTensor]) -> Result<Vec<Requ
             if shm.is_some() && classification.is_some() {
                 return Err(invalid("output can't set both 'shared_memory_region' and 'classification'"));
             }
-            if let Some(shm) = shm {
-                return Err(shm_unsupported(&shm));
-            }
-            Ok(RequestedOutput { name: o.name.clone(), classification })
+            let shm = shm.map(|shm| shm_output(regions, &shm)).transpose()?;
+            Ok(RequestedOutput { name: o.name.clone(), classification, shm })
         })
         .collect()
 }
@@ -461,12 +473,18 @@ pub fn check_request_counts(msg: &ModelInferRequest) -> Result<(), InferError> {
 /// Decodes a `ModelInferRequest`, in Triton's order: version, request parameters, input
 /// datatypes, input data, output parameters; the entry counts are checked first.
 pub fn decode_infer_request(msg: ModelInferRequest) -> Result<InferRequest, InferError> {
+    decode_infer_request_with(msg, None)
+}
+
+/// [`decode_infer_request`] with the server's registered shared memory regions, against which
+/// `shared_memory_*` inputs and outputs are resolved (inputs without a copy).
+pub fn decode_infer_request_with(msg: ModelInferRequest, regions: Regions<'_>) -> Result<InferRequest, InferError> {
     check_request_counts(&msg)?;
     let ModelInferRequest { model_name, model_version, id, parameters, inputs, outputs, raw_input_contents } = msg;
     let version = parse_version(&model_version)?;
     let params = request_parameters(&parameters)?;
-    let inputs = decode_inputs(&model_name, inputs, &raw_input_contents)?;
-    let outputs = decode_outputs(&outputs)?;
+    let inputs = decode_inputs(&model_name, inputs, &raw_input_contents, regions)?;
+    let outputs = decode_outputs(&outputs, regions)?;
     Ok(InferRequest {
         model: model_name,
         version,

@@ -289,7 +289,7 @@ fn typed_element_count_is_left_to_the_server() {
 // ---------------------------------------------------------------- shared memory
 
 #[test]
-fn input_shared_memory_is_checked_then_refused() {
+fn input_shared_memory_is_checked_then_resolved() {
     let shm = |list: &[(&str, P)]| InferInputTensor { parameters: params(list), ..input("x", "FP32", &[1]) };
     let e = err_of(decode(request(
         vec![shm(&[
@@ -298,9 +298,8 @@ fn input_shared_memory_is_checked_then_refused() {
         ])],
         vec![],
     )));
-    assert_eq!(e.kind, ErrorKind::InvalidArg);
-    assert!(e.message.starts_with("Unable to find shared memory region: 'r'"), "{}", e.message);
-    assert!(e.message.contains("not supported by tritium yet"), "{}", e.message);
+    // No registry, so no region: Triton's text and code for an unregistered one.
+    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::NotFound, "Unable to find shared memory region: 'r'"));
 
     assert_invalid(
         decode(request(vec![shm(&[("shared_memory_region", P::Int64Param(1))])], vec![])),
@@ -520,39 +519,45 @@ fn out(name: &str, list: &[(&str, P)]) -> InferRequestedOutputTensor {
 
 #[test]
 fn output_parameters() {
-    let outputs = decode_outputs(&[
-        out("A", &[("classification", P::Int64Param(3))]),
-        out("B", &[("binary_data", P::BoolParam(true))]),
-    ])
+    let outputs = decode_outputs(
+        &[out("A", &[("classification", P::Int64Param(3))]), out("B", &[("binary_data", P::BoolParam(true))])],
+        None,
+    )
     .expect("parses");
     assert_eq!(
         outputs,
-        vec![RequestedOutput { name: "A".into(), classification: Some(3) }, RequestedOutput::named("B")]
+        vec![RequestedOutput { name: "A".into(), classification: Some(3), shm: None }, RequestedOutput::named("B")]
     );
     assert_invalid(
-        decode_outputs(&[out("A", &[("classification", P::Uint64Param(3))])]),
+        decode_outputs(&[out("A", &[("classification", P::Uint64Param(3))])], None),
         "invalid value type for 'classification' parameter, expected int64_param",
     );
     assert_invalid(
-        decode_outputs(&[out("A", &[("classification", P::Int64Param(0))])]),
+        decode_outputs(&[out("A", &[("classification", P::Int64Param(0))])], None),
         "invalid value for 'classification' parameter, expected >= 0",
     );
     assert_invalid(
-        decode_outputs(&[out(
-            "A",
-            &[
-                ("classification", P::Int64Param(1)),
-                ("shared_memory_region", P::StringParam("r".into())),
-                ("shared_memory_byte_size", P::Int64Param(4)),
-            ],
-        )]),
+        decode_outputs(
+            &[out(
+                "A",
+                &[
+                    ("classification", P::Int64Param(1)),
+                    ("shared_memory_region", P::StringParam("r".into())),
+                    ("shared_memory_byte_size", P::Int64Param(4)),
+                ],
+            )],
+            None,
+        ),
         "output can't set both 'shared_memory_region' and 'classification'",
     );
-    let e = err_of(decode_outputs(&[out(
-        "A",
-        &[("shared_memory_region", P::StringParam("r".into())), ("shared_memory_byte_size", P::Int64Param(4))],
-    )]));
-    assert_eq!(e.kind, ErrorKind::InvalidArg);
+    let e = err_of(decode_outputs(
+        &[out(
+            "A",
+            &[("shared_memory_region", P::StringParam("r".into())), ("shared_memory_byte_size", P::Int64Param(4))],
+        )],
+        None,
+    ));
+    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::NotFound, "Unable to find shared memory region: 'r'"));
 }
 
 // ---------------------------------------------------------------- responses

@@ -167,7 +167,8 @@ impl GrpcInferenceService for InferenceService {
         let deadline = deadline(&req);
         let forwarded = self.forwarded(req.metadata())?;
         let trace = trace_parent(req.metadata());
-        let mut decoded = convert::decode_infer_request(req.into_inner()).map_err(to_status)?;
+        let mut decoded =
+            convert::decode_infer_request_with(req.into_inner(), Some(self.server.shm())).map_err(to_status)?;
         decoded.parameters.extend(forwarded);
         decoded.trace = trace;
         if self.server.is_decoupled(&decoded.model, decoded.version).unwrap_or(false) {
@@ -272,26 +273,43 @@ impl GrpcInferenceService for InferenceService {
         &self,
         req: Request<SystemSharedMemoryStatusRequest>,
     ) -> Result<Response<SystemSharedMemoryStatusResponse>, Status> {
-        // No region is ever registered: the full status is empty, a named one is unknown.
         let name = req.into_inner().name;
-        if !name.is_empty() {
-            return Err(Status::not_found(format!("Unable to find system shared memory region: '{name}'")));
-        }
-        Ok(Response::new(SystemSharedMemoryStatusResponse { regions: HashMap::new() }))
+        let regions = self.server.shm().status(&name).map_err(to_status)?;
+        let regions = regions
+            .into_iter()
+            .map(|r| {
+                let status = system_shared_memory_status_response::RegionStatus {
+                    name: r.name.clone(),
+                    key: r.key,
+                    offset: r.offset,
+                    byte_size: r.byte_size,
+                };
+                (r.name, status)
+            })
+            .collect::<HashMap<_, _>>();
+        Ok(Response::new(SystemSharedMemoryStatusResponse { regions }))
     }
 
     async fn system_shared_memory_register(
         &self,
-        _: Request<SystemSharedMemoryRegisterRequest>,
+        req: Request<SystemSharedMemoryRegisterRequest>,
     ) -> Result<Response<SystemSharedMemoryRegisterResponse>, Status> {
-        Err(not_supported("System shared memory over gRPC"))
+        let req = req.into_inner();
+        self.server.shm().register(&req.name, &req.key, req.offset, req.byte_size).map_err(to_status)?;
+        Ok(Response::new(SystemSharedMemoryRegisterResponse {}))
     }
 
     async fn system_shared_memory_unregister(
         &self,
-        _: Request<SystemSharedMemoryUnregisterRequest>,
+        req: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> Result<Response<SystemSharedMemoryUnregisterResponse>, Status> {
-        // Triton answers success for a region that is not registered, and for "all" when none is.
+        // Triton answers success for a region that is not registered; an empty name is "all".
+        let name = req.into_inner().name;
+        if name.is_empty() {
+            self.server.shm().unregister_all();
+        } else {
+            self.server.shm().unregister(&name);
+        }
         Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 

@@ -140,7 +140,7 @@ async fn issue(
         .get("triton_enable_empty_final_response")
         .is_some_and(|p| matches!(p, InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) }));
     let (model, version) = (msg.model_name.clone(), msg.model_version.clone());
-    let mut decoded = match convert::decode_infer_request(msg) {
+    let mut decoded = match convert::decode_infer_request_with(msg, Some(server.shm())) {
         Ok(d) => d,
         Err(e) => return Item::Done { id, outcome: Err(e), queued: false },
     };

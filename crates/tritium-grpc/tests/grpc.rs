@@ -281,14 +281,16 @@ async fn shared_memory_trace_and_log_rpcs() {
     let e = c
         .system_shared_memory_register(SystemSharedMemoryRegisterRequest {
             name: "r".into(),
-            key: "/k".into(),
+            key: "/no-such-tritium-key".into(),
             offset: 0,
             byte_size: 64,
         })
         .await
         .expect_err("register");
-    assert_eq!(e.code(), Code::Unimplemented);
-    assert!(e.message().contains("not supported by tritium yet"), "{}", e.message());
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::Internal, "Unable to open shared memory region: '/no-such-tritium-key'")
+    );
     c.system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest::default()).await.expect("unregister all");
     c.system_shared_memory_unregister(SystemSharedMemoryUnregisterRequest { name: "r".into() })
         .await

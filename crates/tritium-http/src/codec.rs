@@ -33,6 +33,9 @@ pub const MAX_JSON_DEPTH: usize = 100;
 pub struct OutputFormat {
     /// As binary data after the JSON header, rather than as a JSON `data` array.
     pub binary: bool,
+    /// In the client's shared memory (system shared memory extension): the response names the
+    /// output without data, as Triton's does.
+    pub shm: bool,
 }
 
 /// How the outputs of a request are to be returned.
@@ -51,7 +54,7 @@ impl OutputSpecs {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, f)| *f)
-            .unwrap_or(OutputFormat { binary: self.default_binary })
+            .unwrap_or(OutputFormat { binary: self.default_binary, shm: false })
     }
 }
 
@@ -62,6 +65,58 @@ pub struct DecodedRequest {
     pub request: InferRequest,
     /// Output formats for [`encode_infer_response`].
     pub outputs: OutputSpecs,
+    /// Inputs and outputs in registered shared memory, to resolve with [`resolve_shm`].
+    pub shm: Vec<ShmRef>,
+}
+
+/// An input's or output's `shared_memory_*` parameters, as the request gave them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmRef {
+    /// Whether it is an output (else an input).
+    pub output: bool,
+    /// Its index in the request's inputs or outputs.
+    pub index: usize,
+    /// `shared_memory_region`.
+    pub region: String,
+    /// `shared_memory_offset` (0 when absent).
+    pub offset: u64,
+    /// `shared_memory_byte_size` (0 when absent, as in Triton's HTTP frontend).
+    pub byte_size: u64,
+}
+
+/// Resolves a request's shared-memory inputs and outputs against the registered regions: an
+/// input's bytes become the region's (no copy), an output gets its target.
+pub fn resolve_shm(decoded: &mut DecodedRequest, shm: &tritium_server::shm::ShmRegistry) -> Result<(), InferError> {
+    for r in std::mem::take(&mut decoded.shm) {
+        if r.output {
+            if let Some(o) = decoded.request.outputs.get_mut(r.index) {
+                o.shm = Some(shm.output(&r.region, r.offset, r.byte_size)?);
+            }
+        } else if let Some(i) = decoded.request.inputs.get_mut(r.index) {
+            i.data = shm.input(&r.region, r.offset, r.byte_size)?;
+        }
+    }
+    Ok(())
+}
+
+/// Triton's `CheckSharedMemoryData`: the `shared_memory_*` parameters of an input or output.
+fn shm_params(
+    params: Option<&serde_json::Map<String, Value>>,
+    output: bool,
+    index: usize,
+) -> Result<Option<ShmRef>, InferError> {
+    let Some(p) = params else { return Ok(None) };
+    let Some(region) = p.get("shared_memory_region") else { return Ok(None) };
+    let region = region.as_str().ok_or_else(|| InferError::invalid("Unable to parse 'shared_memory_region'"))?;
+    let uint = |key: &str| -> Result<u64, InferError> {
+        match p.get(key) {
+            None => Ok(0),
+            Some(v) => v.as_u64().ok_or_else(|| InferError::invalid(format!("Unable to parse '{key}'"))),
+        }
+    };
+    let offset = uint("shared_memory_offset")?;
+    let byte_size = uint("shared_memory_byte_size")?;
+    Ok(Some(ShmRef { output, index, region: region.to_string(), offset, byte_size }))
 }
 
 /// An encoded inference response: the JSON header and the binary output data that follows it.
@@ -404,11 +459,12 @@ pub fn decode_infer_request(
         parse_request_parameters(params.0, &mut request, &mut outputs)?;
     }
 
-    parse_inputs(model, header.inputs, &binary, header_length.is_some(), &mut request)?;
+    let mut shm = Vec::new();
+    parse_inputs(model, header.inputs, &binary, header_length.is_some(), &mut request, &mut shm)?;
     if let Some(out) = header.outputs {
-        parse_outputs(out, &mut request, &mut outputs)?;
+        parse_outputs(out, &mut request, &mut outputs, &mut shm)?;
     }
-    Ok(DecodedRequest { request, outputs })
+    Ok(DecodedRequest { request, outputs, shm })
 }
 
 fn parse_request_parameters(
@@ -532,20 +588,13 @@ fn validate_input_content(obj: &serde_json::Map<String, Value>) -> Result<(), In
     Err(InferError::invalid(msg))
 }
 
-fn shm_unsupported(what: &str, name: &str, region: Option<&Value>) -> InferError {
-    let region = region.and_then(Value::as_str).unwrap_or_default();
-    InferError::invalid(format!(
-        "{what} '{name}' uses shared memory region '{region}', but the shared memory extension is not supported by tritium yet: \
-         send the data in the request body instead"
-    ))
-}
-
 fn parse_inputs(
     model: &str,
     inputs: Option<Inputs>,
     binary: &Bytes,
     has_header_length: bool,
     request: &mut InferRequest,
+    shm: &mut Vec<ShmRef>,
 ) -> Result<(), InferError> {
     let inputs = match inputs {
         Some(Inputs::Array(a)) => a,
@@ -608,8 +657,10 @@ fn parse_inputs(
                 cursor += size;
                 slice
             }
-        } else if params.is_some_and(|p| p.contains_key("shared_memory_region")) {
-            return Err(shm_unsupported("input", name, params.and_then(|p| p.get("shared_memory_region"))));
+        } else if let Some(r) = shm_params(params, false, request.inputs.len())? {
+            // Resolved against the registered regions by `resolve_shm`.
+            shm.push(r);
+            Bytes::new()
         } else {
             Bytes::from(json_input_data(name, datatype, &shape, raw_data)?)
         };
@@ -932,7 +983,12 @@ fn convert_leaves(
     }
 }
 
-fn parse_outputs(outputs: Value, request: &mut InferRequest, specs: &mut OutputSpecs) -> Result<(), InferError> {
+fn parse_outputs(
+    outputs: Value,
+    request: &mut InferRequest,
+    specs: &mut OutputSpecs,
+    shm: &mut Vec<ShmRef>,
+) -> Result<(), InferError> {
     let Value::Array(outputs) = outputs else {
         return Err(InferError::invalid(format!(
             "Unable to parse 'outputs': expected an array, got {}",
@@ -969,8 +1025,9 @@ fn parse_outputs(outputs: Value, request: &mut InferRequest, specs: &mut OutputS
             // 0 asks for the tensor itself; Triton keeps the count in a `uint32_t`.
             classification = (k > 0).then(|| u32::try_from(k).unwrap_or(u32::MAX));
         }
-        if params.is_some_and(|p| p.contains_key("shared_memory_region")) {
-            return Err(shm_unsupported("output", name, params.and_then(|p| p.get("shared_memory_region"))));
+        if let Some(r) = shm_params(params, true, request.outputs.len())? {
+            shm.push(r);
+            format.shm = true;
         }
         if let Some(b) = params.and_then(|p| p.get("binary_data")) {
             format.binary = b.as_bool().ok_or_else(|| {
@@ -980,7 +1037,7 @@ fn parse_outputs(outputs: Value, request: &mut InferRequest, specs: &mut OutputS
                 ))
             })?;
         }
-        request.outputs.push(RequestedOutput { name: name.to_string(), classification });
+        request.outputs.push(RequestedOutput { name: name.to_string(), classification, shm: None });
         specs.requested.push((name.to_string(), format));
     }
     Ok(())
@@ -1076,7 +1133,11 @@ pub fn decode_raw_request(
         inputs: vec![InputTensor { name: spec.name.clone(), datatype: spec.datatype, shape, data }],
         ..Default::default()
     };
-    Ok(DecodedRequest { request, outputs: OutputSpecs { default_binary: true, requested: Vec::new() } })
+    Ok(DecodedRequest {
+        request,
+        outputs: OutputSpecs { default_binary: true, requested: Vec::new() },
+        shm: Vec::new(),
+    })
 }
 
 /// `max_batch_size` from a model config in Triton's JSON form (0 when absent).
@@ -1135,6 +1196,11 @@ pub fn encode_infer_response(resp: InferResponse, specs: &OutputSpecs) -> Result
             json_out::int(&mut j, *d);
         }
         j.push(b']');
+        if format.shm {
+            // The bytes are in the client's region already; Triton names the output only.
+            j.push(b'}');
+            continue;
+        }
         j.push(b',');
         if format.binary {
             json_out::key(&mut j, "parameters");

@@ -105,7 +105,7 @@ fn request_fields() {
         vec![
             RequestedOutput::named("A"),
             RequestedOutput::named("B"),
-            RequestedOutput { name: "C".into(), classification: Some(3) }
+            RequestedOutput { name: "C".into(), classification: Some(3), shm: None }
         ]
     );
     // The frontend's own parameters are removed; the rest keep the client's order.
@@ -118,10 +118,10 @@ fn request_fields() {
     assert_eq!(r.parameters[4].1, ParamValue::Double(u64::MAX as f64));
     assert!(d.outputs.default_binary);
     // Listed outputs use their own setting, unlisted ones the request default.
-    assert_eq!(d.outputs.format_for("A"), OutputFormat { binary: false });
-    assert_eq!(d.outputs.format_for("B"), OutputFormat { binary: false });
-    assert_eq!(d.outputs.format_for("C"), OutputFormat { binary: false });
-    assert_eq!(d.outputs.format_for("other"), OutputFormat { binary: true });
+    assert_eq!(d.outputs.format_for("A"), OutputFormat { binary: false, shm: false });
+    assert_eq!(d.outputs.format_for("B"), OutputFormat { binary: false, shm: false });
+    assert_eq!(d.outputs.format_for("C"), OutputFormat { binary: false, shm: false });
+    assert_eq!(d.outputs.format_for("other"), OutputFormat { binary: true, shm: false });
 }
 
 #[test]
@@ -242,19 +242,56 @@ fn malformed_requests() {
 }
 
 #[test]
-fn shared_memory_is_refused_clearly() {
-    let e = decode_err(
-        json!({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "parameters": {"shared_memory_region": "r0", "shared_memory_byte_size": 4}}]}),
+fn shared_memory_parameters_are_parsed_with_tritons_checks() {
+    let d = decode_ok(json!({
+        "inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "parameters": {"shared_memory_region": "r0", "shared_memory_offset": 8, "shared_memory_byte_size": 4}}],
+        "outputs": [{"name": "O", "parameters": {"shared_memory_region": "r1", "shared_memory_byte_size": 16}}, {"name": "P"}]
+    }));
+    assert_eq!(
+        d.shm,
+        [
+            ShmRef { output: false, index: 0, region: "r0".into(), offset: 8, byte_size: 4 },
+            ShmRef { output: true, index: 0, region: "r1".into(), offset: 0, byte_size: 16 },
+        ]
     );
-    assert!(e.message.contains("input 'IN' uses shared memory region 'r0'"), "{}", e.message);
-    assert!(e.message.contains("not supported by tritium yet"), "{}", e.message);
+    assert!(d.request.inputs[0].data.is_empty(), "resolved later, against the registry");
+    assert_eq!(d.outputs.format_for("O"), OutputFormat { binary: false, shm: true });
+    assert_eq!(d.outputs.format_for("P"), OutputFormat { binary: false, shm: false });
+    let e = decode_err(
+        json!({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "parameters": {"shared_memory_region": 3}}]}),
+    );
+    assert_eq!(e.message, "Unable to parse 'shared_memory_region'");
+    let e = decode_err(
+        json!({"inputs": [{"name": "IN", "datatype": "INT32", "shape": [1], "parameters": {"shared_memory_region": "r", "shared_memory_offset": -1}}]}),
+    );
+    assert_eq!(e.message, "Unable to parse 'shared_memory_offset'");
     let mut req = one_input("INT32", json!([1]), json!([1]));
-    req["outputs"] = json!([{"name": "O", "parameters": {"shared_memory_region": "r1", "shared_memory_byte_size": 4}}]);
-    assert!(decode_err(req.clone()).message.contains("output 'O' uses shared memory region 'r1'"));
+    req["outputs"] =
+        json!([{"name": "O", "parameters": {"shared_memory_region": "r1", "shared_memory_byte_size": "4"}}]);
+    assert_eq!(decode_err(req.clone()).message, "Unable to parse 'shared_memory_byte_size'");
     req["outputs"] = json!([{"name": "O", "parameters": {"shared_memory_region": "r1", "classification": 2}}]);
     assert_eq!(decode_err(req.clone()).message, "Output can't set both 'shared_memory_region' and 'classification'");
     req["outputs"] = json!([{"name": "O", "parameters": {"shared_memory_region": "r1", "binary_data": true}}]);
     assert_eq!(decode_err(req).message, "Output can't set both 'shared_memory_region' and 'binary_data'");
+}
+
+#[test]
+fn outputs_in_shared_memory_are_named_without_data() {
+    let resp = InferResponse {
+        model: "m".into(),
+        version: 1,
+        id: String::new(),
+        outputs: vec![OutputTensor { name: "O".into(), datatype: DataType::Fp32, shape: vec![2], data: Vec::new() }],
+        parameters: Vec::new(),
+    };
+    let specs =
+        OutputSpecs { default_binary: false, requested: vec![("O".into(), OutputFormat { binary: false, shm: true })] };
+    let encoded = encode_infer_response(resp, &specs).expect("encode");
+    assert!(!encoded.has_binary());
+    assert_eq!(
+        String::from_utf8(encoded.json).expect("utf8"),
+        r#"{"model_name":"m","model_version":"1","outputs":[{"name":"O","datatype":"FP32","shape":[2]}]}"#
+    );
 }
 
 #[test]
@@ -472,10 +509,10 @@ fn binary_and_json_outputs_mixed() {
     let specs = OutputSpecs {
         default_binary: false,
         requested: vec![
-            ("A".into(), OutputFormat { binary: true }),
-            ("B".into(), OutputFormat { binary: false }),
-            ("C".into(), OutputFormat { binary: true }),
-            ("Z".into(), OutputFormat { binary: true }),
+            ("A".into(), OutputFormat { binary: true, shm: false }),
+            ("B".into(), OutputFormat { binary: false, shm: false }),
+            ("C".into(), OutputFormat { binary: true, shm: false }),
+            ("Z".into(), OutputFormat { binary: true, shm: false }),
         ],
     };
     let enc = encode_infer_response(

@@ -1,7 +1,8 @@
 //! tritium's KServe v2 HTTP/REST frontend, compatible with Triton's HTTP server as
 //! `tritonclient.http` and `perf_analyzer -i http` use it: health, metadata, config, inference
 //! (JSON and the binary tensor data extension, gzip/deflate bodies), statistics, the model
-//! repository extension, and placeholders for the shared-memory extensions.
+//! repository extension, the system shared memory extension, the trace extension, and
+//! placeholders for the CUDA shared-memory extension.
 //!
 //! [`router`] builds the axum router over a [`tritium_server::Server`]; [`serve`] runs it on a
 //! listener until a shutdown future completes. The wire codec lives in [`codec`] as plain
@@ -112,6 +113,10 @@ pub trait Backend: Send + Sync + 'static {
     ) -> Result<TraceSettingsView, InferError> {
         Err(InferError::unavailable("the server does not support tracing"))
     }
+    /// The system shared memory extension's regions; `None` (unsupported) unless implemented.
+    fn system_shm(&self) -> Option<&tritium_server::shm::ShmRegistry> {
+        None
+    }
 }
 
 impl Backend for Server {
@@ -187,6 +192,9 @@ impl Backend for Server {
         values: &[(String, UpdateValue)],
     ) -> Result<TraceSettingsView, InferError> {
         Server::update_trace_settings(self, model, values)
+    }
+    fn system_shm(&self) -> Option<&tritium_server::shm::ShmRegistry> {
+        Some(Server::shm(self))
     }
 }
 

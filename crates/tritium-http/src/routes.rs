@@ -74,7 +74,13 @@ pub(crate) fn build<B: Backend>(backend: Arc<B>, options: Options) -> Router {
             .route(&format!("{prefix}/generate_stream"), with_405(post(generate_stream::<B>)));
     }
     r = r.route("/v2/models/{model}/trace/setting", with_405(get(trace_get::<B>).post(trace_post::<B>)));
-    for kind in ["systemsharedmemory", "cudasharedmemory"] {
+    for prefix in ["/v2/systemsharedmemory", "/v2/systemsharedmemory/region/{region}"] {
+        r = r
+            .route(&format!("{prefix}/status"), with_405(get(system_shm_status::<B>)))
+            .route(&format!("{prefix}/register"), with_405(post(system_shm_register::<B>)))
+            .route(&format!("{prefix}/unregister"), with_405(post(system_shm_unregister::<B>)));
+    }
+    for kind in ["cudasharedmemory"] {
         for prefix in [format!("/v2/{kind}"), format!("/v2/{kind}/region/{{region}}")] {
             r = r
                 .route(&format!("{prefix}/status"), with_405(get(shm_status)))
@@ -551,6 +557,9 @@ async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap
     }
     let body = read_infer_body(&headers, body, encodings.request, s.options.max_input_size, kind).await?;
     let mut decoded = decode_infer(&*s.backend, m, body, encodings.header_length.as_deref()).await?;
+    if !decoded.shm.is_empty() {
+        codec::resolve_shm(&mut decoded, system_shm(&*s.backend)?)?;
+    }
     if let Some(forward) = &s.options.header_forward {
         // Triton forwards after the request is built, so its own errors come first.
         let headers = headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes()));
@@ -879,6 +888,71 @@ async fn trace_post<B: Backend>(State(s): St<B>, Params(p): Params, headers: Hea
 fn trace_parent(headers: &HeaderMap) -> Option<TraceParent> {
     let value = headers.get("traceparent")?.to_str().ok()?;
     SpanContext::from_traceparent(value).map(TraceParent::Remote)
+}
+
+// ---- the system shared memory extension ----
+
+fn system_shm<B: Backend>(backend: &B) -> Result<&tritium_server::shm::ShmRegistry, HttpError> {
+    backend.system_shm().ok_or_else(|| not_supported("the system shared memory extension"))
+}
+
+/// One region as Triton's status lists it.
+#[derive(Serialize)]
+struct RegionJson<'a> {
+    name: &'a str,
+    key: &'a str,
+    offset: u64,
+    byte_size: u64,
+}
+
+async fn system_shm_status<B: Backend>(State(s): St<B>, Params(p): Params) -> HttpResult {
+    let regions = system_shm(&*s.backend)?.status(p.get("region").map(String::as_str).unwrap_or_default())?;
+    let json: Vec<RegionJson<'_>> = regions
+        .iter()
+        .map(|r| RegionJson { name: &r.name, key: &r.key, offset: r.offset, byte_size: r.byte_size })
+        .collect();
+    json_ok(&json)
+}
+
+/// Triton's `HandleSystemSharedMemory` for `register`: a JSON body with `key`, optional
+/// `offset`, and `byte_size`.
+async fn system_shm_register<B: Backend>(
+    State(s): St<B>,
+    Params(p): Params,
+    headers: HeaderMap,
+    body: Body,
+) -> HttpResult {
+    let Some(region) = p.get("region") else {
+        return Err(HttpError::from(InferError::invalid(
+            "'region name' is necessary to register system shared memory region",
+        )));
+    };
+    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
+    let request = optional_json(&body)?.unwrap_or(Value::Null);
+    let field = |name: &str| request.get(name);
+    let Some(key) = field("key") else {
+        return Err(InferError::invalid("Shared memory register request has no 'key' field").into());
+    };
+    let key = key.as_str().ok_or_else(|| InferError::invalid("Unable to parse 'key': expected a string"))?;
+    let uint = |name: &str, v: &Value| {
+        v.as_u64().ok_or_else(|| InferError::invalid(format!("Unable to parse '{name}': expected an unsigned integer")))
+    };
+    let offset = field("offset").map(|v| uint("offset", v)).transpose()?.unwrap_or(0);
+    let Some(byte_size) = field("byte_size") else {
+        return Err(InferError::invalid("Shared memory register request has no 'byte_size' field").into());
+    };
+    let byte_size = uint("byte_size", byte_size)?;
+    system_shm(&*s.backend)?.register(region, key, offset, byte_size)?;
+    Ok(json_response(StatusCode::OK, Body::empty()))
+}
+
+async fn system_shm_unregister<B: Backend>(State(s): St<B>, Params(p): Params) -> HttpResult {
+    let shm = system_shm(&*s.backend)?;
+    match p.get("region") {
+        Some(region) => shm.unregister(region),
+        None => shm.unregister_all(),
+    }
+    Ok(json_response(StatusCode::OK, Body::empty()))
 }
 
 fn shm_kind(uri: &Uri) -> &'static str {

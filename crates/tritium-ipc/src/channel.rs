@@ -12,10 +12,10 @@
 //! ...    slots           stub -> server   (slot_count * slot_size)
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{IoSlice, IoSliceMut};
 use std::marker::PhantomData;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::arena::{Arena, Descriptor, Side};
 use crate::error::IpcError;
-use crate::protocol::{Control, ToServer, ToStub};
+use crate::protocol::{Control, ToServer, ToStub, REGION_BIT};
 use crate::ring::{self, Consumer, Producer, RingGeometry, RingHeader, WaitPolicy, FRAME_APP, FRAME_CONTROL};
 use crate::segment::Segment;
 
@@ -221,6 +221,8 @@ pub struct Channel<S, R> {
     segments: RwLock<HashMap<u32, Arc<Segment>>>,
     arena: Mutex<Arena>,
     pending_release: Mutex<Vec<Descriptor>>,
+    /// Client regions announced to the peer (server side; see [`Channel::add_region`]).
+    regions: Mutex<HashSet<u32>>,
     _types: PhantomData<fn(S) -> R>,
 }
 
@@ -359,6 +361,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
                 arena
             }),
             pending_release: Mutex::new(Vec::new()),
+            regions: Mutex::new(HashSet::new()),
             _types: PhantomData,
         })
     }
@@ -526,11 +529,23 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
                 // Views still holding the Arc keep the mapping until they drop.
                 self.segments.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
             }
+            Control::RegionAdded { id, offset, len } => {
+                if self.side != Side::Stub || id & REGION_BIT == 0 || id & crate::arena::STUB_OWNED != 0 {
+                    return Err(IpcError::Protocol(format!(
+                        "peer announced client region {id}, which is not a region id"
+                    )));
+                }
+                let fd = self.recv_fd(id)?;
+                self.check_peer_segment(peer_bit, id, len)?;
+                let seg = Arc::new(Segment::open_region(fd, offset, len)?);
+                self.segments.write().unwrap_or_else(|p| p.into_inner()).insert(id, seg);
+            }
             Control::Release(blocks) => {
                 let mut retired = Vec::new();
                 {
                     let mut arena = lock(&self.arena);
-                    for desc in blocks {
+                    // Blocks of client regions belong to no arena: the region outlives them.
+                    for desc in blocks.into_iter().filter(|d| d.segment & REGION_BIT == 0) {
                         if let Some(id) = arena.free(desc)? {
                             retired.push(id);
                         }
@@ -613,6 +628,45 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         sendmsg::<()>(self.socket.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
             .map_err(|e| IpcError::os("sendmsg of a segment fd", e))?;
         self.send_control_locked(&mut tx, &Control::SegmentAdded { id, len: seg.len() }, false)
+    }
+
+    /// Maps `len` bytes from `offset` of a client's registered shared-memory file into the stub
+    /// as segment `id` (which must have [`REGION_BIT`] set), so descriptors into it reach the
+    /// model without a copy. Done once per region and stub ([`Channel::has_region`]); the fd
+    /// goes over the socket first, as for arena segments.
+    pub fn add_region(&self, id: u32, fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<(), IpcError> {
+        if id & REGION_BIT == 0 || id & crate::arena::STUB_OWNED != 0 {
+            return Err(IpcError::Protocol(format!("{id} is not a client region id")));
+        }
+        let mut tx = lock(&self.tx);
+        let data = id.to_le_bytes();
+        let iov = [IoSlice::new(&data)];
+        let fds = [fd.as_raw_fd()];
+        sendmsg::<()>(self.socket.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+            .map_err(|e| IpcError::os("sendmsg of a region fd", e))?;
+        self.send_control_locked(&mut tx, &Control::RegionAdded { id, offset, len }, false)?;
+        lock(&self.regions).insert(id);
+        Ok(())
+    }
+
+    /// Whether client region `id` was announced to the peer.
+    pub fn has_region(&self, id: u32) -> bool {
+        lock(&self.regions).contains(&id)
+    }
+
+    /// The client regions announced to the peer.
+    pub fn region_ids(&self) -> Vec<u32> {
+        lock(&self.regions).iter().copied().collect()
+    }
+
+    /// Tells the peer to unmap client region `id` (arrays over it keep their mapping until
+    /// they are dropped).
+    pub fn remove_region(&self, id: u32) -> Result<(), IpcError> {
+        if !lock(&self.regions).remove(&id) {
+            return Ok(());
+        }
+        let mut tx = lock(&self.tx);
+        self.send_control_locked(&mut tx, &Control::SegmentRemoved { id }, false)
     }
 
     /// Allocates `len` bytes in this side's arena, announcing a new segment to the peer if one
@@ -700,7 +754,9 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// arena segments are reserved at 256 MiB and filled on demand.
     pub fn shm_bytes(&self) -> u64 {
         let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
-        self.control.allocated_bytes() + segs.values().map(|s| s.allocated_bytes()).sum::<u64>()
+        // Client regions are the client's memory, not the channel's.
+        self.control.allocated_bytes()
+            + segs.iter().filter(|(id, _)| *id & REGION_BIT == 0).map(|(_, s)| s.allocated_bytes()).sum::<u64>()
     }
 
     /// Live blocks in this side's arena (allocated, not yet released).
@@ -740,6 +796,67 @@ mod tests {
         assert_eq!(server.live_blocks(), 1);
         assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::ExecuteDone { batch: 1, error: None })));
         assert_eq!(server.live_blocks(), 0, "the release arrived before the message");
+    }
+
+    /// A plain (unsealable) file of `len` bytes, like a client's `/dev/shm` object.
+    fn client_file(len: u64) -> OwnedFd {
+        let file = tempfile_in_tmp();
+        file.set_len(len).expect("set_len");
+        OwnedFd::from(file)
+    }
+
+    fn tempfile_in_tmp() -> std::fs::File {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "tritium-region-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file =
+            std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).expect("create file");
+        std::fs::remove_file(&path).expect("unlink");
+        file
+    }
+
+    #[test]
+    fn a_client_region_is_mapped_in_the_stub_and_never_freed_by_a_release() {
+        let (server, stub) = pair();
+        let fd = client_file(3 * 4096);
+        // Offsets need not be page-aligned: the stub's view starts exactly at `offset`.
+        nix::sys::uio::pwrite(&fd, b"region bytes", 100 + 7).expect("pwrite");
+        let id = REGION_BIT | 3;
+        assert!(server.add_region(1, std::os::fd::AsFd::as_fd(&fd), 0, 8).is_err(), "not a region id");
+        server.add_region(id, std::os::fd::AsFd::as_fd(&fd), 100, 4096).expect("add");
+        assert!(server.has_region(id));
+        server.send(&ToStub::Ping { seq: 1 }).expect("ping");
+        assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 1 })));
+        let view = stub.view(Descriptor { segment: id, offset: 7, len: 12 }).expect("view");
+        assert_eq!(view.to_vec(), b"region bytes");
+        // Bounds are the registered range, not the file.
+        assert!(stub.view(Descriptor { segment: id, offset: 4090, len: 7 }).is_err());
+        // The stub writes an output straight into the region.
+        stub.view(Descriptor { segment: id, offset: 0, len: 3 }).expect("view").copy_from(b"out");
+        let mut back = [0u8; 3];
+        nix::sys::uio::pread(&fd, &mut back, 100).expect("pread");
+        assert_eq!(&back, b"out");
+        // A release of a region block is ignored (no arena owns it), not a protocol error.
+        stub.release(view.desc);
+        stub.send(&ToServer::Pong { seq: 2 }).expect("pong");
+        assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::Pong { seq: 2 })));
+        // Removal unmaps it for new descriptors; the view taken before keeps its mapping.
+        server.remove_region(id).expect("remove");
+        assert!(!server.has_region(id));
+        server.send(&ToStub::Ping { seq: 3 }).expect("ping");
+        assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 3 })));
+        assert!(stub.view(Descriptor { segment: id, offset: 7, len: 12 }).is_err());
+        assert_eq!(view.to_vec(), b"region bytes");
+    }
+
+    #[test]
+    fn a_region_past_the_end_of_its_file_is_refused() {
+        let fd = client_file(4096);
+        let err = Segment::open_region(fd, 4000, 200).expect_err("past the end");
+        assert!(err.to_string().contains("needs a file of 4200 bytes"), "{err}");
     }
 
     #[test]

@@ -195,6 +195,10 @@ pub struct Request {
     /// request's (`request.trace().get_context()`); from the stub, a BLS request's parent.
     /// Empty when the request is not traced.
     pub trace: String,
+    /// Outputs the client asked for in its registered shared memory (system shared memory
+    /// extension): the stub writes each one straight into its [`Descriptor`] (a client region,
+    /// [`REGION_BIT`]), never into its arena.
+    pub output_regions: Vec<(String, Descriptor)>,
 }
 
 /// An error raised by model code or by the stub, with Triton's error code.
@@ -592,7 +596,16 @@ pub(crate) enum Control {
     SegmentRemoved { id: u32 },
     /// The sender is done with these blocks of the receiver's.
     Release(Vec<Descriptor>),
+    /// A client's registered system shared-memory region (server to stub only): its fd follows
+    /// on the fd socket; map `len` bytes from `offset` of it as segment `id` (which has
+    /// [`REGION_BIT`] set). `SegmentRemoved` unmaps it again.
+    RegionAdded { id: u32, offset: u64, len: u64 },
 }
+
+/// The bit that marks a segment id as a client's registered region (system shared memory)
+/// rather than an arena segment. Region ids are the server's (top bit clear); neither arena
+/// allocates or frees in them, and releases of their blocks are ignored.
+pub const REGION_BIT: u32 = 1 << 30;
 
 #[cfg(test)]
 mod tests {

@@ -64,6 +64,32 @@ impl Segment {
         Self::map(fd, len)
     }
 
+    /// Maps `len` bytes from `offset` of a client's registered shared-memory file (the system
+    /// shared memory extension; `shm_open`ed by the server). Such a file is the client's and
+    /// cannot be sealed: the size is checked now, and a client that truncates it later makes
+    /// accesses past the new end fault in the process that touches them (as in Triton).
+    pub fn open_region(fd: OwnedFd, offset: u64, len: u64) -> Result<Self, IpcError> {
+        if len == 0 {
+            return Err(IpcError::Protocol("a shared memory region cannot be empty".into()));
+        }
+        let stat = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| IpcError::os("fstat", e))?;
+        let end = offset.checked_add(len).ok_or_else(|| IpcError::Protocol("region range overflows".into()))?;
+        if (stat.st_size as u64) < end {
+            return Err(IpcError::Protocol(format!(
+                "a shared memory region of {len} bytes at offset {offset} needs a file of {end} bytes, but the file has {}",
+                stat.st_size
+            )));
+        }
+        let len_usize = usize::try_from(len).map_err(|_| IpcError::Protocol("region too large".into()))?;
+        // memmap2 aligns the file offset down to a page and returns the pointer to `offset`.
+        let map = MmapOptions::new()
+            .offset(offset)
+            .len(len_usize)
+            .map_raw(&fd)
+            .map_err(|e| IpcError::Io("mmap of a shared memory region".into(), e))?;
+        Ok(Self { fd, map })
+    }
+
     fn map(fd: OwnedFd, len: u64) -> Result<Self, IpcError> {
         let len_usize = usize::try_from(len).map_err(|_| IpcError::Protocol("segment too large".into()))?;
         let map =

@@ -843,7 +843,7 @@ impl Open {
             let result = match &resp.error {
                 Some(e) => Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())),
                 None if bytes > limit => Err(RequestError::OutputTooLarge { bytes, limit }.into()),
-                None => read_outputs(stub, &resp)
+                None => read_outputs(stub, &resp, &open.p.outputs)
                     .and_then(|outputs| shape_outputs(outputs, &open.p.outputs, &ctx.classes))
                     .map(|outputs| InferResponse {
                         model: ctx.model.clone(),
@@ -1012,8 +1012,9 @@ fn input_blocks(requests: &[Request]) -> Vec<Descriptor> {
         .iter()
         .flat_map(|r| &r.inputs)
         .filter_map(|t| match t.data {
-            TensorData::Shm { desc, .. } => Some(desc),
-            TensorData::Cuda { .. } => None,
+            // A client's region is not the server's to free.
+            TensorData::Shm { desc, .. } if desc.segment & tritium_ipc::REGION_BIT == 0 => Some(desc),
+            TensorData::Shm { .. } | TensorData::Cuda { .. } => None,
         })
         .collect()
 }
@@ -1149,6 +1150,7 @@ struct Answer {
 /// went away, or whose inputs do not fit, are answered at once and left out.
 fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Placed {
     let mut placed = Placed { requests: Vec::with_capacity(batch.len()), ..Default::default() };
+    forget_dead_regions(stub);
     for p in batch {
         if p.tx.is_closed() {
             // The client went away while the request waited (a dropped HTTP connection, a
@@ -1159,6 +1161,21 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
         let inputs = match place_request(stub, &p) {
             Ok(inputs) => inputs,
             Err(e) => {
+                finish(ctx, p, Err(e.into()), None);
+                continue;
+            }
+        };
+        let output_regions = match output_regions(stub, &p.outputs) {
+            Ok(regions) => regions,
+            Err(source) => {
+                let e = RequestError::Placement { input: "(an output's shared memory region)".into(), source };
+                for t in &inputs {
+                    if let TensorData::Shm { desc, .. } = t.data {
+                        if desc.segment & tritium_ipc::REGION_BIT == 0 {
+                            let _ = stub.channel().free_own(desc);
+                        }
+                    }
+                }
                 finish(ctx, p, Err(e.into()), None);
                 continue;
             }
@@ -1175,6 +1192,7 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
             inputs,
             requested_outputs: p.outputs.iter().map(|o| o.name.clone()).collect(),
             trace: p.trace.as_ref().and_then(|t| t.model_context()).unwrap_or_default(),
+            output_regions,
         });
         placed.waiting.insert(id, p);
     }
@@ -1183,8 +1201,31 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
 
 /// One request's inputs in shared memory; on failure the blocks already placed are freed.
 fn place_request(stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, RequestError> {
-    let mut inputs = Vec::with_capacity(p.req.inputs.len());
+    let mut inputs: Vec<tritium_ipc::Tensor> = Vec::with_capacity(p.req.inputs.len());
     for t in &p.req.inputs {
+        // Bytes in a client's registered region reach the model without a copy, read-only.
+        if let Some((region, offset)) = crate::shm::lookup(t.data.as_ptr(), t.data.len()) {
+            if let Err(source) = map_region(stub, &region) {
+                for t in &inputs {
+                    if let TensorData::Shm { desc, .. } = t.data {
+                        if desc.segment & tritium_ipc::REGION_BIT == 0 {
+                            let _ = stub.channel().free_own(desc);
+                        }
+                    }
+                }
+                return Err(RequestError::Placement { input: t.name.clone(), source });
+            }
+            inputs.push(tritium_ipc::Tensor {
+                name: t.name.clone(),
+                dtype: t.datatype,
+                shape: t.shape.clone(),
+                data: TensorData::Shm {
+                    desc: Descriptor { segment: region.id(), offset, len: t.data.len() as u64 },
+                    writable: false,
+                },
+            });
+            continue;
+        }
         match stub.input(&t.data) {
             Ok(desc) => inputs.push(tritium_ipc::Tensor {
                 name: t.name.clone(),
@@ -1195,7 +1236,9 @@ fn place_request(stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, R
             Err(source) => {
                 for t in &inputs {
                     if let TensorData::Shm { desc, .. } = t.data {
-                        let _ = stub.channel().free_own(desc);
+                        if desc.segment & tritium_ipc::REGION_BIT == 0 {
+                            let _ = stub.channel().free_own(desc);
+                        }
                     }
                 }
                 return Err(RequestError::Placement { input: t.name.clone(), source: Box::new(source) });
@@ -1203,6 +1246,40 @@ fn place_request(stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, R
         }
     }
     Ok(inputs)
+}
+
+/// Maps a client's region into the stub, once per stub (system shared memory).
+fn map_region(stub: &Stub, region: &crate::shm::Region) -> Result<(), Box<HostError>> {
+    let channel = stub.channel();
+    if channel.has_region(region.id()) {
+        return Ok(());
+    }
+    channel
+        .add_region(region.id(), region.fd(), region.file_offset(), region.byte_size())
+        .map_err(|source| Box::new(HostError::Ipc { instance: stub.instance().to_string(), source }))
+}
+
+/// Unmaps from the stub the client regions that are gone from the server (unregistered, and
+/// their last request ended): called before each batch.
+fn forget_dead_regions(stub: &Stub) {
+    let channel = stub.channel();
+    for id in channel.region_ids() {
+        if !crate::shm::is_live(id) {
+            let _ = channel.remove_region(id);
+        }
+    }
+}
+
+/// The outputs a request wants written into client regions, as descriptors for the stub.
+fn output_regions(stub: &Stub, outputs: &[RequestedOutput]) -> Result<Vec<(String, Descriptor)>, Box<HostError>> {
+    let mut regions = Vec::new();
+    for o in outputs {
+        if let Some(target) = &o.shm {
+            map_region(stub, target.region())?;
+            regions.push((o.name.clone(), target.descriptor()));
+        }
+    }
+    Ok(regions)
 }
 
 /// A batch whose `Execute` message does not fit the ring, as its clients see it.
@@ -1265,7 +1342,7 @@ fn collect_responses(
         let (result, served) = match &resp.error {
             Some(e) => (Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())), false),
             None if bytes > limit => (Err(RequestError::OutputTooLarge { bytes, limit }.into()), false),
-            None => match read_outputs(stub, resp) {
+            None => match read_outputs(stub, resp, &p.outputs) {
                 Err(e) => (Err(e.into()), false),
                 Ok(outputs) => {
                     let response = shape_outputs(outputs, &p.outputs, &ctx.classes).map(|outputs| InferResponse {
@@ -1321,11 +1398,41 @@ fn output_bytes(resp: &tritium_ipc::Response) -> Result<u64, String> {
     Ok(total)
 }
 
-/// A response's output tensors, copied out of the stub's shared memory.
-fn read_outputs(stub: &Stub, resp: &tritium_ipc::Response) -> Result<Vec<OutputTensor>, RequestError> {
+/// A response's output tensors, copied out of the stub's shared memory. An output the stub
+/// wrote into the client's region comes back without bytes, after checking that it lies in the
+/// range the request gave for it.
+fn read_outputs(
+    stub: &Stub,
+    resp: &tritium_ipc::Response,
+    requested: &[RequestedOutput],
+) -> Result<Vec<OutputTensor>, RequestError> {
     resp.outputs
         .iter()
         .map(|t| {
+            if let TensorData::Shm { desc, .. } = &t.data {
+                if desc.segment & tritium_ipc::REGION_BIT != 0 {
+                    let target = requested.iter().find(|r| r.name == t.name).and_then(|r| r.shm.as_ref());
+                    let fits = target.is_some_and(|target| {
+                        let want = target.descriptor();
+                        want.segment == desc.segment && want.offset == desc.offset && desc.len <= want.len
+                    });
+                    if !fits {
+                        return Err(RequestError::Output(Box::new(HostError::Protocol {
+                            instance: stub.instance().to_string(),
+                            message: format!(
+                                "output '{}' names a client shared memory range the request did not give it",
+                                t.name
+                            ),
+                        })));
+                    }
+                    return Ok(OutputTensor {
+                        name: t.name.clone(),
+                        datatype: t.dtype,
+                        shape: t.shape.clone(),
+                        data: Vec::new(),
+                    });
+                }
+            }
             let view = stub.output(&t.data).map_err(|e| RequestError::Output(Box::new(e)))?;
             Ok(OutputTensor { name: t.name.clone(), datatype: t.dtype, shape: t.shape.clone(), data: view.to_vec() })
         })
@@ -1523,7 +1630,7 @@ mod tests {
     #[test]
     fn outputs_come_in_the_requested_order_with_classes() {
         let requested =
-            vec![RequestedOutput { name: "B".into(), classification: Some(1) }, RequestedOutput::named("A")];
+            vec![RequestedOutput { name: "B".into(), classification: Some(1), shm: None }, RequestedOutput::named("A")];
         let shaped =
             shape_outputs(vec![out("A", &[1.0]), out("B", &[0.5, 2.0])], &requested, &Classes::default()).expect("ok");
         assert_eq!(shaped.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["B", "A"]);

@@ -13,6 +13,7 @@ mod scheduler;
 mod scrape;
 mod sequence;
 mod server;
+pub mod shm;
 mod stats;
 #[doc(hidden)]
 #[cfg(feature = "testing")]

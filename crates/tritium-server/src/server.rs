@@ -146,6 +146,8 @@ pub(crate) struct Inner {
     tracer: std::sync::OnceLock<tritium_trace::Tracer>,
     models: RwLock<BTreeMap<String, Entry>>,
     live: AtomicBool,
+    /// The system shared memory extension's registered regions.
+    shm: crate::shm::ShmRegistry,
 }
 
 /// The wait for the answer of a queued request ([`Server::infer_queued`]).
@@ -202,6 +204,7 @@ impl Server {
                 tracer: std::sync::OnceLock::new(),
                 models: RwLock::new(BTreeMap::new()),
                 live: AtomicBool::new(true),
+                shm: crate::shm::ShmRegistry::default(),
             }),
         }
     }
@@ -266,6 +269,11 @@ impl Server {
         Ok(self.route(model, version)?.ctx.decoupled)
     }
 
+    /// The system shared memory regions clients registered.
+    pub fn shm(&self) -> &crate::shm::ShmRegistry {
+        &self.inner.shm
+    }
+
     /// Runs one inference on a model that is not decoupled.
     pub async fn infer(&self, req: InferRequest) -> Result<InferResponse, InferError> {
         self.infer_queued(req)?.await
@@ -275,6 +283,22 @@ impl Server {
     /// returns the wait for its answer: an error here happened before the request was queued.
     /// Dropping the wait cancels the request (it is never executed if still queued).
     pub fn infer_queued(&self, req: InferRequest) -> Result<InferFuture, InferError> {
+        let targets: Vec<(String, crate::shm::ShmTarget)> =
+            req.outputs.iter().filter_map(|o| Some((o.name.clone(), o.shm.clone()?))).collect();
+        let answer = self.infer_queued_inner(req)?;
+        if targets.is_empty() {
+            return Ok(answer);
+        }
+        // Outputs asked for in shared memory: a stub wrote them there already (they come back
+        // without bytes); any other answer (an ensemble's) is copied there now.
+        Ok(Box::pin(async move {
+            let mut response = answer.await?;
+            crate::shm::place_outputs(&targets, &mut response)?;
+            Ok(response)
+        }))
+    }
+
+    fn infer_queued_inner(&self, req: InferRequest) -> Result<InferFuture, InferError> {
         if let Some(version) = self.ensemble_of(&req) {
             // An ensemble has no queue of its own: its checks and steps run in the answer's wait.
             return Ok(ensemble::infer(self.clone(), version, req));
@@ -339,10 +363,13 @@ impl Server {
         // The response cache (only versions whose model enables it): a hit is answered here and
         // never queued; a miss is queued with an answer that fills the cache on its way back.
         let tx = match (&version.cache, tx) {
-            (Some(cache), Reply::Unary(tx)) => match cache.lookup(&req, &version.ctx, start, tx) {
-                crate::cache::Lookup::Hit => return Ok((version, None)),
-                crate::cache::Lookup::Miss(tx) => Reply::Unary(tx),
-            },
+            // A response whose outputs went to shared memory holds no bytes to cache.
+            (Some(cache), Reply::Unary(tx)) if req.outputs.iter().all(|o| o.shm.is_none()) => {
+                match cache.lookup(&req, &version.ctx, start, tx) {
+                    crate::cache::Lookup::Hit => return Ok((version, None)),
+                    crate::cache::Lookup::Miss(tx) => Reply::Unary(tx),
+                }
+            }
             (_, tx) => tx,
         };
         let trace = self.start_trace(&req, &version.ctx, start);
@@ -480,6 +507,7 @@ impl Server {
                 "model_repository",
                 "model_configuration",
                 "binary_tensor_data",
+                "system_shared_memory",
                 "parameters",
                 "statistics",
                 "schedule_policy",

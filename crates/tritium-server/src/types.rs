@@ -139,12 +139,15 @@ pub struct RequestedOutput {
     /// Triton's classification extension: answer the top `k` classes of the tensor (as `BYTES`
     /// strings `"value:index[:label]"`) instead of the tensor itself.
     pub classification: Option<u32>,
+    /// The system shared memory extension: write the output into this range of a registered
+    /// region instead of returning its bytes.
+    pub shm: Option<crate::shm::ShmTarget>,
 }
 
 impl RequestedOutput {
     /// The output `name`, returned as it is.
     pub fn named(name: impl Into<String>) -> Self {
-        Self { name: name.into(), classification: None }
+        Self { name: name.into(), classification: None, shm: None }
     }
 }
 

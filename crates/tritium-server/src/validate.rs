@@ -450,7 +450,7 @@ mod tests {
             Validated { batch_size: 0, outputs: vec![RequestedOutput::named("X"), RequestedOutput::named("Y")] }
         );
         let mut r = req(vec![t("A", DataType::Fp32, &[2, 4], &[0; 32]), t("B", DataType::Bytes, &[2, 1], &strings(2))]);
-        r.outputs = vec![RequestedOutput { name: "Y".into(), classification: Some(2) }];
+        r.outputs = vec![RequestedOutput { name: "Y".into(), classification: Some(2), shm: None }];
         assert_eq!(validate(&r, &config(8)).expect("valid"), Validated { batch_size: 2, outputs: r.outputs.clone() });
     }
 

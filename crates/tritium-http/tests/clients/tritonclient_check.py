@@ -129,10 +129,10 @@ def main():
     check(client.get_cuda_shared_memory_status() == [], "cuda shm status")
     client.unregister_system_shared_memory()
     try:
-        client.register_system_shared_memory("r", "/key", 64)
+        client.register_system_shared_memory("r", "/no-such-tritium-key", 64)
         raise AssertionError("shm registered")
     except InferenceServerException as e:
-        check(e.status() == "400" and "not supported by tritium yet" in e.message(), e)
+        check(e.status() == "500" and "Unable to open shared memory region: '/no-such-tritium-key'" in e.message(), e)
     client.close()
     print("OK")
 

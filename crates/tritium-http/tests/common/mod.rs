@@ -21,9 +21,14 @@ pub struct Mock {
     pub last_index_ready: Mutex<Option<bool>>,
     pub loads: Mutex<Vec<String>>,
     pub infers: std::sync::atomic::AtomicU64,
+    pub shm: tritium_server::shm::ShmRegistry,
 }
 
 impl Backend for Mock {
+    fn system_shm(&self) -> Option<&tritium_server::shm::ShmRegistry> {
+        Some(&self.shm)
+    }
+
     /// Echoes every input as output `OUT_<name>`; model names `err_<kind>` fail with that kind.
     async fn infer(&self, req: InferRequest) -> Result<InferResponse, InferError> {
         *self.last_request.lock().unwrap() = Some(req.clone());

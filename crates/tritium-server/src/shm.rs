@@ -1,0 +1,528 @@
+//! The system shared memory extension's registry: regions that clients register by name
+//! (`shm_open` of their key, then `mmap` of `byte_size` bytes from `offset`), with Triton's
+//! checks and error texts, and the handles requests hold on them.
+//!
+//! Lifetime: a registration is an `Arc<Region>`. The registry holds one reference, and every
+//! request that names the region holds another (its input bytes are a [`Bytes`] whose owner is
+//! the region, its shared-memory outputs a [`ShmTarget`]). Unregistering removes the *name* at
+//! once (it can be registered again straight away); the mapping and the file descriptor live
+//! until the last request using them ends, so a running request never loses its memory. Triton
+//! (since 24.x) instead keeps an in-use region under its name, marked "awaiting unregister",
+//! and removes it when its last request completes.
+//!
+//! Zero copy: the instance worker asks [`lookup`] whether an input's bytes lie in a region; if
+//! so it maps that region into the stub once (its fd over the stub's socket) and hands the model
+//! a descriptor into it instead of copying the bytes.
+//!
+//! Trust: a client's file cannot be sealed, so a client that truncates it under a registration
+//! would make accesses past the new end fault. The size is checked at registration and again
+//! each time a request uses the region; the server itself reads or writes a region only where no
+//! stub can (response-cache keys, ensembles, outputs a stub did not write), as Triton does on
+//! every request.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use bytes::Bytes;
+use memmap2::{MmapOptions, MmapRaw};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use tritium_ipc::{Descriptor, REGION_BIT};
+
+use crate::types::{ErrorKind, InferError};
+
+/// The key prefix Triton reserves for the shared memory of its own Python backend.
+const RESERVED_PREFIX: &str = "triton_python_backend_shm_region_";
+
+/// Region ids: [`REGION_BIT`] plus a counter, never reused while the process lives.
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// What a status request reports of one region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionStatus {
+    /// The name it was registered under.
+    pub name: String,
+    /// The `shm_open` key.
+    pub key: String,
+    /// Offset of the registered range in the file.
+    pub offset: u64,
+    /// Length of the registered range.
+    pub byte_size: u64,
+}
+
+/// One registration: the client's file, mapped over the registered range.
+pub struct Region {
+    id: u32,
+    status: RegionStatus,
+    fd: OwnedFd,
+    map: MmapRaw,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region").field("id", &self.id).field("status", &self.status).finish()
+    }
+}
+
+impl Region {
+    /// The segment id the stubs know this region by (has [`REGION_BIT`]).
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The client's file.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Offset of the registered range in the file.
+    pub(crate) fn file_offset(&self) -> u64 {
+        self.status.offset
+    }
+
+    /// Length of the registered range.
+    pub(crate) fn byte_size(&self) -> u64 {
+        self.status.byte_size
+    }
+
+    fn base(&self) -> usize {
+        self.map.as_ptr() as usize
+    }
+
+    /// Checks, on every use, that the client has not shrunk its file under the registration.
+    fn check_file(&self) -> Result<(), InferError> {
+        let size = nix::sys::stat::fstat(self.fd.as_raw_fd()).map(|s| s.st_size.max(0) as u64).unwrap_or(0);
+        if size < self.status.offset.saturating_add(self.status.byte_size) {
+            return Err(InferError::invalid(format!(
+                "shared memory region '{}' (key '{}') is no longer valid: its file has {size} bytes, fewer than the \
+                 {} bytes registered at offset {}; unregister it and register it again",
+                self.status.name, self.status.key, self.status.byte_size, self.status.offset
+            )));
+        }
+        Ok(())
+    }
+
+    /// The live mapping of `[offset, offset + len)` of the registered range; callers checked the bounds.
+    fn slice(&self, offset: u64, len: u64) -> &[u8] {
+        debug_assert!(offset.saturating_add(len) <= self.status.byte_size);
+        // SAFETY: the range lies inside the mapping (checked by `resolve` against byte_size, the
+        // mapping's length), which lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(offset as usize), len as usize) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let mut live = lock(&LIVE);
+        if live.get(&self.base()).is_some_and(|(_, w)| std::ptr::eq(w.as_ptr(), self)) {
+            live.remove(&self.base());
+        }
+    }
+}
+
+/// Every live region mapping in this process by start address, for [`lookup`].
+static LIVE: Mutex<BTreeMap<usize, (usize, Weak<Region>)>> = Mutex::new(BTreeMap::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The region whose mapping holds `[ptr, ptr + len)`, and the offset of `ptr` in it.
+pub(crate) fn lookup(ptr: *const u8, len: usize) -> Option<(Arc<Region>, u64)> {
+    let addr = ptr as usize;
+    let live = lock(&LIVE);
+    let (&start, (size, region)) = live.range(..=addr).next_back()?;
+    let end = addr.checked_add(len)?;
+    if end > start + size {
+        return None;
+    }
+    Some((region.upgrade()?, (addr - start) as u64))
+}
+
+/// Whether the region with segment id `id` is still mapped in this process (registered, or
+/// still used by a request).
+pub(crate) fn is_live(id: u32) -> bool {
+    lock(&LIVE).values().any(|(_, r)| r.upgrade().is_some_and(|r| r.id == id))
+}
+
+/// A region's bytes as the owner of a [`Bytes`]: the request that holds them holds the region.
+struct RegionBytes {
+    region: Arc<Region>,
+    offset: u64,
+    len: u64,
+}
+
+impl AsRef<[u8]> for RegionBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.region.slice(self.offset, self.len)
+    }
+}
+
+/// Where a request wants one output: a range of a registered region.
+#[derive(Debug, Clone)]
+pub struct ShmTarget {
+    region: Arc<Region>,
+    offset: u64,
+    byte_size: u64,
+}
+
+impl PartialEq for ShmTarget {
+    fn eq(&self, other: &Self) -> bool {
+        self.region.id == other.region.id && self.offset == other.offset && self.byte_size == other.byte_size
+    }
+}
+
+impl Eq for ShmTarget {}
+
+impl ShmTarget {
+    /// The region's name.
+    pub fn region_name(&self) -> &str {
+        &self.region.status.name
+    }
+
+    /// Offset in the registered range.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Bytes available for the output.
+    pub fn byte_size(&self) -> u64 {
+        self.byte_size
+    }
+
+    /// The descriptor a stub writes the output through.
+    pub(crate) fn descriptor(&self) -> Descriptor {
+        Descriptor { segment: self.region.id, offset: self.offset, len: self.byte_size }
+    }
+
+    /// The region itself.
+    pub(crate) fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// Copies an output the server holds into the target (ensembles, cached responses: where no
+    /// stub wrote it), with Triton's error when it does not fit.
+    pub fn write(&self, output: &str, data: &[u8]) -> Result<(), InferError> {
+        check_fits(output, self.byte_size, data.len() as u64)?;
+        self.region.check_file()?;
+        // SAFETY: `data.len() <= byte_size` and `offset + byte_size` lies inside the mapping
+        // (checked by `resolve`), which the Arc keeps alive.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.region.map.as_mut_ptr().add(self.offset as usize),
+                data.len(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Writes the outputs that still hold bytes into their shared-memory targets and drops the
+/// bytes, so the response names them without data (as Triton's does).
+pub(crate) fn place_outputs(
+    targets: &[(String, ShmTarget)],
+    response: &mut crate::types::InferResponse,
+) -> Result<(), InferError> {
+    for output in &mut response.outputs {
+        if let Some((_, target)) = targets.iter().find(|(name, _)| *name == output.name) {
+            if !output.data.is_empty() {
+                target.write(&output.name, &output.data)?;
+                output.data = Vec::new();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Triton's error for an output larger than its shared-memory target.
+pub fn check_fits(output: &str, available: u64, needed: u64) -> Result<(), InferError> {
+    if needed > available {
+        return Err(InferError::internal(too_small(output, available, needed)));
+    }
+    Ok(())
+}
+
+/// Triton's text for an output larger than its shared-memory target (the stub uses the same).
+pub fn too_small(output: &str, available: u64, needed: u64) -> String {
+    format!(
+        "shared memory size specified with the request for output '{output}' ({available} bytes) should be at least {needed} bytes to hold the results"
+    )
+}
+
+/// The registered system shared-memory regions, by name.
+#[derive(Debug, Default)]
+pub struct ShmRegistry {
+    regions: Mutex<BTreeMap<String, Arc<Region>>>,
+}
+
+impl ShmRegistry {
+    /// Registers `byte_size` bytes from `offset` of the POSIX shared memory object `key` as
+    /// `name` (Triton's `RegisterSystemSharedMemory`, with its checks and texts).
+    pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<(), InferError> {
+        validate_key(name, key)?;
+        let mut regions = lock(&self.regions);
+        if regions.contains_key(name) {
+            return Err(InferError::new(
+                ErrorKind::AlreadyExists,
+                format!("shared memory region '{name}' already in manager"),
+            ));
+        }
+        let fd = nix::sys::mman::shm_open(key, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::S_IRUSR | Mode::S_IWUSR)
+            .map_err(|_| InferError::internal(format!("Unable to open shared memory region: '{key}'")))?;
+        let size = nix::sys::stat::fstat(fd.as_raw_fd())
+            .map_err(|_| InferError::internal(format!("Invalid shared memory region: '{key}'")))?
+            .st_size;
+        let size =
+            u64::try_from(size).map_err(|_| InferError::internal(format!("Invalid shared memory region: '{key}'")))?;
+        if offset.checked_add(byte_size).is_none_or(|end| end > size) {
+            return Err(InferError::invalid(format!("failed to register shared memory region '{name}': invalid args")));
+        }
+        let mapped = usize::try_from(byte_size)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+            .and_then(|len| MmapOptions::new().offset(offset).len(len).map_raw(&fd));
+        let map = mapped.map_err(|e| {
+            // Triton's text, which glues strerror to "address space" without a space.
+            let errno = e.raw_os_error().unwrap_or(libc::EINVAL);
+            InferError::invalid(format!(
+                "failed to register shared memory region '{name}': unable to process address space{}",
+                nix::errno::Errno::from_raw(errno).desc()
+            ))
+        })?;
+        let id = REGION_BIT | (NEXT_ID.fetch_add(1, Ordering::Relaxed) & (REGION_BIT - 1));
+        let status = RegionStatus { name: name.to_string(), key: key.to_string(), offset, byte_size };
+        let region = Arc::new(Region { id, status, fd, map });
+        if byte_size > 0 {
+            lock(&LIVE).insert(region.base(), (byte_size as usize, Arc::downgrade(&region)));
+        }
+        regions.insert(name.to_string(), region);
+        Ok(())
+    }
+
+    /// Unregisters `name`; a name that is not registered is no error (as in Triton). Requests
+    /// already using the region keep it until they end.
+    pub fn unregister(&self, name: &str) {
+        lock(&self.regions).remove(name);
+    }
+
+    /// Unregisters every region.
+    pub fn unregister_all(&self) {
+        lock(&self.regions).clear();
+    }
+
+    /// The status of `name`, or of every region (by name) when `name` is empty.
+    pub fn status(&self, name: &str) -> Result<Vec<RegionStatus>, InferError> {
+        let regions = lock(&self.regions);
+        if name.is_empty() {
+            return Ok(regions.values().map(|r| r.status.clone()).collect());
+        }
+        match regions.get(name) {
+            Some(r) => Ok(vec![r.status.clone()]),
+            None => Err(InferError::not_found(format!("Unable to find system shared memory region: '{name}'"))),
+        }
+    }
+
+    /// The input bytes `[offset, offset + byte_size)` of region `name`, without a copy: the
+    /// returned `Bytes` holds the region.
+    pub fn input(&self, name: &str, offset: u64, byte_size: u64) -> Result<Bytes, InferError> {
+        let (region, offset) = self.resolve(name, offset, byte_size)?;
+        if byte_size == 0 {
+            return Ok(Bytes::new());
+        }
+        Ok(Bytes::from_owner(RegionBytes { region, offset, len: byte_size }))
+    }
+
+    /// Where an output asked for in region `name` goes.
+    pub fn output(&self, name: &str, offset: u64, byte_size: u64) -> Result<ShmTarget, InferError> {
+        let (region, offset) = self.resolve(name, offset, byte_size)?;
+        Ok(ShmTarget { region, offset, byte_size })
+    }
+
+    /// Triton's `GetMemoryInfo` checks, in its order and with its texts, and the file check.
+    fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<(Arc<Region>, u64), InferError> {
+        let region = lock(&self.regions)
+            .get(name)
+            .cloned()
+            .ok_or_else(|| InferError::not_found(format!("Unable to find shared memory region: '{name}'")))?;
+        check_range(name, region.status.byte_size, offset, byte_size)?;
+        region.check_file()?;
+        Ok((region, offset))
+    }
+}
+
+/// Triton's bounds checks of a range of a region of `size` bytes.
+fn check_range(name: &str, size: u64, offset: u64, byte_size: u64) -> Result<(), InferError> {
+    if offset >= size {
+        return Err(InferError::invalid(format!("Invalid offset for shared memory region: '{name}'")));
+    }
+    let Some(end) = offset.checked_add(byte_size) else {
+        return Err(InferError::invalid(format!(
+            "Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) exceeds maximum value ({}) for region '{name}'",
+            u64::MAX
+        )));
+    };
+    if end > size {
+        return Err(InferError::invalid(format!("Invalid offset + byte size for shared memory region: '{name}'")));
+    }
+    Ok(())
+}
+
+/// Triton's `ValidateSharedMemoryKey`.
+fn validate_key(name: &str, key: &str) -> Result<(), InferError> {
+    let rest = key.trim_start_matches('/');
+    if rest.is_empty() {
+        return Err(InferError::invalid(format!(
+            "cannot register shared memory region '{name}' - invalid shm key '{key}'"
+        )));
+    }
+    if rest.starts_with(RESERVED_PREFIX) {
+        return Err(InferError::invalid(format!(
+            "cannot register shared memory region '{name}' with key '{key}' as the key contains the reserved prefix '{RESERVED_PREFIX}'"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A POSIX shared memory object of `len` bytes, unlinked when dropped.
+    struct Object(String);
+
+    impl Object {
+        fn new(tag: &str, len: u64) -> Self {
+            let key = format!("/tritium-shm-test-{}-{tag}", std::process::id());
+            let fd = nix::sys::mman::shm_open(
+                key.as_str(),
+                OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL,
+                Mode::S_IRUSR | Mode::S_IWUSR,
+            )
+            .expect("shm_open");
+            nix::unistd::ftruncate(&fd, len as libc::off_t).expect("ftruncate");
+            Self(key)
+        }
+
+        fn truncate(&self, len: u64) {
+            let fd = nix::sys::mman::shm_open(self.0.as_str(), OFlag::O_RDWR, Mode::empty()).expect("open");
+            nix::unistd::ftruncate(&fd, len as libc::off_t).expect("ftruncate");
+        }
+    }
+
+    impl Drop for Object {
+        fn drop(&mut self) {
+            let _ = nix::sys::mman::shm_unlink(self.0.as_str());
+        }
+    }
+
+    fn message(r: Result<impl std::fmt::Debug, InferError>) -> (ErrorKind, String) {
+        let e = r.expect_err("an error");
+        (e.kind, e.message)
+    }
+
+    #[test]
+    fn registration_checks_key_name_and_file_bounds_with_tritons_texts() {
+        let obj = Object::new("reg", 4096);
+        let shm = ShmRegistry::default();
+        assert_eq!(
+            message(shm.register("r", "/no-such-tritium-key", 0, 8)),
+            (ErrorKind::Internal, "Unable to open shared memory region: '/no-such-tritium-key'".into())
+        );
+        assert_eq!(
+            message(shm.register("r", &obj.0, 4000, 97)),
+            (ErrorKind::InvalidArg, "failed to register shared memory region 'r': invalid args".into())
+        );
+        assert_eq!(
+            message(shm.register("r", &obj.0, u64::MAX, 2)).1,
+            "failed to register shared memory region 'r': invalid args"
+        );
+        assert_eq!(
+            message(shm.register("r", "//", 0, 8)).1,
+            "cannot register shared memory region 'r' - invalid shm key '//'"
+        );
+        assert!(message(shm.register("r", "/triton_python_backend_shm_region_x", 0, 8))
+            .1
+            .contains("contains the reserved prefix 'triton_python_backend_shm_region_'"));
+        shm.register("r", &obj.0, 100, 1000).expect("register");
+        assert_eq!(
+            message(shm.register("r", &obj.0, 0, 8)),
+            (ErrorKind::AlreadyExists, "shared memory region 'r' already in manager".into())
+        );
+        assert_eq!(
+            shm.status("").expect("all"),
+            [RegionStatus { name: "r".into(), key: obj.0.clone(), offset: 100, byte_size: 1000 }]
+        );
+        assert_eq!(
+            message(shm.status("x")),
+            (ErrorKind::NotFound, "Unable to find system shared memory region: 'x'".into())
+        );
+    }
+
+    #[test]
+    fn every_use_is_bounds_checked_with_tritons_texts() {
+        let obj = Object::new("use", 4096);
+        let shm = ShmRegistry::default();
+        shm.register("r", &obj.0, 0, 1024).expect("register");
+        assert_eq!(
+            message(shm.input("nope", 0, 4)),
+            (ErrorKind::NotFound, "Unable to find shared memory region: 'nope'".into())
+        );
+        assert_eq!(message(shm.input("r", 1024, 0)).1, "Invalid offset for shared memory region: 'r'");
+        assert_eq!(message(shm.output("r", 1000, 25)).1, "Invalid offset + byte size for shared memory region: 'r'");
+        assert!(message(shm.input("r", 8, u64::MAX)).1.starts_with("Integer overflow detected: byte_size"));
+        assert_eq!(shm.input("r", 1000, 24).expect("the last 24 bytes").len(), 24);
+        // The client shrinks its file under the registration: the next use is refused.
+        obj.truncate(512);
+        assert!(message(shm.input("r", 0, 4)).1.contains("is no longer valid: its file has 512 bytes"));
+    }
+
+    #[test]
+    fn inputs_alias_the_region_and_outputs_are_written_into_it() {
+        let obj = Object::new("alias", 8192);
+        let shm = ShmRegistry::default();
+        shm.register("r", &obj.0, 4096, 4096).expect("register");
+        let target = shm.output("r", 16, 8).expect("target");
+        target.write("OUT", b"abcdefgh").expect("fits");
+        assert_eq!(
+            message(target.write("OUT", b"123456789")),
+            (
+                ErrorKind::Internal,
+                "shared memory size specified with the request for output 'OUT' (8 bytes) should be at least 9 bytes to hold the results"
+                    .into()
+            )
+        );
+        let input = shm.input("r", 16, 8).expect("input");
+        assert_eq!(&input[..], b"abcdefgh");
+        let (region, offset) = lookup(input.as_ptr(), input.len()).expect("in a region");
+        assert_eq!((offset, region.byte_size(), region.file_offset()), (16, 4096, 4096));
+        assert!(lookup(input.as_ptr(), 4096).is_none(), "past the end of the mapping");
+        let elsewhere = [0u8; 8];
+        assert!(lookup(elsewhere.as_ptr(), 8).is_none());
+    }
+
+    #[test]
+    fn unregistering_frees_the_name_at_once_and_the_mapping_with_its_last_user() {
+        let obj = Object::new("life", 4096);
+        let shm = ShmRegistry::default();
+        shm.register("r", &obj.0, 0, 4096).expect("register");
+        let input = shm.input("r", 0, 4).expect("input");
+        let (region, _) = lookup(input.as_ptr(), 4).expect("live");
+        let weak = Arc::downgrade(&region);
+        drop(region);
+        shm.unregister("r");
+        shm.unregister("r"); // not registered: no error, as in Triton
+        assert!(shm.status("").expect("status").is_empty());
+        // The name is free again while the old mapping still serves its request.
+        shm.register("r", &obj.0, 0, 64).expect("register again");
+        assert_eq!(input.len(), 4);
+        assert!(weak.upgrade().is_some(), "a request still holds it");
+        let addr = input.as_ptr();
+        drop(input);
+        assert!(weak.upgrade().is_none(), "the last user unmapped it");
+        assert!(lookup(addr, 1).is_none_or(|(r, _)| r.byte_size() == 64));
+        shm.unregister_all();
+        assert!(shm.status("").expect("status").is_empty());
+    }
+}

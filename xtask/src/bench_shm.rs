@@ -1,0 +1,319 @@
+//! `cargo xtask bench shm`: perf_analyzer with `--shared-memory system` against tritium and
+//! Triton 2.51 (from `.venv-triton`, as `bench serve` sets it up) on a model with two 4 MiB FP32
+//! inputs and two 4 MiB FP32 outputs that returns its inputs (`OUT0 = IN0`, `OUT1 = IN1`).
+//!
+//! Both servers run for the whole benchmark; for each protocol and concurrency (1, 2)
+//! perf_analyzer measures them in the order A B B A and averages each server's two results, as
+//! `bench serve` does. Besides throughput it prints the CPU time per request of each server's
+//! whole process tree (server and stubs, from /proc) and the bytes copied per request by
+//! design: tritium hands the inputs to the model without a copy and the stub writes each output
+//! once into the client's region (8 MiB: the model's own result, nothing more); Triton copies
+//! each input from the region into its Python backend's memory and each output twice (stub to
+//! Triton, Triton to the region), 24 MiB. The target: at least 5x Triton's throughput.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::bench_serve::{
+    free_ports, load_average, tail, tritium_command, triton_command, triton_env, Server, TempDir,
+};
+use crate::{root, target_dir};
+
+const MODEL: &str = "shm_passthrough";
+/// Elements per tensor: 4 MiB of FP32.
+const ELEMENTS: usize = 1 << 20;
+const TENSOR_BYTES: u64 = (ELEMENTS * 4) as u64;
+const CONCURRENCIES: [u32; 2] = [1, 2];
+const PROTOCOLS: [&str; 2] = ["grpc", "http"];
+const MEASUREMENT_MS: u32 = 2000;
+const TARGET_RATIO: f64 = 5.0;
+
+const CONFIG: &str = r#"name: "shm_passthrough"
+backend: "python"
+max_batch_size: 0
+input [
+  { name: "IN0" data_type: TYPE_FP32 dims: [ 1048576 ] },
+  { name: "IN1" data_type: TYPE_FP32 dims: [ 1048576 ] }
+]
+output [
+  { name: "OUT0" data_type: TYPE_FP32 dims: [ 1048576 ] },
+  { name: "OUT1" data_type: TYPE_FP32 dims: [ 1048576 ] }
+]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"#;
+
+const MODEL_PY: &str = r#"import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "IN0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "IN1").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT0", a), pb_utils.Tensor("OUT1", b)]))
+        return responses
+"#;
+
+/// One perf_analyzer measurement and what the server's processes spent on it.
+#[derive(Clone, Copy, Default)]
+struct Measurement {
+    throughput: f64,
+    p50_us: u64,
+    /// CPU milliseconds of the server's process tree per request served.
+    cpu_ms_per_request: f64,
+}
+
+impl Measurement {
+    fn mean(all: &[Self]) -> Self {
+        let n = all.len().max(1) as f64;
+        let avg = |f: fn(&Self) -> f64| all.iter().map(f).sum::<f64>() / n;
+        Self {
+            throughput: avg(|m| m.throughput),
+            p50_us: avg(|m| m.p50_us as f64).round() as u64,
+            cpu_ms_per_request: avg(|m| m.cpu_ms_per_request),
+        }
+    }
+}
+
+/// Runs the benchmark; `setup()` and `build()` have run.
+pub(crate) fn bench_shm() -> Result<()> {
+    let started = Instant::now();
+    let root = root();
+    let target = target_dir();
+    let perf_analyzer = root.join(".venv/bin/perf_analyzer");
+    if !perf_analyzer.exists() {
+        bail!("{} is missing (see `cargo xtask setup`)", perf_analyzer.display());
+    }
+    let triton = triton_env(&root)?;
+    let repo = TempDir::new("tritium-bench-shm")?;
+    let dir = repo.0.join(MODEL);
+    std::fs::create_dir_all(dir.join("1"))?;
+    std::fs::write(dir.join("config.pbtxt"), CONFIG)?;
+    std::fs::write(dir.join("1/model.py"), MODEL_PY)?;
+    let logs = target.join("bench-shm");
+    std::fs::create_dir_all(&logs)?;
+
+    let [t_http, t_grpc, t_metrics, n_http, n_grpc, n_metrics] = free_ports::<6>()?;
+    let tritium_cmd = tritium_command(&root, &target.join("release/tritium"), &repo.0, [t_http, t_grpc, t_metrics]);
+    let triton_cmd = triton_command(&root, &triton, &repo.0, [n_http, n_grpc, n_metrics]);
+    let mut servers = [
+        Server::start("tritium", tritium_cmd, &logs.join("tritium.log"), t_http, t_grpc)?,
+        Server::start("Triton", triton_cmd, &logs.join("triton.log"), n_http, n_grpc)?,
+    ];
+    for s in &mut servers {
+        s.wait_ready()?;
+    }
+    let http_ports = [t_http, n_http];
+    let load_before = load_average();
+    let mut rows = Vec::new();
+    for (i, (protocol, concurrency)) in
+        PROTOCOLS.iter().flat_map(|p| CONCURRENCIES.iter().map(move |c| (*p, *c))).enumerate()
+    {
+        let order: [usize; 4] = if i % 2 == 0 { [0, 1, 1, 0] } else { [1, 0, 0, 1] };
+        let mut results: [Vec<Measurement>; 2] = Default::default();
+        for k in order {
+            let s = &mut servers[k];
+            s.check_alive()?;
+            let port = if protocol == "grpc" { s.grpc_port() } else { http_ports[k] };
+            let url = format!("127.0.0.1:{port}");
+            let m = measure(&perf_analyzer, protocol, &url, concurrency, s.pid(), http_ports[k])
+                .with_context(|| format!("measuring {}", s.name()))?;
+            eprintln!(
+                "xtask: {:<7} {protocol:<4} concurrency {concurrency}: {:>6.1}/s  p50 {:>6} us  {:>6.2} CPU ms/request",
+                s.name(),
+                m.throughput,
+                m.p50_us,
+                m.cpu_ms_per_request
+            );
+            results[k].push(m);
+        }
+        rows.push((protocol, concurrency, Measurement::mean(&results[0]), Measurement::mean(&results[1])));
+    }
+    for s in &mut servers {
+        s.check_alive()?;
+    }
+    drop(servers);
+
+    println!("{}", table(&rows));
+    let missed = rows.iter().filter(|(_, _, t, n)| t.throughput < TARGET_RATIO * n.throughput).count();
+    if missed == 0 {
+        println!("target met: at least {TARGET_RATIO}x Triton's throughput everywhere");
+    } else {
+        println!(
+            "target missed in {missed} of {} configurations (at least {TARGET_RATIO}x Triton's throughput)",
+            rows.len()
+        );
+    }
+    println!(
+        "bytes copied per request by design: tritium {} MiB (inputs: none, the model's arrays are the client's \
+         region; outputs: one write each, stub to region), Triton {} MiB (inputs into its backend's memory, \
+         outputs stub to Triton and Triton to the region)",
+        (2 * TENSOR_BYTES) >> 20,
+        (6 * TENSOR_BYTES) >> 20
+    );
+    println!(
+        "took {:.0?}; load average {load_before} before measuring, {} after (logs in {})",
+        started.elapsed(),
+        load_average(),
+        logs.display()
+    );
+    Ok(())
+}
+
+fn table(rows: &[(&str, u32, Measurement, Measurement)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<5} {:>4} | {:>10} {:>10} {:>7} | {:>12} {:>12} | {:>14} {:>14} | {:<6}",
+        "proto",
+        "conc",
+        "tritium/s",
+        "Triton/s",
+        "ratio",
+        "tritium p50",
+        "Triton p50",
+        "tritium CPU/rq",
+        "Triton CPU/rq",
+        "5x"
+    );
+    let _ = writeln!(out, "{}", "-".repeat(112));
+    for (protocol, concurrency, t, n) in rows {
+        let ratio = t.throughput / n.throughput;
+        let _ = writeln!(
+            out,
+            "{protocol:<5} {concurrency:>4} | {:>10.1} {:>10.1} {:>6.2}x | {:>9} us {:>9} us | {:>11.2} ms {:>11.2} ms | {:<6}",
+            t.throughput,
+            n.throughput,
+            ratio,
+            t.p50_us,
+            n.p50_us,
+            t.cpu_ms_per_request,
+            n.cpu_ms_per_request,
+            if ratio >= TARGET_RATIO { "yes" } else { "NO" }
+        );
+    }
+    out
+}
+
+/// One perf_analyzer run with the inputs and outputs in system shared memory, with the CPU
+/// time of the server's process tree and the requests it served (from its statistics).
+fn measure(
+    perf_analyzer: &Path,
+    protocol: &str,
+    url: &str,
+    concurrency: u32,
+    pid: u32,
+    http_port: u16,
+) -> Result<Measurement> {
+    let (cpu0, served0) = (tree_cpu_ticks(pid), inference_count(http_port));
+    let mut cmd = Command::new(perf_analyzer);
+    cmd.args(["-m", MODEL, "-i", protocol, "-u", url, "--shared-memory", "system"])
+        .arg("--output-shared-memory-size")
+        .arg(TENSOR_BYTES.to_string())
+        .arg("--concurrency-range")
+        .arg(concurrency.to_string())
+        .arg("--measurement-interval")
+        .arg(MEASUREMENT_MS.to_string())
+        .args(["--stability-percentage", "1000"]);
+    let out = cmd.output().with_context(|| format!("cannot run {cmd:?}"))?;
+    let (cpu1, served1) = (tree_cpu_ticks(pid), inference_count(http_port));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let parsed = parse_perf(&stdout);
+    let Some((throughput, p50_us)) = parsed.filter(|_| out.status.success()) else {
+        bail!(
+            "{cmd:?} failed with {}:\n{}\n{}",
+            out.status,
+            tail(&stdout, 30),
+            tail(&String::from_utf8_lossy(&out.stderr), 30)
+        );
+    };
+    // /proc counts CPU time in USER_HZ ticks, 100 per second on Linux.
+    let hz = 100.0;
+    let cpu_ms_per_request = match (served0, served1) {
+        (Some(a), Some(b)) if b > a => cpu1.saturating_sub(cpu0) as f64 * 1000.0 / hz / (b - a) as f64,
+        _ => f64::NAN,
+    };
+    Ok(Measurement { throughput, p50_us, cpu_ms_per_request })
+}
+
+/// Throughput and p50 latency from perf_analyzer's first `Client:` block.
+fn parse_perf(stdout: &str) -> Option<(f64, u64)> {
+    let client = &stdout[stdout.find("Client:")?..];
+    let value = |key: &str| -> Option<f64> {
+        let line = client.lines().find(|l| l.trim_start().starts_with(key))?;
+        line.trim_start()[key.len()..].split_whitespace().next()?.parse().ok()
+    };
+    Some((value("Throughput:")?, value("p50 latency:")? as u64))
+}
+
+/// User plus system clock ticks of `pid` and all its descendants (the server and its stubs).
+fn tree_cpu_ticks(pid: u32) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![pid];
+    while let Some(p) = stack.pop() {
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+            // Fields after the command (which may hold spaces) start after the last ')'.
+            let fields: Vec<&str> =
+                stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+            // utime and stime are fields 14 and 15 of the line: the 12th and 13th after the command.
+            let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            total += ticks(11) + ticks(12);
+        }
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
+        for task in tasks.flatten() {
+            if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
+                stack.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+            }
+        }
+    }
+    total
+}
+
+/// The model's `inference_count` from the server's statistics (HTTP), retried a few times (a
+/// busy server may drop the connection); `None` if it cannot be read.
+fn inference_count(port: u16) -> Option<u64> {
+    for _ in 0..5 {
+        match inference_count_once(port) {
+            Ok(n) => return Some(n),
+            Err(e) => eprintln!("xtask: reading statistics on port {port}: {e:#}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    None
+}
+
+fn inference_count_once(port: u16) -> Result<u64> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET /v2/models/{MODEL}/stats HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n")?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    let key = "\"inference_count\":";
+    let at = body.find(key).with_context(|| format!("no inference_count in {}", tail(&body, 5)))?;
+    let digits: String = body[at + key.len()..].trim_start().chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().with_context(|| format!("bad inference_count in {}", tail(&body, 5)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_perf_analyzer_and_counts_this_process() {
+        let out = "Request concurrency: 1\n  Client: \n    Request count: 20\n    Throughput: 71.5 infer/sec\n    p50 latency: 13000 usec\n";
+        assert_eq!(parse_perf(out), Some((71.5, 13000)));
+        assert!(parse_perf("nothing").is_none());
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(50) {
+            std::hint::black_box(0u64);
+        }
+        assert!(tree_cpu_ticks(std::process::id()) > 0);
+    }
+}
