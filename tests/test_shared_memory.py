@@ -16,6 +16,8 @@ import uuid
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from conftest import Server, require
 from tritonclient.utils import InferenceServerException
@@ -450,3 +452,26 @@ def test_perf_analyzer_with_system_shared_memory(srv, tmp_path):
         assert out.returncode == 0, f"{protocol}:\n{out.stdout}\n{out.stderr}"
         m = re.search(r"Throughput: ([0-9.]+) infer/sec", out.stdout)
         assert m and float(m.group(1)) > 0, out.stdout
+
+
+def live(client):
+    try:
+        return client.is_server_live()
+    except InferenceServerException:
+        return False
+
+
+def test_allow_client_shm_false_refuses_registration_with_tritons_text(start, regions):
+    srv = start([], ["--allow-client-shm=false"])
+    deadline = time.time() + 60
+    grpc = grpcclient.InferenceServerClient(srv.grpc_url)
+    while srv.get("/v2/health/live") != 200 or not live(grpc):
+        assert srv.proc.poll() is None and time.time() < deadline, srv.log_text()
+        time.sleep(0.05)
+    name, key, _ = regions.create(4096)
+    for client in (httpclient.InferenceServerClient(srv.http_url), grpc):
+        assert error_of(lambda c=client: c.register_system_shared_memory(name, key, 4096)) == (
+            "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+        )
+        assert status_names(client) == {}
+        client.unregister_system_shared_memory()

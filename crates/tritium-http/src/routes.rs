@@ -922,6 +922,8 @@ async fn system_shm_register<B: Backend>(
     headers: HeaderMap,
     body: Body,
 ) -> HttpResult {
+    let registry = system_shm(&*s.backend)?;
+    registry.check_allowed()?;
     let Some(region) = p.get("region") else {
         return Err(HttpError::from(InferError::invalid(
             "'region name' is necessary to register system shared memory region",
@@ -942,7 +944,7 @@ async fn system_shm_register<B: Backend>(
         return Err(InferError::invalid("Shared memory register request has no 'byte_size' field").into());
     };
     let byte_size = uint("byte_size", byte_size)?;
-    system_shm(&*s.backend)?.register(region, key, offset, byte_size)?;
+    registry.register(region, key, offset, byte_size)?;
     Ok(json_response(StatusCode::OK, Body::empty()))
 }
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::arena::Descriptor;
 
 /// Version of this protocol; the stub's hello must carry the same number.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// A tensor element type, named as KServe v2 names it on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

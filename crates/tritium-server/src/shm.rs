@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
@@ -252,16 +252,38 @@ pub fn too_small(output: &str, available: u64, needed: u64) -> String {
     )
 }
 
+/// Triton's text for a registration while client shared memory is off (`--allow-client-shm`).
+pub const CLIENT_SHM_DISABLED: &str =
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
+
 /// The registered system shared-memory regions, by name.
 #[derive(Debug, Default)]
 pub struct ShmRegistry {
     regions: Mutex<BTreeMap<String, Arc<Region>>>,
+    /// `--allow-client-shm=false`: registrations are refused (status and unregister still answer).
+    disabled: AtomicBool,
 }
 
 impl ShmRegistry {
+    /// Whether clients may register regions (`--allow-client-shm`; on unless turned off, as in
+    /// Triton 2.51; later Triton releases turn it off by default).
+    pub fn set_allowed(&self, allowed: bool) {
+        self.disabled.store(!allowed, Ordering::Relaxed);
+    }
+
+    /// Checks that clients may register regions, before anything else about a registration (as
+    /// Triton does, over both protocols).
+    pub fn check_allowed(&self) -> Result<(), InferError> {
+        if self.disabled.load(Ordering::Relaxed) {
+            return Err(InferError::new(ErrorKind::Unsupported, CLIENT_SHM_DISABLED));
+        }
+        Ok(())
+    }
+
     /// Registers `byte_size` bytes from `offset` of the POSIX shared memory object `key` as
     /// `name` (Triton's `RegisterSystemSharedMemory`, with its checks and texts).
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<(), InferError> {
+        self.check_allowed()?;
         validate_key(name, key)?;
         let mut regions = lock(&self.regions);
         if regions.contains_key(name) {
@@ -458,6 +480,21 @@ mod tests {
             message(shm.status("x")),
             (ErrorKind::NotFound, "Unable to find system shared memory region: 'x'".into())
         );
+    }
+
+    #[test]
+    fn registration_can_be_turned_off_with_tritons_text() {
+        let obj = Object::new("off", 4096);
+        let shm = ShmRegistry::default();
+        shm.register("before", &obj.0, 0, 64).expect("allowed by default");
+        shm.set_allowed(false);
+        assert_eq!(message(shm.register("r", &obj.0, 0, 64)), (ErrorKind::Unsupported, CLIENT_SHM_DISABLED.into()));
+        // Refused before the key is even looked at, as in Triton.
+        assert_eq!(message(shm.register("r", "//", 0, 64)).1, CLIENT_SHM_DISABLED);
+        assert_eq!(shm.status("").expect("status").len(), 1, "status still answers");
+        shm.unregister("before");
+        shm.set_allowed(true);
+        shm.register("r", &obj.0, 0, 64).expect("allowed again");
     }
 
     #[test]

@@ -410,6 +410,7 @@ async fn serve(
 ) -> Result<()> {
     let opts_repository = opts.repository.clone();
     let server = Server::new(opts);
+    server.shm().set_allowed(args.triton.allow_client_shm);
     server.set_log_control(logging);
     // Tracing (issue 16): `--trace-config`, checked by the review in `run`; the exporter task
     // of opentelemetry mode runs on this runtime.

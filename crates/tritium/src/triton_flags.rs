@@ -63,6 +63,14 @@ pub(crate) struct TritonFlags {
     #[arg(long, env = "TRITIUM_ID", help_heading = "Server")]
     pub id: Option<String>,
 
+    /// Let clients register system shared memory regions (Triton 2.51 always does; later
+    /// Triton releases default to false). false refuses registrations with Triton's text.
+    #[arg(long, env = "TRITIUM_ALLOW_CLIENT_SHM", default_value = "true", value_parser = triton_bool, action = clap::ArgAction::Set, help_heading = "Server")]
+    pub allow_client_shm: bool,
+    /// No effect: tritium uses no GPUs, so there is no peer access to enable.
+    #[arg(long, value_parser = triton_bool, help_heading = "Server")]
+    pub enable_peer_access: Option<bool>,
+
     // Model Repository
     /// Exit if a model fails to load at startup (Triton's default is true; tritium's is false:
     /// the good models keep serving and the failed ones are in the repository index).
@@ -115,6 +123,12 @@ pub(crate) struct TritonFlags {
     /// Let several servers listen on the gRPC port (SO_REUSEPORT), each with this flag.
     #[arg(long, default_value = "false", value_parser = triton_bool, action = clap::ArgAction::Set, help_heading = "GRPC")]
     pub reuse_grpc_port: bool,
+    /// No effect: gRPC requests run on the server's async runtime (a later Triton flag).
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_infer_thread_count: Option<u32>,
+    /// No effect: tritium keeps no pool of response objects (a later Triton flag).
+    #[arg(long, help_heading = "GRPC")]
+    pub grpc_max_response_pool_size: Option<u32>,
     /// Compress inference answers with the algorithm the client accepts (gzip, deflate).
     #[arg(long, value_enum, default_value_t = CompressionLevel::None, help_heading = "GRPC")]
     pub grpc_infer_response_compression_level: CompressionLevel,
@@ -457,6 +471,13 @@ impl TritonFlags {
             "they tune gRPC core's ping policy; tritium's HTTP/2 (hyper) has its own",
         );
         noop(self.grpc_infer_allocation_pool_size.is_some(), "--grpc-infer-allocation-pool-size", "no pool is kept");
+        noop(self.grpc_max_response_pool_size.is_some(), "--grpc-max-response-pool-size", "no pool is kept");
+        noop(
+            self.grpc_infer_thread_count.is_some(),
+            "--grpc-infer-thread-count",
+            "gRPC runs on the server's async runtime",
+        );
+        noop(self.enable_peer_access.is_some(), "--enable-peer-access", "tritium uses no GPUs");
         noop(self.allow_sagemaker.is_some(), "--allow-sagemaker=false", "the default");
         noop(
             self.sagemaker_port.is_some()
@@ -621,7 +642,8 @@ mod tests {
         assert!(!f.allow_http && f.allow_grpc && f.exit_on_error);
         assert_eq!(f.grpc_address.as_deref(), Some("127.0.0.2"));
         let f = parse(&[]);
-        assert!(f.allow_http && f.allow_grpc && !f.exit_on_error && !f.reuse_http_port);
+        assert!(f.allow_http && f.allow_grpc && !f.exit_on_error && !f.reuse_http_port && f.allow_client_shm);
+        assert!(!parse(&["--allow-client-shm=false"]).allow_client_shm);
         assert_eq!((f.grpc_keepalive_time, f.grpc_keepalive_timeout), (7_200_000, 20_000));
         assert_eq!(f.review(), Ok(Review::default()));
     }
@@ -635,9 +657,12 @@ mod tests {
             "--allow-sagemaker=false",
             "--metrics-interval-ms=2000",
             "--trace-config=rate=100",
+            "--enable-peer-access=false",
+            "--grpc-infer-thread-count=4",
+            "--grpc-max-response-pool-size=16",
         ]);
         let review = f.review().expect("accepted");
-        assert_eq!(review.no_effect.len(), 5, "{:?}", review.no_effect);
+        assert_eq!(review.no_effect.len(), 8, "{:?}", review.no_effect);
         assert!(review.no_effect.iter().all(|l| l.contains("has no effect in tritium")));
         assert!(review.no_effect.iter().any(|l| l.contains("shm-default-byte-size") && l.contains("memfd")));
     }
