@@ -143,3 +143,42 @@ def test_load_duration_and_series_vanish_after_unload(tmp_path):
         assert value(text, "nv_model_load_duration_secs", **labels) > 0
     finally:
         assert srv.stop() == 0, srv.log_text()
+
+
+def test_summary_latencies_give_quantiles_and_counter_latencies_can_be_turned_off(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(os.path.join(ROOT, "tests/models", "metered"), str(repo / "metered"))
+    flags = [
+        "--metrics-config=summary_latencies=true",
+        "--metrics-config=counter_latencies=false",
+        "--metrics-config=summary_quantiles=0.5:0.05,0.99:0.001",
+    ]
+    srv = Server(str(repo), str(tmp_path / "tritium.log"), flags)
+    try:
+        srv.wait_models(["metered"])
+        labels = {"model": "metered", "version": "1"}
+        text = metrics(srv)
+        # Nothing observed yet: the count is 0 and the quantiles NaN, as prometheus-cpp reports.
+        assert value(text, "nv_inference_request_summary_us_count", **labels) == 0
+        assert np.isnan(value(text, "nv_inference_request_summary_us", quantile="0.5", **labels))
+        h = httpclient.InferenceServerClient(srv.http_url)
+        for i in range(7):
+            send(h, httpclient, float(i))
+        text = metrics(srv)
+        assert "# TYPE nv_inference_request_summary_us summary" in text
+        for family in ("request", "queue", "compute_input", "compute_infer", "compute_output"):
+            name = f"nv_inference_{family}_summary_us"
+            assert value(text, name + "_count", **labels) == 7, family
+            median = value(text, name, quantile="0.5", **labels)
+            p99 = value(text, name, quantile="0.99", **labels)
+            assert 0 <= median <= p99, (family, median, p99)
+            assert value(text, name + "_sum", **labels) >= 7 * median / 2
+        # Only the configured quantiles, and no cumulative duration counters.
+        assert 'quantile="0.9"' not in text
+        assert "nv_inference_request_duration_us" not in text
+        assert "nv_inference_compute_infer_duration_us" not in text
+        assert value(text, "nv_inference_request_success", **labels) == 7
+        # A model without the response cache has no cache summaries.
+        assert "nv_cache_hit_summary_per_model" not in text
+    finally:
+        srv.stop()

@@ -74,6 +74,7 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
         backend_directory: PathBuf::new(),
         envs: tritium_server::EnvOptions::default(),
         config_name: None,
+        metrics: tritium_server::MetricsOptions::default(),
     }
 }
 

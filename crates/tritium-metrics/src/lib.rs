@@ -14,12 +14,14 @@
 mod client;
 mod custom;
 mod server;
+pub mod summary;
 mod text;
 
 pub use client::{ClientFamily, ClientKind, ClientSample, StubFamilies, MAX_SAMPLES, MAX_TEXT_BYTES};
 pub use custom::{CustomMetrics, MetricError, MetricKind, MetricOp, MetricsSession};
 pub use server::{
-    CacheCounts, CacheSnapshot, FailureCounts, InstanceSnapshot, Metrics, MetricsOptions, ModelSnapshot, Snapshot,
-    SERVER_METRIC_NAMES,
+    CacheCounts, CacheSnapshot, FailureCounts, InstanceSnapshot, LatencySummaries, Metrics, MetricsOptions,
+    ModelSnapshot, Snapshot, SERVER_METRIC_NAMES,
 };
+pub use summary::{Summary, SummarySnapshot};
 pub use text::CONTENT_TYPE;

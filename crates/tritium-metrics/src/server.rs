@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use crate::custom::{CustomMetrics, MetricKind};
+use crate::summary::SummarySnapshot;
 use crate::text::{Family, Number, SeriesValue};
 
 /// What the server knows about one model version when `/metrics` is scraped.
@@ -46,6 +47,28 @@ pub struct ModelSnapshot {
     /// `nv_cache_*_per_model` series are left out, as Triton leaves them out for models
     /// without the cache).
     pub cache: Option<CacheCounts>,
+    /// The latency summaries (`--metrics-config summary_latencies=true`; `None` otherwise).
+    pub summaries: Option<Box<LatencySummaries>>,
+}
+
+/// A model version's latency summaries (`nv_inference_*_summary_us`, and for a version that
+/// uses the response cache `nv_cache_*_summary_per_model`), in microseconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LatencySummaries {
+    /// Successful requests, arrival to response (cache hits included).
+    pub request: SummarySnapshot,
+    /// Time queued (cache hits included).
+    pub queue: SummarySnapshot,
+    /// Preparing inputs.
+    pub compute_input: SummarySnapshot,
+    /// Executing the model.
+    pub compute_infer: SummarySnapshot,
+    /// Extracting outputs.
+    pub compute_output: SummarySnapshot,
+    /// Lookups that hit the cache.
+    pub cache_hit: SummarySnapshot,
+    /// Lookups that missed, with the insert of the answer.
+    pub cache_miss: SummarySnapshot,
 }
 
 /// A cache-enabled model version's response-cache counts.
@@ -125,16 +148,24 @@ pub struct CacheSnapshot {
 }
 
 /// Options matching Triton's `--metrics-config`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct MetricsOptions {
     /// Export the cumulative `nv_inference_*_duration_us` counters (Triton's
     /// `counter_latencies`, default true).
     pub counter_latencies: bool,
+    /// Record and export the latency summaries (Triton's `summary_latencies`, default false).
+    pub summary_latencies: bool,
+    /// The summaries' `(quantile, error)` pairs (Triton's `summary_quantiles`).
+    pub summary_quantiles: Vec<(f64, f64)>,
 }
 
 impl Default for MetricsOptions {
     fn default() -> Self {
-        Self { counter_latencies: true }
+        Self {
+            counter_latencies: true,
+            summary_latencies: false,
+            summary_quantiles: crate::summary::DEFAULT_QUANTILES.to_vec(),
+        }
     }
 }
 
@@ -213,6 +244,52 @@ family!(
     "Total cache miss (insert+lookup) duration per model, in microseconds"
 );
 family!(LOAD_DURATION, "nv_model_load_duration_secs", Gauge, "Model load time in seconds");
+
+/// A summary family: name and HELP text exactly as Triton registers them.
+struct SummaryDef {
+    name: &'static str,
+    help: &'static str,
+}
+
+const REQUEST_SUMMARY: SummaryDef = SummaryDef {
+    name: "nv_inference_request_summary_us",
+    help: "Summary of inference request duration in microseconds (includes cached requests)",
+};
+const QUEUE_SUMMARY: SummaryDef = SummaryDef {
+    name: "nv_inference_queue_summary_us",
+    help: "Summary of inference queuing duration in microseconds (includes cached requests)",
+};
+// Triton registers these three summaries with its counters' HELP texts.
+const COMPUTE_INPUT_SUMMARY: SummaryDef = SummaryDef {
+    name: "nv_inference_compute_input_summary_us",
+    help: "Cumulative compute input duration in microseconds (does not include cached requests)",
+};
+const COMPUTE_INFER_SUMMARY: SummaryDef = SummaryDef {
+    name: "nv_inference_compute_infer_summary_us",
+    help: "Cumulative compute inference duration in microseconds (does not include cached requests)",
+};
+const COMPUTE_OUTPUT_SUMMARY: SummaryDef = SummaryDef {
+    name: "nv_inference_compute_output_summary_us",
+    help: "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+};
+const CACHE_HIT_SUMMARY: SummaryDef = SummaryDef {
+    name: "nv_cache_hit_summary_per_model",
+    help: "Summary of cache hit counts/durations per model, in microseconds.",
+};
+const CACHE_MISS_SUMMARY: SummaryDef = SummaryDef {
+    name: "nv_cache_miss_summary_per_model",
+    help: "Summary of cache miss counts/durations per model, in microseconds.",
+};
+/// The summary families, in Triton's order.
+const SUMMARIES: [SummaryDef; 7] = [
+    REQUEST_SUMMARY,
+    QUEUE_SUMMARY,
+    COMPUTE_INPUT_SUMMARY,
+    COMPUTE_INFER_SUMMARY,
+    COMPUTE_OUTPUT_SUMMARY,
+    CACHE_HIT_SUMMARY,
+    CACHE_MISS_SUMMARY,
+];
 // tritium's own, for the server's response cache (Triton 2.51 exports none).
 family!(CACHE_ENTRIES, "tritium_cache_entries", Gauge, "Number of responses held by the response cache");
 family!(CACHE_USED, "tritium_cache_used_bytes", Gauge, "Bytes held by the response cache");
@@ -291,7 +368,7 @@ const FAMILIES: [&FamilyDef; 25] = [
 ];
 
 /// The names of the server's metric families; custom metrics may not use them.
-pub const SERVER_METRIC_NAMES: [&str; 25] = [
+pub const SERVER_METRIC_NAMES: [&str; 32] = [
     SUCCESS.name,
     FAILURE.name,
     COUNT.name,
@@ -317,6 +394,13 @@ pub const SERVER_METRIC_NAMES: [&str; 25] = [
     STUB_RSS.name,
     STUB_SHM.name,
     STUB_INFLIGHT.name,
+    REQUEST_SUMMARY.name,
+    QUEUE_SUMMARY.name,
+    COMPUTE_INPUT_SUMMARY.name,
+    COMPUTE_INFER_SUMMARY.name,
+    COMPUTE_OUTPUT_SUMMARY.name,
+    CACHE_HIT_SUMMARY.name,
+    CACHE_MISS_SUMMARY.name,
 ];
 
 struct Inner {
@@ -355,6 +439,11 @@ impl Metrics {
         Self { inner: Arc::new(Inner { options, custom: CustomMetrics::with_reserved_names(&SERVER_METRIC_NAMES) }) }
     }
 
+    /// The options it was made with (`--metrics-config`).
+    pub fn options(&self) -> &MetricsOptions {
+        &self.inner.options
+    }
+
     /// The custom metrics registry (shared with this `Metrics`); it refuses the server's names.
     pub fn custom(&self) -> &CustomMetrics {
         &self.inner.custom
@@ -371,7 +460,10 @@ impl Metrics {
     /// each stub something was left out of, and why.
     pub fn render_reporting(&self, snapshot: &Snapshot, ignored: &mut dyn FnMut(usize, String)) -> String {
         let mut out = String::with_capacity(256 * (snapshot.models.len() + snapshot.instances.len()) + 1024);
-        for family in server_families(snapshot, self.inner.options) {
+        for family in server_families(snapshot, &self.inner.options) {
+            family.render(&mut out);
+        }
+        for family in summary_families(snapshot) {
             family.render(&mut out);
         }
         self.inner.custom.render_to(&mut out);
@@ -382,9 +474,30 @@ impl Metrics {
     }
 }
 
+/// The latency summary families of the versions that record them (a version that does not use
+/// the response cache has no cache summaries, as in Triton).
+fn summary_families(snapshot: &Snapshot) -> Vec<Family<'_>> {
+    let mut families: Vec<Family<'_>> =
+        SUMMARIES.iter().map(|def| Family::typed(def.name, def.help, "summary")).collect();
+    for model in &snapshot.models {
+        let Some(s) = model.summaries.as_deref() else { continue };
+        let labels = || vec![("model", model.name.as_str()), ("version", model.version.as_str())];
+        let mut series = vec![&s.request, &s.queue, &s.compute_input, &s.compute_infer, &s.compute_output];
+        if model.cache.is_some() {
+            series.extend([&s.cache_hit, &s.cache_miss]);
+        }
+        for (family, summary) in families.iter_mut().zip(series) {
+            let value =
+                SeriesValue::Summary { quantiles: &summary.quantiles, sum: summary.sum, count: summary.count as f64 };
+            family.push(labels(), value);
+        }
+    }
+    families
+}
+
 /// The server's families, in [`FAMILIES`] order, with the series of `snapshot`. Labels are
 /// Triton's: `model` and `version` (and `reason` on failures), `instance` on tritium's own.
-fn server_families<'a>(snapshot: &'a Snapshot, options: MetricsOptions) -> Vec<Family<'a>> {
+fn server_families<'a>(snapshot: &'a Snapshot, options: &MetricsOptions) -> Vec<Family<'a>> {
     let mut families: Vec<Family<'a>> = FAMILIES.iter().map(|def| Family::new(def.name, def.help, def.kind)).collect();
     let mut add = |def: &FamilyDef, labels: Vec<(&'static str, &'a str)>, value: Number| {
         // Every definition is in FAMILIES, so the family is always found.
@@ -480,7 +593,55 @@ mod tests {
             pending_requests: 2,
             load_duration_secs: Some(1.5),
             cache: None,
+            summaries: None,
         }
+    }
+
+    fn summary(count: u64, sum: f64, median: f64) -> SummarySnapshot {
+        SummarySnapshot { quantiles: vec![(0.5, median), (0.99, f64::NAN)], sum, count }
+    }
+
+    #[test]
+    fn summaries_are_tritons_families_after_the_counters_and_cache_ones_only_with_the_cache() {
+        let metrics = Metrics::new();
+        let summaries = LatencySummaries {
+            request: summary(3, 30.0, 10.0),
+            queue: summary(3, 6.0, 2.0),
+            cache_hit: summary(1, 1.5, 1.5),
+            ..Default::default()
+        };
+        let plain = ModelSnapshot { summaries: Some(Box::new(summaries.clone())), ..simple() };
+        let cached = ModelSnapshot {
+            name: "cached".into(),
+            cache: Some(CacheCounts::default()),
+            summaries: Some(Box::new(summaries)),
+            ..simple()
+        };
+        let text = metrics.render(&Snapshot { models: vec![plain, cached], ..Default::default() });
+        let request: Vec<&str> = text.lines().filter(|l| l.contains("nv_inference_request_summary_us")).collect();
+        assert_eq!(
+            request,
+            [
+                "# HELP nv_inference_request_summary_us Summary of inference request duration in microseconds (includes cached requests)",
+                "# TYPE nv_inference_request_summary_us summary",
+                "nv_inference_request_summary_us{model=\"cached\",version=\"1\",quantile=\"0.5\"} 10",
+                "nv_inference_request_summary_us{model=\"cached\",version=\"1\",quantile=\"0.99\"} NaN",
+                "nv_inference_request_summary_us_sum{model=\"cached\",version=\"1\"} 30",
+                "nv_inference_request_summary_us_count{model=\"cached\",version=\"1\"} 3",
+                "nv_inference_request_summary_us{model=\"simple\",version=\"1\",quantile=\"0.5\"} 10",
+                "nv_inference_request_summary_us{model=\"simple\",version=\"1\",quantile=\"0.99\"} NaN",
+                "nv_inference_request_summary_us_sum{model=\"simple\",version=\"1\"} 30",
+                "nv_inference_request_summary_us_count{model=\"simple\",version=\"1\"} 3",
+            ]
+        );
+        let hits: Vec<&str> = text.lines().filter(|l| l.starts_with("nv_cache_hit_summary_per_model_count")).collect();
+        assert_eq!(hits, ["nv_cache_hit_summary_per_model_count{model=\"cached\",version=\"1\"} 1"]);
+        assert!(
+            text.find("nv_inference_request_duration_us").unwrap()
+                < text.find("nv_inference_request_summary_us").unwrap()
+        );
+        // Without summaries recorded, no summary family is on the page.
+        assert!(!metrics.render(&Snapshot { models: vec![simple()], ..Default::default() }).contains("summary"));
     }
 
     #[test]
@@ -705,7 +866,7 @@ mod tests {
 
     #[test]
     fn counter_latencies_can_be_turned_off() {
-        let metrics = Metrics::with_options(MetricsOptions { counter_latencies: false });
+        let metrics = Metrics::with_options(MetricsOptions { counter_latencies: false, ..Default::default() });
         let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None, client: vec![] });
         assert!(!text.contains("_duration_us"), "{text}");
         assert!(text.contains("nv_inference_count{model=\"simple\",version=\"1\"} 40\n"), "{text}");

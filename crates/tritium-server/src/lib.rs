@@ -29,6 +29,8 @@ pub use instance::{
 };
 pub use scrape::STUB_METRICS_TIMEOUT;
 pub use server::{parse_version, InferFuture, Server, ServerOptions, TraceSettingsView};
+/// `--metrics-config`, as [`ServerOptions::metrics`] takes it.
+pub use tritium_metrics::MetricsOptions;
 /// Request tracing: the frontends parse a caller's `traceparent` with [`trace::SpanContext`].
 pub use tritium_trace as trace;
 pub use types::*;

@@ -60,6 +60,8 @@ pub struct ServerOptions {
     /// `--model-config-name`: each model's config is `configs/<name>.pbtxt` when it has one,
     /// else `config.pbtxt` (Triton's config variants).
     pub config_name: Option<String>,
+    /// `--metrics-config`: which latency metrics are recorded and exported.
+    pub metrics: tritium_metrics::MetricsOptions,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,11 +196,12 @@ fn kind_name(kind: i32) -> &'static str {
 impl Server {
     /// A server with no models loaded yet.
     pub fn new(opts: ServerOptions) -> Self {
+        let metrics = tritium_metrics::Metrics::with_options(opts.metrics.clone());
         Self {
             inner: Arc::new_cyclic(|weak| Inner {
                 bls: crate::bls::Hook::new(weak.clone()),
                 opts,
-                metrics: tritium_metrics::Metrics::new(),
+                metrics,
                 logging: std::sync::OnceLock::new(),
                 cache: std::sync::OnceLock::new(),
                 tracer: std::sync::OnceLock::new(),
@@ -879,6 +882,7 @@ impl Server {
                         hit_duration_ns: s.cache_hit.ns,
                         miss_duration_ns: s.cache_miss.ns,
                     }),
+                    summaries: ver.ctx.stats.summaries(&self.inner.opts.metrics.summary_quantiles),
                     name: s.name,
                     version: s.version,
                 });
@@ -1161,7 +1165,7 @@ fn load_versions(
     }
     let mut loaded = BTreeMap::new();
     for &v in &resolved.versions {
-        match start_version(metrics, bls, name, &resolved, v, prepared) {
+        match start_version(metrics, &opts.metrics, bls, name, &resolved, v, prepared) {
             Ok(version) => {
                 loaded.insert(v, version);
             }
@@ -1335,6 +1339,7 @@ fn instance_specs(config: &ModelConfig) -> Vec<InstanceSpec> {
 /// a version with a failed instance is retired.
 fn start_version(
     metrics: &tritium_metrics::CustomMetrics,
+    metric_options: &tritium_metrics::MetricsOptions,
     bls: &crate::bls::Hook,
     name: &str,
     r: &Resolved,
@@ -1349,7 +1354,7 @@ fn start_version(
     if !model_file.is_file() {
         return Err(LoadError::NoModelFile(model_file.display().to_string()));
     }
-    let stats = Arc::new(Stats::new(name, v));
+    let stats = Arc::new(Stats::for_metrics(name, v, metric_options));
     let warmup = Arc::new(crate::warmup::samples(&r.config, &r.dir).map_err(LoadError::Warmup)?);
     let specs = instance_specs(&r.config);
     let names = specs.iter().map(|s| s.name.clone()).collect();
@@ -1469,6 +1474,7 @@ mod tests {
                 backend_directory: self.0.join("backends"),
                 envs: crate::envs::EnvOptions::default(),
                 config_name: None,
+                metrics: tritium_metrics::MetricsOptions::default(),
             }
         }
     }

@@ -3,6 +3,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tritium_metrics::Summary;
+
 use crate::types::{BatchStats, ModelStats, StatDuration};
 
 fn add(s: &mut StatDuration, d: Duration) {
@@ -18,22 +20,80 @@ pub(crate) struct ExecTimes {
     pub compute_output: Duration,
 }
 
+/// The latency summaries of one model version (`--metrics-config summary_latencies=true`), in
+/// microseconds, recorded as Triton records them.
+#[derive(Debug, Default)]
+struct Summaries {
+    request: Summary,
+    queue: Summary,
+    compute_input: Summary,
+    compute_infer: Summary,
+    compute_output: Summary,
+    cache_hit: Summary,
+    cache_miss: Summary,
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1000.0
+}
+
 /// Statistics of one model version.
 #[derive(Debug)]
-pub(crate) struct Stats(Mutex<ModelStats>);
+pub(crate) struct Stats {
+    stats: Mutex<ModelStats>,
+    /// Kept only when the server records latency summaries; a lock of its own, taken once per
+    /// request after the statistics' one.
+    summaries: Option<Mutex<Summaries>>,
+}
 
 impl Stats {
     pub(crate) fn new(name: &str, version: i64) -> Self {
-        Self(Mutex::new(ModelStats { name: name.to_string(), version: version.to_string(), ..Default::default() }))
+        let stats = ModelStats { name: name.to_string(), version: version.to_string(), ..Default::default() };
+        Self { stats: Mutex::new(stats), summaries: None }
+    }
+
+    /// Statistics that also record the latency summaries.
+    pub(crate) fn with_summaries(name: &str, version: i64) -> Self {
+        Self { summaries: Some(Mutex::default()), ..Self::new(name, version) }
+    }
+
+    /// [`Stats::new`], or [`Stats::with_summaries`] when the server's metrics record them.
+    pub(crate) fn for_metrics(name: &str, version: i64, options: &tritium_metrics::MetricsOptions) -> Self {
+        if options.summary_latencies {
+            Self::with_summaries(name, version)
+        } else {
+            Self::new(name, version)
+        }
     }
 
     pub(crate) fn snapshot(&self) -> ModelStats {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The latency summaries over their window, with `quantiles` (`None` unless recorded).
+    pub(crate) fn summaries(&self, quantiles: &[(f64, f64)]) -> Option<Box<tritium_metrics::LatencySummaries>> {
+        let s = self.summaries.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        Some(Box::new(tritium_metrics::LatencySummaries {
+            request: s.request.snapshot_at(quantiles, now),
+            queue: s.queue.snapshot_at(quantiles, now),
+            compute_input: s.compute_input.snapshot_at(quantiles, now),
+            compute_infer: s.compute_infer.snapshot_at(quantiles, now),
+            compute_output: s.compute_output.snapshot_at(quantiles, now),
+            cache_hit: s.cache_hit.snapshot_at(quantiles, now),
+            cache_miss: s.cache_miss.snapshot_at(quantiles, now),
+        }))
+    }
+
+    fn observe(&self, record: impl FnOnce(&mut Summaries)) {
+        if let Some(summaries) = &self.summaries {
+            record(&mut summaries.lock().unwrap_or_else(|p| p.into_inner()));
+        }
     }
 
     /// Records one execution of `batch_size` (the sum of the requests' batch sizes).
     pub(crate) fn execution(&self, batch_size: u64, t: ExecTimes) {
-        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         s.execution_count += 1;
         // Kept sorted by batch size, as Triton reports them.
         let pos = match s.batch_stats.binary_search_by_key(&batch_size, |b| b.batch_size) {
@@ -51,7 +111,7 @@ impl Stats {
 
     /// Records a request that succeeded after `total` (queue and compute included).
     pub(crate) fn success(&self, batch_size: u64, total: Duration, queue: Duration, t: ExecTimes) {
-        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         s.inference_count += batch_size.max(1);
         s.last_inference = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         add(&mut s.success, total);
@@ -59,31 +119,50 @@ impl Stats {
         add(&mut s.compute_input, t.compute_input);
         add(&mut s.compute_infer, t.compute_infer);
         add(&mut s.compute_output, t.compute_output);
+        drop(s);
+        self.observe(|m| {
+            let now = std::time::Instant::now();
+            m.request.observe_at(us(total), now);
+            m.queue.observe_at(us(queue), now);
+            m.compute_input.observe_at(us(t.compute_input), now);
+            m.compute_infer.observe_at(us(t.compute_infer), now);
+            m.compute_output.observe_at(us(t.compute_output), now);
+        });
     }
 
     /// Records a request answered from the response cache (Triton's `UpdateSuccessCacheHit`): a
     /// success of `total`, queued for `queue`, whose lookup took `lookup`; no inference,
     /// execution or compute is counted.
     pub(crate) fn cache_hit(&self, total: Duration, queue: Duration, lookup: Duration) {
-        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         s.last_inference = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         add(&mut s.success, total);
         add(&mut s.queue, queue);
         add(&mut s.cache_hit, lookup);
+        drop(s);
+        // Unlike Triton 2.51, whose request summary leaves out models with the cache, a hit is a
+        // request like any other here.
+        self.observe(|m| {
+            m.request.observe(us(total));
+            m.queue.observe(us(queue));
+            m.cache_hit.observe(us(lookup));
+        });
     }
 
     /// Records a cache miss of a request that succeeded: `lookup_and_insert` is the time spent
     /// looking it up and inserting its answer (Triton's `UpdateSuccessCacheMiss`).
     pub(crate) fn cache_miss(&self, lookup_and_insert: Duration) {
-        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         add(&mut s.cache_miss, lookup_and_insert);
+        drop(s);
+        self.observe(|m| m.cache_miss.observe(us(lookup_and_insert)));
     }
 
     /// Records a request that failed after `total` with an error of `kind`; `reached_model`
     /// tells a model failure from a rejection.
     pub(crate) fn failure(&self, total: Duration, kind: crate::types::ErrorKind, reached_model: bool) {
         use crate::types::ErrorKind;
-        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         add(&mut s.fail, total);
         let r = &mut s.fail_reasons;
         match (kind, reached_model) {

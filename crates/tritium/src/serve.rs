@@ -328,6 +328,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             build_timeout: Duration::from_secs(args.env_build_timeout_secs),
         },
         config_name: args.model_config_name.clone(),
+        metrics: args.triton.metrics_options().context("refusing to start")?.0,
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;

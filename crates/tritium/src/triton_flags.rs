@@ -225,7 +225,10 @@ pub(crate) struct TritonFlags {
     /// No effect: tritium computes metrics when they are scraped.
     #[arg(long, help_heading = "Metrics")]
     pub metrics_interval_ms: Option<f64>,
-    /// No effect yet (summaries and histograms of latencies are not exported).
+    /// Metrics settings, repeatable: `<setting>=<value>`: `counter_latencies=true|false` (the
+    /// `nv_inference_*_duration_us` counters, on by default), `summary_latencies=true|false`
+    /// (the `nv_inference_*_summary_us` summaries, off by default), `summary_quantiles=
+    /// <quantile>:<error>,...`. Other settings are accepted with no effect.
     #[arg(long, help_heading = "Metrics")]
     pub metrics_config: Vec<String>,
 
@@ -337,6 +340,29 @@ fn refuse(flag: impl Into<String>, why: impl Into<String>) -> Refused {
 const NOT_YET: &str = "not implemented in tritium yet";
 
 impl TritonFlags {
+    /// `--metrics-config` as the server's metrics options, and the settings that have no effect.
+    pub(crate) fn metrics_options(&self) -> Result<(tritium_server::MetricsOptions, Vec<String>), Refused> {
+        let mut options = tritium_server::MetricsOptions::default();
+        let mut ignored = Vec::new();
+        for arg in &self.metrics_config {
+            let flag = || format!("--metrics-config={arg}");
+            let Some((key, value)) = arg.split_once('=') else {
+                return Err(refuse(flag(), "the format is <setting>=<value>, e.g. summary_latencies=true"));
+            };
+            let boolean = || triton_bool(value).map_err(|e| refuse(flag(), e));
+            match key {
+                "counter_latencies" => options.counter_latencies = boolean()?,
+                "summary_latencies" => options.summary_latencies = boolean()?,
+                "summary_quantiles" => {
+                    options.summary_quantiles = tritium_metrics::summary::parse_quantiles(value.trim_matches('"'))
+                        .map_err(|e| refuse(flag(), e))?
+                }
+                _ => ignored.push(key.to_string()),
+            }
+        }
+        Ok((options, ignored))
+    }
+
     /// The tracing flags (`--trace-config` and the deprecated `--trace-*`), combined as Triton
     /// combines them; a value Triton refuses is refused with its text.
     pub(crate) fn trace_flags(&self) -> Result<tritium_server::trace::TraceFlags, Refused> {
@@ -497,7 +523,13 @@ impl TritonFlags {
         noop(self.allow_gpu_metrics.is_some(), "--allow-gpu-metrics", "tritium exports no GPU metrics");
         noop(self.allow_cpu_metrics.is_some(), "--allow-cpu-metrics", "tritium exports no host CPU metrics");
         noop(self.metrics_interval_ms.is_some(), "--metrics-interval-ms", "metrics are computed when scraped");
-        noop(!self.metrics_config.is_empty(), "--metrics-config", "latency summaries are not exported yet");
+        for key in self.metrics_options()?.1 {
+            let why = match key.as_str() {
+                "histogram_latencies" => "latency histograms are not exported yet (a setting of Triton after 2.51)",
+                _ => "Triton 2.51 knows no such metrics setting either",
+            };
+            noop(true, &format!("--metrics-config {key}"), why);
+        }
         for setting in &self.backend_config {
             noop(true, &format!("--backend-config={setting}"), backend_config_why(setting));
         }
@@ -684,6 +716,35 @@ mod tests {
             let refused = parse(args).review().expect_err("refused");
             assert_eq!(refused.flag, flag, "{args:?}");
             assert!(!refused.why.is_empty());
+        }
+    }
+
+    #[test]
+    fn metrics_config_sets_the_latency_metrics() {
+        let (options, ignored) = parse(&[]).metrics_options().expect("defaults");
+        assert_eq!(options, tritium_server::MetricsOptions::default());
+        assert!(options.counter_latencies && !options.summary_latencies && ignored.is_empty());
+        let f = parse(&[
+            "--metrics-config=summary_latencies=true",
+            "--metrics-config",
+            "counter_latencies=false",
+            "--metrics-config=summary_quantiles=0.5:0.05,0.99:0.001",
+            "--metrics-config=histogram_latencies=true",
+        ]);
+        let (options, ignored) = f.metrics_options().expect("parsed");
+        assert!(options.summary_latencies && !options.counter_latencies);
+        assert_eq!(options.summary_quantiles, [(0.5, 0.05), (0.99, 0.001)]);
+        assert_eq!(ignored, ["histogram_latencies"]);
+        let review = f.review().expect("accepted");
+        assert_eq!(review.no_effect.len(), 1, "{:?}", review.no_effect);
+        for (arg, why) in [
+            ("--metrics-config=summary_latencies", "<setting>=<value>"),
+            ("--metrics-config=summary_latencies=maybe", "maybe"),
+            ("--metrics-config=summary_quantiles=0.5", "no ':' delimiter"),
+        ] {
+            let refused = parse(&[arg]).review().expect_err("refused");
+            assert_eq!(refused.flag, arg);
+            assert!(refused.why.contains(why), "{arg}: {}", refused.why);
         }
     }
 

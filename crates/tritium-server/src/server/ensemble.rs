@@ -298,7 +298,7 @@ pub(super) fn start(
     let plan = Arc::new(plan);
     let mut versions = BTreeMap::new();
     for &v in &r.versions {
-        let stats = Arc::new(Stats::new(name, v));
+        let stats = Arc::new(Stats::for_metrics(name, v, &opts.metrics));
         let ctx = Arc::new(VersionContext {
             model: name.to_string(),
             version: v,
