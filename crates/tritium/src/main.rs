@@ -94,4 +94,28 @@ mod tests {
             assert!(sub.get_name() != "serve" || longs.contains("model-store"), "{longs:?}");
         }
     }
+
+    /// `tritium serve --help` groups every flag as tritonserver's help does, and tritium's own
+    /// under a heading of their own.
+    #[test]
+    fn every_serve_flag_has_a_heading_and_tritiums_own_are_marked() {
+        use clap::CommandFactory;
+        let cli = Cli::command();
+        let serve = cli.find_subcommand("serve").expect("serve");
+        let heading = |long: &str| {
+            let arg = serve.get_arguments().find(|a| a.get_long() == Some(long)).expect(long);
+            arg.get_help_heading().unwrap_or_default().to_string()
+        };
+        for arg in serve.get_arguments().filter(|a| a.get_long() != Some("help")) {
+            assert!(arg.get_help_heading().is_some(), "--{} has no heading", arg.get_long().unwrap_or_default());
+        }
+        for own in ["host", "python", "stub-init-timeout-secs", "openai-port", "max-output-bytes", "admin-token"] {
+            assert_eq!(heading(own), "tritium (not in tritonserver)", "--{own}");
+        }
+        for (flag, group) in
+            [("http-port", "HTTP"), ("model-repository", "Model Repository"), ("log-verbose", "Logging")]
+        {
+            assert_eq!(heading(flag), group, "--{flag}");
+        }
+    }
 }

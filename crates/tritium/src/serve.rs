@@ -25,101 +25,110 @@ pub(crate) enum ControlMode {
     Explicit,
 }
 
+/// The `--help` heading of the flags tritonserver does not have.
+const TRITIUM_OWN: &str = "tritium (not in tritonserver)";
+
 /// Flags of `tritium serve`.
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// The model repository directory (`--model-store` is Triton's other name for it; Triton
     /// takes several, tritium serves one).
-    #[arg(long, env = "TRITIUM_MODEL_REPOSITORY", alias = "model-store", required = true)]
+    #[arg(
+        long,
+        env = "TRITIUM_MODEL_REPOSITORY",
+        alias = "model-store",
+        required = true,
+        help_heading = "Model Repository"
+    )]
     model_repository: Vec<PathBuf>,
     /// Address the HTTP, gRPC and metrics endpoints listen on, unless --http-address,
     /// --grpc-address or --metrics-address say otherwise (tritium's own; Triton binds 0.0.0.0).
-    #[arg(long, env = "TRITIUM_HOST", default_value = "127.0.0.1")]
+    #[arg(long, env = "TRITIUM_HOST", default_value = "127.0.0.1", help_heading = TRITIUM_OWN)]
     host: String,
     /// HTTP (KServe v2 REST) port.
-    #[arg(long, env = "TRITIUM_HTTP_PORT", default_value_t = 8000)]
+    #[arg(long, env = "TRITIUM_HTTP_PORT", default_value_t = 8000, help_heading = "HTTP")]
     http_port: u16,
     /// gRPC port.
-    #[arg(long, env = "TRITIUM_GRPC_PORT", default_value_t = 8001)]
+    #[arg(long, env = "TRITIUM_GRPC_PORT", default_value_t = 8001, help_heading = "GRPC")]
     grpc_port: u16,
     /// Prometheus metrics port.
-    #[arg(long, env = "TRITIUM_METRICS_PORT", default_value_t = 8002)]
+    #[arg(long, env = "TRITIUM_METRICS_PORT", default_value_t = 8002, help_heading = "Metrics")]
     metrics_port: u16,
     /// Serve Prometheus metrics on `--metrics-port`.
-    #[arg(long, env = "TRITIUM_ALLOW_METRICS", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TRITIUM_ALLOW_METRICS", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = "Metrics")]
     allow_metrics: bool,
     /// How models are loaded.
-    #[arg(long, env = "TRITIUM_MODEL_CONTROL_MODE", value_enum, default_value_t = ControlMode::None)]
+    #[arg(long, env = "TRITIUM_MODEL_CONTROL_MODE", value_enum, default_value_t = ControlMode::None, help_heading = "Model Repository")]
     model_control_mode: ControlMode,
     /// With explicit control: a model to load at startup (repeatable; `*` loads all).
-    #[arg(long = "load-model", env = "TRITIUM_LOAD_MODEL", value_delimiter = ',')]
+    #[arg(long = "load-model", env = "TRITIUM_LOAD_MODEL", value_delimiter = ',', help_heading = "Model Repository")]
     load_model: Vec<String>,
     /// Seconds between repository scans in poll mode.
-    #[arg(long, env = "TRITIUM_REPOSITORY_POLL_SECS", default_value_t = 15)]
+    #[arg(long, env = "TRITIUM_REPOSITORY_POLL_SECS", default_value_t = 15, help_heading = "Model Repository")]
     repository_poll_secs: u64,
     /// Verbose logging level (0 = off, 1 = debug, 2 and up = trace).
-    #[arg(long, env = "TRITIUM_LOG_VERBOSE", default_value = "0", value_parser = crate::triton_flags::triton_verbose)]
+    #[arg(long, env = "TRITIUM_LOG_VERBOSE", default_value = "0", value_parser = crate::triton_flags::triton_verbose, help_heading = "Logging")]
     log_verbose: u32,
     /// Write INFO lines.
-    #[arg(long, env = "TRITIUM_LOG_INFO", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TRITIUM_LOG_INFO", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = "Logging")]
     log_info: bool,
     /// Write WARNING lines.
-    #[arg(long, env = "TRITIUM_LOG_WARNING", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TRITIUM_LOG_WARNING", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = "Logging")]
     log_warning: bool,
     /// Write ERROR lines.
-    #[arg(long, env = "TRITIUM_LOG_ERROR", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TRITIUM_LOG_ERROR", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = "Logging")]
     log_error: bool,
     /// Log line format: default, ISO8601 or json.
-    #[arg(long, env = "TRITIUM_LOG_FORMAT", default_value = "default")]
+    #[arg(long, env = "TRITIUM_LOG_FORMAT", default_value = "default", help_heading = "Logging")]
     log_format: String,
     /// Write the log to this file instead of stderr.
-    #[arg(long, env = "TRITIUM_LOG_FILE", default_value = "")]
+    #[arg(long, env = "TRITIUM_LOG_FILE", default_value = "", help_heading = "Logging")]
     log_file: String,
     /// The Python interpreter stubs run on (default: the repository's .venv, else python3).
-    #[arg(long, env = "TRITIUM_PYTHON")]
+    #[arg(long, env = "TRITIUM_PYTHON", help_heading = TRITIUM_OWN)]
     python: Option<PathBuf>,
     /// The directory holding tritium's Python package (default: found next to the binary).
-    #[arg(long, env = "TRITIUM_PYTHON_PATH")]
+    #[arg(long, env = "TRITIUM_PYTHON_PATH", help_heading = TRITIUM_OWN)]
     python_path: Option<PathBuf>,
     /// Seconds a stub may take to start and finish `initialize` (per model:
     /// `parameters { key: "stub_init_timeout_secs" ... }`).
-    #[arg(long, env = "TRITIUM_STUB_INIT_TIMEOUT_SECS", default_value_t = 300)]
+    #[arg(long, env = "TRITIUM_STUB_INIT_TIMEOUT_SECS", default_value_t = 300, help_heading = TRITIUM_OWN)]
     stub_init_timeout_secs: u64,
     /// Seconds one `execute` may take before its stub is killed and restarted; 0 never (per
     /// model: `execute_timeout_secs`).
-    #[arg(long, env = "TRITIUM_EXECUTE_TIMEOUT_SECS", default_value_t = 0)]
+    #[arg(long, env = "TRITIUM_EXECUTE_TIMEOUT_SECS", default_value_t = 0, help_heading = TRITIUM_OWN)]
     execute_timeout_secs: u64,
     /// Seconds without a heartbeat from a stub's native thread before it is killed as frozen.
-    #[arg(long, env = "TRITIUM_STUB_HEARTBEAT_TIMEOUT_SECS", default_value_t = 10)]
+    #[arg(long, env = "TRITIUM_STUB_HEARTBEAT_TIMEOUT_SECS", default_value_t = 10, help_heading = TRITIUM_OWN)]
     stub_heartbeat_timeout_secs: u64,
     /// Crashes within the restart window after which an instance is marked failed (per model:
     /// `stub_restart_limit`).
-    #[arg(long, env = "TRITIUM_STUB_RESTART_LIMIT", default_value_t = 5)]
+    #[arg(long, env = "TRITIUM_STUB_RESTART_LIMIT", default_value_t = 5, help_heading = TRITIUM_OWN)]
     stub_restart_limit: u32,
     /// The window of `--stub-restart-limit`, in seconds (per model: `stub_restart_window_secs`).
-    #[arg(long, env = "TRITIUM_STUB_RESTART_WINDOW_SECS", default_value_t = 60)]
+    #[arg(long, env = "TRITIUM_STUB_RESTART_WINDOW_SECS", default_value_t = 60, help_heading = TRITIUM_OWN)]
     stub_restart_window_secs: u64,
     /// Longest delay between restarts of a crashing stub, in seconds; delays start at 0.1 s and
     /// double (per model: `stub_backoff_max_secs`).
-    #[arg(long, env = "TRITIUM_STUB_BACKOFF_MAX_SECS", default_value_t = 10)]
+    #[arg(long, env = "TRITIUM_STUB_BACKOFF_MAX_SECS", default_value_t = 10, help_heading = TRITIUM_OWN)]
     stub_backoff_max_secs: u64,
     /// Do not call the models' `auto_complete_config`.
-    #[arg(long, env = "TRITIUM_DISABLE_AUTO_COMPLETE_CONFIG")]
+    #[arg(long, env = "TRITIUM_DISABLE_AUTO_COMPLETE_CONFIG", help_heading = "Model Repository")]
     disable_auto_complete_config: bool,
     /// Server readiness requires every model to be ready.
-    #[arg(long, env = "TRITIUM_STRICT_READINESS", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set)]
+    #[arg(long, env = "TRITIUM_STRICT_READINESS", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = "Server")]
     strict_readiness: bool,
     /// Longest busy-poll, in microseconds, of a server thread or stub waiting for the other side
     /// before it sleeps. Spinning is adaptive: only while messages keep arriving within this time
     /// of each other, so idle models cost no CPU (0 never spins).
-    #[arg(long, env = "TRITIUM_STUB_SPIN_US", default_value_t = 500)]
+    #[arg(long, env = "TRITIUM_STUB_SPIN_US", default_value_t = 500, help_heading = TRITIUM_OWN)]
     stub_spin_us: u32,
     /// Seconds in-flight requests get to finish at shutdown.
-    #[arg(long, env = "TRITIUM_EXIT_TIMEOUT_SECS", default_value_t = 30)]
+    #[arg(long, env = "TRITIUM_EXIT_TIMEOUT_SECS", default_value_t = 30, help_heading = "Server")]
     exit_timeout_secs: u64,
     /// A token that lets clients other than loopback restart stubs (`tritium restart
     /// --admin-token`); without one, only clients on this host may.
-    #[arg(long, env = "TRITIUM_ADMIN_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "TRITIUM_ADMIN_TOKEN", hide_env_values = true, help_heading = TRITIUM_OWN)]
     admin_token: Option<String>,
     /// The rest of tritonserver's command line.
     #[command(flatten)]
@@ -127,76 +136,81 @@ pub(crate) struct ServeArgs {
     // Stub and request limits (instance-hardening work).
     /// Most bytes of one request's id and parameters (keys and string values); a request with
     /// more is refused (400 / INVALID_ARGUMENT) before it is queued.
-    #[arg(long, env = "TRITIUM_MAX_REQUEST_METADATA_BYTES", default_value_t = tritium_server::DEFAULT_MAX_REQUEST_METADATA_BYTES)]
+    #[arg(long, env = "TRITIUM_MAX_REQUEST_METADATA_BYTES", default_value_t = tritium_server::DEFAULT_MAX_REQUEST_METADATA_BYTES, help_heading = TRITIUM_OWN)]
     max_request_metadata_bytes: usize,
     /// Most bytes of output tensors in one response from a model; a larger response fails that
     /// request alone, before anything is copied. The default, 2 GiB, is the largest message
     /// Triton's gRPC endpoint sends.
-    #[arg(long, env = "TRITIUM_MAX_OUTPUT_BYTES", default_value_t = tritium_server::DEFAULT_MAX_OUTPUT_BYTES)]
+    #[arg(long, env = "TRITIUM_MAX_OUTPUT_BYTES", default_value_t = tritium_server::DEFAULT_MAX_OUTPUT_BYTES, help_heading = TRITIUM_OWN)]
     max_output_bytes: u64,
     /// Most shared-memory segments one stub may have the server map at once; a stub that
     /// announces more breaks the protocol and is restarted.
-    #[arg(long, env = "TRITIUM_MAX_STUB_SEGMENTS", default_value_t = tritium_host::ChannelLimits::default().max_peer_segments)]
+    #[arg(long, env = "TRITIUM_MAX_STUB_SEGMENTS", default_value_t = tritium_host::ChannelLimits::default().max_peer_segments, help_heading = TRITIUM_OWN)]
     max_stub_segments: usize,
     /// Most bytes of one stub's shared-memory segments the server maps at once (address space;
     /// pages cost memory only once written); past it the stub is restarted.
-    #[arg(long, env = "TRITIUM_MAX_STUB_SHM_BYTES", default_value_t = tritium_host::ChannelLimits::default().max_peer_mapped_bytes)]
+    #[arg(long, env = "TRITIUM_MAX_STUB_SHM_BYTES", default_value_t = tritium_host::ChannelLimits::default().max_peer_mapped_bytes, help_heading = TRITIUM_OWN)]
     max_stub_shm_bytes: u64,
     /// Most bytes of shared memory the server holds for one stub's inputs at once; a request
     /// whose inputs do not fit fails alone.
-    #[arg(long, env = "TRITIUM_MAX_SERVER_SHM_BYTES_PER_STUB", default_value_t = tritium_host::ChannelLimits::default().max_own_bytes)]
+    #[arg(long, env = "TRITIUM_MAX_SERVER_SHM_BYTES_PER_STUB", default_value_t = tritium_host::ChannelLimits::default().max_own_bytes, help_heading = TRITIUM_OWN)]
     max_server_shm_bytes_per_stub: u64,
     // Queue limits (queue-policy work).
     /// Requests a model version queues at most (per priority level) when its config sets no
     /// `max_queue_size` of its own, with or without dynamic batching; the overflow is rejected
     /// with UNAVAILABLE ("Exceeds maximum queue size"). 0: unbounded, Triton's behaviour.
-    #[arg(long, env = "TRITIUM_MAX_QUEUE_SIZE", default_value_t = 0)]
+    #[arg(long, env = "TRITIUM_MAX_QUEUE_SIZE", default_value_t = 0, help_heading = TRITIUM_OWN)]
     max_queue_size: usize,
     // Client request limits (frontend-limits work).
     /// The largest HTTP request body, in bytes: the JSON and any binary tensor data together,
     /// counted after decompression (Triton's flag and default, 64 MiB).
-    #[arg(long, env = "TRITIUM_HTTP_MAX_INPUT_SIZE", default_value_t = tritium_http::DEFAULT_MAX_INPUT_SIZE)]
+    #[arg(long, env = "TRITIUM_HTTP_MAX_INPUT_SIZE", default_value_t = tritium_http::DEFAULT_MAX_INPUT_SIZE, help_heading = "HTTP")]
     http_max_input_size: usize,
     /// The largest gRPC message received or sent, in bytes (a compressed request counts
     /// decompressed); Triton's fixed limit, INT32_MAX, by default.
-    #[arg(long, env = "TRITIUM_GRPC_MAX_MESSAGE_SIZE", default_value_t = tritium_grpc::MAX_GRPC_MESSAGE_SIZE)]
+    #[arg(long, env = "TRITIUM_GRPC_MAX_MESSAGE_SIZE", default_value_t = tritium_grpc::MAX_GRPC_MESSAGE_SIZE, help_heading = TRITIUM_OWN)]
     grpc_max_message_size: usize,
     // Python-based backends (runtime work).
     /// The backend directory: a model with `backend: "<name>"` other than "python" runs
     /// `<backend-directory>/<name>/model.py` (a Python-based backend, as Triton's vLLM backend),
     /// with `pb_utils.get_model_dir()` still the model's version directory (Triton's flag and
     /// default).
-    #[arg(long, env = "TRITIUM_BACKEND_DIRECTORY", default_value = "/opt/tritonserver/backends")]
+    #[arg(
+        long,
+        env = "TRITIUM_BACKEND_DIRECTORY",
+        default_value = "/opt/tritonserver/backends",
+        help_heading = "Backend"
+    )]
     backend_directory: PathBuf,
     // OpenAI frontend (issue 11)
     /// Serve the OpenAI-compatible API (`/v1/chat/completions`, `/v1/completions`,
     /// `/v1/models`) on this port; off unless given (Triton's OpenAI frontend uses 9000).
-    #[arg(long, env = "TRITIUM_OPENAI_PORT")]
+    #[arg(long, env = "TRITIUM_OPENAI_PORT", help_heading = TRITIUM_OWN)]
     openai_port: Option<u16>,
     /// A Jinja chat template for every model of the OpenAI frontend, overriding the
     /// `chat_template` of their `tokenizer_config.json` (a template file, or a
     /// `tokenizer_config.json`).
-    #[arg(long, env = "TRITIUM_CHAT_TEMPLATE")]
+    #[arg(long, env = "TRITIUM_CHAT_TEMPLATE", help_heading = TRITIUM_OWN)]
     chat_template: Option<PathBuf>,
     // Back-pressure for decoupled streams (issue 10)
     /// Most responses of one decoupled request that the model may have sent and its client not
     /// yet taken; the model's next `send` waits for the client (0: no limit, the server buffers
     /// whatever the model sends).
-    #[arg(long, env = "TRITIUM_MAX_INFLIGHT_RESPONSES", default_value_t = tritium_server::DEFAULT_MAX_INFLIGHT_RESPONSES)]
+    #[arg(long, env = "TRITIUM_MAX_INFLIGHT_RESPONSES", default_value_t = tritium_server::DEFAULT_MAX_INFLIGHT_RESPONSES, help_heading = TRITIUM_OWN)]
     max_inflight_responses: u32,
     // Per-model Python environments (issue 14).
     /// Where packed environments (`EXECUTION_ENV_PATH`) are unpacked and `requirements.txt`
     /// environments are built, each once, keyed by a hash of what made it (default:
     /// `$XDG_CACHE_HOME/tritium/envs`, else `~/.cache/tritium/envs`).
-    #[arg(long, env = "TRITIUM_ENV_CACHE_DIR")]
+    #[arg(long, env = "TRITIUM_ENV_CACHE_DIR", help_heading = TRITIUM_OWN)]
     env_cache_dir: Option<PathBuf>,
     /// Install models' requirements only from this directory of wheels (pip's `--no-index
     /// --find-links DIR`), for servers without access to PyPI.
-    #[arg(long, env = "TRITIUM_WHEELHOUSE")]
+    #[arg(long, env = "TRITIUM_WHEELHOUSE", help_heading = TRITIUM_OWN)]
     wheelhouse: Option<PathBuf>,
     /// Seconds building one model's Python environment may take (its installer is killed past
     /// it and the load fails); apart from `--stub-init-timeout-secs`.
-    #[arg(long, env = "TRITIUM_ENV_BUILD_TIMEOUT_SECS", default_value_t = 900)]
+    #[arg(long, env = "TRITIUM_ENV_BUILD_TIMEOUT_SECS", default_value_t = 900, help_heading = TRITIUM_OWN)]
     env_build_timeout_secs: u64,
     // Tracing and config variants (issue 16, trace).
     /// Each model's config is `<model>/configs/<NAME>.pbtxt` when it has one, else its
