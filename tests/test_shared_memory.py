@@ -12,6 +12,7 @@ import subprocess
 import textwrap
 import threading
 import time
+import urllib.request
 import uuid
 
 import numpy as np
@@ -147,6 +148,28 @@ class TritonPythonModel:
         return responses
 """
 
+# One instance, so the stub whose arena is measured is the one that ran every request.
+COPY_CONFIG = """
+name: "shm_copy"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+"""
+
+COPY_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUT0", pb_utils.get_input_tensor_by_name(r, "IN0").as_numpy())])
+            for r in requests
+        ]
+"""
+
 
 def write_model(repo, name, config, model):
     os.makedirs(os.path.join(repo, name, "1"))
@@ -162,9 +185,10 @@ def srv(tmp_path_factory):
     write_model(repo, "shm_identity", IDENTITY_CONFIG, IDENTITY_MODEL)
     write_model(repo, "shm_probe", PROBE_CONFIG, PROBE_MODEL)
     write_model(repo, "shm_dlpack", DLPACK_CONFIG, DLPACK_MODEL)
+    write_model(repo, "shm_copy", COPY_CONFIG, COPY_MODEL)
     server = Server(repo, str(tmp_path_factory.mktemp("shm-log") / "tritium.log"))
     try:
-        server.wait_models(["shm_identity", "shm_probe", "shm_dlpack"])
+        server.wait_models(["shm_identity", "shm_probe", "shm_dlpack", "shm_copy"])
         yield server
     finally:
         code = server.stop()
@@ -390,6 +414,36 @@ def test_unregistering_a_region_in_use_waits_for_the_request(api, regions):
         shm.get_contents_as_numpy(out_handle, np.uint8, [8], offset=128), np.full(8, 7, dtype=np.uint8)
     )
     assert status_names(client) == {in_name: (in_key, 0, 64)}
+
+
+def stub_shm_bytes(srv, model):
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    m = re.search(r'^tritium_stub_shm_bytes\{[^}]*model="' + model + r'"[^}]*\} (\d+)$', text, re.M)
+    assert m, text
+    return int(m.group(1))
+
+
+def test_outputs_go_straight_into_the_region_never_through_the_arena(srv, api, regions):
+    # The stub writes an output asked for in a region into that region, so its arena never holds
+    # the 4 MiB outputs (a regression: they once went through the arena and were copied twice
+    # more by the server, with the same bytes in the region at the end).
+    module, client = api
+    n = 1 << 20
+    x = np.random.default_rng(3).random(n, dtype=np.float32)
+    in_name, in_key, in_handle = regions.create(4 * n)
+    out_name, out_key, out_handle = regions.create(4 * n)
+    shm.set_shared_memory_region(in_handle, [x])
+    client.register_system_shared_memory(in_name, in_key, 4 * n)
+    client.register_system_shared_memory(out_name, out_key, 4 * n)
+    for _ in range(3):
+        inp = module.InferInput("IN0", [n], "FP32")
+        inp.set_shared_memory(in_name, 4 * n)
+        out = module.InferRequestedOutput("OUT0")
+        out.set_shared_memory(out_name, 4 * n)
+        client.infer("shm_copy", [inp], outputs=[out])
+        np.testing.assert_array_equal(shm.get_contents_as_numpy(out_handle, np.float32, [n]), x)
+    assert stub_shm_bytes(srv, "shm_copy") < 4 * n
 
 
 def test_dlpack_on_the_stubs_tensors(api, regions):

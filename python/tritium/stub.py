@@ -288,11 +288,13 @@ class Stub:
             del requests
             self.channel.send_execute_done(batch)
             return
-        # The requests end here: their cancellations are forgotten.
-        _runtime.cancelled.difference_update(r._id for r in requests)
         if responses is not None:
             self._send_all(requests, responses)
         self._end_rescheduled(requests)
+        # The requests end here, after their responses (which need what the channel keeps per
+        # request, such as the client regions their outputs go to): their cancellations are
+        # forgotten.
+        _runtime.cancelled.difference_update(r._id for r in requests)
         del requests, responses
         self.channel.send_execute_done(batch)
 
