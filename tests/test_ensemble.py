@@ -432,3 +432,40 @@ def test_explicit_control_loads_the_steps_of_a_loaded_ensemble(tmp_path):
         np.testing.assert_array_equal(result.as_numpy("Y"), (X + 1) * 2)
     finally:
         server.stop()
+
+
+def test_unload_dependents_takes_the_steps_no_other_ensemble_uses(tmp_path):
+    repo = str(tmp_path / "repo")
+    write_steps(repo)
+    for name in ("chain", "a_nested", "diamond"):
+        write_ensemble(repo, name, GOOD[name])
+    flags = ["--model-control-mode", "explicit", "--load-model", "a_nested", "--load-model", "diamond"]
+    server = Server(repo, str(tmp_path / "tritium.log"), flags)
+    try:
+        server.wait_models(["a_nested", "diamond", "chain", "add_one", "double", "add"])
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        # a_nested goes with chain (used by nothing else); add_one and double stay for diamond.
+        client.unload_model("a_nested", unload_dependents=True)
+        ready = {m: client.is_model_ready(m) for m in ("a_nested", "chain", "add_one", "double", "add", "diamond")}
+        assert ready == {
+            "a_nested": False,
+            "chain": False,
+            "add_one": True,
+            "double": True,
+            "add": True,
+            "diamond": True,
+        }
+        result = client.infer("diamond", [x_input(grpcclient, X)])
+        np.testing.assert_array_equal(result.as_numpy("Y"), (X + 1) + X * 2)
+        # Over HTTP, the last user of the steps takes them all with it.
+        body = json.dumps({"parameters": {"unload_dependents": True}}).encode()
+        req = urllib.request.Request(f"http://{server.http_url}/v2/repository/models/diamond/unload", data=body)
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 200
+        assert not any(client.is_model_ready(m) for m in ("diamond", "add_one", "double", "add"))
+        # A plain unload leaves the steps loaded.
+        client.load_model("chain")
+        client.unload_model("chain")
+        assert client.is_model_ready("add_one") and client.is_model_ready("double")
+    finally:
+        server.stop()

@@ -4,11 +4,9 @@ the default collectors and `_created` samples, and nothing at all when the model
 import subprocess
 import sys
 
+import prometheus_client
 import pytest
-
-prometheus_client = pytest.importorskip("prometheus_client")
-
-from tritium import promclient  # noqa: E402
+from tritium import promclient
 
 
 @pytest.fixture

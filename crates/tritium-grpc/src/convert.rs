@@ -648,11 +648,12 @@ pub fn load_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> Re
     Ok(())
 }
 
-/// Checks `RepositoryModelUnload` parameters as Triton does (`unload_dependents` must be a bool;
-/// others are ignored). tritium has no ensembles, so there are never dependents to unload.
-pub fn unload_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> Result<(), InferError> {
+/// Reads `RepositoryModelUnload` parameters as Triton does: `unload_dependents` (a bool; whether
+/// an ensemble's step models go too) is returned, others are ignored.
+pub fn unload_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> Result<bool, InferError> {
     match params.get("unload_dependents").map(|p| p.parameter_choice.as_ref()) {
-        None | Some(Some(RepoParam::BoolParam(_))) => Ok(()),
+        None => Ok(false),
+        Some(Some(RepoParam::BoolParam(b))) => Ok(*b),
         Some(_) => Err(invalid("invalid value type for 'unload_dependents' parameter, expected bool_param.")),
     }
 }

@@ -719,9 +719,10 @@ fn load_parameters_checked_as_triton() {
 
 #[test]
 fn unload_parameters_checked_as_triton() {
-    assert!(unload_parameters(&HashMap::new()).is_ok());
-    assert!(unload_parameters(&repo_params(&[("unload_dependents", R::BoolParam(true))])).is_ok());
-    assert!(unload_parameters(&repo_params(&[("other", R::Int64Param(1))])).is_ok());
+    assert_eq!(unload_parameters(&HashMap::new()).ok(), Some(false));
+    assert_eq!(unload_parameters(&repo_params(&[("unload_dependents", R::BoolParam(true))])).ok(), Some(true));
+    assert_eq!(unload_parameters(&repo_params(&[("unload_dependents", R::BoolParam(false))])).ok(), Some(false));
+    assert_eq!(unload_parameters(&repo_params(&[("other", R::Int64Param(1))])).ok(), Some(false));
     assert_invalid(
         unload_parameters(&repo_params(&[("unload_dependents", R::StringParam("yes".into()))])),
         "invalid value type for 'unload_dependents' parameter, expected bool_param.",

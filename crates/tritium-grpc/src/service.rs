@@ -264,8 +264,11 @@ impl GrpcInferenceService for InferenceService {
         if !req.repository_name.is_empty() {
             return Err(repository_name_unsupported());
         }
-        convert::unload_parameters(&req.parameters).map_err(to_status)?;
-        self.server.unload_model(&req.model_name).await.map_err(to_status)?;
+        if convert::unload_parameters(&req.parameters).map_err(to_status)? {
+            self.server.unload_model_and_dependents(&req.model_name).await.map_err(to_status)?;
+        } else {
+            self.server.unload_model(&req.model_name).await.map_err(to_status)?;
+        }
         Ok(Response::new(RepositoryModelUnloadResponse {}))
     }
 

@@ -233,7 +233,8 @@ async fn health_metadata_and_repository_without_models() {
         .model_statistics(ModelStatisticsRequest { name: "nope".into(), version: String::new() })
         .await
         .expect_err("unknown model");
-    assert_eq!(e.code(), Code::NotFound);
+    // Triton's code and text.
+    assert_eq!((e.code(), e.message()), (Code::InvalidArgument, "requested model 'nope' is not available"));
 
     running.shutdown().await;
     let _ = std::fs::remove_dir_all(repo);

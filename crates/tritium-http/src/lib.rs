@@ -90,6 +90,11 @@ pub trait Backend: Send + Sync + 'static {
     fn load_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send;
     /// Unloads a model.
     fn unload_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send;
+    /// Unloads a model and, for an ensemble, the step models nothing else uses
+    /// (`unload_dependents`); without ensembles, the same as [`Backend::unload_model`].
+    fn unload_model_and_dependents(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send {
+        self.unload_model(name)
+    }
     /// Statistics for one model (and version) or all.
     fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStats>, InferError>;
     /// The log settings (the logging extension); unsupported unless implemented.
@@ -173,6 +178,9 @@ impl Backend for Server {
     }
     fn unload_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send {
         Server::unload_model(self, name)
+    }
+    fn unload_model_and_dependents(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send {
+        Server::unload_model_and_dependents(self, name)
     }
     fn statistics(&self, name: Option<&str>, version: Option<i64>) -> Result<Vec<ModelStats>, InferError> {
         Server::statistics(self, name, version)

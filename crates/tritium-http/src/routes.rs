@@ -513,17 +513,17 @@ async fn repository_control<B: Backend>(
         }
         s.backend.load_model(&model).await?;
     } else {
+        let mut dependents = false;
         if let Some(v) = params.and_then(|p| p.get("unload_dependents")) {
-            if !v.is_boolean() {
-                return Err(HttpError::new(
-                    StatusCode::BAD_REQUEST,
-                    "Unable to parse 'unload_dependents': expected a boolean",
-                ));
-            }
+            dependents = v.as_bool().ok_or_else(|| {
+                HttpError::new(StatusCode::BAD_REQUEST, "Unable to parse 'unload_dependents': expected a boolean")
+            })?;
         }
-        // tritium models have no dependents (no ensembles), so `unload_dependents` changes
-        // nothing.
-        s.backend.unload_model(&model).await?;
+        if dependents {
+            s.backend.unload_model_and_dependents(&model).await?;
+        } else {
+            s.backend.unload_model(&model).await?;
+        }
     }
     Ok(json_response(StatusCode::OK, Body::empty()))
 }

@@ -71,10 +71,15 @@ pub(crate) fn model_control(hook: &Hook, caller: &str, op: CallOp) -> Result<Cal
             }
             runtime.block_on(server.load_model(&name)).map(|()| CallResult::Done).map_err(|e| e.message)
         }
-        CallOp::ModelUnload { name, .. } => {
+        CallOp::ModelUnload { name, unload_dependents } => {
             server.bls_check_control().map_err(|e| e.message)?;
             runtime.spawn(async move {
-                if let Err(e) = server.unload_model(&name).await {
+                let unloaded = if unload_dependents {
+                    server.unload_model_and_dependents(&name).await
+                } else {
+                    server.unload_model(&name).await
+                };
+                if let Err(e) = unloaded {
                     warn!(model = %name, "unload_model: {e}");
                 }
             });

@@ -507,7 +507,9 @@ impl Server {
             version: env!("CARGO_PKG_VERSION").into(),
             extensions: [
                 "classification",
+                "sequence",
                 "model_repository",
+                "model_repository(unload_dependents)",
                 "model_configuration",
                 "binary_tensor_data",
                 "system_shared_memory",
@@ -709,6 +711,14 @@ impl Server {
         self.unload(name).await
     }
 
+    /// A client's unload request with `unload_dependents: true`: an ensemble is unloaded with
+    /// the models of its steps that no other loaded ensemble uses (a model that is not an
+    /// ensemble has none); refused unless model control is explicit, as in Triton.
+    pub async fn unload_model_and_dependents(&self, name: &str) -> Result<(), InferError> {
+        self.check_control()?;
+        self.unload_with_dependents(name).await
+    }
+
     fn check_control(&self) -> Result<(), InferError> {
         if self.inner.opts.explicit_control {
             Ok(())
@@ -843,8 +853,14 @@ impl Server {
             }
         }
         if let Some(n) = name {
+            // Triton's texts and code (core `TRITONSERVER_ServerModelStatistics`).
             if out.is_empty() {
-                self.route(n, version)?;
+                let known = models.get(n).is_some_and(|e| !e.versions.is_empty());
+                return Err(InferError::invalid(if known {
+                    format!("requested model version is not available for model '{n}'")
+                } else {
+                    format!("requested model '{n}' is not available")
+                }));
             }
         }
         Ok(out)

@@ -135,6 +135,42 @@ impl Server {
         Ok(Some(configs))
     }
 
+    /// Unloads `name` and then, if it is an ensemble, the models of its steps that no other
+    /// loaded ensemble uses, each the same way (Triton's `unload_dependents`). Boxed, as it
+    /// recurses through ensembles of ensembles.
+    pub(super) fn unload_with_dependents(&self, name: &str) -> Boxed<Result<(), InferError>> {
+        let server = self.clone();
+        let name = name.to_string();
+        Box::pin(async move {
+            let uses = |plan: &Ensemble, model: &str| plan.steps.iter().any(|s| s.model == model);
+            let mut steps: Vec<String> = server
+                .models()
+                .get(&name)
+                .and_then(|e| e.versions.values().next_back().and_then(|v| v.ensemble.clone()))
+                .map(|plan| plan.steps.iter().map(|s| s.model.clone()).collect())
+                .unwrap_or_default();
+            steps.sort();
+            steps.dedup();
+            server.unload(&name).await?;
+            for step in steps {
+                let (loaded, used_elsewhere) = {
+                    let models = server.models();
+                    let loaded = models.get(&step).is_some_and(|e| !e.versions.is_empty());
+                    let used = models.iter().any(|(n, e)| {
+                        *n != step && e.versions.values().any(|v| v.ensemble.as_deref().is_some_and(|p| uses(p, &step)))
+                    });
+                    (loaded, used)
+                };
+                if loaded && !used_elsewhere {
+                    server.unload_with_dependents(&step).await?;
+                } else if used_elsewhere {
+                    info!(model = %step, "kept loaded: another loaded ensemble uses it");
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// After model `name` was loaded (`loaded`) or unloaded, the ensembles that use it are
     /// checked again, as Triton's dependency graph does: reloaded against the new model, or made
     /// unavailable with the reason. Boxed, as it loads models.
