@@ -631,28 +631,9 @@ impl Channel {
     ) -> PyResult<Result<Tensor, String>> {
         let (name, dtype_name, shape, data) = out;
         let dtype = dtype(&dtype_name)?;
-        let (address, nbytes) = if let Ok(bytes) = data.cast::<PyBytes>() {
-            (bytes.as_bytes().as_ptr() as usize, bytes.as_bytes().len())
-        } else {
-            let array = data.cast::<PyUntypedArray>().map_err(|_| {
-                PyValueError::new_err(format!(
-                    "output '{name}' must be bytes or a numpy array, got {}",
-                    data.get_type()
-                ))
-            })?;
-            if !array.is_c_contiguous() {
-                return Err(PyValueError::new_err(format!("output '{name}' must be C-contiguous")));
-            }
-            let nbytes = array.shape().iter().try_fold(array.dtype().itemsize(), |acc, &d| acc.checked_mul(d));
-            let nbytes = nbytes.ok_or_else(|| PyValueError::new_err(format!("output '{name}' is too large")))?;
-            // SAFETY: `array` is a live ndarray (checked by the cast); its data pointer is read only.
-            (unsafe { (*array.as_array_ptr()).data } as usize, nbytes)
-        };
+        let (address, nbytes) = output_source(&name, &data)?;
         if nbytes as u64 > dest.len {
-            return Ok(Err(format!(
-                "shared memory size specified with the request for output '{name}' ({} bytes) should be at least {nbytes} bytes to hold the results",
-                dest.len
-            )));
+            return Ok(Err(tritium_ipc::output_too_small(&name, dest.len, nbytes as u64)));
         }
         let desc = Descriptor { len: nbytes as u64, ..dest };
         let view = self.inner.view(desc).map_err(ipc_err)?;
@@ -728,38 +709,37 @@ impl Channel {
     fn tensor_from_py(&self, py: Python<'_>, out: (String, String, Vec<i64>, Bound<'_, PyAny>)) -> PyResult<Tensor> {
         let (name, dtype_name, shape, data) = out;
         let dtype = dtype(&dtype_name)?;
-        let view = if let Ok(bytes) = data.cast::<PyBytes>() {
-            let src = bytes.as_bytes();
-            let view = self.inner.alloc(src.len() as u64).map_err(ipc_err)?;
-            view.copy_from(src);
-            view
-        } else {
-            let array = data.cast::<PyUntypedArray>().map_err(|_| {
-                PyValueError::new_err(format!(
-                    "output '{name}' must be bytes or a numpy array, got {}",
-                    data.get_type()
-                ))
-            })?;
-            if !array.is_c_contiguous() {
-                return Err(PyValueError::new_err(format!("output '{name}' must be C-contiguous")));
-            }
-            let nbytes = array.shape().iter().try_fold(array.dtype().itemsize(), |acc, &d| acc.checked_mul(d));
-            let nbytes = nbytes.ok_or_else(|| PyValueError::new_err(format!("output '{name}' is too large")))?;
-            // SAFETY: `array` is a live ndarray (checked by the cast) whose data pointer covers
-            // `nbytes` contiguous bytes; the Bound keeps it alive for the whole copy.
-            let address = unsafe { (*array.as_array_ptr()).data } as usize;
-            let view = self.inner.alloc(nbytes as u64).map_err(ipc_err)?;
-            if nbytes > 0 {
-                let dst = view.clone();
-                py.detach(move || {
-                    // SAFETY: see above; the destination was just allocated with `nbytes` bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(address as *const u8, dst.as_ptr(), nbytes) }
-                });
-            }
-            view
-        };
+        let (address, nbytes) = output_source(&name, &data)?;
+        let view = self.inner.alloc(nbytes as u64).map_err(ipc_err)?;
+        if nbytes > 0 {
+            let dst = view.clone();
+            py.detach(move || {
+                // SAFETY: the source covers `nbytes` bytes of an object the caller's Bound keeps
+                // alive (see `output_source`); the destination was just allocated with `nbytes`.
+                unsafe { std::ptr::copy_nonoverlapping(address as *const u8, dst.as_ptr(), nbytes) }
+            });
+        }
         Ok(Tensor { name, dtype, shape, data: TensorData::Shm { desc: view.desc, writable: true } })
     }
+}
+
+/// The address and length of an output's bytes: a `bytes` object's, or a C-contiguous numpy
+/// array's. The caller's `Bound` keeps the object, and so the bytes, alive and unchanged while
+/// it copies them (a `bytes` is immutable; model code has returned the array).
+fn output_source(name: &str, data: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
+    if let Ok(bytes) = data.cast::<PyBytes>() {
+        return Ok((bytes.as_bytes().as_ptr() as usize, bytes.as_bytes().len()));
+    }
+    let array = data.cast::<PyUntypedArray>().map_err(|_| {
+        PyValueError::new_err(format!("output '{name}' must be bytes or a numpy array, got {}", data.get_type()))
+    })?;
+    if !array.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!("output '{name}' must be C-contiguous")));
+    }
+    let nbytes = array.shape().iter().try_fold(array.dtype().itemsize(), |acc, &d| acc.checked_mul(d));
+    let nbytes = nbytes.ok_or_else(|| PyValueError::new_err(format!("output '{name}' is too large")))?;
+    // SAFETY: `array` is a live ndarray (checked by the cast); its data pointer is only read.
+    Ok((unsafe { (*array.as_array_ptr()).data } as usize, nbytes))
 }
 
 #[pymethods]

@@ -602,6 +602,15 @@ pub(crate) enum Control {
     RegionAdded { id: u32, offset: u64, len: u64 },
 }
 
+/// Triton's text for an output larger than the range of a client's shared memory region the
+/// request gave it; the stub (which writes such outputs) and the server (which copies an
+/// ensemble's) both answer with it.
+pub fn output_too_small(output: &str, available: u64, needed: u64) -> String {
+    format!(
+        "shared memory size specified with the request for output '{output}' ({available} bytes) should be at least {needed} bytes to hold the results"
+    )
+}
+
 /// The bit that marks a segment id as a client's registered region (system shared memory)
 /// rather than an arena segment. Region ids are the server's (top bit clear); neither arena
 /// allocates or frees in them, and releases of their blocks are ignored.

@@ -240,16 +240,9 @@ pub(crate) fn place_outputs(
 /// Triton's error for an output larger than its shared-memory target.
 pub fn check_fits(output: &str, available: u64, needed: u64) -> Result<(), InferError> {
     if needed > available {
-        return Err(InferError::internal(too_small(output, available, needed)));
+        return Err(InferError::internal(tritium_ipc::output_too_small(output, available, needed)));
     }
     Ok(())
-}
-
-/// Triton's text for an output larger than its shared-memory target (the stub uses the same).
-pub fn too_small(output: &str, available: u64, needed: u64) -> String {
-    format!(
-        "shared memory size specified with the request for output '{output}' ({available} bytes) should be at least {needed} bytes to hold the results"
-    )
 }
 
 /// Triton's text for a registration while client shared memory is off (`--allow-client-shm`).
