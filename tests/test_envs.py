@@ -82,8 +82,9 @@ def pack(env_dir, archive):
         t.add(env_dir, arcname=".")
 
 
-def wait_loaded(server, models, timeout):
-    """Waits until `models` are ready, failing at once when one of them failed to load."""
+def wait_loaded(server, models, timeout, progress=None):
+    """Waits until `models` are ready, failing at once when one of them failed to load; the
+    reasons the index gives for loading models go into `progress` (model -> reasons seen)."""
     deadline = time.time() + timeout
     while True:
         if server.proc.poll() is not None:
@@ -92,6 +93,10 @@ def wait_loaded(server, models, timeout):
             states = index(server)
         except OSError:
             states = {}
+        if progress is not None:
+            for m, s in states.items():
+                if s.get("state") == "LOADING" and s.get("reason"):
+                    progress.setdefault(m, []).append(s["reason"])
         failed = {m: states[m].get("reason") for m in models if states.get(m, {}).get("state") == "UNAVAILABLE"}
         if failed:
             raise RuntimeError(f"models failed to load: {failed}")
@@ -146,7 +151,8 @@ def envs(tmp_path_factory):
         ["--env-cache-dir", cache, "--model-load-thread-count", "8"],
     )
     try:
-        wait_loaded(server, ["packed", "packed_too", "six_old", "six_new"], timeout=900)
+        server.progress = {}
+        wait_loaded(server, ["packed", "packed_too", "six_old", "six_new"], timeout=900, progress=server.progress)
         server.cache = cache
         yield server
     finally:
@@ -184,6 +190,15 @@ def test_the_index_and_tritium_models_show_each_models_interpreter_and_environme
         assert models[name]["python"] == index[name]["tritium_python"]
         assert models[name]["environment"] == index[name]["tritium_environment"]
     assert models["broken_requirement"]["python"] == "", "a model that failed to load runs nothing"
+
+
+def test_a_model_building_its_environment_says_so_in_the_index(envs):
+    # While pip runs, the index (and so `tritium models`) gives the step and pip's latest line.
+    seen = envs.progress.get("six_old", []) + envs.progress.get("six_new", [])
+    assert any(r.startswith("building the Python environment of ") for r in seen), envs.progress
+    assert any("six" in r for r in seen), seen
+    # Once loaded, no reason is left behind.
+    assert index(envs)["six_old"].get("reason", "") == ""
 
 
 def test_models_sharing_an_archive_share_one_unpacked_copy(envs):

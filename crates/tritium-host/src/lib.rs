@@ -10,7 +10,7 @@ pub mod output;
 pub mod process;
 pub mod stub;
 
-pub use process::{run_tool, StubCommand, StubExit, ToolOutcome};
+pub use process::{run_tool, OnLine, StubCommand, StubExit, ToolOutcome};
 pub use stub::{
     BlsEvent, BlsHandler, CallHandler, ClientMetrics, HostError, MetricsProbe, OnResponse, Stub, StubInfo, POLL_CHUNK,
 };

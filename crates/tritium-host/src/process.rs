@@ -301,11 +301,15 @@ impl ToolOutcome {
     }
 }
 
+/// What [`run_tool`] hands each line its program prints.
+pub type OnLine = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Runs a helper program to completion (building a model's Python environment: `python -m
 /// venv`, `pip`, `uv`; probing an interpreter) in its own process group, with `env` added to
 /// the server's environment. Each line it prints is logged at info level in `span` (progress in
-/// the log), the last `tail` lines are kept, and a run longer than `timeout` has its whole
-/// process group killed. The child also gets `PR_SET_PDEATHSIG`, like a stub.
+/// the log) and handed to `on_line` if given (progress elsewhere), the last `tail` lines are
+/// kept, and a run longer than `timeout` has its whole process group killed. The child also gets
+/// `PR_SET_PDEATHSIG`, like a stub.
 pub fn run_tool(
     program: &std::path::Path,
     args: &[OsString],
@@ -313,6 +317,7 @@ pub fn run_tool(
     timeout: std::time::Duration,
     tail: usize,
     span: Span,
+    on_line: Option<OnLine>,
 ) -> std::io::Result<ToolOutcome> {
     let mut command = Command::new(program);
     command
@@ -339,11 +344,14 @@ pub fn run_tool(
         child.stderr.take().map(|e| Box::new(e) as Box<dyn Read + Send>),
     ];
     for reader in outputs.into_iter().flatten() {
-        let (span, lines) = (span.clone(), lines.clone());
+        let (span, lines, on_line) = (span.clone(), lines.clone(), on_line.clone());
         readers.push(std::thread::Builder::new().name("tool-output".into()).spawn(move || {
             let _enter = span.enter();
             crate::output::read_lines(reader, crate::output::MAX_LINE, |line| {
                 tracing::info!(target: "tritium::env", "{line}");
+                if let Some(on_line) = &on_line {
+                    on_line(&line);
+                }
                 let mut l = lines.0.lock().unwrap_or_else(|e| e.into_inner());
                 if l.len() == tail.max(1) {
                     l.pop_front();
@@ -405,6 +413,10 @@ mod tests {
     fn a_tool_keeps_its_last_lines_and_is_killed_past_its_time() {
         let sh = std::path::Path::new("/bin/sh");
         let args = |s: &str| vec![OsString::from("-c"), OsString::from(s)];
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let on_line: OnLine =
+            Arc::new(move |l: &str| sink.lock().unwrap_or_else(|e| e.into_inner()).push(l.to_string()));
         let done = run_tool(
             sh,
             &args("echo one; echo two; echo three; exit 3"),
@@ -412,14 +424,17 @@ mod tests {
             std::time::Duration::from_secs(60),
             2,
             Span::none(),
+            Some(on_line),
         )
         .expect("sh");
         assert_eq!(done.exit, StubExit::Code(3));
         assert!(!done.success() && !done.timed_out);
         assert_eq!(done.tail.len(), 2);
         assert_eq!(done.tail.last().map(String::as_str), Some("three"));
-        let slow = run_tool(sh, &args("sleep 30 & wait"), &[], std::time::Duration::from_millis(200), 2, Span::none())
-            .expect("sh");
+        assert_eq!(*seen.lock().unwrap_or_else(|e| e.into_inner()), ["one", "two", "three"], "every line, in order");
+        let slow =
+            run_tool(sh, &args("sleep 30 & wait"), &[], std::time::Duration::from_millis(200), 2, Span::none(), None)
+                .expect("sh");
         assert!(slow.timed_out);
         assert_eq!(slow.exit, StubExit::signal(libc::SIGKILL));
     }

@@ -30,6 +30,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
@@ -59,11 +60,53 @@ pub struct EnvOptions {
     pub wheelhouse: Option<PathBuf>,
     /// Longest time building one environment may take (apart from `stub_init_timeout_secs`).
     pub build_timeout: Duration,
+    /// Where build progress goes, besides the log (the server sets it: a loading model's
+    /// reason in the repository index).
+    pub progress: Progress,
 }
 
 impl Default for EnvOptions {
     fn default() -> Self {
-        Self { cache_dir: default_cache_dir(), wheelhouse: None, build_timeout: Duration::from_secs(900) }
+        Self {
+            cache_dir: default_cache_dir(),
+            wheelhouse: None,
+            build_timeout: Duration::from_secs(900),
+            progress: Progress::default(),
+        }
+    }
+}
+
+/// Takes `(model, line)` for each step and installer line of an environment being prepared;
+/// the default drops them.
+#[derive(Clone, Default)]
+pub struct Progress(Option<Arc<ProgressSink>>);
+
+/// The sink behind a [`Progress`]: `(model, line)`.
+type ProgressSink = dyn Fn(&str, &str) + Send + Sync;
+
+impl Progress {
+    /// Progress handed to `sink`.
+    pub fn new(sink: impl Fn(&str, &str) + Send + Sync + 'static) -> Self {
+        Self(Some(Arc::new(sink)))
+    }
+
+    fn report(&self, model: &str, line: &str) {
+        if let Some(sink) = &self.0 {
+            sink(model, line);
+        }
+    }
+
+    /// A per-line callback for the installer of `model`'s environment, each line prefixed.
+    fn for_lines(&self, model: &str, prefix: String) -> Option<tritium_host::OnLine> {
+        let (this, model) = (self.clone(), model.to_string());
+        self.0.as_ref()?;
+        Some(Arc::new(move |line: &str| this.report(&model, &format!("{prefix}{line}"))))
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Progress(sink)" } else { "Progress(none)" })
     }
 }
 
@@ -172,6 +215,7 @@ pub(crate) fn stub_for(
     let mut stub = base.clone();
     let mut described = Vec::new();
     if let Some(path) = packed {
+        opts.progress.report(model, &format!("preparing the Python environment {}", path.display()));
         let root = packed_env(opts, &path)?;
         stub.python = python_in(&root)?;
         activate(&mut stub, &root);
@@ -251,7 +295,7 @@ fn probe(stub: &StubCommand, env: &str) -> Result<(), EnvError> {
     let args = [OsString::from("-c"), OsString::from(CHECK)];
     let unusable =
         |reason: String| EnvError::Unusable { env: format!("{env}, interpreter {}", stub.python.display()), reason };
-    let outcome = tritium_host::run_tool(&stub.python, &args, &stub.env, PROBE_TIMEOUT, 4, span)
+    let outcome = tritium_host::run_tool(&stub.python, &args, &stub.env, PROBE_TIMEOUT, 4, span, None)
         .map_err(|e| unusable(format!("cannot start it: {e}")))?;
     if outcome.success() {
         return Ok(());
@@ -447,7 +491,10 @@ fn build_venv(
             exit,
             tail: tail.join("\n"),
         };
-        let outcome = tritium_host::run_tool(&program, &args, &stub.env, left, ERROR_TAIL, span.clone())
+        let what = format!("building the Python environment of {}: ", file.display());
+        opts.progress.report(model, &format!("{what}{step}"));
+        let on_line = opts.progress.for_lines(model, what);
+        let outcome = tritium_host::run_tool(&program, &args, &stub.env, left, ERROR_TAIL, span.clone(), on_line)
             .map_err(|e| failed(format!("cannot start it: {e}"), Vec::new()))?;
         if outcome.timed_out {
             let limit = opts.build_timeout.as_secs();

@@ -1,7 +1,7 @@
 //! The `Server` facade the frontends call: model lifecycle (load, reload, unload), request
 //! routing to a version's queue, metadata, readiness and statistics.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
@@ -150,6 +150,9 @@ pub(crate) struct Inner {
     live: AtomicBool,
     /// The system shared memory extension's registered regions.
     shm: crate::shm::ShmRegistry,
+    /// What each loading model is doing now (building its Python environment), the reason the
+    /// repository index gives while it loads.
+    load_progress: Arc<Mutex<HashMap<String, String>>>,
 }
 
 /// The wait for the answer of a queued request ([`Server::infer_queued`]).
@@ -195,8 +198,13 @@ fn kind_name(kind: i32) -> &'static str {
 
 impl Server {
     /// A server with no models loaded yet.
-    pub fn new(opts: ServerOptions) -> Self {
+    pub fn new(mut opts: ServerOptions) -> Self {
         let metrics = tritium_metrics::Metrics::with_options(opts.metrics.clone());
+        let load_progress: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+        let progress = load_progress.clone();
+        opts.envs.progress = crate::envs::Progress::new(move |model, line| {
+            progress.lock().unwrap_or_else(|p| p.into_inner()).insert(model.to_string(), line.to_string());
+        });
         Self {
             inner: Arc::new_cyclic(|weak| Inner {
                 bls: crate::bls::Hook::new(weak.clone()),
@@ -208,6 +216,7 @@ impl Server {
                 models: RwLock::new(BTreeMap::new()),
                 live: AtomicBool::new(true),
                 shm: crate::shm::ShmRegistry::default(),
+                load_progress,
             }),
         }
     }
@@ -665,7 +674,7 @@ impl Server {
                 continue;
             };
             let (state, reason) = match &entry.state {
-                State::Loading => ("LOADING", String::new()),
+                State::Loading => ("LOADING", self.load_progress(&name)),
                 State::Ready => ("READY", String::new()),
                 State::Unavailable(r) => ("UNAVAILABLE", r.clone()),
                 State::Unloading => ("UNLOADING", String::new()),
@@ -786,6 +795,7 @@ impl Server {
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
+        self.inner.load_progress.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
         let old = {
             let mut models = self.models_mut();
             let Some(entry) = models.get_mut(name) else {
@@ -835,6 +845,11 @@ impl Server {
         info!(model = %name, "model unloaded");
         self.refresh_dependents(name, false).await;
         Ok(())
+    }
+
+    /// What loading model `name` is doing now ("" when nothing is reported).
+    fn load_progress(&self, name: &str) -> String {
+        self.inner.load_progress.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned().unwrap_or_default()
     }
 
     /// Statistics for one model (and version) or all.

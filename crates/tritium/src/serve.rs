@@ -340,6 +340,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             cache_dir: args.env_cache_dir.clone().unwrap_or_else(tritium_server::envs::default_cache_dir),
             wheelhouse: args.wheelhouse.clone(),
             build_timeout: Duration::from_secs(args.env_build_timeout_secs),
+            // The server reports it in the repository index.
+            progress: Default::default(),
         },
         config_name: args.model_config_name.clone(),
         metrics: args.triton.metrics_options().context("refusing to start")?.0,
