@@ -16,6 +16,8 @@
 //! - `cargo xtask bench stream`: decoupled streams of 1,000 responses, tritium against Triton 2.51.
 //! - `cargo xtask bench shm`: perf_analyzer `--shared-memory system` with two 4 MiB inputs and
 //!   outputs, tritium against Triton 2.51.
+//! - `cargo xtask compare`: tritium and Triton 2.51 side by side on one repository, every answer
+//!   that differs printed (`compare.rs`, `xtask/compare_triton.py`).
 //! - `cargo xtask bench openai`: time to first token and tokens/s of the OpenAI frontend
 //!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams).
 
@@ -30,6 +32,7 @@ use anyhow::{bail, Context, Result};
 mod bench_serve;
 mod bench_shm;
 mod bench_stream;
+mod compare;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
@@ -237,7 +240,7 @@ fn lint() -> Result<()> {
         "warnings",
     ]))?;
     let ruff = root().join(".venv/bin/ruff");
-    let paths = ["python", "tests", "examples"];
+    let paths = ["python", "tests", "examples", "xtask"];
     run(Command::new(&ruff).current_dir(root()).arg("check").args(paths))?;
     run(Command::new(&ruff).current_dir(root()).args(["format", "--check"]).args(paths))?;
     Ok(())
@@ -289,10 +292,11 @@ fn main() -> Result<()> {
         ["test"] => test(),
         ["bench", what] => bench(what),
         ["bench"] => bench("ipc"),
+        ["compare"] => setup().and_then(|()| build()).and_then(|()| compare::compare()),
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         _ => bail!(
             "usage: cargo xtask setup | build | dist | lint | serve [FLAGS] | test | bench ipc | bench serve | bench stream \
-             | bench shm | bench openai"
+             | bench shm | bench openai | compare"
         ),
     }
 }

@@ -1,0 +1,281 @@
+"""`cargo xtask compare`: the same HTTP and gRPC requests to Triton and to tritium serving one
+repository, and every answer that differs (status and body; configs key by key; statistics by
+their keys). A report for people: it exits 0 whatever it finds, with the number of differences."""
+
+import argparse
+import json
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import tritonclient.grpc as g
+from tritonclient.utils import InferenceServerException
+
+MODELS = ["add_sub", "batched_scale", "stream_words", "sequence_accumulate", "ensemble_pipeline", "preprocess"]
+
+
+def http(url, method, path, body=None):
+    req = urllib.request.Request(f"http://{url}{path}", method=method, data=body)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def norm(body):
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body[:300]
+
+
+def wait_models(url):
+    deadline = time.time() + 300
+    for m in MODELS:
+        while http(url, "GET", f"/v2/models/{m}/ready")[0] != 200:
+            if time.time() > deadline:
+                raise SystemExit(f"{m} never became ready on {url}")
+            time.sleep(0.2)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for name in ("triton-http", "triton-grpc", "tritium-http", "tritium-grpc"):
+        ap.add_argument("--" + name, required=True)
+    a = ap.parse_args()
+    wait_models(a.triton_http)
+    wait_models(a.tritium_http)
+    diffs = []
+
+    def compare(name, triton, tritium):
+        if triton != tritium:
+            diffs.append(name)
+            print(f"--- {name}\n  triton : {triton}\n  tritium: {tritium}")
+
+    probes = [
+        ("GET", "/v2/models/add_sub", None),
+        ("GET", "/v2/models/add_sub/versions/1", None),
+        ("GET", "/v2/models/nope", None),
+        ("GET", "/v2/models/add_sub/versions/7", None),
+        ("GET", "/v2/models/broken_init/ready", None),
+        ("GET", "/v2/models/nope/ready", None),
+        ("GET", "/v2/health/ready", None),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[3],"datatype":"FP32","data":[1,2,3]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"INT32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUTX","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"NOPE"}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"OUTPUT1"}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":["a",2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        ("POST", "/v2/models/add_sub/infer", b'{"inputs":'),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"id":"my-id","parameters":{"x":1},"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[[1,2],[3,4]]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        ("POST", "/v2/models/nope/infer", b'{"inputs":[]}'),
+        ("POST", "/v2/models/stream_words/infer", b'{"inputs":[]}'),
+        (
+            "POST",
+            "/v2/models/batched_scale/infer",
+            b'{"inputs":[{"name":"X","shape":[100,4],"datatype":"FP32","data":[0]}]}',
+        ),
+        ("POST", "/v2/repository/models/add_sub/load", b""),
+        ("POST", "/v2/repository/models/add_sub/unload", b""),
+        ("GET", "/v2/models/add_sub/trace/setting", None),
+        ("GET", "/v2/logging", None),
+        ("GET", "/v2/systemsharedmemory/status", None),
+        ("GET", "/v2/cudasharedmemory/status", None),
+        ("POST", "/v2/systemsharedmemory/region/x/register", b'{"key":"/nope","byte_size":8}'),
+        ("GET", "/v2/models/stats", None),
+        ("GET", "/v2/nope", None),
+        ("GET", "/v2/models/nope/stats", None),
+        ("GET", "/v2/models/add_sub/versions/9/stats", None),
+        ("GET", "/v2/models/sequence_accumulate", None),
+        (
+            "POST",
+            "/v2/models/sequence_accumulate/infer",
+            b'{"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/sequence_accumulate/infer",
+            b'{"parameters":{"sequence_id":5,"sequence_end":true},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/sequence_accumulate/infer",
+            b'{"parameters":{"sequence_id":7,"sequence_start":true},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[3]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/sequence_accumulate/infer",
+            b'{"parameters":{"sequence_id":7},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[4]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/sequence_accumulate/infer",
+            b'{"parameters":{"sequence_id":7,"sequence_end":true},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[5]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/batched_scale/infer",
+            b'{"inputs":[{"name":"X","shape":[9,4],"datatype":"FP32","data":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/batched_scale/infer",
+            b'{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":[0,0,0,0]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"OUTPUT0","parameters":{"classification":2}}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]},{"name":"EXTRA","shape":[1],"datatype":"FP32","data":[1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4],"parameters":{"binary_data_size":16}},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP64","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[-4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"XYZ","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"parameters":{"priority":5}}',
+        ),
+        (
+            "POST",
+            "/v2/models/add_sub/infer",
+            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"parameters":{"timeout":5}}',
+        ),
+        (
+            "POST",
+            "/v2/models/preprocess/infer",
+            b'{"inputs":[{"name":"IMAGE","shape":[1,1],"datatype":"BYTES","data":["not an image"]}]}',
+        ),
+        ("POST", "/v2/models/ensemble_pipeline/infer", b'{"inputs":[]}'),
+        ("GET", "/v2/models/ensemble_pipeline", None),
+        ("GET", "/v2/models/preprocess", None),
+        ("GET", "/v2/models/stream_words", None),
+        ("POST", "/v2/models/stream_words/generate", b'{"text":"a b c"}'),
+        ("POST", "/v2/models/add_sub/generate", b'{"INPUT0":[1,2,3,4],"INPUT1":[1,1,1,1]}'),
+    ]
+    for method, path, body in probes:
+        ta = http(a.triton_http, method, path, body)
+        tb = http(a.tritium_http, method, path, body)
+        na, nb = norm(ta[1]), norm(tb[1])
+        if isinstance(na, dict) and isinstance(nb, dict) and "model_stats" in na:
+            ka = sorted(na["model_stats"][0].keys()) if na["model_stats"] else []
+            kb = sorted(nb["model_stats"][0].keys()) if nb.get("model_stats") else []
+            compare(f"{method} {path} (statistics keys)", (ta[0], ka), (tb[0], kb))
+            continue
+        compare(f"{method} {path}", (ta[0], na), (tb[0], nb))
+
+    for m in MODELS:
+        ca = json.loads(http(a.triton_http, "GET", f"/v2/models/{m}/config")[1])
+        cb = json.loads(http(a.tritium_http, "GET", f"/v2/models/{m}/config")[1])
+        for k in sorted(set(ca) | set(cb)):
+            compare(f"{m} config[{k}]", ca.get(k), cb.get(k))
+
+    ga, gb = g.InferenceServerClient(a.triton_grpc), g.InferenceServerClient(a.tritium_grpc)
+
+    def gerr(c, call):
+        try:
+            return ("ok", str(call(c))[:300])
+        except InferenceServerException as e:
+            return (e.status(), e.message())
+
+    def inp(shape, dtype="FP32", data=None):
+        i = g.InferInput("INPUT0", shape, dtype)
+        i.set_data_from_numpy(data if data is not None else np.ones(shape, dtype=np.float32))
+        j = g.InferInput("INPUT1", [4], "FP32")
+        j.set_data_from_numpy(np.ones(4, dtype=np.float32))
+        return [i, j]
+
+    gprobes = {
+        "infer ok": lambda c: c.infer("add_sub", inp([4])).as_numpy("OUTPUT0").tolist(),
+        "infer bad shape": lambda c: c.infer("add_sub", inp([3], data=np.ones(3, dtype=np.float32))),
+        "infer bad dtype": lambda c: c.infer("add_sub", inp([4], "INT32", np.ones(4, dtype=np.int32))),
+        "infer unknown model": lambda c: c.infer("nope", inp([4])),
+        "infer decoupled": lambda c: c.infer("stream_words", []),
+        "metadata unknown": lambda c: c.get_model_metadata("nope"),
+        "config unknown": lambda c: c.get_model_config("nope"),
+        "ready broken": lambda c: c.is_model_ready("broken_init"),
+        "stats unknown": lambda c: c.get_inference_statistics("nope"),
+        "load in none mode": lambda c: c.load_model("add_sub"),
+        "trace settings": lambda c: c.get_trace_settings(),
+        "log settings": lambda c: c.get_log_settings(),
+        "metadata": lambda c: c.get_model_metadata("add_sub"),
+        "server metadata": lambda c: c.get_server_metadata(),
+    }
+    for name, call in gprobes.items():
+        compare("grpc " + name, gerr(ga, call), gerr(gb, call))
+    print(f"{len(diffs)} differences in {len(probes) + len(gprobes)} requests and {len(MODELS)} configs")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+//! `cargo xtask compare`: tritium and Triton 2.51 (from `.venv-triton`, as the benchmarks set it
+//! up) serve the same repository side by side, and `xtask/compare_triton.py` sends both the same
+//! HTTP and gRPC requests (metadata, configs, good and malformed inferences, sequences, decoupled
+//! and ensemble models, statistics, extensions) and prints every answer that differs. A report
+//! for people, not a test: it always finishes with the number of differences, some of them
+//! deliberate (README says which).
+
+use std::process::Command;
+
+use anyhow::Result;
+
+use crate::bench_serve::{free_ports, tritium_command, triton_command, triton_env, Server, TempDir};
+use crate::{root, run, target_dir, venv_python};
+
+/// The models both servers load: (directory under the checkout, model).
+const MODELS: [(&str, &str); 10] = [
+    ("examples/models", "add_sub"),
+    ("examples/models", "batched_scale"),
+    ("examples/models", "stream_words"),
+    ("examples/models", "sequence_accumulate"),
+    ("examples/models", "ensemble_pipeline"),
+    ("examples/models", "preprocess"),
+    ("examples/models", "caption"),
+    ("tests/models", "echo"),
+    ("tests/models", "broken_init"),
+    ("tests/models", "broken_config"),
+];
+
+/// Runs the comparison; `setup()` and `build()` have run.
+pub(crate) fn compare() -> Result<()> {
+    let root = root();
+    let target = target_dir();
+    let triton = triton_env(&root)?;
+    let repo = TempDir::new("tritium-compare")?;
+    for (dir, model) in MODELS {
+        run(Command::new("cp").arg("-a").arg(root.join(dir).join(model)).arg(repo.0.join(model)))?;
+    }
+    let logs = target.join("compare");
+    std::fs::create_dir_all(&logs)?;
+    let [t_http, t_grpc, t_metrics, n_http, n_grpc, n_metrics] = free_ports::<6>()?;
+    // Two models are broken on purpose: neither server may stop or stay unready for them.
+    let mut tritium_cmd = tritium_command(&root, &target.join("release/tritium"), &repo.0, [t_http, t_grpc, t_metrics]);
+    tritium_cmd.arg("--strict-readiness=false");
+    let mut triton_cmd = triton_command(&root, &triton, &repo.0, [n_http, n_grpc, n_metrics]);
+    triton_cmd.args(["--strict-readiness=false", "--exit-on-error=false"]);
+    let mut servers = [
+        Server::start("tritium", tritium_cmd, &logs.join("tritium.log"), t_http, t_grpc)?,
+        Server::start("Triton", triton_cmd, &logs.join("triton.log"), n_http, n_grpc)?,
+    ];
+    for s in &mut servers {
+        s.wait_ready()?;
+    }
+    let url = |port: u16| format!("127.0.0.1:{port}");
+    run(Command::new(venv_python())
+        .current_dir(&root)
+        .arg(root.join("xtask/compare_triton.py"))
+        .args(["--triton-http", &url(n_http), "--triton-grpc", &url(n_grpc)])
+        .args(["--tritium-http", &url(t_http), "--tritium-grpc", &url(t_grpc)]))?;
+    eprintln!("xtask: logs in {}", logs.display());
+    Ok(())
+}
