@@ -39,7 +39,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use tritium_ipc::{
     CallOp, CallResult, ClientFamily, ClientMetricKind, ClientSample, CorrelationId, DataType, Descriptor, IpcError,
     LogLevel, LogRecord, MetricKind, MetricOp, Param, Request, Response, StubChannel, StubError, Tensor, TensorData,
-    ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION, REGION_BIT,
+    ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
 
 create_exception!(_native, ChannelError, PyException, "The shared-memory channel to the server failed.");
@@ -85,10 +85,8 @@ impl InBlock {
 
 impl Drop for InBlock {
     fn drop(&mut self) {
-        // A client's region is nobody's to free: only arena blocks go back.
-        if self.view.desc.segment & REGION_BIT == 0 {
-            self.channel.release(self.view.desc);
-        }
+        // A client region's block is not sent back (`release` leaves it alone).
+        self.channel.release(self.view.desc);
     }
 }
 
@@ -613,9 +611,7 @@ impl Channel {
     fn free_tensors(&self, tensors: &[Tensor]) {
         for t in tensors {
             if let TensorData::Shm { desc, .. } = t.data {
-                if desc.segment & REGION_BIT == 0 {
-                    let _ = self.inner.free_own(desc);
-                }
+                let _ = self.inner.free_own(desc);
             }
         }
     }

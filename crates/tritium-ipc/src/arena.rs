@@ -25,6 +25,14 @@ pub struct Descriptor {
     pub len: u64,
 }
 
+impl Descriptor {
+    /// Whether the block lies in a client's registered region ([`crate::REGION_BIT`]), which
+    /// no arena owns: freeing or releasing it is nothing to do.
+    pub fn in_client_region(&self) -> bool {
+        self.segment & crate::protocol::REGION_BIT != 0
+    }
+}
+
 /// Top bit of a segment id owned (created and allocated in) by the stub.
 pub const STUB_OWNED: u32 = 1 << 31;
 /// Alignment of every block: a cache line, enough for any dtype and for vectorised copies.

@@ -544,8 +544,9 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
                 let mut retired = Vec::new();
                 {
                     let mut arena = lock(&self.arena);
-                    // Blocks of client regions belong to no arena: the region outlives them.
-                    for desc in blocks.into_iter().filter(|d| d.segment & REGION_BIT == 0) {
+                    // Blocks of client regions belong to no arena: the region outlives them (a
+                    // peer's release of one is ignored, as `release` never sends one).
+                    for desc in blocks.into_iter().filter(|d| !d.in_client_region()) {
                         if let Some(id) = arena.free(desc)? {
                             retired.push(id);
                         }
@@ -685,8 +686,12 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         Ok(View { desc: a.desc, segment: a.segment, ptr })
     }
 
-    /// Frees a block of this side's that was never handed to the peer.
+    /// Frees a block of this side's that was never handed to the peer; a block of a client's
+    /// region belongs to no arena, and freeing it does nothing.
     pub fn free_own(&self, desc: Descriptor) -> Result<(), IpcError> {
+        if desc.in_client_region() {
+            return Ok(());
+        }
         let retired = lock(&self.arena).free(desc)?;
         self.retire(retired.as_slice())
     }
@@ -728,9 +733,12 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         Ok(View { desc, segment, ptr })
     }
 
-    /// Queues a block of the peer's for release; it is sent with the next message or wait.
+    /// Queues a block of the peer's for release; it is sent with the next message or wait. A
+    /// block of a client's region is nobody's to release and is not queued.
     pub fn release(&self, desc: Descriptor) {
-        lock(&self.pending_release).push(desc);
+        if !desc.in_client_region() {
+            lock(&self.pending_release).push(desc);
+        }
     }
 
     /// Closes this end's sending ring, waking the peer.
@@ -839,8 +847,12 @@ mod tests {
         let mut back = [0u8; 3];
         nix::sys::uio::pread(&fd, &mut back, 100).expect("pread");
         assert_eq!(&back, b"out");
-        // A release of a region block is ignored (no arena owns it), not a protocol error.
+        // A region block is not released (no arena owns it), and one a peer releases anyway is
+        // ignored, not a protocol error.
         stub.release(view.desc);
+        assert!(lock(&stub.pending_release).is_empty());
+        assert!(stub.free_own(view.desc).is_ok());
+        lock(&stub.pending_release).push(view.desc);
         stub.send(&ToServer::Pong { seq: 2 }).expect("pong");
         assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::Pong { seq: 2 })));
         // Removal unmaps it for new descriptors; the view taken before keeps its mapping.

@@ -1012,9 +1012,8 @@ fn input_blocks(requests: &[Request]) -> Vec<Descriptor> {
         .iter()
         .flat_map(|r| &r.inputs)
         .filter_map(|t| match t.data {
-            // A client's region is not the server's to free.
-            TensorData::Shm { desc, .. } if desc.segment & tritium_ipc::REGION_BIT == 0 => Some(desc),
-            TensorData::Shm { .. } | TensorData::Cuda { .. } => None,
+            TensorData::Shm { desc, .. } => Some(desc),
+            TensorData::Cuda { .. } => None,
         })
         .collect()
 }
@@ -1169,13 +1168,7 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
             Ok(regions) => regions,
             Err(source) => {
                 let e = RequestError::Placement { input: "(an output's shared memory region)".into(), source };
-                for t in &inputs {
-                    if let TensorData::Shm { desc, .. } = t.data {
-                        if desc.segment & tritium_ipc::REGION_BIT == 0 {
-                            let _ = stub.channel().free_own(desc);
-                        }
-                    }
-                }
+                free_inputs(stub, &inputs);
                 finish(ctx, p, Err(e.into()), None);
                 continue;
             }
@@ -1201,51 +1194,43 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
 
 /// One request's inputs in shared memory; on failure the blocks already placed are freed.
 fn place_request(stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, RequestError> {
-    let mut inputs: Vec<tritium_ipc::Tensor> = Vec::with_capacity(p.req.inputs.len());
+    let mut inputs = Vec::with_capacity(p.req.inputs.len());
     for t in &p.req.inputs {
-        // Bytes in a client's registered region reach the model without a copy, read-only.
-        if let Some((region, offset)) = crate::shm::lookup(t.data.as_ptr(), t.data.len()) {
-            if let Err(source) = map_region(stub, &region) {
-                for t in &inputs {
-                    if let TensorData::Shm { desc, .. } = t.data {
-                        if desc.segment & tritium_ipc::REGION_BIT == 0 {
-                            let _ = stub.channel().free_own(desc);
-                        }
-                    }
-                }
-                return Err(RequestError::Placement { input: t.name.clone(), source });
-            }
-            inputs.push(tritium_ipc::Tensor {
+        match place_input(stub, &t.data) {
+            Ok((desc, writable)) => inputs.push(tritium_ipc::Tensor {
                 name: t.name.clone(),
                 dtype: t.datatype,
                 shape: t.shape.clone(),
-                data: TensorData::Shm {
-                    desc: Descriptor { segment: region.id(), offset, len: t.data.len() as u64 },
-                    writable: false,
-                },
-            });
-            continue;
-        }
-        match stub.input(&t.data) {
-            Ok(desc) => inputs.push(tritium_ipc::Tensor {
-                name: t.name.clone(),
-                dtype: t.datatype,
-                shape: t.shape.clone(),
-                data: TensorData::Shm { desc, writable: true },
+                data: TensorData::Shm { desc, writable },
             }),
             Err(source) => {
-                for t in &inputs {
-                    if let TensorData::Shm { desc, .. } = t.data {
-                        if desc.segment & tritium_ipc::REGION_BIT == 0 {
-                            let _ = stub.channel().free_own(desc);
-                        }
-                    }
-                }
-                return Err(RequestError::Placement { input: t.name.clone(), source: Box::new(source) });
+                free_inputs(stub, &inputs);
+                return Err(RequestError::Placement { input: t.name.clone(), source });
             }
         }
     }
     Ok(inputs)
+}
+
+/// Where one input's bytes reach the stub, and whether the model may write to them: bytes that
+/// lie in a client's registered region are passed as they are (no copy, read-only); any others
+/// are copied into a block of the stub's arena that belongs to this request alone.
+fn place_input(stub: &Stub, data: &[u8]) -> Result<(Descriptor, bool), Box<HostError>> {
+    if let Some((region, offset)) = crate::shm::lookup(data.as_ptr(), data.len()) {
+        map_region(stub, &region)?;
+        return Ok((Descriptor { segment: region.id(), offset, len: data.len() as u64 }, false));
+    }
+    Ok((stub.input(data)?, true))
+}
+
+/// Frees the blocks of inputs placed for a request that is not sent (a client region's need
+/// nothing: `free_own` leaves them alone).
+fn free_inputs(stub: &Stub, inputs: &[tritium_ipc::Tensor]) {
+    for t in inputs {
+        if let TensorData::Shm { desc, .. } = t.data {
+            let _ = stub.channel().free_own(desc);
+        }
+    }
 }
 
 /// Maps a client's region into the stub, once per stub (system shared memory).
@@ -1410,7 +1395,7 @@ fn read_outputs(
         .iter()
         .map(|t| {
             if let TensorData::Shm { desc, .. } = &t.data {
-                if desc.segment & tritium_ipc::REGION_BIT != 0 {
+                if desc.in_client_region() {
                     let target = requested.iter().find(|r| r.name == t.name).and_then(|r| r.shm.as_ref());
                     let fits = target.is_some_and(|target| {
                         let want = target.descriptor();
