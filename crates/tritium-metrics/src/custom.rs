@@ -57,7 +57,7 @@ impl MetricKind {
     }
 
     /// The word the text format uses on the `# TYPE` line.
-    pub fn prometheus_type(self) -> &'static str {
+    pub const fn prometheus_type(self) -> &'static str {
         match self {
             Self::Counter => "counter",
             Self::Gauge => "gauge",

@@ -169,17 +169,21 @@ impl Default for MetricsOptions {
     }
 }
 
-/// One server metric family: name, HELP text and type.
+/// One server metric family: name, HELP text and the TYPE line's type.
 #[derive(Debug)]
 struct FamilyDef {
     name: &'static str,
     help: &'static str,
-    kind: MetricKind,
+    kind: &'static str,
 }
 
 macro_rules! family {
+    // Summaries are the server's alone (custom metrics have no such kind).
+    ($ident:ident, $name:literal, Summary, $help:literal) => {
+        const $ident: FamilyDef = FamilyDef { name: $name, help: $help, kind: "summary" };
+    };
     ($ident:ident, $name:literal, $kind:ident, $help:literal) => {
-        const $ident: FamilyDef = FamilyDef { name: $name, help: $help, kind: MetricKind::$kind };
+        const $ident: FamilyDef = FamilyDef { name: $name, help: $help, kind: MetricKind::$kind.prometheus_type() };
     };
 }
 
@@ -245,50 +249,58 @@ family!(
 );
 family!(LOAD_DURATION, "nv_model_load_duration_secs", Gauge, "Model load time in seconds");
 
-/// A summary family: name and HELP text exactly as Triton registers them.
-struct SummaryDef {
-    name: &'static str,
-    help: &'static str,
-}
-
-const REQUEST_SUMMARY: SummaryDef = SummaryDef {
-    name: "nv_inference_request_summary_us",
-    help: "Summary of inference request duration in microseconds (includes cached requests)",
-};
-const QUEUE_SUMMARY: SummaryDef = SummaryDef {
-    name: "nv_inference_queue_summary_us",
-    help: "Summary of inference queuing duration in microseconds (includes cached requests)",
-};
-// Triton registers these three summaries with its counters' HELP texts.
-const COMPUTE_INPUT_SUMMARY: SummaryDef = SummaryDef {
-    name: "nv_inference_compute_input_summary_us",
-    help: "Cumulative compute input duration in microseconds (does not include cached requests)",
-};
-const COMPUTE_INFER_SUMMARY: SummaryDef = SummaryDef {
-    name: "nv_inference_compute_infer_summary_us",
-    help: "Cumulative compute inference duration in microseconds (does not include cached requests)",
-};
-const COMPUTE_OUTPUT_SUMMARY: SummaryDef = SummaryDef {
-    name: "nv_inference_compute_output_summary_us",
-    help: "Cumulative inference compute output duration in microseconds (does not include cached requests)",
-};
-const CACHE_HIT_SUMMARY: SummaryDef = SummaryDef {
-    name: "nv_cache_hit_summary_per_model",
-    help: "Summary of cache hit counts/durations per model, in microseconds.",
-};
-const CACHE_MISS_SUMMARY: SummaryDef = SummaryDef {
-    name: "nv_cache_miss_summary_per_model",
-    help: "Summary of cache miss counts/durations per model, in microseconds.",
-};
-/// The summary families, in Triton's order.
-const SUMMARIES: [SummaryDef; 7] = [
+family!(
     REQUEST_SUMMARY,
+    "nv_inference_request_summary_us",
+    Summary,
+    "Summary of inference request duration in microseconds (includes cached requests)"
+);
+family!(
     QUEUE_SUMMARY,
+    "nv_inference_queue_summary_us",
+    Summary,
+    "Summary of inference queuing duration in microseconds (includes cached requests)"
+);
+// Triton registers these three summaries with its counters' HELP texts.
+family!(
     COMPUTE_INPUT_SUMMARY,
+    "nv_inference_compute_input_summary_us",
+    Summary,
+    "Cumulative compute input duration in microseconds (does not include cached requests)"
+);
+family!(
     COMPUTE_INFER_SUMMARY,
+    "nv_inference_compute_infer_summary_us",
+    Summary,
+    "Cumulative compute inference duration in microseconds (does not include cached requests)"
+);
+family!(
     COMPUTE_OUTPUT_SUMMARY,
+    "nv_inference_compute_output_summary_us",
+    Summary,
+    "Cumulative inference compute output duration in microseconds (does not include cached requests)"
+);
+family!(
     CACHE_HIT_SUMMARY,
+    "nv_cache_hit_summary_per_model",
+    Summary,
+    "Summary of cache hit counts/durations per model, in microseconds."
+);
+family!(
     CACHE_MISS_SUMMARY,
+    "nv_cache_miss_summary_per_model",
+    Summary,
+    "Summary of cache miss counts/durations per model, in microseconds."
+);
+/// The summary families, in Triton's order.
+const SUMMARIES: [&FamilyDef; 7] = [
+    &REQUEST_SUMMARY,
+    &QUEUE_SUMMARY,
+    &COMPUTE_INPUT_SUMMARY,
+    &COMPUTE_INFER_SUMMARY,
+    &COMPUTE_OUTPUT_SUMMARY,
+    &CACHE_HIT_SUMMARY,
+    &CACHE_MISS_SUMMARY,
 ];
 // tritium's own, for the server's response cache (Triton 2.51 exports none).
 family!(CACHE_ENTRIES, "tritium_cache_entries", Gauge, "Number of responses held by the response cache");
@@ -478,7 +490,7 @@ impl Metrics {
 /// the response cache has no cache summaries, as in Triton).
 fn summary_families(snapshot: &Snapshot) -> Vec<Family<'_>> {
     let mut families: Vec<Family<'_>> =
-        SUMMARIES.iter().map(|def| Family::typed(def.name, def.help, "summary")).collect();
+        SUMMARIES.iter().map(|def| Family::typed(def.name, def.help, def.kind)).collect();
     for model in &snapshot.models {
         let Some(s) = model.summaries.as_deref() else { continue };
         let labels = || vec![("model", model.name.as_str()), ("version", model.version.as_str())];
@@ -498,7 +510,8 @@ fn summary_families(snapshot: &Snapshot) -> Vec<Family<'_>> {
 /// The server's families, in [`FAMILIES`] order, with the series of `snapshot`. Labels are
 /// Triton's: `model` and `version` (and `reason` on failures), `instance` on tritium's own.
 fn server_families<'a>(snapshot: &'a Snapshot, options: &MetricsOptions) -> Vec<Family<'a>> {
-    let mut families: Vec<Family<'a>> = FAMILIES.iter().map(|def| Family::new(def.name, def.help, def.kind)).collect();
+    let mut families: Vec<Family<'a>> =
+        FAMILIES.iter().map(|def| Family::typed(def.name, def.help, def.kind)).collect();
     let mut add = |def: &FamilyDef, labels: Vec<(&'static str, &'a str)>, value: Number| {
         // Every definition is in FAMILIES, so the family is always found.
         if let Some(family) = families.iter_mut().find(|family| family.name() == def.name) {
