@@ -26,22 +26,15 @@ KDL_CUDA = 2
 KDL_CUDA_HOST = 3
 _INT, _UINT, _FLOAT, _BFLOAT, _BOOL = 0, 1, 2, 4, 6
 
-# (code, bits) -> KServe wire dtype.
+# (code, bits) -> KServe wire dtype, from the one dtype table: numpy's kind gives the code, and
+# BF16 (no numpy dtype) is added by hand.
+_NUMPY_KIND_TO_DL = {"b": _BOOL, "u": _UINT, "i": _INT, "f": _FLOAT}
 _DL_TO_WIRE = {
-    (_BOOL, 8): "BOOL",
-    (_UINT, 8): "UINT8",
-    (_UINT, 16): "UINT16",
-    (_UINT, 32): "UINT32",
-    (_UINT, 64): "UINT64",
-    (_INT, 8): "INT8",
-    (_INT, 16): "INT16",
-    (_INT, 32): "INT32",
-    (_INT, 64): "INT64",
-    (_FLOAT, 16): "FP16",
-    (_FLOAT, 32): "FP32",
-    (_FLOAT, 64): "FP64",
-    (_BFLOAT, 16): "BF16",
+    (_NUMPY_KIND_TO_DL[w.numpy_dtype.kind], 8 * w.itemsize): name
+    for name, w in _WIRE_DTYPES.items()
+    if w.numpy_dtype is not None and w.numpy_dtype.kind in _NUMPY_KIND_TO_DL
 }
+_DL_TO_WIRE[(_BFLOAT, 16)] = "BF16"
 
 
 class _Device(ctypes.Structure):

@@ -98,9 +98,9 @@ impl Progress {
 
     /// A per-line callback for the installer of `model`'s environment, each line prefixed.
     fn for_lines(&self, model: &str, prefix: String) -> Option<tritium_host::OnLine> {
-        let (this, model) = (self.clone(), model.to_string());
-        self.0.as_ref()?;
-        Some(Arc::new(move |line: &str| this.report(&model, &format!("{prefix}{line}"))))
+        let sink = self.0.clone()?;
+        let model = model.to_string();
+        Some(Arc::new(move |line: &str| sink(&model, &format!("{prefix}{line}"))))
     }
 }
 

@@ -143,9 +143,10 @@ impl Stats {
         // Unlike Triton 2.51, whose request summary leaves out models with the cache, a hit is a
         // request like any other here.
         self.observe(|m| {
-            m.request.observe(us(total));
-            m.queue.observe(us(queue));
-            m.cache_hit.observe(us(lookup));
+            let now = std::time::Instant::now();
+            m.request.observe_at(us(total), now);
+            m.queue.observe_at(us(queue), now);
+            m.cache_hit.observe_at(us(lookup), now);
         });
     }
 
