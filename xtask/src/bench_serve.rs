@@ -1,14 +1,21 @@
-//! `cargo xtask bench serve`: perf_analyzer against tritium and Triton's own server on `add_sub`.
+//! `cargo xtask bench serve`: perf_analyzer against tritium and Triton's own server.
 //!
-//! Both servers serve the same temporary repository holding a copy of `examples/models/add_sub`.
-//! Triton 2.51 with its Python backend comes from the `nvidia-pytriton` wheel, installed on demand
-//! into `.venv-triton` (the wheel bundles `tritonserver` and its Python backend: the only Triton
-//! that installs from a package registry, without Docker). Both run for the whole benchmark. For each protocol (gRPC, HTTP) and concurrency
-//! (1, 2, 4, 8) perf_analyzer measures them in the order A B B A (which one is A alternates), and
-//! each server's two results are averaged, so that drift on a noisy machine hits both alike; only
-//! the ratios are meaningful, and only when nothing else runs (the load average is printed). The
-//! targets: at concurrency 1 at least twice Triton's throughput, and at every concurrency more
-//! throughput and a lower p99 latency.
+//! Both servers serve the same temporary repository holding copies of `examples/models/add_sub`
+//! (one instance, no batching) and `examples/models/batched_scale` (dynamic batching with
+//! `max_queue_delay_microseconds: 2000`, two instances). Triton 2.51 with its Python backend comes
+//! from the `nvidia-pytriton` wheel, installed on demand into `.venv-triton` (the wheel bundles
+//! `tritonserver` and its Python backend: the only Triton that installs from a package registry,
+//! without Docker). Both run for the whole benchmark, with their default flags.
+//!
+//! For each case (add_sub at concurrency 1, 2, 4, 8 and batched_scale at 16 and 64, over gRPC and
+//! HTTP) perf_analyzer measures the two servers in the order A B B A (which one is A alternates),
+//! and each server's two results are averaged, so that drift on a noisy machine hits both alike;
+//! only the ratios are meaningful, and only when nothing else runs (the load average is printed).
+//! Besides throughput and p50/p99 latency, each measurement reads the CPU time of the server
+//! process and of its stub processes from /proc, divided by the requests the model served
+//! meanwhile (its statistics). The targets (issue 12): at every case twice Triton's throughput
+//! and a lower p99; for add_sub at concurrency 1 and 4, server + stub CPU per request at most half
+//! of Triton's.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -20,13 +27,26 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use crate::procstat::{inference_count, TreeCpu};
 use crate::{root, run, target_dir};
 
 /// What `.venv-triton` gets; changing it reinstalls.
 const TRITON_PACKAGES: &[&str] = &["nvidia-pytriton==0.7.0", "numpy"];
-const MODEL: &str = "add_sub";
-const CONCURRENCIES: [u32; 4] = [1, 2, 4, 8];
 const PROTOCOLS: [&str; 2] = ["grpc", "http"];
+/// One model at some concurrencies; `shape` is perf_analyzer's `--shape` for variable dims.
+struct Case {
+    model: &'static str,
+    concurrencies: &'static [u32],
+    shape: Option<&'static str>,
+    /// The concurrencies at which the CPU target applies.
+    cpu_target_at: &'static [u32],
+}
+const CASES: [Case; 2] = [
+    Case { model: "add_sub", concurrencies: &[1, 2, 4, 8], shape: None, cpu_target_at: &[1, 4] },
+    Case { model: "batched_scale", concurrencies: &[16, 64], shape: Some("INPUT:16"), cpu_target_at: &[] },
+];
+const THROUGHPUT_TARGET: f64 = 2.0;
+const CPU_TARGET: f64 = 0.5;
 /// perf_analyzer's window. Its stability rule (3 windows within 10% of each other) rarely holds on
 /// a small, busy machine, and then it prints no result at all; so the rule is switched off
 /// (`STABILITY_PERCENT`) and each measurement is the merge of its first 3 windows, about 7 s.
@@ -47,7 +67,9 @@ pub(crate) fn bench_serve() -> Result<()> {
     let triton = triton_env(&root)?;
 
     let repo = TempDir::new("tritium-bench-serve")?;
-    copy_dir(&root.join("examples/models").join(MODEL), &repo.0.join(MODEL))?;
+    for case in &CASES {
+        copy_dir(&root.join("examples/models").join(case.model), &repo.0.join(case.model))?;
+    }
     let logs = target.join("bench-serve");
     std::fs::create_dir_all(&logs)?;
 
@@ -72,26 +94,28 @@ pub(crate) fn bench_serve() -> Result<()> {
         );
     }
     let mut rows = Vec::new();
-    for (i, (protocol, concurrency)) in
-        PROTOCOLS.iter().flat_map(|p| CONCURRENCIES.iter().map(move |c| (*p, *c))).enumerate()
-    {
+    let runs = CASES
+        .iter()
+        .flat_map(|case| PROTOCOLS.iter().flat_map(move |p| case.concurrencies.iter().map(move |c| (case, *p, *c))));
+    for (i, (case, protocol, concurrency)) in runs.enumerate() {
         let order: [usize; 4] = if i % 2 == 0 { [0, 1, 1, 0] } else { [1, 0, 0, 1] };
         let mut results: [Vec<Measurement>; 2] = Default::default();
         for k in order {
             let s = &mut servers[k];
             s.check_alive()?;
-            let url = format!("127.0.0.1:{}", if protocol == "grpc" { s.grpc_port } else { s.http_port });
-            let m =
-                perf(&perf_analyzer, protocol, &url, concurrency).with_context(|| format!("measuring {}", s.name))?;
+            let m = measure(&perf_analyzer, s, case, protocol, concurrency)
+                .with_context(|| format!("measuring {}", s.name))?;
             eprintln!(
-                "xtask: {:<7} {protocol:<4} concurrency {concurrency}: {:>7.1}/s  p50 {:>5} us  p99 {:>6} us",
-                s.name, m.throughput, m.p50_us, m.p99_us
+                "xtask: {:<7} {:<13} {protocol:<4} c{concurrency:<3} {:>7.1}/s  p50 {:>6} us  p99 {:>6} us  CPU/request: server {:>5.0} us, stubs {:>5.0} us",
+                s.name, case.model, m.throughput, m.p50_us, m.p99_us, m.server_us, m.stubs_us
             );
             results[k].push(m);
         }
         rows.push(Row {
+            model: case.model,
             protocol,
             concurrency,
+            cpu_target: case.cpu_target_at.contains(&concurrency),
             tritium: Measurement::mean(&results[0]),
             triton: Measurement::mean(&results[1]),
         });
@@ -102,11 +126,16 @@ pub(crate) fn bench_serve() -> Result<()> {
     drop(servers);
 
     println!("{}", table(&rows));
-    let missed = rows.iter().filter(|r| !r.throughput_met() || !r.p99_met()).count();
-    if missed == 0 {
+    let missed: Vec<String> = rows.iter().flat_map(Row::missed).collect();
+    if missed.is_empty() {
         println!("all targets met");
     } else {
-        println!("targets missed in {missed} of {} configurations", rows.len());
+        println!(
+            "targets missed ({} of {}): {}",
+            missed.len(),
+            rows.iter().map(Row::targets).sum::<usize>(),
+            missed.join("; ")
+        );
     }
     println!(
         "took {:.0?}; load average {load_before} before measuring, {} after (server logs in {})",
@@ -155,12 +184,16 @@ pub(crate) fn triton_command(root: &Path, triton: &TritonEnv, repo: &Path, ports
     cmd
 }
 
-/// One perf_analyzer measurement.
+/// One perf_analyzer run, and the CPU the server's processes spent per request served meanwhile.
 #[derive(Clone, Copy)]
 struct Measurement {
     throughput: f64,
     p50_us: u64,
     p99_us: u64,
+    /// CPU microseconds per request of the server process.
+    server_us: f64,
+    /// CPU microseconds per request of its stub processes, all together.
+    stubs_us: f64,
 }
 
 impl Measurement {
@@ -172,13 +205,22 @@ impl Measurement {
             throughput: avg(|m| m.throughput),
             p50_us: avg(|m| m.p50_us as f64).round() as u64,
             p99_us: avg(|m| m.p99_us as f64).round() as u64,
+            server_us: avg(|m| m.server_us),
+            stubs_us: avg(|m| m.stubs_us),
         }
+    }
+
+    fn cpu_us(&self) -> f64 {
+        self.server_us + self.stubs_us
     }
 }
 
 struct Row {
+    model: &'static str,
     protocol: &'static str,
     concurrency: u32,
+    /// Whether the CPU target applies here.
+    cpu_target: bool,
     tritium: Measurement,
     triton: Measurement,
 }
@@ -187,20 +229,35 @@ impl Row {
     fn throughput_ratio(&self) -> f64 {
         self.tritium.throughput / self.triton.throughput
     }
-    fn p99_ratio(&self) -> f64 {
-        self.tritium.p99_us as f64 / self.triton.p99_us as f64
+    fn cpu_ratio(&self) -> f64 {
+        self.tritium.cpu_us() / self.triton.cpu_us()
     }
-    /// At concurrency 1 tritium must reach twice Triton's throughput, elsewhere exceed it.
     fn throughput_met(&self) -> bool {
-        let ratio = self.throughput_ratio();
-        if self.concurrency == 1 {
-            ratio >= 2.0
-        } else {
-            ratio > 1.0
-        }
+        self.throughput_ratio() >= THROUGHPUT_TARGET
     }
     fn p99_met(&self) -> bool {
         self.tritium.p99_us < self.triton.p99_us
+    }
+    fn cpu_met(&self) -> bool {
+        self.cpu_ratio() <= CPU_TARGET
+    }
+    fn targets(&self) -> usize {
+        2 + usize::from(self.cpu_target)
+    }
+    /// The targets this row misses, each named.
+    fn missed(&self) -> Vec<String> {
+        let at = format!("{} {} c{}", self.model, self.protocol, self.concurrency);
+        let mut out = Vec::new();
+        if !self.throughput_met() {
+            out.push(format!("{at} throughput {:.2}x", self.throughput_ratio()));
+        }
+        if !self.p99_met() {
+            out.push(format!("{at} p99 {} vs {} us", self.tritium.p99_us, self.triton.p99_us));
+        }
+        if self.cpu_target && !self.cpu_met() {
+            out.push(format!("{at} CPU {:.2}x", self.cpu_ratio()));
+        }
+        out
     }
 }
 
@@ -209,7 +266,8 @@ fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<5} {:>4} | {:>10} {:>10} {:>6} | {:>15} {:>15} {:>6} | {:<12} {:<8}",
+        "{:<13} {:<5} {:>4} | {:>9} {:>9} {:>6} | {:>15} {:>15} | {:>15} {:>15} {:>6} | {:<5} {:<4} {:<4}",
+        "model",
         "proto",
         "conc",
         "tritium/s",
@@ -217,17 +275,22 @@ fn table(rows: &[Row]) -> String {
         "ratio",
         "tritium p50/99",
         "Triton p50/99",
-        "p99 x",
-        "thr target",
-        "p99 < Triton"
+        "tritium CPU/rq",
+        "Triton CPU/rq",
+        "ratio",
+        ">=2x",
+        "p99",
+        "CPU"
     );
-    let _ = writeln!(out, "{}", "-".repeat(112));
+    let _ = writeln!(out, "{:<62}  (CPU/rq: server + stubs, microseconds per request)", "");
+    let _ = writeln!(out, "{}", "-".repeat(150));
     for r in rows {
         let (t, n) = (r.tritium, r.triton);
-        let target = if r.concurrency == 1 { ">=2x" } else { ">1x" };
+        let cpu = |m: &Measurement| format!("{:.0} + {:.0}", m.server_us, m.stubs_us);
         let _ = writeln!(
             out,
-            "{:<5} {:>4} | {:>10.1} {:>10.1} {:>5.2}x | {:>15} {:>15} {:>5.2}x | {:<12} {:<8}",
+            "{:<13} {:<5} {:>4} | {:>9.1} {:>9.1} {:>5.2}x | {:>15} {:>15} | {:>15} {:>15} {:>5.2}x | {:<5} {:<4} {:<4}",
+            r.model,
             r.protocol,
             r.concurrency,
             t.throughput,
@@ -235,29 +298,51 @@ fn table(rows: &[Row]) -> String {
             r.throughput_ratio(),
             format!("{}/{} us", t.p50_us, t.p99_us),
             format!("{}/{} us", n.p50_us, n.p99_us),
-            r.p99_ratio(),
-            format!("{target} {}", yes_no(r.throughput_met())),
+            cpu(&t),
+            cpu(&n),
+            r.cpu_ratio(),
+            yes_no(r.throughput_met()),
             yes_no(r.p99_met()),
+            if r.cpu_target { yes_no(r.cpu_met()) } else { "-" },
         );
     }
     out
 }
 
-/// Runs perf_analyzer at one concurrency and parses its client-side summary.
-fn perf(perf_analyzer: &Path, protocol: &str, url: &str, concurrency: u32) -> Result<Measurement> {
+/// Runs perf_analyzer on one case against `server` and parses its client-side summary.
+fn measure(
+    perf_analyzer: &Path,
+    server: &Server,
+    case: &Case,
+    protocol: &str,
+    concurrency: u32,
+) -> Result<Measurement> {
+    let port = if protocol == "grpc" { server.grpc_port } else { server.http_port };
     let mut cmd = Command::new(perf_analyzer);
-    cmd.args(["-m", MODEL, "-i", protocol, "-u", url])
+    cmd.args(["-m", case.model, "-i", protocol, "-u", &format!("127.0.0.1:{port}")])
         .arg("--concurrency-range")
         .arg(concurrency.to_string())
         .arg("--measurement-interval")
         .arg(MEASUREMENT_MS.to_string())
         .arg("--stability-percentage")
         .arg(STABILITY_PERCENT.to_string());
+    if let Some(shape) = case.shape {
+        cmd.args(["--shape", shape]);
+    }
+    let (cpu0, served0) = (TreeCpu::of(server.pid()), inference_count(server.http_port, case.model));
     let out = cmd.output().with_context(|| format!("cannot run {cmd:?}"))?;
+    let (cpu1, served1) = (TreeCpu::of(server.pid()), inference_count(server.http_port, case.model));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let parsed = parse_perf(&stdout);
     match (out.status.success(), parsed) {
-        (true, Some(m)) => Ok(m),
+        (true, Some((throughput, p50_us, p99_us))) => {
+            let served = match (served0, served1) {
+                (Some(a), Some(b)) => b.saturating_sub(a),
+                _ => 0,
+            };
+            let (server_us, stubs_us) = cpu0.per_request_us(&cpu1, served);
+            Ok(Measurement { throughput, p50_us, p99_us, server_us, stubs_us })
+        }
         _ => bail!(
             "{cmd:?} failed with {}:\n{}\n{}",
             out.status,
@@ -268,17 +353,13 @@ fn perf(perf_analyzer: &Path, protocol: &str, url: &str, concurrency: u32) -> Re
 }
 
 /// Reads throughput and p50/p99 latency from the first `Client:` block.
-fn parse_perf(stdout: &str) -> Option<Measurement> {
+fn parse_perf(stdout: &str) -> Option<(f64, u64, u64)> {
     let client = &stdout[stdout.find("Client:")?..];
     let value = |key: &str| -> Option<f64> {
         let line = client.lines().find(|l| l.trim_start().starts_with(key))?;
         line.trim_start()[key.len()..].split_whitespace().next()?.parse().ok()
     };
-    Some(Measurement {
-        throughput: value("Throughput:")?,
-        p50_us: value("p50 latency:")? as u64,
-        p99_us: value("p99 latency:")? as u64,
-    })
+    Some((value("Throughput:")?, value("p50 latency:")? as u64, value("p99 latency:")? as u64))
 }
 
 /// The 1-minute load average: anything else running skews the numbers of both servers.
@@ -531,8 +612,7 @@ mod tests {
     #[test]
     fn parses_perf_analyzer_summary() {
         let out = "*** Measurement Settings ***\n\nRequest concurrency: 2\n  Client: \n    Request count: 2046\n    Throughput: 340.967 infer/sec\n    p50 latency: 5432 usec\n    p90 latency: 6000 usec\n    p95 latency: 6100 usec\n    p99 latency: 7001 usec\n  Server: \n    Inference count: 2046\n";
-        let m = parse_perf(out).expect("parsed");
-        assert_eq!((m.throughput, m.p50_us, m.p99_us), (340.967, 5432, 7001));
+        assert_eq!(parse_perf(out), Some((340.967, 5432, 7001)));
         assert!(parse_perf("no summary").is_none());
     }
 }

@@ -12,17 +12,16 @@
 //! Triton, Triton to the region), 24 MiB. The target: at least 5x Triton's throughput.
 
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
 use crate::bench_serve::{
     free_ports, load_average, tail, tritium_command, triton_command, triton_env, Server, TempDir,
 };
+use crate::procstat::{inference_count, TreeCpu};
 use crate::{root, target_dir};
 
 const MODEL: &str = "shm_passthrough";
@@ -212,7 +211,7 @@ fn measure(
     pid: u32,
     http_port: u16,
 ) -> Result<Measurement> {
-    let (cpu0, served0) = (tree_cpu_ticks(pid), inference_count(http_port));
+    let (cpu0, served0) = (TreeCpu::of(pid), inference_count(http_port, MODEL));
     let mut cmd = Command::new(perf_analyzer);
     cmd.args(["-m", MODEL, "-i", protocol, "-u", url, "--shared-memory", "system"])
         .arg("--output-shared-memory-size")
@@ -223,7 +222,7 @@ fn measure(
         .arg(MEASUREMENT_MS.to_string())
         .args(["--stability-percentage", "1000"]);
     let out = cmd.output().with_context(|| format!("cannot run {cmd:?}"))?;
-    let (cpu1, served1) = (tree_cpu_ticks(pid), inference_count(http_port));
+    let (cpu1, served1) = (TreeCpu::of(pid), inference_count(http_port, MODEL));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let parsed = parse_perf(&stdout);
     let Some((throughput, p50_us)) = parsed.filter(|_| out.status.success()) else {
@@ -234,12 +233,12 @@ fn measure(
             tail(&String::from_utf8_lossy(&out.stderr), 30)
         );
     };
-    // /proc counts CPU time in USER_HZ ticks, 100 per second on Linux.
-    let hz = 100.0;
-    let cpu_ms_per_request = match (served0, served1) {
-        (Some(a), Some(b)) if b > a => cpu1.saturating_sub(cpu0) as f64 * 1000.0 / hz / (b - a) as f64,
-        _ => f64::NAN,
+    let served = match (served0, served1) {
+        (Some(a), Some(b)) => b.saturating_sub(a),
+        _ => 0,
     };
+    let (server_us, stubs_us) = cpu0.per_request_us(&cpu1, served);
+    let cpu_ms_per_request = (server_us + stubs_us) / 1000.0;
     Ok(Measurement { throughput, p50_us, cpu_ms_per_request })
 }
 
@@ -253,67 +252,14 @@ fn parse_perf(stdout: &str) -> Option<(f64, u64)> {
     Some((value("Throughput:")?, value("p50 latency:")? as u64))
 }
 
-/// User plus system clock ticks of `pid` and all its descendants (the server and its stubs).
-fn tree_cpu_ticks(pid: u32) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![pid];
-    while let Some(p) = stack.pop() {
-        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
-            // Fields after the command (which may hold spaces) start after the last ')'.
-            let fields: Vec<&str> =
-                stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
-            // utime and stime are fields 14 and 15 of the line: the 12th and 13th after the command.
-            let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            total += ticks(11) + ticks(12);
-        }
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
-        for task in tasks.flatten() {
-            if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
-                stack.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
-            }
-        }
-    }
-    total
-}
-
-/// The model's `inference_count` from the server's statistics (HTTP), retried a few times (a
-/// busy server may drop the connection); `None` if it cannot be read.
-fn inference_count(port: u16) -> Option<u64> {
-    for _ in 0..5 {
-        match inference_count_once(port) {
-            Ok(n) => return Some(n),
-            Err(e) => eprintln!("xtask: reading statistics on port {port}: {e:#}"),
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    None
-}
-
-fn inference_count_once(port: u16) -> Result<u64> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET /v2/models/{MODEL}/stats HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n")?;
-    let mut body = String::new();
-    s.read_to_string(&mut body)?;
-    let key = "\"inference_count\":";
-    let at = body.find(key).with_context(|| format!("no inference_count in {}", tail(&body, 5)))?;
-    let digits: String = body[at + key.len()..].trim_start().chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().with_context(|| format!("bad inference_count in {}", tail(&body, 5)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn parses_perf_analyzer_and_counts_this_process() {
+    fn parses_perf_analyzer() {
         let out = "Request concurrency: 1\n  Client: \n    Request count: 20\n    Throughput: 71.5 infer/sec\n    p50 latency: 13000 usec\n";
         assert_eq!(parse_perf(out), Some((71.5, 13000)));
         assert!(parse_perf("nothing").is_none());
-        let spin = Instant::now();
-        while spin.elapsed() < Duration::from_millis(50) {
-            std::hint::black_box(0u64);
-        }
-        assert!(tree_cpu_ticks(std::process::id()) > 0);
     }
 }

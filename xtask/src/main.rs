@@ -33,6 +33,7 @@ mod bench_serve;
 mod bench_shm;
 mod bench_stream;
 mod compare;
+mod procstat;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()

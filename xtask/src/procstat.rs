@@ -1,0 +1,121 @@
+//! What the benchmarks read about a running server: the CPU time of its processes (from /proc)
+//! and how many requests a model has served (from its statistics over HTTP).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::bench_serve::tail;
+
+/// /proc counts CPU time in USER_HZ ticks, 100 per second on Linux.
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// CPU time of a server's process and of all its descendants (its stubs), in clock ticks.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct TreeCpu {
+    /// The server process itself (all its threads, live and exited).
+    pub server: u64,
+    /// Every process below it.
+    pub stubs: u64,
+}
+
+impl TreeCpu {
+    /// Reads the tree of `pid` now.
+    pub(crate) fn of(pid: u32) -> Self {
+        let server = own_ticks(pid);
+        let mut stubs = 0;
+        let mut stack = children(pid);
+        while let Some(p) = stack.pop() {
+            stubs += own_ticks(p);
+            stack.extend(children(p));
+        }
+        Self { server, stubs }
+    }
+
+    /// CPU microseconds per request of each part between `self` (earlier) and `later`, for
+    /// `requests` served in between; NaN when none were.
+    pub(crate) fn per_request_us(&self, later: &Self, requests: u64) -> (f64, f64) {
+        if requests == 0 {
+            return (f64::NAN, f64::NAN);
+        }
+        let us = |a: u64, b: u64| b.saturating_sub(a) as f64 * 1e6 / TICKS_PER_SECOND / requests as f64;
+        (us(self.server, later.server), us(self.stubs, later.stubs))
+    }
+}
+
+/// utime + stime of process `pid` (every thread it has had), 0 if it is gone.
+fn own_ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+    // utime and stime are fields 14 and 15 of the line: the 12th and 13th after the command.
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    ticks(11) + ticks(12)
+}
+
+/// The children of every thread of `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    for task in tasks.flatten() {
+        if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    out
+}
+
+/// `model`'s `inference_count` from the server's statistics (HTTP), retried a few times (a busy
+/// server may drop the connection); `None` if it cannot be read.
+pub(crate) fn inference_count(port: u16, model: &str) -> Option<u64> {
+    for _ in 0..5 {
+        match inference_count_once(port, model) {
+            Ok(n) => return Some(n),
+            Err(e) => eprintln!("xtask: reading statistics on port {port}: {e:#}"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    None
+}
+
+fn inference_count_once(port: u16, model: &str) -> Result<u64> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET /v2/models/{model}/stats HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n")?;
+    let mut body = String::new();
+    s.read_to_string(&mut body)?;
+    let key = "\"inference_count\":";
+    let at = body.find(key).with_context(|| format!("no inference_count in {}", tail(&body, 5)))?;
+    let digits: String = body[at + key.len()..].trim_start().chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().with_context(|| format!("bad inference_count in {}", tail(&body, 5)))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+
+    #[test]
+    fn counts_this_process_and_its_children() {
+        let spin = Instant::now();
+        while spin.elapsed() < Duration::from_millis(50) {
+            std::hint::black_box(0u64);
+        }
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done; sleep 5"])
+            .spawn()
+            .expect("sh");
+        std::thread::sleep(Duration::from_millis(800));
+        let cpu = TreeCpu::of(std::process::id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(cpu.server > 0, "{cpu:?}");
+        assert!(cpu.stubs > 0, "{cpu:?}");
+        let later = TreeCpu { server: cpu.server + 100, stubs: cpu.stubs + 50 };
+        assert_eq!(cpu.per_request_us(&later, 1000), (1000.0, 500.0));
+        assert!(cpu.per_request_us(&later, 0).0.is_nan());
+    }
+}
