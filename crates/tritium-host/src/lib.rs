@@ -14,4 +14,4 @@ pub use process::{run_tool, OnLine, StubCommand, StubExit, ToolOutcome};
 pub use stub::{
     BlsEvent, BlsHandler, CallHandler, ClientMetrics, HostError, MetricsProbe, OnResponse, Stub, StubInfo, POLL_CHUNK,
 };
-pub use tritium_ipc::ChannelLimits;
+pub use tritium_ipc::{spin, ChannelLimits};

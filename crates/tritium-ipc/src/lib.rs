@@ -7,6 +7,7 @@
 //! - [`ring`]: single-producer/single-consumer rings with futex doorbells.
 //! - [`arena`]: allocation of tensor bytes in a side's own segments; bounds-checked descriptors.
 //! - [`protocol`]: the messages of the stub protocol and the dtype table.
+//! - [`spin`]: the spin budget, from the measured cost of a wake-up.
 //! - [`channel`]: one stub's rings, segments, fd socket and arena, behind `send`/`recv`.
 
 pub mod arena;
@@ -16,6 +17,7 @@ mod futex;
 pub mod protocol;
 pub mod ring;
 pub mod segment;
+pub mod spin;
 
 pub use arena::{Descriptor, Side};
 pub use channel::{Channel, ChannelConfig, ChannelLimits, Interrupter, PeerFds, ServerChannel, StubChannel, View};

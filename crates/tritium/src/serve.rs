@@ -119,10 +119,13 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TRITIUM_STRICT_READINESS", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = "Server")]
     strict_readiness: bool,
     /// Longest busy-poll, in microseconds, of a server thread or stub waiting for the other side
-    /// before it sleeps. Spinning is adaptive: only while messages keep arriving within this time
-    /// of each other, so idle models cost no CPU (0 never spins).
-    #[arg(long, env = "TRITIUM_STUB_SPIN_US", default_value_t = 500, help_heading = TRITIUM_OWN)]
-    stub_spin_us: u32,
+    /// before it sleeps; `auto` (the default) measures at start-up what waking a sleeping thread
+    /// costs on this machine, and spins up to 500 us where that is 20 us or more (a virtual CPU
+    /// that halts when idle), never where it is less. Spinning is also adaptive: only while
+    /// messages keep arriving within this time of each other, so idle models cost no CPU (0 never
+    /// spins).
+    #[arg(long, env = "TRITIUM_STUB_SPIN_US", default_value = "auto", value_parser = parse_spin, help_heading = TRITIUM_OWN)]
+    stub_spin_us: Spin,
     /// Seconds in-flight requests get to finish at shutdown.
     #[arg(long, env = "TRITIUM_EXIT_TIMEOUT_SECS", default_value_t = 30, help_heading = "Server")]
     exit_timeout_secs: u64,
@@ -258,6 +261,44 @@ fn find_python_path(given: Option<PathBuf>) -> Result<PathBuf> {
 }
 
 /// Runs the server until SIGINT or SIGTERM.
+/// `--stub-spin-us`: a fixed budget, or one measured at start-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spin {
+    Auto,
+    Micros(u32),
+}
+
+fn parse_spin(s: &str) -> Result<Spin, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(Spin::Auto);
+    }
+    s.parse::<u32>()
+        .map(Spin::Micros)
+        .map_err(|_| format!("'{s}' is neither `auto` nor a number of microseconds (0 never spins)"))
+}
+
+/// The spin budget in microseconds: `auto` measures what waking a sleeping thread costs here
+/// (`tritium_host::spin`: the median of 30 wake-ups, each after 2 ms of idleness, about 70 ms).
+fn spin_budget(spin: Spin) -> u32 {
+    match spin {
+        Spin::Micros(us) => us,
+        Spin::Auto => {
+            let cost = tritium_host::spin::wake_cost(30, Duration::from_millis(2));
+            let budget = tritium_host::spin::budget_for(cost);
+            info!(
+                wake_cost_us = cost.as_micros() as u64,
+                spin_us = budget.as_micros() as u64,
+                "waking a sleeping thread takes {} us here ({} than {} us), so waiters spin {} before they sleep (--stub-spin-us auto)",
+                cost.as_micros(),
+                if budget.is_zero() { "less" } else { "no less" },
+                tritium_host::spin::SPIN_THRESHOLD.as_micros(),
+                if budget.is_zero() { "never".to_string() } else { format!("up to {} us", budget.as_micros()) }
+            );
+            budget.as_micros() as u32
+        }
+    }
+}
+
 pub(crate) fn run(args: ServeArgs) -> Result<()> {
     // A flag asking for what tritium cannot do stops it before anything starts.
     let review = args.triton.review().context("refusing to start")?;
@@ -305,7 +346,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         repository,
         stub: {
             info!(python = %python.display(), python_path = %python_path.display(), "stubs run on this interpreter unless a model has its own environment");
-            StubCommand { python, python_path, env: Vec::new(), spin: args.stub_spin_us }
+            StubCommand { python, python_path, env: Vec::new(), spin: spin_budget(args.stub_spin_us) }
         },
         supervision: Supervision {
             init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
@@ -650,5 +691,21 @@ async fn serve(
     match failed {
         Some(why) => bail!("exiting because a model failed to load (--exit-on-error=true): {why}"),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spin_flag_is_auto_or_microseconds() {
+        assert_eq!(parse_spin("auto"), Ok(Spin::Auto));
+        assert_eq!(parse_spin("AUTO"), Ok(Spin::Auto));
+        assert_eq!(parse_spin("0"), Ok(Spin::Micros(0)));
+        assert_eq!(parse_spin("250"), Ok(Spin::Micros(250)));
+        let err = parse_spin("fast").expect_err("not a budget");
+        assert!(err.contains("'fast'") && err.contains("auto"), "{err}");
+        assert_eq!(spin_budget(Spin::Micros(7)), 7);
     }
 }
