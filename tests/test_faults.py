@@ -326,3 +326,63 @@ def test_requests_abandoned_by_their_client_are_not_executed(start):
     with urllib.request.urlopen(f"http://127.0.0.1:{srv.metrics_port}/metrics", timeout=10) as r:
         text = r.read().decode()
     assert 'nv_inference_request_failure{model="sleepy",reason="CANCELED",version="1"} 1' in text, text
+
+
+CRASHY = """
+import os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            ms = int(pb_utils.get_input_tensor_by_name(r, "MS").as_numpy()[0])
+            time.sleep(abs(ms) / 1000.0)
+            if ms < 0:
+                os._exit(3)
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64)),
+                pb_utils.Tensor("VALUE", np.array([1], dtype=np.int64)),
+            ]))
+        return out
+"""
+
+
+def test_a_crash_fails_its_own_request_and_not_those_queued_behind_it(start):
+    """The worker sends the next queued request to the stub while the current one runs
+    (pipelining); when the stub dies in the current one, the one sent behind it was never
+    started, and goes back to the queue for the restarted stub instead of failing with it."""
+    write_model(start.repo, "crashy", CRASHY, SLEEPY_CONFIG.format(name="crashy", count=1, extra=""))
+    srv = start(["crashy"])
+    victim, _ = call(srv.grpc_url, model="crashy")
+    results, lock = {}, threading.Lock()
+
+    def one(key, ms):
+        try:
+            r = ("ok", call(srv.grpc_url, model="crashy", ms=ms)[0])
+        except InferenceServerException as e:
+            r = ("error", e.message())
+        with lock:
+            results[key] = r
+
+    # A slow request runs while the crashing one and three more queue up behind it; when it
+    # ends, the worker takes the crashing one and sends the next one behind it at once.
+    slow = threading.Thread(target=one, args=("slow", 600))
+    crash = threading.Thread(target=one, args=("crash", -300))
+    behind = [threading.Thread(target=one, args=(i, 0)) for i in range(3)]
+    slow.start()
+    time.sleep(0.2)
+    crash.start()
+    time.sleep(0.1)
+    for t in behind:
+        t.start()
+    for t in [slow, crash, *behind]:
+        t.join(120)
+    assert results["slow"] == ("ok", victim)
+    kind, message = results["crash"]
+    assert kind == "error" and "exited unexpectedly" in message and "exit code 3" in message, message
+    for i in range(3):
+        kind, pid = results[i]
+        assert kind == "ok", f"request {i} queued behind the crash failed: {pid}"
+        assert pid != victim, "it ran on the restarted stub"

@@ -12,6 +12,7 @@ pub mod stub;
 
 pub use process::{run_tool, OnLine, StubCommand, StubExit, ToolOutcome};
 pub use stub::{
-    BlsEvent, BlsHandler, CallHandler, ClientMetrics, HostError, MetricsProbe, OnResponse, Stub, StubInfo, POLL_CHUNK,
+    BlsEvent, BlsHandler, CallHandler, ClientMetrics, HostError, MetricsProbe, OnResponse, Stub, StubInfo, Submitted,
+    POLL_CHUNK,
 };
 pub use tritium_ipc::{spin, ChannelLimits};

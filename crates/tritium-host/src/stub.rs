@@ -161,6 +161,13 @@ impl Collected {
     }
 }
 
+/// A batch sent to the stub ([`Stub::submit`]) whose answers are still to be read
+/// ([`Stub::complete`]).
+pub struct Submitted {
+    batch: u64,
+    collected: Collected,
+}
+
 /// Names the server flag behind a shared-memory limit the channel enforced.
 fn with_flag_hint(e: IpcError) -> IpcError {
     match e {
@@ -659,15 +666,35 @@ impl Stub {
         &self,
         requests: Vec<Request>,
         timeout: Option<Duration>,
-        mut watch: Option<&mut dyn FnMut(&Stub)>,
+        watch: Option<&mut dyn FnMut(&Stub)>,
     ) -> Result<Executed, HostError> {
+        let submitted = self.submit(requests)?;
+        self.complete(submitted, timeout, watch)
+    }
+
+    /// Sends one `execute` of a model that is not decoupled, without waiting for it: the stub
+    /// runs its batches one after the other, so a batch submitted while another runs is in the
+    /// ring when that one ends. Read its answers with [`Stub::complete`], in submission order.
+    pub fn submit(&self, requests: Vec<Request>) -> Result<Submitted, HostError> {
         let batch = {
             let mut b = self.next_batch.lock().unwrap_or_else(|p| p.into_inner());
             *b += 1;
             *b
         };
-        let mut collected = Collected::new(requests.iter().map(|r| r.id));
+        let collected = Collected::new(requests.iter().map(|r| r.id));
         self.send(&ToStub::Execute { batch, requests })?;
+        Ok(Submitted { batch, collected })
+    }
+
+    /// Waits up to `timeout` for the responses and the end of a submitted batch (the oldest
+    /// one not completed yet), calling `watch` every few milliseconds meanwhile.
+    pub fn complete(
+        &self,
+        submitted: Submitted,
+        timeout: Option<Duration>,
+        mut watch: Option<&mut dyn FnMut(&Stub)>,
+    ) -> Result<Executed, HostError> {
+        let Submitted { batch, mut collected } = submitted;
         let result = loop {
             let w = watch.as_mut().map(|w| &mut **w as &mut dyn FnMut(&Stub));
             match self.recv_watching(timeout, "finish execute", w) {

@@ -787,7 +787,7 @@ fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut
                 let result = if ctx.decoupled {
                     run_decoupled_batch(ctx, stub, batch, open)
                 } else {
-                    run_batch(ctx, stub, batch)
+                    run_batches(ctx, instance, stub, batch)
                 };
                 instance.inflight.store(0, Ordering::Relaxed);
                 if let Err(e) = result {
@@ -1066,29 +1066,82 @@ struct Placed {
     batch_size: u64,
 }
 
-/// Runs one batch in four steps (place the inputs, execute, collect the responses, record the
-/// times) and answers every request in it. Returns the stub's error if the stub is unusable.
-fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(), HostError> {
+/// Runs `batch` and, while the stub executes it, the batches that are ready behind it: each is
+/// placed and sent before the one ahead of it is finished (read and answered), so the stub
+/// starts it the moment it ends the other, without waiting for the worker (pipelining; the
+/// model still runs one batch at a time, in queue order). At most two batches are in the ring.
+/// A restart or a dead stub stops taking batches ahead, so the worker gets back to its loop.
+fn run_batches(ctx: &VersionContext, instance: &Instance, stub: &Stub, batch: Vec<Pending>) -> Result<(), HostError> {
+    let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
+    let mut running = start_batch(ctx, stub, batch)?;
+    while let Some(current) = running.take() {
+        let ahead = if interrupted() { None } else { ctx.queue.ready_batch() };
+        let next = match ahead {
+            Some(batch) => {
+                instance.executions.fetch_add(1, Ordering::Relaxed);
+                match start_batch(ctx, stub, batch) {
+                    Ok(next) => next,
+                    Err(e) => {
+                        fail_waiting(ctx, stub, current.placed.waiting, &e);
+                        return Err(e);
+                    }
+                }
+            }
+            None => None,
+        };
+        let requests = current.placed.waiting.len() + next.as_ref().map_or(0, |n| n.placed.waiting.len());
+        instance.inflight.store(requests as u64, Ordering::Relaxed);
+        if let Err(failed) = finish_batch(ctx, stub, current) {
+            if let Some(next) = next {
+                if failed.ended {
+                    // The stub may have started the batch behind: it fails with the stub.
+                    fail_waiting(ctx, stub, next.placed.waiting, &failed.error);
+                } else {
+                    // The stub never got to it (it runs batches in order): the batch goes back to
+                    // the queue, for the restarted stub or another instance, so that one
+                    // crashing request takes no other down with it.
+                    let mut waiting: Vec<(u64, Pending)> = next.placed.waiting.into_iter().collect();
+                    waiting.sort_by_key(|(id, _)| *id);
+                    ctx.queue.requeue(waiting.into_iter().map(|(_, p)| p).collect());
+                }
+            }
+            return Err(failed.error);
+        }
+        running = next;
+    }
+    Ok(())
+}
+
+/// Why a batch could not be finished: the stub is unusable.
+struct Unfinished {
+    error: HostError,
+    /// The stub had ended the batch (sent `ExecuteDone`) before it failed.
+    ended: bool,
+}
+
+/// A batch sent to the stub whose answers are still to be read.
+struct Running {
+    placed: Placed,
+    submitted: tritium_host::Submitted,
+    /// When it was taken, and when its inputs were placed.
+    t0: Instant,
+    t1: Instant,
+}
+
+/// Places a batch's inputs and sends it to the stub. `None` when nothing was sent: every
+/// request was answered already (its client went away, its inputs did not fit, or the batch
+/// is too large for the ring).
+fn start_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<Option<Running>, HostError> {
     let t0 = Instant::now();
     let mut placed = place_inputs(ctx, stub, batch);
     if placed.requests.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let t1 = Instant::now();
     let blocks = input_blocks(&placed.requests);
-    // A client that goes away while its request runs: the model sees it in `is_cancelled()`.
-    let mut told = std::collections::HashSet::new();
-    let mut on_wait = |stub: &Stub| {
-        for (id, p) in &placed.waiting {
-            if p.tx.is_closed() && told.insert(*id) {
-                let _ = stub.cancel(*id);
-            }
-        }
-    };
     let requests = std::mem::take(&mut placed.requests);
-    let executed = stub.execute_watching(requests, ctx.supervision.execute_timeout, Some(&mut on_wait));
-    let executed = match executed {
-        Ok(done) => done,
+    match stub.submit(requests) {
+        Ok(submitted) => Ok(Some(Running { placed, submitted, t0, t1 })),
         Err(HostError::Ipc { source: IpcError::TooLarge { len, capacity }, .. }) => {
             // Nothing reached the stub (the message was refused before a byte of it was
             // written), so the stub is fine: only this batch fails, and its inputs are freed.
@@ -1099,20 +1152,51 @@ fn run_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<(
             for (_, p) in placed.waiting.drain() {
                 finish(ctx, p, Err(InferError::invalid(message.clone())), None);
             }
-            return Ok(());
+            Ok(None)
         }
         Err(e) => {
-            let message = execute_failure(&ctx.model, stub.instance(), &e);
-            for (_, p) in placed.waiting.drain() {
-                finish(ctx, p, Err(InferError::internal(message.clone())), None);
+            fail_waiting(ctx, stub, placed.waiting, &e);
+            Err(e)
+        }
+    }
+}
+
+/// Answers every request waiting for a batch with the stub's failure `e` (the stub is unusable).
+fn fail_waiting(ctx: &VersionContext, stub: &Stub, waiting: HashMap<u64, Pending>, e: &HostError) {
+    let message = execute_failure(&ctx.model, stub.instance(), e);
+    for (_, p) in waiting {
+        finish(ctx, p, Err(InferError::internal(message.clone())), None);
+    }
+}
+
+/// Waits for a sent batch to end, then reads its responses, records its times and answers
+/// every request in it. Returns the stub's error if the stub is unusable.
+fn finish_batch(ctx: &VersionContext, stub: &Stub, running: Running) -> Result<(), Unfinished> {
+    let Running { mut placed, submitted, t0, t1 } = running;
+    // A batch sent behind another runs from when the worker turns to it, not from when it was
+    // sent: the one ahead of it ran meanwhile.
+    let started = Instant::now().max(t1);
+    // A client that goes away while its request runs: the model sees it in `is_cancelled()`.
+    let mut told = std::collections::HashSet::new();
+    let mut on_wait = |stub: &Stub| {
+        for (id, p) in &placed.waiting {
+            if p.tx.is_closed() && told.insert(*id) {
+                let _ = stub.cancel(*id);
             }
-            return Err(e);
+        }
+    };
+    let executed = match stub.complete(submitted, ctx.supervision.execute_timeout, Some(&mut on_wait)) {
+        Ok(done) => done,
+        Err(error) => {
+            fail_waiting(ctx, stub, std::mem::take(&mut placed.waiting), &error);
+            return Err(Unfinished { error, ended: false });
         }
     };
     let t2 = Instant::now();
     let batch_error = executed.error.map(|e| e.to_string());
-    let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting)?;
-    let times = ExecTimes { compute_input: t1 - t0, compute_infer: t2 - t1, compute_output: t2.elapsed() };
+    let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting)
+        .map_err(|error| Unfinished { error, ended: true })?;
+    let times = ExecTimes { compute_input: t1 - t0, compute_infer: t2 - started, compute_output: t2.elapsed() };
     ctx.stats.execution(placed.batch_size, times);
     let t3 = Instant::now();
     for Answer { mut p, result, served } in answers {

@@ -307,6 +307,8 @@ struct State {
     /// A worker is forming a batch; the others wait, so that idle instances do not split
     /// requests that arrive together into batches of one.
     gathering: bool,
+    /// Workers waiting for work (not gathering): while one is, nobody takes a batch ahead.
+    idle_workers: usize,
 }
 
 impl State {
@@ -354,7 +356,13 @@ pub(crate) struct Queue {
 impl Queue {
     pub(crate) fn new(batching: Option<Batching>, priorities: Priorities, stats: Arc<Stats>) -> Self {
         Self {
-            state: Mutex::new(State { levels: BTreeMap::new(), len: 0, closed: false, gathering: false }),
+            state: Mutex::new(State {
+                levels: BTreeMap::new(),
+                len: 0,
+                closed: false,
+                gathering: false,
+                idle_workers: 0,
+            }),
             cv: Condvar::new(),
             closing: Condvar::new(),
             batching,
@@ -549,7 +557,9 @@ impl Queue {
             if now >= idle_until {
                 return Next::Idle;
             }
+            st.idle_workers += 1;
             st = self.cv.wait_timeout(st, idle_until - now).unwrap_or_else(|p| p.into_inner()).0;
+            st.idle_workers -= 1;
         };
         let Some(b) = &self.batching else { return Next::Batch(vec![first]) };
         st.gathering = true;
@@ -581,6 +591,72 @@ impl Queue {
         // Another worker may start the next batch with what this one left behind.
         self.cv.notify_all();
         Next::Batch(batch)
+    }
+}
+
+impl Queue {
+    /// A batch to run next on a busy instance, taken only if it is ready now: for a worker whose
+    /// stub is executing, so that the stub finds its next batch in the ring when it ends
+    /// (pipelining). Nothing while another worker is idle or gathering (an idle instance runs it
+    /// sooner), for a sequence model (its slots decide), or when a dynamic batch would still wait
+    /// for more requests (it is formed by the normal path then, with its delay).
+    pub(crate) fn ready_batch(&self) -> Option<Vec<Pending>> {
+        if self.sequences.is_some() {
+            return None;
+        }
+        let mut st = self.lock();
+        if st.gathering || st.idle_workers > 0 || st.closed {
+            return None;
+        }
+        self.expire_locked(&mut st, Instant::now());
+        st.drop_cancelled_front(&self.stats);
+        let Some(b) = &self.batching else { return st.pop_front().map(|p| vec![p]) };
+        // The batch the normal path would form now, counted without taking it.
+        let mut size = 0;
+        let mut count = 0;
+        let mut blocked = false;
+        let mut first_enqueued = None;
+        for p in st.levels.values().flat_map(|l| l.items.iter().map(|q| &q.p).chain(l.delayed.iter())) {
+            if p.tx.is_closed() {
+                // A cancelled request inside the batch: let the normal path sort it out.
+                return None;
+            }
+            let n = p.batch_size.max(1);
+            if size + n > b.max_batch_size {
+                blocked = true;
+                break;
+            }
+            first_enqueued.get_or_insert(p.enqueued);
+            size += n;
+            count += 1;
+        }
+        let first_enqueued = first_enqueued?;
+        let ready = blocked
+            || size >= b.max_batch_size
+            || b.preferred.contains(&size)
+            || Instant::now() >= first_enqueued + b.max_delay;
+        if !ready {
+            return None;
+        }
+        let batch: Vec<Pending> = (0..count).filter_map(|_| st.pop_front()).collect();
+        Some(batch)
+    }
+}
+
+impl Queue {
+    /// Puts requests taken by [`Queue::ready_batch`] back at the front of their levels, in the
+    /// order given (their stub died before it could start them: the next instance or stub runs
+    /// them, as if they had never left the queue).
+    pub(crate) fn requeue(&self, batch: Vec<Pending>) {
+        let mut st = self.lock();
+        for p in batch.into_iter().rev() {
+            let level = self.priorities.level_of(p.req.priority);
+            let deadline = self.priorities.policy(level).timeout_for(p.req.timeout_us).map(|t| p.enqueued + t);
+            st.levels.entry(level).or_default().items.push_front(Queued { p, deadline });
+            st.len += 1;
+        }
+        drop(st);
+        self.cv.notify_all();
     }
 }
 
@@ -727,6 +803,82 @@ mod tests {
         assert!(q.push(p).is_ok());
         assert_eq!(ids(&q.next_batch().expect("batch")), vec!["live"]);
         assert_eq!(stats.snapshot().fail_reasons.canceled, 3);
+    }
+
+    fn live_id(id: &str) -> Pending {
+        live(request(id, 0, 0, 1))
+    }
+
+    #[test]
+    fn a_busy_worker_takes_the_next_request_ahead_unless_another_worker_idles() {
+        let q = queue(None);
+        assert!(q.ready_batch().is_none(), "nothing queued");
+        q.push(live_id("a")).expect("queued");
+        q.push(live_id("b")).expect("queued");
+        assert_eq!(q.ready_batch().as_deref().map(ids), Some(vec!["a"]));
+        // While a worker waits for work, the next request is its: nobody takes it ahead.
+        q.lock().idle_workers = 1;
+        assert!(q.ready_batch().is_none(), "an idle worker runs it sooner");
+        q.lock().idle_workers = 0;
+        assert_eq!(q.ready_batch().as_deref().map(ids), Some(vec!["b"]));
+    }
+
+    #[test]
+    fn a_worker_counts_as_idle_only_while_it_waits_for_work() {
+        let q = Arc::new(queue(None));
+        let worker = {
+            let q = q.clone();
+            std::thread::spawn(move || matches!(q.next_batch_unless(&|| false, Duration::from_millis(300)), Next::Idle))
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while q.lock().idle_workers == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(q.lock().idle_workers, 1);
+        assert!(worker.join().expect("worker"), "no work came");
+        assert_eq!(q.lock().idle_workers, 0);
+    }
+
+    #[test]
+    fn a_dynamic_batch_is_taken_ahead_only_when_it_would_not_wait() {
+        let b = |preferred: Vec<u64>, delay_ms: u64| Batching {
+            max_batch_size: 4,
+            preferred,
+            max_delay: Duration::from_millis(delay_ms),
+        };
+        // Partial, no preferred size, delay not over: it waits for the normal path.
+        let q = queue(Some(b(vec![], 60_000)));
+        q.push(live(pending(1))).expect("queued");
+        q.push(live(pending(1))).expect("queued");
+        assert!(q.ready_batch().is_none());
+        assert_eq!(q.len(), 2, "nothing was taken");
+        // Full: taken at once, up to the largest batch.
+        for bs in [1, 1, 3] {
+            q.push(live(pending(bs))).expect("queued");
+        }
+        assert_eq!(q.ready_batch().as_deref().map(sizes), Some(vec![1, 1, 1, 1]));
+        assert_eq!(q.len(), 1);
+        // A preferred size.
+        let q = queue(Some(b(vec![2], 60_000)));
+        q.push(live(pending(1))).expect("queued");
+        q.push(live(pending(1))).expect("queued");
+        assert_eq!(q.ready_batch().as_deref().map(sizes), Some(vec![1, 1]));
+        // The delay of the oldest is over.
+        let q = queue(Some(b(vec![], 0)));
+        q.push(live(pending(1))).expect("queued");
+        assert_eq!(q.ready_batch().as_deref().map(sizes), Some(vec![1]));
+    }
+
+    #[test]
+    fn requeued_requests_go_back_to_the_front_in_their_order() {
+        let q = queue(None);
+        for id in ["a", "b", "c"] {
+            q.push(live_id(id)).expect("queued");
+        }
+        let first = q.ready_batch().expect("a");
+        let second = q.ready_batch().expect("b");
+        q.requeue(first.into_iter().chain(second).collect());
+        assert_eq!(drain_ids(&q), vec!["a", "b", "c"]);
     }
 
     #[test]
