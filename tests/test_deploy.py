@@ -1,12 +1,14 @@
 """The deployment recipes in deploy/: the Kubernetes manifests are valid (kubernetes-validate,
-strict), the KServe resources have the fields KServe requires, and the flags, ports and probe
-paths they give tritium are ones the real server accepts and answers on.
+strict), the KServe resources are valid against the `kserve` Python SDK's models and have the
+fields KServe requires, and the flags, ports and probe paths they give tritium are ones the real
+server accepts and answers on.
 
 Each container's command line is run for real: the model repository is swapped for a tmp one
 holding examples/models/add_sub, every port for a free one, 0.0.0.0 for 127.0.0.1; the probe paths
 must answer 200, and SIGTERM must stop the server with exit code 0.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -18,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
+import kubernetes.client.models as k8s_models  # python/requirements-dev.txt, as kubernetes_validate
 import kubernetes_validate  # python/requirements-dev.txt: `cargo xtask setup` installs it, so CI never skips
 import pytest
 import yaml
@@ -61,6 +64,51 @@ def validate(doc):
     kubernetes_validate.validate(doc, version, strict=True)
 
 
+def kserve_models():
+    """The kserve SDK's generated model classes (`kserve.models`; python/requirements-nodeps.txt,
+    installed without its dependencies), imported without running `kserve/__init__.py`, which
+    starts importing KServe's model server (fastapi, cloudevents, ...) that these tests do not
+    need."""
+    if "kserve" not in sys.modules:
+        spec = importlib.util.find_spec("kserve")
+        assert spec and spec.submodule_search_locations, "the kserve SDK is missing: run `cargo xtask setup`"
+        package = importlib.util.module_from_spec(importlib.machinery.ModuleSpec("kserve", None, is_package=True))
+        package.__path__ = list(spec.submodule_search_locations)
+        sys.modules["kserve"] = package
+    import kserve.models
+
+    return kserve.models
+
+
+PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float)}
+
+
+def sdk_object(value, type_name, where):
+    """Builds the SDK object of `type_name` (a kserve or Kubernetes model class, or the SDKs'
+    `list[...]`/`List[...]`, `dict(str, ...)`/`Dict[str, ...]` and primitive type strings) from a manifest's value: every
+    field must be one the class has (by its JSON name), of the class's type, and the class's own
+    constructor checks run (required fields, allowed values)."""
+    if type_name.startswith(("list[", "List[")):
+        assert isinstance(value, list), f"{where}: expected a list, found {value!r}"
+        return [sdk_object(v, type_name[5:-1], f"{where}[{i}]") for i, v in enumerate(value)]
+    if type_name.startswith(("dict(", "Dict[")):
+        inner = type_name[5:-1].split(", ", 1)[1]
+        assert isinstance(value, dict), f"{where}: expected a mapping, found {value!r}"
+        return {k: sdk_object(v, inner, f"{where}.{k}") for k, v in value.items()}
+    if type_name in PRIMITIVES:
+        assert isinstance(value, PRIMITIVES[type_name]), f"{where}: expected {type_name}, found {value!r}"
+        return value
+    if type_name == "object":
+        return value
+    cls = getattr(kserve_models(), type_name, None) or getattr(k8s_models, type_name)
+    assert isinstance(value, dict), f"{where}: expected a {type_name} mapping, found {value!r}"
+    field_of = {json_name: attr for attr, json_name in cls.attribute_map.items()}
+    unknown = sorted(set(value) - set(field_of))
+    assert not unknown, f"{where}: {type_name} has no field {unknown} (it has {sorted(field_of)})"
+    kwargs = {field_of[k]: sdk_object(v, cls.openapi_types[field_of[k]], f"{where}.{k}") for k, v in value.items()}
+    return cls(**kwargs)
+
+
 def test_kubernetes_manifests_are_valid():
     kinds = set()
     for path, doc in documents():
@@ -97,6 +145,28 @@ def test_kubernetes_deployment_wiring():
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     startup = c["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
+
+
+SDK_CLASSES = {"ClusterServingRuntime": "V1alpha1ClusterServingRuntime", "InferenceService": "V1beta1InferenceService"}
+
+
+def test_kserve_resources_are_valid_sdk_objects():
+    found = []
+    for path, doc in documents():
+        if doc["kind"] in SDK_CLASSES:
+            obj = sdk_object(doc, SDK_CLASSES[doc["kind"]], f"{path}:{doc['kind']}")
+            found.append(type(obj).__name__)
+    assert sorted(found) == sorted(SDK_CLASSES.values())
+    # The validation can fail: a misspelled field, a wrong type, a container without a name.
+    isvc = {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": {"name": "x"}}
+    bad = [
+        {"predictor": {"model": {"modelFormat": {"name": "triton"}, "storageURI": "gs://b/m"}}},
+        {"predictor": {"model": {"modelFormat": {"name": "triton"}, "storageUri": 7}}},
+        {"predictor": {"containers": [{"image": "tritium"}]}},
+    ]
+    for spec in bad:
+        with pytest.raises((AssertionError, ValueError)):
+            sdk_object({**isvc, "spec": spec}, "V1beta1InferenceService", "bad")
 
 
 def test_kserve_resources_have_the_required_fields():

@@ -67,13 +67,19 @@ fn venv() -> Result<PathBuf> {
     Ok(py)
 }
 
-/// Installs `python/<file>` into `.venv` unless the stamp says that exact text is installed.
+/// Installs `python/<file>` into `.venv` unless the stamp says that exact text is installed; a
+/// file named `*-nodeps.txt` is installed without its packages' dependencies.
 fn install_requirements(py: &Path, file: &str, stamp: &str) -> Result<()> {
     let stamp = root().join(".venv").join(stamp);
     let req = root().join("python").join(file);
     let wanted = std::fs::read_to_string(&req).with_context(|| format!("reading {}", req.display()))?;
     if std::fs::read_to_string(&stamp).ok().as_deref() != Some(wanted.as_str()) {
-        run(Command::new(py).args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-r"]).arg(&req))?;
+        let mut cmd = Command::new(py);
+        cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"]);
+        if file.ends_with("-nodeps.txt") {
+            cmd.arg("--no-deps");
+        }
+        run(cmd.arg("-r").arg(&req))?;
         std::fs::write(&stamp, wanted)?;
     }
     Ok(())
@@ -91,6 +97,7 @@ fn setup_serve() -> Result<()> {
 fn setup() -> Result<()> {
     let py = venv()?;
     install_requirements(&py, "requirements-dev.txt", ".tritium-requirements")?;
+    install_requirements(&py, "requirements-nodeps.txt", ".tritium-requirements-nodeps")?;
     setup_perf_analyzer(&py)
 }
 
