@@ -1067,31 +1067,49 @@ struct Placed {
 }
 
 /// Runs `batch` and, while the stub executes it, the batches that are ready behind it: each is
-/// placed and sent before the one ahead of it is finished (read and answered), so the stub
-/// starts it the moment it ends the other, without waiting for the worker (pipelining; the
-/// model still runs one batch at a time, in queue order). At most two batches are in the ring.
-/// A restart or a dead stub stops taking batches ahead, so the worker gets back to its loop.
+/// placed and sent before the one ahead of it is answered, so the stub starts it the moment it
+/// ends the other, without waiting for the worker (pipelining; the model still runs one batch
+/// at a time, in queue order). The queue is looked at twice per batch: right after it is sent,
+/// and when the stub has ended it, before its answers are read (for requests that came while it
+/// ran). At most two batches are in the ring. A restart or a dead stub stops taking batches
+/// ahead, so the worker gets back to its loop.
 fn run_batches(ctx: &VersionContext, instance: &Instance, stub: &Stub, batch: Vec<Pending>) -> Result<(), HostError> {
     let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
+    // The next ready batch sent to the stub; `Err` when sending it found the stub unusable.
+    let take_ahead = || -> Result<Option<Running>, HostError> {
+        if interrupted() {
+            return Ok(None);
+        }
+        let Some(batch) = ctx.queue.ready_batch() else { return Ok(None) };
+        instance.executions.fetch_add(1, Ordering::Relaxed);
+        start_batch(ctx, stub, batch)
+    };
     let mut running = start_batch(ctx, stub, batch)?;
     while let Some(current) = running.take() {
-        let ahead = if interrupted() { None } else { ctx.queue.ready_batch() };
-        let next = match ahead {
-            Some(batch) => {
-                instance.executions.fetch_add(1, Ordering::Relaxed);
-                match start_batch(ctx, stub, batch) {
-                    Ok(next) => next,
-                    Err(e) => {
-                        fail_waiting(ctx, stub, current.placed.waiting, &e);
-                        return Err(e);
-                    }
-                }
+        let mut next = match take_ahead() {
+            Ok(next) => next,
+            Err(e) => {
+                fail_waiting(ctx, stub, current.placed.waiting, &e);
+                return Err(e);
             }
-            None => None,
         };
         let requests = current.placed.waiting.len() + next.as_ref().map_or(0, |n| n.placed.waiting.len());
         instance.inflight.store(requests as u64, Ordering::Relaxed);
-        if let Err(failed) = finish_batch(ctx, stub, current) {
+        let mut late = None;
+        let finished = finish_batch(ctx, stub, current, &mut || {
+            if next.is_none() {
+                late = Some(take_ahead());
+            }
+        });
+        let late_error = match late {
+            Some(Ok(taken)) => {
+                next = taken;
+                None
+            }
+            Some(Err(e)) => Some(e),
+            None => None,
+        };
+        if let Err(failed) = finished {
             if let Some(next) = next {
                 if failed.ended {
                     // The stub may have started the batch behind: it fails with the stub.
@@ -1106,6 +1124,9 @@ fn run_batches(ctx: &VersionContext, instance: &Instance, stub: &Stub, batch: Ve
                 }
             }
             return Err(failed.error);
+        }
+        if let Some(e) = late_error {
+            return Err(e);
         }
         running = next;
     }
@@ -1169,9 +1190,14 @@ fn fail_waiting(ctx: &VersionContext, stub: &Stub, waiting: HashMap<u64, Pending
     }
 }
 
-/// Waits for a sent batch to end, then reads its responses, records its times and answers
-/// every request in it. Returns the stub's error if the stub is unusable.
-fn finish_batch(ctx: &VersionContext, stub: &Stub, running: Running) -> Result<(), Unfinished> {
+/// Waits for a sent batch to end, calls `ended`, then reads its responses, records its times and
+/// answers every request in it. Returns the stub's error if the stub is unusable.
+fn finish_batch(
+    ctx: &VersionContext,
+    stub: &Stub,
+    running: Running,
+    ended: &mut dyn FnMut(),
+) -> Result<(), Unfinished> {
     let Running { mut placed, submitted, t0, t1 } = running;
     // A batch sent behind another runs from when the worker turns to it, not from when it was
     // sent: the one ahead of it ran meanwhile.
@@ -1193,6 +1219,7 @@ fn finish_batch(ctx: &VersionContext, stub: &Stub, running: Running) -> Result<(
         }
     };
     let t2 = Instant::now();
+    ended();
     let batch_error = executed.error.map(|e| e.to_string());
     let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting)
         .map_err(|error| Unfinished { error, ended: true })?;
