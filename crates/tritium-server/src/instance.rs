@@ -1201,7 +1201,7 @@ fn finish_batch(
     let Running { mut placed, submitted, t0, t1 } = running;
     // A batch sent behind another runs from when the worker turns to it, not from when it was
     // sent: the one ahead of it ran meanwhile.
-    let started = Instant::now().max(t1);
+    let started = Instant::now();
     // A client that goes away while its request runs: the model sees it in `is_cancelled()`.
     let mut told = std::collections::HashSet::new();
     let mut on_wait = |stub: &Stub| {
@@ -1220,10 +1220,13 @@ fn finish_batch(
     };
     let t2 = Instant::now();
     ended();
+    // Reading the outputs starts after the next batch was sent, which is no part of this one.
+    let output_start = Instant::now();
     let batch_error = executed.error.map(|e| e.to_string());
     let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting)
         .map_err(|error| Unfinished { error, ended: true })?;
-    let times = ExecTimes { compute_input: t1 - t0, compute_infer: t2 - started, compute_output: t2.elapsed() };
+    let times =
+        ExecTimes { compute_input: t1 - t0, compute_infer: t2 - started, compute_output: output_start.elapsed() };
     ctx.stats.execution(placed.batch_size, times);
     let t3 = Instant::now();
     for Answer { mut p, result, served } in answers {
@@ -1233,7 +1236,7 @@ fn finish_batch(
         if let Some(trace) = p.trace.as_mut() {
             trace.stamp(Activity::ComputeStart, t0);
             trace.stamp(Activity::ComputeInputEnd, t1);
-            trace.stamp(Activity::ComputeOutputStart, t2);
+            trace.stamp(Activity::ComputeOutputStart, output_start);
             trace.stamp(Activity::ComputeEnd, t3);
         }
         let queue = t0.saturating_duration_since(p.enqueued);

@@ -126,6 +126,15 @@ pub(crate) struct Batching {
     pub max_delay: Duration,
 }
 
+impl Batching {
+    /// Whether a batch of `size` stops gathering at `now`: it is full (or the next request,
+    /// `more_behind`, does not fit), has a preferred size, or its oldest request, queued at
+    /// `oldest`, has waited `max_queue_delay_microseconds`.
+    fn ends_wait(&self, size: u64, more_behind: bool, oldest: Instant, now: Instant) -> bool {
+        more_behind || size >= self.max_batch_size || self.preferred.contains(&size) || now >= oldest + self.max_delay
+    }
+}
+
 /// What a timed-out request does (Triton's `ModelQueuePolicy.TimeoutAction`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TimeoutAction {
@@ -312,9 +321,15 @@ struct State {
 }
 
 impl State {
-    /// The next request to hand out: the first level's oldest, then its delayed ones.
+    /// The queued requests in the order they are handed out: level by level, each level's in
+    /// arrival order, then its delayed ones.
+    fn queued(&self) -> impl Iterator<Item = &Pending> {
+        self.levels.values().flat_map(|l| l.items.iter().map(|q| &q.p).chain(l.delayed.iter()))
+    }
+
+    /// The next request to hand out.
     fn front(&self) -> Option<&Pending> {
-        self.levels.values().find_map(|l| l.items.front().map(|q| &q.p).or_else(|| l.delayed.front()))
+        self.queued().next()
     }
 
     /// Answers and drops the requests at the front whose client went away, so they are never
@@ -563,7 +578,8 @@ impl Queue {
         };
         let Some(b) = &self.batching else { return Next::Batch(vec![first]) };
         st.gathering = true;
-        let deadline = first.enqueued + b.max_delay;
+        let oldest = first.enqueued;
+        let deadline = oldest + b.max_delay;
         let mut size = first.batch_size.max(1);
         let mut batch = vec![first];
         loop {
@@ -578,10 +594,8 @@ impl Queue {
                 batch.extend(st.pop_front());
                 st.drop_cancelled_front(&self.stats);
             }
-            let full = size >= b.max_batch_size || st.front().is_some();
-            let preferred = b.preferred.contains(&size);
             let now = Instant::now();
-            if full || preferred || st.closed || now >= deadline {
+            if st.closed || b.ends_wait(size, st.front().is_some(), oldest, now) {
                 break;
             }
             st = self.cv.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
@@ -592,9 +606,7 @@ impl Queue {
         self.cv.notify_all();
         Next::Batch(batch)
     }
-}
 
-impl Queue {
     /// A batch to run next on a busy instance, taken only if it is ready now: for a worker whose
     /// stub is executing, so that the stub finds its next batch in the ring when it ends
     /// (pipelining). Nothing while another worker is idle or gathering (an idle instance runs it
@@ -612,38 +624,27 @@ impl Queue {
         st.drop_cancelled_front(&self.stats);
         let Some(b) = &self.batching else { return st.pop_front().map(|p| vec![p]) };
         // The batch the normal path would form now, counted without taking it.
-        let mut size = 0;
-        let mut count = 0;
-        let mut blocked = false;
-        let mut first_enqueued = None;
-        for p in st.levels.values().flat_map(|l| l.items.iter().map(|q| &q.p).chain(l.delayed.iter())) {
+        let (mut size, mut count, mut more_behind) = (0, 0, false);
+        for p in st.queued() {
             if p.tx.is_closed() {
                 // A cancelled request inside the batch: let the normal path sort it out.
                 return None;
             }
             let n = p.batch_size.max(1);
             if size + n > b.max_batch_size {
-                blocked = true;
+                more_behind = true;
                 break;
             }
-            first_enqueued.get_or_insert(p.enqueued);
             size += n;
             count += 1;
         }
-        let first_enqueued = first_enqueued?;
-        let ready = blocked
-            || size >= b.max_batch_size
-            || b.preferred.contains(&size)
-            || Instant::now() >= first_enqueued + b.max_delay;
-        if !ready {
+        let oldest = st.front()?.enqueued;
+        if count == 0 || !b.ends_wait(size, more_behind, oldest, Instant::now()) {
             return None;
         }
-        let batch: Vec<Pending> = (0..count).filter_map(|_| st.pop_front()).collect();
-        Some(batch)
+        Some((0..count).filter_map(|_| st.pop_front()).collect())
     }
-}
 
-impl Queue {
     /// Puts requests taken by [`Queue::ready_batch`] back at the front of their levels, in the
     /// order given (their stub died before it could start them: the next instance or stub runs
     /// them, as if they had never left the queue).
