@@ -1,6 +1,7 @@
 """End-to-end fixtures: a real `tritium serve` on free ports over a repository made of the
 examples and the test models, and tritonclient clients for HTTP and gRPC."""
 
+import ctypes
 import os
 import shutil
 import signal
@@ -42,6 +43,30 @@ def require(condition, why):
     if os.environ.get("TRITIUM_REQUIRE_ALL"):
         pytest.fail(f"prerequisite missing: {why}")
     pytest.skip(why)
+
+
+def cuda_device_count():
+    """How many devices the CUDA driver sees (0 without a driver), asked as the server asks it."""
+    if os.environ.get("TRITIUM_CUDA", "").lower() in ("off", "0"):
+        return 0
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+def needs_gpu():
+    """Skips a test that needs a CUDA GPU; under `TRITIUM_REQUIRE_GPU` (`cargo xtask gpu-check`)
+    a missing GPU fails it instead. (`TRITIUM_REQUIRE_ALL` does not: CI never has a GPU.)"""
+    if cuda_device_count():
+        return
+    if os.environ.get("TRITIUM_REQUIRE_GPU"):
+        pytest.fail("TRITIUM_REQUIRE_GPU is set but the CUDA driver sees no device")
+    pytest.skip("needs a CUDA GPU (run `cargo xtask gpu-check` on a machine with one)")
 
 
 def free_port():

@@ -14,6 +14,7 @@ import urllib.request
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from conftest import cuda_device_count
 from test_faults import write_model
 
 RECORDING = """
@@ -185,7 +186,9 @@ def test_kind_model_and_kind_cpu_with_host_policy_load_and_kind_gpu_is_refused(s
     config = client.get_model_config("kcpu", as_json=True)["config"]
     assert config["instance_group"][0]["host_policy"] == "policy0"
     assert int(config["instance_group"][0]["count"]) == 2
-    # tritium runs no GPUs yet: KIND_GPU is refused with Triton's texts for a machine without them.
+    if cuda_device_count():
+        return  # tests/test_cuda_shm.py checks KIND_GPU placement on a machine with GPUs
+    # On a machine without GPUs, KIND_GPU is refused with Triton's texts.
     entries = index(srv, settled=["kgpu", "kgpu_any"])
     assert entries["kgpu"]["state"] == "UNAVAILABLE"
     assert "specifies invalid or unsupported gpu id 0. Available GPUs are: " in entries["kgpu"]["reason"]

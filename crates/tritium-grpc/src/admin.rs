@@ -313,6 +313,7 @@ mod tests {
             backend_directory: std::path::PathBuf::new(),
             envs: tritium_server::EnvOptions::default(),
             config_name: None,
+            gpus: Vec::new(),
             metrics: tritium_server::MetricsOptions::default(),
             max_queue_size: 0,
             server_id: "tritium".into(),

@@ -90,10 +90,6 @@ pub(crate) fn parse_grpc_timeout(v: &str) -> Option<std::time::Duration> {
     })
 }
 
-fn not_supported(what: &str) -> Status {
-    to_status(InferError::new(ErrorKind::Unsupported, format!("{what} is not supported by tritium yet")))
-}
-
 fn version(s: &str) -> Result<Option<i64>, Status> {
     parse_version(s).map_err(to_status)
 }
@@ -321,23 +317,41 @@ impl GrpcInferenceService for InferenceService {
         req: Request<CudaSharedMemoryStatusRequest>,
     ) -> Result<Response<CudaSharedMemoryStatusResponse>, Status> {
         let name = req.into_inner().name;
-        if !name.is_empty() {
-            return Err(Status::not_found(format!("Unable to find cuda shared memory region: '{name}'")));
-        }
-        Ok(Response::new(CudaSharedMemoryStatusResponse { regions: HashMap::new() }))
+        let regions = self.server.shm().cuda_status(&name).map_err(to_status)?;
+        let regions = regions
+            .into_iter()
+            .map(|r| {
+                let status = cuda_shared_memory_status_response::RegionStatus {
+                    name: r.name.clone(),
+                    device_id: r.device_id,
+                    byte_size: r.byte_size,
+                };
+                (r.name, status)
+            })
+            .collect::<HashMap<_, _>>();
+        Ok(Response::new(CudaSharedMemoryStatusResponse { regions }))
     }
 
     async fn cuda_shared_memory_register(
         &self,
-        _: Request<CudaSharedMemoryRegisterRequest>,
+        req: Request<CudaSharedMemoryRegisterRequest>,
     ) -> Result<Response<CudaSharedMemoryRegisterResponse>, Status> {
-        Err(not_supported("CUDA shared memory"))
+        let req = req.into_inner();
+        self.server.shm().register_cuda(&req.name, &req.raw_handle, req.device_id, req.byte_size).map_err(to_status)?;
+        Ok(Response::new(CudaSharedMemoryRegisterResponse {}))
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
-        _: Request<CudaSharedMemoryUnregisterRequest>,
+        req: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> Result<Response<CudaSharedMemoryUnregisterResponse>, Status> {
+        // As for system regions: an unknown name is success, an empty one is "all".
+        let name = req.into_inner().name;
+        if name.is_empty() {
+            self.server.shm().unregister_all_cuda();
+        } else {
+            self.server.shm().unregister_cuda(&name);
+        }
         Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 

@@ -75,6 +75,7 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
         envs: tritium_server::EnvOptions::default(),
         config_name: None,
         metrics: tritium_server::MetricsOptions::default(),
+        gpus: Vec::new(),
     }
 }
 
@@ -304,8 +305,32 @@ async fn shared_memory_trace_and_log_rpcs() {
         .cuda_shared_memory_register(CudaSharedMemoryRegisterRequest { name: "g".into(), ..Default::default() })
         .await
         .expect_err("register");
-    assert_eq!(e.code(), Code::Unimplemented);
-    assert!(e.message().contains("not supported by tritium yet"), "{}", e.message());
+    assert_eq!(
+        (e.code(), e.message()),
+        (Code::InvalidArgument, "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+    );
+    let register = CudaSharedMemoryRegisterRequest {
+        name: "g".into(),
+        raw_handle: vec![0u8; 64].into(),
+        device_id: 0,
+        byte_size: 64,
+    };
+    let e = c.cuda_shared_memory_register(register).await.expect_err("register");
+    assert_eq!(e.code(), Code::InvalidArgument);
+    match tritium_cuda::cuda() {
+        Err(why) => assert_eq!(
+            e.message(),
+            format!("failed to register CUDA shared memory region: 'g', GPUs not supported ({why})")
+        ),
+        Ok(_) => {
+            assert!(e.message().starts_with("failed to register shared memory region: invalid args"), "{}", e.message())
+        }
+    }
+    let e = c
+        .cuda_shared_memory_status(CudaSharedMemoryStatusRequest { name: "g".into() })
+        .await
+        .expect_err("not registered");
+    assert_eq!((e.code(), e.message()), (Code::NotFound, "Unable to find cuda shared memory region: 'g'"));
     c.cuda_shared_memory_unregister(CudaSharedMemoryUnregisterRequest::default()).await.expect("unregister");
 
     let e = c.trace_setting(TraceSettingRequest::default()).await.expect_err("trace");

@@ -1,13 +1,13 @@
 //! The routes of Triton's HTTP API (`HTTPAPIServer::Handle` in `src/http_server.cc`), their
 //! handlers, and the JSON shapes of their answers.
 
+use base64::Engine as _;
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
-use axum::http::Uri;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
@@ -80,13 +80,11 @@ pub(crate) fn build<B: Backend>(backend: Arc<B>, options: Options) -> Router {
             .route(&format!("{prefix}/register"), with_405(post(system_shm_register::<B>)))
             .route(&format!("{prefix}/unregister"), with_405(post(system_shm_unregister::<B>)));
     }
-    for kind in ["cudasharedmemory"] {
-        for prefix in [format!("/v2/{kind}"), format!("/v2/{kind}/region/{{region}}")] {
-            r = r
-                .route(&format!("{prefix}/status"), with_405(get(shm_status)))
-                .route(&format!("{prefix}/register"), with_405(post(shm_register)))
-                .route(&format!("{prefix}/unregister"), with_405(post(shm_unregister)));
-        }
+    for prefix in ["/v2/cudasharedmemory", "/v2/cudasharedmemory/region/{region}"] {
+        r = r
+            .route(&format!("{prefix}/status"), with_405(get(cuda_shm_status::<B>)))
+            .route(&format!("{prefix}/register"), with_405(post(cuda_shm_register::<B>)))
+            .route(&format!("{prefix}/unregister"), with_405(post(cuda_shm_unregister::<B>)));
     }
     let restrictions = options.restrictions.clone();
     let r = r.fallback(|| async { HttpError::not_found() }).with_state(AppState { backend, options });
@@ -957,31 +955,68 @@ async fn system_shm_unregister<B: Backend>(State(s): St<B>, Params(p): Params) -
     Ok(json_response(StatusCode::OK, Body::empty()))
 }
 
-fn shm_kind(uri: &Uri) -> &'static str {
-    if uri.path().starts_with("/v2/cudasharedmemory") {
-        "CUDA"
-    } else {
-        "system"
-    }
+// ---- the CUDA shared memory extension ----
+
+/// One CUDA region as Triton's status lists it.
+#[derive(Serialize)]
+struct CudaRegionJson<'a> {
+    name: &'a str,
+    device_id: u64,
+    byte_size: u64,
 }
 
-async fn shm_status(uri: Uri, Params(p): Params) -> HttpResult {
+async fn cuda_shm_status<B: Backend>(State(s): St<B>, Params(p): Params) -> HttpResult {
+    let regions = system_shm(&*s.backend)?.cuda_status(p.get("region").map(String::as_str).unwrap_or_default())?;
+    let json: Vec<CudaRegionJson<'_>> = regions
+        .iter()
+        .map(|r| CudaRegionJson { name: &r.name, device_id: r.device_id, byte_size: r.byte_size })
+        .collect();
+    json_ok(&json)
+}
+
+/// Triton's `HandleCudaSharedMemory` for `register`: a JSON body with `raw_handle: {b64}`
+/// (a base64 `cudaIpcMemHandle_t`, as tritonclient sends it), `device_id` and `byte_size`.
+async fn cuda_shm_register<B: Backend>(
+    State(s): St<B>,
+    Params(p): Params,
+    headers: HeaderMap,
+    body: Body,
+) -> HttpResult {
+    let registry = system_shm(&*s.backend)?;
+    registry.check_allowed()?;
+    let Some(region) = p.get("region") else {
+        return Err(HttpError::from(InferError::invalid(
+            "'region name' is necessary to register cuda shared memory region",
+        )));
+    };
+    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
+    let request = optional_json(&body)?.unwrap_or(Value::Null);
+    let Some(raw_handle) = request.get("raw_handle") else {
+        return Err(InferError::invalid("Shared memory register request has no 'raw_handle' field").into());
+    };
+    let b64 = raw_handle.get("b64").and_then(Value::as_str).ok_or_else(|| {
+        InferError::invalid("Unable to parse 'raw_handle': expected an object with a base64 string 'b64'")
+    })?;
+    let uint = |name: &str| match request.get(name) {
+        None => Err(InferError::invalid(format!("Shared memory register request has no '{name}' field"))),
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| InferError::invalid(format!("Unable to parse '{name}': expected an unsigned integer"))),
+    };
+    let byte_size = uint("byte_size")?;
+    let device_id = uint("device_id")?;
+    let handle = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|_| InferError::invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"))?;
+    registry.register_cuda(region, &handle, i64::try_from(device_id).unwrap_or(i64::MAX), byte_size)?;
+    Ok(json_response(StatusCode::OK, Body::empty()))
+}
+
+async fn cuda_shm_unregister<B: Backend>(State(s): St<B>, Params(p): Params) -> HttpResult {
+    let shm = system_shm(&*s.backend)?;
     match p.get("region") {
-        Some(region) => Err(HttpError::new(
-            StatusCode::NOT_FOUND,
-            format!("Unable to find {} shared memory region: '{region}'", shm_kind(&uri).to_lowercase()),
-        )),
-        None => Ok(json_response(StatusCode::OK, "[]")),
+        Some(region) => shm.unregister_cuda(region),
+        None => shm.unregister_all_cuda(),
     }
-}
-
-async fn shm_register(uri: Uri, Params(p): Params) -> HttpError {
-    let region = p.get("region").map(String::as_str).unwrap_or_default();
-    not_supported(&format!("registering {} shared memory (region '{region}')", shm_kind(&uri)))
-}
-
-async fn shm_unregister() -> Response {
-    // Nothing can be registered, so there is nothing to unregister; Triton answers success for
-    // a region that is not registered.
-    json_response(StatusCode::OK, Body::empty())
+    Ok(json_response(StatusCode::OK, Body::empty()))
 }

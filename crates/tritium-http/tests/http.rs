@@ -253,25 +253,50 @@ async fn unsupported_extensions() {
         send(&app, Method::GET, "/v2/systemsharedmemory/register", &[], Body::empty()).await.status,
         StatusCode::METHOD_NOT_ALLOWED
     );
-    for kind in ["cudasharedmemory"] {
-        let r = get(&app, &format!("/v2/{kind}/status")).await;
-        assert_eq!((r.status, &r.body[..]), (StatusCode::OK, &b"[]"[..]));
-        let r = get(&app, &format!("/v2/{kind}/region/r0/status")).await;
-        assert_eq!(r.status, StatusCode::NOT_FOUND);
-        assert!(r.error().starts_with("Unable to find"));
-        let r =
-            send(&app, Method::POST, &format!("/v2/{kind}/region/r0/register"), &[], r#"{"key":"/k","byte_size":8}"#)
-                .await;
-        assert_eq!(r.status, StatusCode::BAD_REQUEST);
-        assert!(r.error().contains("is not supported by tritium yet"), "{}", r.error());
-        for uri in [format!("/v2/{kind}/unregister"), format!("/v2/{kind}/region/r0/unregister")] {
-            assert_eq!(send(&app, Method::POST, &uri, &[], Body::empty()).await.status, StatusCode::OK);
+    // CUDA shared memory: the same registry (one namespace), Triton's texts for each field.
+    let r = get(&app, "/v2/cudasharedmemory/status").await;
+    assert_eq!((r.status, &r.body[..]), (StatusCode::OK, &b"[]"[..]));
+    let r = get(&app, "/v2/cudasharedmemory/region/r0/status").await;
+    assert_eq!(
+        (r.status, r.error().as_str()),
+        (StatusCode::NOT_FOUND, "Unable to find cuda shared memory region: 'r0'")
+    );
+    let register = |body: String| send(&app, Method::POST, "/v2/cudasharedmemory/region/r0/register", &[], body);
+    let handle = format!(r#"{{"b64":"{}"}}"#, "A".repeat(86) + "==");
+    let r = register(format!(r#"{{"raw_handle":{handle},"device_id":0,"byte_size":64}}"#)).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    match tritium_cuda::cuda() {
+        Err(e) => assert_eq!(
+            r.error(),
+            format!("failed to register CUDA shared memory region: 'r0', GPUs not supported ({e})")
+        ),
+        // A handle of zeros opens nothing.
+        Ok(_) => {
+            assert!(r.error().starts_with("failed to register shared memory region: invalid args"), "{}", r.error())
         }
+    }
+    let r = register(r#"{"device_id":0,"byte_size":64}"#.into()).await;
+    assert_eq!(r.error(), "Shared memory register request has no 'raw_handle' field");
+    let r = register(format!(r#"{{"raw_handle":{handle},"device_id":0}}"#)).await;
+    assert_eq!(r.error(), "Shared memory register request has no 'byte_size' field");
+    let r = register(format!(r#"{{"raw_handle":{handle},"byte_size":64}}"#)).await;
+    assert_eq!(r.error(), "Shared memory register request has no 'device_id' field");
+    for short in [r#"{"b64":"AAAA"}"#, r#"{"b64":"not base64!"}"#] {
+        let r = register(format!(r#"{{"raw_handle":{short},"device_id":0,"byte_size":64}}"#)).await;
         assert_eq!(
-            send(&app, Method::GET, &format!("/v2/{kind}/register"), &[], Body::empty()).await.status,
-            StatusCode::METHOD_NOT_ALLOWED
+            (r.status, r.error().as_str()),
+            (StatusCode::BAD_REQUEST, "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
         );
     }
+    let r = send(&app, Method::POST, "/v2/cudasharedmemory/register", &[], Body::empty()).await;
+    assert_eq!(r.error(), "'region name' is necessary to register cuda shared memory region");
+    for uri in ["/v2/cudasharedmemory/unregister", "/v2/cudasharedmemory/region/r0/unregister"] {
+        assert_eq!(send(&app, Method::POST, uri, &[], Body::empty()).await.status, StatusCode::OK);
+    }
+    assert_eq!(
+        send(&app, Method::GET, "/v2/cudasharedmemory/register", &[], Body::empty()).await.status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
     // A backend without log control answers the logging extension as Triton built without it.
     let r = send(&app, Method::GET, "/v2/logging", &[], Body::empty()).await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);

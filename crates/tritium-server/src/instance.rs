@@ -1372,10 +1372,11 @@ fn forget_dead_regions(stub: &Stub) {
 /// The outputs a request wants written into client regions, as descriptors for the stub.
 fn output_regions(stub: &Stub, outputs: &[RequestedOutput]) -> Result<Vec<(String, Descriptor)>, Box<HostError>> {
     let mut regions = Vec::new();
+    // Outputs in CUDA regions come back through the arena: the server copies them to the device.
     for o in outputs {
-        if let Some(target) = &o.shm {
-            map_region(stub, target.region())?;
-            regions.push((o.name.clone(), target.descriptor()));
+        if let Some((region, desc)) = o.shm.as_ref().and_then(|target| target.system()) {
+            map_region(stub, region)?;
+            regions.push((o.name.clone(), desc));
         }
     }
     Ok(regions)
@@ -1511,8 +1512,7 @@ fn read_outputs(
             if let TensorData::Shm { desc, .. } = &t.data {
                 if desc.in_client_region() {
                     let target = requested.iter().find(|r| r.name == t.name).and_then(|r| r.shm.as_ref());
-                    let fits = target.is_some_and(|target| {
-                        let want = target.descriptor();
+                    let fits = target.and_then(|target| target.system()).is_some_and(|(_, want)| {
                         want.segment == desc.segment && want.offset == desc.offset && desc.len <= want.len
                     });
                     if !fits {

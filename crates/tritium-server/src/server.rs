@@ -62,6 +62,9 @@ pub struct ServerOptions {
     pub config_name: Option<String>,
     /// `--metrics-config`: which latency metrics are recorded and exported.
     pub metrics: tritium_metrics::MetricsOptions,
+    /// The CUDA devices `KIND_GPU` (and, where there are any, `KIND_AUTO`) instance groups are
+    /// placed on; empty on a machine without a usable CUDA driver.
+    pub gpus: Vec<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -522,6 +525,7 @@ impl Server {
                 "model_configuration",
                 "binary_tensor_data",
                 "system_shared_memory",
+                "cuda_shared_memory",
                 "parameters",
                 "statistics",
                 "schedule_policy",
@@ -1277,7 +1281,7 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
         }
     }
     tritium_config::normalize(&mut config, name)?;
-    tritium_config::resolve_instance_groups(&mut config, &[])?;
+    tritium_config::resolve_instance_groups(&mut config, &opts.gpus)?;
     let policy = config.version_policy.clone().unwrap_or_default();
     let versions = tritium_config::model_versions(&dir, &policy)?;
     if versions.is_empty() {
@@ -1506,6 +1510,7 @@ mod tests {
                 envs: crate::envs::EnvOptions::default(),
                 config_name: None,
                 metrics: tritium_metrics::MetricsOptions::default(),
+                gpus: Vec::new(),
             }
         }
     }

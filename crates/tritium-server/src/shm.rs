@@ -1,6 +1,13 @@
-//! The system shared memory extension's registry: regions that clients register by name
-//! (`shm_open` of their key, then `mmap` of `byte_size` bytes from `offset`), with Triton's
-//! checks and error texts, and the handles requests hold on them.
+//! The shared memory extensions' registry: regions that clients register by name, with
+//! Triton's checks and error texts, and the handles requests hold on them. System regions are a
+//! client's POSIX shared memory object (`shm_open` of their key, then `mmap` of `byte_size`
+//! bytes from `offset`); CUDA regions are a client's device allocation, opened from its CUDA IPC
+//! handle. Both kinds share one namespace, as in Triton: a name is registered once, as one kind.
+//!
+//! CUDA regions are staged through the host: an input in one is copied device-to-host when the
+//! request is decoded (the model gets a CPU tensor, as Triton's python backend gives it by
+//! default, `FORCE_CPU_ONLY_INPUT_TENSORS`), and an output asked for in one is copied
+//! host-to-device when the response is ready.
 //!
 //! Lifetime: a registration is an `Arc<Region>`. The registry holds one reference, and every
 //! request that names the region holds another (its input bytes are a [`Bytes`] whose owner is
@@ -160,17 +167,66 @@ impl AsRef<[u8]> for RegionBytes {
     }
 }
 
+/// One CUDA registration: a client's device allocation, open in this process.
+pub struct CudaRegion {
+    id: u32,
+    status: CudaRegionStatus,
+    mapping: tritium_cuda::IpcMapping,
+}
+
+impl std::fmt::Debug for CudaRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaRegion").field("id", &self.id).field("status", &self.status).finish()
+    }
+}
+
+impl CudaRegion {
+    fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, InferError> {
+        let mut data = vec![0u8; usize::try_from(len).map_err(|_| InferError::invalid("input too large"))?];
+        self.mapping.read(offset, &mut data).map_err(|e| {
+            InferError::internal(format!(
+                "failed to read {len} bytes from CUDA shared memory region '{}': {e}",
+                self.status.name
+            ))
+        })?;
+        Ok(data)
+    }
+}
+
+/// What a status request reports of one CUDA region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaRegionStatus {
+    /// The name it was registered under.
+    pub name: String,
+    /// The CUDA device the allocation lives on.
+    pub device_id: u64,
+    /// Length of the registered range.
+    pub byte_size: u64,
+}
+
+/// The registered region an output goes to.
+#[derive(Debug, Clone)]
+enum TargetRegion {
+    System(Arc<Region>),
+    Cuda(Arc<CudaRegion>),
+}
+
 /// Where a request wants one output: a range of a registered region.
 #[derive(Debug, Clone)]
 pub struct ShmTarget {
-    region: Arc<Region>,
+    region: TargetRegion,
     offset: u64,
     byte_size: u64,
 }
 
 impl PartialEq for ShmTarget {
     fn eq(&self, other: &Self) -> bool {
-        self.region.id == other.region.id && self.offset == other.offset && self.byte_size == other.byte_size
+        let same = match (&self.region, &other.region) {
+            (TargetRegion::System(a), TargetRegion::System(b)) => a.id == b.id,
+            (TargetRegion::Cuda(a), TargetRegion::Cuda(b)) => a.id == b.id,
+            _ => false,
+        };
+        same && self.offset == other.offset && self.byte_size == other.byte_size
     }
 }
 
@@ -179,7 +235,15 @@ impl Eq for ShmTarget {}
 impl ShmTarget {
     /// The region's name.
     pub fn region_name(&self) -> &str {
-        &self.region.status.name
+        match &self.region {
+            TargetRegion::System(r) => &r.status.name,
+            TargetRegion::Cuda(r) => &r.status.name,
+        }
+    }
+
+    /// Whether the region is CUDA shared memory (written by the server, never by a stub).
+    pub fn is_cuda(&self) -> bool {
+        matches!(self.region, TargetRegion::Cuda(_))
     }
 
     /// Offset in the registered range.
@@ -192,29 +256,37 @@ impl ShmTarget {
         self.byte_size
     }
 
-    /// The descriptor a stub writes the output through.
-    pub(crate) fn descriptor(&self) -> Descriptor {
-        Descriptor { segment: self.region.id, offset: self.offset, len: self.byte_size }
-    }
-
-    /// The region itself.
-    pub(crate) fn region(&self) -> &Arc<Region> {
-        &self.region
+    /// The system region and the descriptor a stub writes the output through; `None` for a
+    /// CUDA region, which the server writes.
+    pub(crate) fn system(&self) -> Option<(&Arc<Region>, Descriptor)> {
+        match &self.region {
+            TargetRegion::System(r) => {
+                Some((r, Descriptor { segment: r.id, offset: self.offset, len: self.byte_size }))
+            }
+            TargetRegion::Cuda(_) => None,
+        }
     }
 
     /// Copies an output the server holds into the target (ensembles, cached responses: where no
     /// stub wrote it), with Triton's error when it does not fit.
     pub fn write(&self, output: &str, data: &[u8]) -> Result<(), InferError> {
         check_fits(output, self.byte_size, data.len() as u64)?;
-        self.region.check_file()?;
+        let region = match &self.region {
+            TargetRegion::System(region) => region,
+            TargetRegion::Cuda(region) => {
+                return region.mapping.write(self.offset, data).map_err(|e| {
+                    InferError::internal(format!(
+                        "failed to write output '{output}' into CUDA shared memory region '{}': {e}",
+                        region.status.name
+                    ))
+                });
+            }
+        };
+        region.check_file()?;
         // SAFETY: `data.len() <= byte_size` and `offset + byte_size` lies inside the mapping
         // (checked by `resolve`), which the Arc keeps alive.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.region.map.as_mut_ptr().add(self.offset as usize),
-                data.len(),
-            );
+            std::ptr::copy_nonoverlapping(data.as_ptr(), region.map.as_mut_ptr().add(self.offset as usize), data.len());
         }
         Ok(())
     }
@@ -249,12 +321,37 @@ pub fn check_fits(output: &str, available: u64, needed: u64) -> Result<(), Infer
 pub const CLIENT_SHM_DISABLED: &str =
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
 
-/// The registered system shared-memory regions, by name.
+/// The registered shared-memory regions of both kinds, by name.
 #[derive(Debug, Default)]
 pub struct ShmRegistry {
-    regions: Mutex<BTreeMap<String, Arc<Region>>>,
+    regions: Mutex<Regions>,
     /// `--allow-client-shm=false`: registrations are refused (status and unregister still answer).
     disabled: AtomicBool,
+}
+
+/// The two kinds' names, under one lock: a name is registered as one kind at a time.
+#[derive(Debug, Default)]
+struct Regions {
+    system: BTreeMap<String, Arc<Region>>,
+    cuda: BTreeMap<String, Arc<CudaRegion>>,
+}
+
+impl Regions {
+    fn check_free(&self, name: &str) -> Result<(), InferError> {
+        if self.system.contains_key(name) || self.cuda.contains_key(name) {
+            return Err(InferError::new(
+                ErrorKind::AlreadyExists,
+                format!("shared memory region '{name}' already in manager"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A region found by name for a request, of either kind.
+enum Found {
+    System(Arc<Region>),
+    Cuda(Arc<CudaRegion>),
 }
 
 impl ShmRegistry {
@@ -279,12 +376,7 @@ impl ShmRegistry {
         self.check_allowed()?;
         validate_key(name, key)?;
         let mut regions = lock(&self.regions);
-        if regions.contains_key(name) {
-            return Err(InferError::new(
-                ErrorKind::AlreadyExists,
-                format!("shared memory region '{name}' already in manager"),
-            ));
-        }
+        regions.check_free(name)?;
         let fd = nix::sys::mman::shm_open(key, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::S_IRUSR | Mode::S_IWUSR)
             .map_err(|_| InferError::internal(format!("Unable to open shared memory region: '{key}'")))?;
         let size = nix::sys::stat::fstat(fd.as_raw_fd())
@@ -306,65 +398,153 @@ impl ShmRegistry {
                 nix::errno::Errno::from_raw(errno).desc()
             ))
         })?;
-        let id = REGION_BIT | (NEXT_ID.fetch_add(1, Ordering::Relaxed) & (REGION_BIT - 1));
         let status = RegionStatus { name: name.to_string(), key: key.to_string(), offset, byte_size };
-        let region = Arc::new(Region { id, status, fd, map });
+        let region = Arc::new(Region { id: next_id(), status, fd, map });
         if byte_size > 0 {
             lock(&LIVE).insert(region.base(), (byte_size as usize, Arc::downgrade(&region)));
         }
-        regions.insert(name.to_string(), region);
+        regions.system.insert(name.to_string(), region);
         Ok(())
     }
 
-    /// Unregisters `name`; a name that is not registered is no error (as in Triton). Requests
-    /// already using the region keep it until they end.
+    /// Registers `byte_size` bytes of the device allocation whose CUDA IPC handle is
+    /// `raw_handle`, on CUDA device `device_id`, as `name` (Triton's
+    /// `RegisterCUDASharedMemory`, with its checks and texts, and what went wrong after them).
+    pub fn register_cuda(
+        &self,
+        name: &str,
+        raw_handle: &[u8],
+        device_id: i64,
+        byte_size: u64,
+    ) -> Result<(), InferError> {
+        self.check_allowed()?;
+        let mut regions = lock(&self.regions);
+        regions.check_free(name)?;
+        if raw_handle.len() != tritium_cuda::IPC_HANDLE_BYTES {
+            return Err(InferError::invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"));
+        }
+        let cuda = tritium_cuda::cuda().map_err(|e| {
+            InferError::invalid(format!(
+                "failed to register CUDA shared memory region: '{name}', GPUs not supported ({e})"
+            ))
+        })?;
+        let device = i32::try_from(device_id).unwrap_or(i32::MAX);
+        let mapping = cuda.open_ipc(device, raw_handle).map_err(|e| {
+            InferError::invalid(format!(
+                "failed to register shared memory region: invalid args (opening the CUDA IPC handle on device {device_id}: {e})"
+            ))
+        })?;
+        if byte_size > mapping.size() {
+            return Err(InferError::invalid(format!(
+                "failed to register shared memory region '{name}': invalid args (byte_size {byte_size} is more than the {} bytes of the allocation)",
+                mapping.size()
+            )));
+        }
+        let status = CudaRegionStatus { name: name.to_string(), device_id: device_id as u64, byte_size };
+        regions.cuda.insert(name.to_string(), Arc::new(CudaRegion { id: next_id(), status, mapping }));
+        Ok(())
+    }
+
+    /// Unregisters the system region `name`; a name that is not registered as one is no error
+    /// (as in Triton). Requests already using the region keep it until they end.
     pub fn unregister(&self, name: &str) {
-        lock(&self.regions).remove(name);
+        lock(&self.regions).system.remove(name);
     }
 
-    /// Unregisters every region.
+    /// Unregisters every system region.
     pub fn unregister_all(&self) {
-        lock(&self.regions).clear();
+        lock(&self.regions).system.clear();
     }
 
-    /// The status of `name`, or of every region (by name) when `name` is empty.
+    /// Unregisters the CUDA region `name` (none is no error); requests using it keep it open
+    /// until they end.
+    pub fn unregister_cuda(&self, name: &str) {
+        lock(&self.regions).cuda.remove(name);
+    }
+
+    /// Unregisters every CUDA region.
+    pub fn unregister_all_cuda(&self) {
+        lock(&self.regions).cuda.clear();
+    }
+
+    /// The status of system region `name`, or of every one (by name) when `name` is empty.
     pub fn status(&self, name: &str) -> Result<Vec<RegionStatus>, InferError> {
         let regions = lock(&self.regions);
         if name.is_empty() {
-            return Ok(regions.values().map(|r| r.status.clone()).collect());
+            return Ok(regions.system.values().map(|r| r.status.clone()).collect());
         }
-        match regions.get(name) {
+        match regions.system.get(name) {
             Some(r) => Ok(vec![r.status.clone()]),
+            None if regions.cuda.contains_key(name) => Err(InferError::not_found(format!(
+                "The region named '{name}' is registered as CUDA shared memory, not system shared memory"
+            ))),
             None => Err(InferError::not_found(format!("Unable to find system shared memory region: '{name}'"))),
         }
     }
 
-    /// The input bytes `[offset, offset + byte_size)` of region `name`, without a copy: the
-    /// returned `Bytes` holds the region.
+    /// The status of CUDA region `name`, or of every one (by name) when `name` is empty.
+    pub fn cuda_status(&self, name: &str) -> Result<Vec<CudaRegionStatus>, InferError> {
+        let regions = lock(&self.regions);
+        if name.is_empty() {
+            return Ok(regions.cuda.values().map(|r| r.status.clone()).collect());
+        }
+        match regions.cuda.get(name) {
+            Some(r) => Ok(vec![r.status.clone()]),
+            None if regions.system.contains_key(name) => Err(InferError::not_found(format!(
+                "The region named '{name}' is registered as system shared memory, not CUDA shared memory"
+            ))),
+            None => Err(InferError::not_found(format!("Unable to find cuda shared memory region: '{name}'"))),
+        }
+    }
+
+    /// The input bytes `[offset, offset + byte_size)` of region `name`: without a copy from a
+    /// system region (the returned `Bytes` holds the region), copied to the host from a CUDA one.
     pub fn input(&self, name: &str, offset: u64, byte_size: u64) -> Result<Bytes, InferError> {
-        let (region, offset) = self.resolve(name, offset, byte_size)?;
+        let (found, offset) = self.resolve(name, offset, byte_size)?;
         if byte_size == 0 {
             return Ok(Bytes::new());
         }
-        Ok(Bytes::from_owner(RegionBytes { region, offset, len: byte_size }))
+        match found {
+            Found::System(region) => Ok(Bytes::from_owner(RegionBytes { region, offset, len: byte_size })),
+            Found::Cuda(region) => Ok(Bytes::from(region.read(offset, byte_size)?)),
+        }
     }
 
     /// Where an output asked for in region `name` goes.
     pub fn output(&self, name: &str, offset: u64, byte_size: u64) -> Result<ShmTarget, InferError> {
-        let (region, offset) = self.resolve(name, offset, byte_size)?;
+        let (found, offset) = self.resolve(name, offset, byte_size)?;
+        let region = match found {
+            Found::System(r) => TargetRegion::System(r),
+            Found::Cuda(r) => TargetRegion::Cuda(r),
+        };
         Ok(ShmTarget { region, offset, byte_size })
     }
 
     /// Triton's `GetMemoryInfo` checks, in its order and with its texts, and the file check.
-    fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<(Arc<Region>, u64), InferError> {
-        let region = lock(&self.regions)
-            .get(name)
-            .cloned()
-            .ok_or_else(|| InferError::not_found(format!("Unable to find shared memory region: '{name}'")))?;
-        check_range(name, region.status.byte_size, offset, byte_size)?;
-        region.check_file()?;
-        Ok((region, offset))
+    fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<(Found, u64), InferError> {
+        let found = {
+            let regions = lock(&self.regions);
+            match (regions.system.get(name), regions.cuda.get(name)) {
+                (Some(r), _) => Found::System(r.clone()),
+                (None, Some(r)) => Found::Cuda(r.clone()),
+                (None, None) => {
+                    return Err(InferError::not_found(format!("Unable to find shared memory region: '{name}'")));
+                }
+            }
+        };
+        match &found {
+            Found::System(region) => {
+                check_range(name, region.status.byte_size, offset, byte_size)?;
+                region.check_file()?;
+            }
+            Found::Cuda(region) => check_range(name, region.status.byte_size, offset, byte_size)?,
+        }
+        Ok((found, offset))
     }
+}
+
+fn next_id() -> u32 {
+    REGION_BIT | (NEXT_ID.fetch_add(1, Ordering::Relaxed) & (REGION_BIT - 1))
 }
 
 /// Triton's bounds checks of a range of a region of `size` bytes.
@@ -530,6 +710,45 @@ mod tests {
         assert!(lookup(input.as_ptr(), 4096).is_none(), "past the end of the mapping");
         let elsewhere = [0u8; 8];
         assert!(lookup(elsewhere.as_ptr(), 8).is_none());
+    }
+
+    #[test]
+    fn cuda_regions_share_the_namespace_and_say_why_they_cannot_be_registered() {
+        let obj = Object::new("cuda", 4096);
+        let shm = ShmRegistry::default();
+        shm.register("sys", &obj.0, 0, 64).expect("register");
+        assert_eq!(
+            message(shm.register_cuda("sys", &[0; 64], 0, 64)),
+            (ErrorKind::AlreadyExists, "shared memory region 'sys' already in manager".into())
+        );
+        assert_eq!(
+            message(shm.register_cuda("g", &[0; 63], 0, 64)),
+            (ErrorKind::InvalidArg, "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t".into())
+        );
+        let (kind, text) = message(shm.register_cuda("g", &[0; 64], 0, 64));
+        assert_eq!(kind, ErrorKind::InvalidArg);
+        match tritium_cuda::cuda() {
+            Err(e) => {
+                assert_eq!(text, format!("failed to register CUDA shared memory region: 'g', GPUs not supported ({e})"))
+            }
+            Ok(_) => assert!(text.starts_with("failed to register shared memory region: invalid args"), "{text}"),
+        }
+        assert_eq!(
+            message(shm.cuda_status("sys")),
+            (
+                ErrorKind::NotFound,
+                "The region named 'sys' is registered as system shared memory, not CUDA shared memory".into()
+            )
+        );
+        assert_eq!(message(shm.cuda_status("g")).1, "Unable to find cuda shared memory region: 'g'");
+        assert!(shm.cuda_status("").expect("all").is_empty());
+        // Unregistering a CUDA name leaves a system region of that name alone, as in Triton.
+        shm.unregister_cuda("sys");
+        shm.unregister_all_cuda();
+        assert_eq!(shm.status("").expect("status").len(), 1);
+        assert!(!shm.output("sys", 0, 8).expect("target").is_cuda());
+        shm.set_allowed(false);
+        assert_eq!(message(shm.register_cuda("g", &[0; 64], 0, 64)).1, CLIENT_SHM_DISABLED);
     }
 
     #[test]

@@ -386,10 +386,31 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         },
         config_name: args.model_config_name.clone(),
         metrics: args.triton.metrics_options().context("refusing to start")?.0,
+        gpus: cuda_devices(),
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting the async runtime")?;
     runtime.block_on(serve(args, opts, logging, front_door, grpc_tls))
+}
+
+/// The CUDA devices instances may be placed on, said once in the log either way.
+fn cuda_devices() -> Vec<i32> {
+    match tritium_cuda::cuda() {
+        Ok(cuda) => {
+            for device in cuda.devices() {
+                let name = cuda.device_name(device).unwrap_or_else(|e| e.to_string());
+                info!(device, %name, "CUDA device");
+            }
+            cuda.devices()
+        }
+        Err(e) => {
+            info!(
+                "{e}: models run on the CPU only (KIND_GPU instance groups are refused, CUDA shared memory cannot be \
+                 registered)"
+            );
+            Vec::new()
+        }
+    }
 }
 
 /// Listens on `host:port` for `what` (`http`, `grpc`, `metrics`: the flags' prefix); with
