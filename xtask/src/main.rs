@@ -18,6 +18,8 @@
 //!   outputs, tritium against Triton 2.51.
 //! - `cargo xtask compare`: tritium and Triton 2.51 side by side on one repository, every answer
 //!   that differs printed (`compare.rs`, `xtask/compare_triton.py`).
+//! - `cargo xtask gpu-check [--bundle]`: the GPU path end to end on a machine with a GPU, or a
+//!   bundle to run it on one without cargo (`gpu_check.rs`, `xtask/gpu_check.sh`).
 //! - `cargo xtask bench openai`: time to first token and tokens/s of the OpenAI frontend
 //!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams).
 
@@ -33,6 +35,7 @@ mod bench_serve;
 mod bench_shm;
 mod bench_stream;
 mod compare;
+mod gpu_check;
 mod procstat;
 
 fn root() -> PathBuf {
@@ -301,10 +304,11 @@ fn main() -> Result<()> {
         ["bench", what] => bench(what),
         ["bench"] => bench("ipc"),
         ["compare"] => setup().and_then(|()| build()).and_then(|()| compare::compare()),
+        ["gpu-check", rest @ ..] => gpu_check::gpu_check(&rest.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         _ => bail!(
             "usage: cargo xtask setup | build | dist | lint | serve [FLAGS] | test | bench ipc | bench serve | bench stream \
-             | bench shm | bench openai | compare"
+             | bench shm | bench openai | compare | gpu-check [--bundle]"
         ),
     }
 }
