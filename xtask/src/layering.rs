@@ -12,21 +12,26 @@ mod tests {
     /// Each workspace crate and the workspace crates it may depend on directly.
     const ALLOWED: &[(&str, &[&str])] = &[
         ("tritium-ipc", &[]),
+        ("tritium-cuda", &[]),
         ("tritium-host", &["tritium-ipc"]),
         ("tritium-config", &[]),
         ("tritium-metrics", &[]),
         ("tritium-trace", &[]),
         ("tritium-proto", &["tritium-config"]),
-        ("tritium-server", &["tritium-ipc", "tritium-host", "tritium-config", "tritium-metrics", "tritium-trace"]),
+        (
+            "tritium-server",
+            &["tritium-ipc", "tritium-host", "tritium-config", "tritium-metrics", "tritium-trace", "tritium-cuda"],
+        ),
         ("tritium-http", &["tritium-server"]),
         ("tritium-grpc", &["tritium-server", "tritium-proto"]),
         ("tritium-openai", &["tritium-server"]),
-        ("tritium-native", &["tritium-ipc"]),
+        ("tritium-native", &["tritium-ipc", "tritium-cuda"]),
     ];
 
     /// Libraries that a crate must not reach through any chain of normal dependencies.
     const FORBIDDEN: &[(&str, &[&str])] = &[
         ("tritium-ipc", &["tokio", "tonic", "axum", "hyper", "serde_json", "prost"]),
+        ("tritium-cuda", &["tokio", "tonic", "axum", "hyper", "serde_json", "prost"]),
         ("tritium-host", &["tokio", "tonic", "axum", "hyper", "serde_json"]),
         ("tritium-config", &["tonic", "axum", "hyper", "tokio"]),
         ("tritium-metrics", &["tonic", "axum", "hyper", "tokio"]),

@@ -1288,6 +1288,7 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
         return Err(LoadError::NoVersions(dir.display().to_string()));
     }
     let supervision = supervision_for(&opts.supervision, &config)?;
+    warn_gpu_inputs(&config);
     let classes = Classes::load(&dir, &config)?;
     let batching = batching_for(&config);
     let priorities = Priorities::for_config(&config, opts.max_queue_size);
@@ -1336,6 +1337,21 @@ fn python_based_backend(opts: &ServerOptions, config: &ModelConfig) -> Result<Op
         return Err(LoadError::UnknownBackend { backend: backend.to_string(), searched: file.display().to_string() });
     }
     Ok(Some(file))
+}
+
+/// `FORCE_CPU_ONLY_INPUT_TENSORS: no` asks Triton's python backend to hand the model GPU inputs
+/// on the GPU. tritium always hands inputs over on the CPU (one in CUDA shared memory is copied
+/// to the host first): the model works, it gets numpy-backed tensors. Said once, at load.
+fn warn_gpu_inputs(config: &ModelConfig) {
+    let Some(p) = config.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS") else { return };
+    if p.string_value.trim().eq_ignore_ascii_case("no") {
+        warn!(
+            model = %config.name,
+            "FORCE_CPU_ONLY_INPUT_TENSORS is \"no\", but tritium hands every input to the model on the CPU \
+             (inputs in CUDA shared memory are copied to the host first); move them to the GPU in the model \
+             (torch.from_dlpack(t.to_dlpack()).cuda())"
+        );
+    }
 }
 
 /// Step 3: dynamic batching, for a batching model with `dynamic_batching`.
