@@ -4,7 +4,8 @@ A call copies the request's inputs into the stub's shared memory and sends a `Bl
 through the native channel (`Channel.bls_send`); the server routes it like a client's request to
 the target model and answers with one `BlsResponse` (a model that is not decoupled) or several,
 the last one final (`exec(decoupled=True)`). Each response's outputs are numpy arrays over the
-server's shared memory (no copy), released when model code lets go of them. As in Triton
+server's shared memory (no copy), released when model code lets go of them, or GPU tensors when
+the request asks for GPU memory and CUDA is usable (`PreferredMemory`). As in Triton
 (python_backend's `src/infer_request.cc`, `src/pb_response_iterator.cc`), failures come back as
 responses whose `has_error()` is true, not as exceptions; only calling outside `execute` raises.
 Waits release the GIL.
@@ -13,8 +14,8 @@ Waits release the GIL.
 import asyncio
 import functools
 
-from . import _runtime
-from .errors import ErrorCode, TritonError, TritonModelException
+from . import _runtime, dlpack
+from .errors import TRITONSERVER_MEMORY_GPU, ErrorCode, TritonError, TritonModelException
 
 __all__ = ["PreferredMemory", "ResponseIterator", "is_model_ready", "load_model", "unload_model"]
 
@@ -24,7 +25,14 @@ _SLICE_MS = 1000
 
 class PreferredMemory:
     """`pb_utils.PreferredMemory(preferred_memory_type, preferred_device_id=0)`: where a BLS call would
-    like its outputs. Accepted for compatibility; this server places them in host shared memory."""
+    like its outputs (`InferenceRequest(..., preferred_memory=...)`).
+
+    With `TRITONSERVER_MEMORY_GPU`, when CUDA is usable in the stub, each output of the response
+    (except BYTES, which DLPack cannot carry) is a GPU tensor on `preferred_device_id`: its bytes
+    are copied from the server's shared memory into a device buffer of the stub's own, and the
+    shared memory is given back at once. When CUDA is not usable (no driver, no device), the
+    outputs stay CPU tensors over the server's shared memory, as with `TRITONSERVER_MEMORY_CPU`:
+    check `is_cpu()` before `as_numpy()`."""
 
     __slots__ = ("preferred_memory_type", "preferred_device_id")
 
@@ -76,8 +84,36 @@ def _trace_context(request):
     return context or _runtime.current_trace or ""
 
 
-def _response(msg):
-    """A pb_utils.InferenceResponse from a native `BlsResponseMsg`."""
+def _gpu_device(preferred):
+    """The device a call's outputs go to: its preferred GPU when CUDA is usable, else None."""
+    if preferred is None or preferred.preferred_memory_type != TRITONSERVER_MEMORY_GPU:
+        return None
+    if dlpack.cuda_unavailable_reason() is not None:
+        return None
+    return int(preferred.preferred_device_id)
+
+
+def _to_gpu(outputs, device):
+    """GPU tensors on `device` from native output messages over the server's shared memory (a
+    BYTES output stays on the CPU): each copied into a `CudaBuffer`, the device synchronized once."""
+    from . import _native
+    from .tensor import Tensor
+
+    tensors = []
+    for o in outputs:
+        if o.dtype == "BYTES":
+            tensors.append(Tensor._from_wire(o))
+            continue
+        host = o.array
+        buf = _native.CudaBuffer(device, host.nbytes)
+        buf.copy_from_host(host)
+        tensors.append(Tensor._on_gpu(o.name, o.dtype, dlpack.GpuData(buf.memory(), o.shape)))
+    return tensors
+
+
+def _response(msg, preferred=None):
+    """A pb_utils.InferenceResponse from a native `BlsResponseMsg`; its outputs are placed as
+    `preferred` (a PreferredMemory, or None for host memory) asks, where they can be."""
     from .tensor import InferenceResponse, Tensor
 
     resp = InferenceResponse()
@@ -89,7 +125,17 @@ def _response(msg):
             code = ErrorCode.INTERNAL
         resp._error = TritonError(message, code)
     else:
-        resp._outputs = [Tensor._from_wire(o) for o in msg.outputs]
+        device = _gpu_device(preferred)
+        if device is None:
+            resp._outputs = [Tensor._from_wire(o) for o in msg.outputs]
+        else:
+            try:
+                resp._outputs = _to_gpu(msg.outputs, device)
+            except Exception as e:  # noqa: BLE001 - a CudaError, or a bad device id: as a response
+                resp._error = TritonError(
+                    f"Failed to place the BLS response's outputs in the memory of CUDA device {device}: {e}",
+                    ErrorCode.INTERNAL,
+                )
     # The callee's parameters as they are (they may include floats, which a model cannot set).
     resp._parameters = dict(msg.parameters)
     return resp
@@ -108,13 +154,14 @@ def _error_response(message, code=ErrorCode.INTERNAL):
 class _Call:
     """One call in flight: waits for its responses, within the request's timeout if it has one."""
 
-    __slots__ = ("channel", "call", "timeout_us", "done")
+    __slots__ = ("channel", "call", "timeout_us", "done", "preferred")
 
-    def __init__(self, channel, call, timeout_us):
+    def __init__(self, channel, call, timeout_us, preferred=None):
         self.channel = channel
         self.call = call
         self.timeout_us = timeout_us
         self.done = False
+        self.preferred = preferred
 
     def next(self):
         """(pb_utils.InferenceResponse, final) for the next response."""
@@ -128,7 +175,7 @@ class _Call:
             return _timeout_response(), True
         if msg.final_response:
             self.done = True
-        return _response(msg), msg.final_response
+        return _response(msg, self.preferred), msg.final_response
 
     def abandon(self, cancel=False):
         if self.done:
@@ -149,7 +196,7 @@ def _exec(self, decoupled=False):
     """`InferenceRequest.exec(decoupled=False)`: runs the request on its model and returns its
     InferenceResponse, or with `decoupled=True` a ResponseIterator over its responses."""
     channel, call = _send(self, decoupled)
-    pending = _Call(channel, call, self._timeout)
+    pending = _Call(channel, call, self._timeout, getattr(self, "_preferred_memory", None))
     if decoupled:
         return ResponseIterator(pending)
     response, final = pending.next()

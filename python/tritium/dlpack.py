@@ -1,5 +1,5 @@
-"""DLPack for pb_utils.Tensor on the CPU: `to_dlpack()`, `Tensor.from_dlpack()`, `__dlpack__` and
-`__dlpack_device__`, so numpy, torch and any other DLPack consumer share a tensor's memory.
+"""DLPack for pb_utils.Tensor: `to_dlpack()`, `Tensor.from_dlpack()`, `__dlpack__` and
+`__dlpack_device__`, so numpy, torch, cupy and any other DLPack consumer share a tensor's memory.
 
 A DLPack capsule is read here with ctypes (the struct layout is the DLPack ABI, stable since
 v0.2): its device, dtype and strides are checked with Triton's texts, then a writable numpy array
@@ -8,7 +8,11 @@ from such capsules read-only), so the producer's memory lives exactly as long as
 it. BF16 has no numpy dtype: the tensor keeps its raw 16-bit words (wire dtype BF16) and is
 labelled BF16 again when exported, so a `torch.bfloat16` tensor round-trips unchanged.
 
-GPU tensors (`kDLCUDA`) are refused with Triton's text for a stub without GPU support.
+GPU tensors (`kDLCUDA`): where CUDA is usable in the stub (`tritium._native.cuda_unavailable_reason()`
+is None), a capsule is consumed the same way, but its memory stays on the device: `import_tensor`
+returns a `GpuData` (a native `CudaMemory` that owns the capsule's deleter, and the shape), and a
+GPU tensor is exported again as a `kDLCUDA` capsule over the same memory (`CudaMemory.to_dlpack`).
+Where CUDA is not usable, they are refused with Triton's text for a stub without GPU support.
 """
 
 import ctypes
@@ -18,7 +22,7 @@ import numpy as np
 from .dtypes import _WIRE_DTYPES
 from .errors import TritonModelException
 
-__all__ = ["export_capsule", "import_tensor", "KDL_CPU"]
+__all__ = ["export_capsule", "export_gpu_capsule", "import_tensor", "GpuData", "KDL_CPU", "KDL_CUDA"]
 
 # DLDeviceType and DLDataTypeCode values of the DLPack ABI.
 KDL_CPU = 1
@@ -91,11 +95,28 @@ def _dl_tensor(capsule):
     return _ManagedTensor.from_address(_capsule_pointer(capsule, _LEGACY)).dl_tensor
 
 
+def cuda_unavailable_reason():
+    """Why CUDA cannot be used in this process, or None when it can (asked once: the answer
+    never changes)."""
+    global _cuda_reason
+    if _cuda_reason is _UNKNOWN:
+        from . import _native
+
+        _cuda_reason = _native.cuda_unavailable_reason()
+    return _cuda_reason
+
+
+_UNKNOWN = object()
+_cuda_reason = _UNKNOWN
+
+
 def _check_device(device_type):
     if device_type == KDL_CUDA:
-        raise TritonModelException(
-            "DLPack capsule passed pointer to memory allocated on GPU device, when GPU is not available"
-        )
+        if cuda_unavailable_reason() is not None:
+            raise TritonModelException(
+                "DLPack capsule passed pointer to memory allocated on GPU device, when GPU is not available"
+            )
+        return
     if device_type not in (KDL_CPU, KDL_CUDA_HOST):
         raise TritonModelException(f"DLDevice type {device_type} is not support by Python backend.")
 
@@ -121,6 +142,8 @@ class _Owner:
     memory is gone (the capsule was renamed `used_dltensor`, so it no longer does)."""
 
     __slots__ = ("_managed", "_deleter")
+    # Kept on the class: at interpreter exit the module's globals may be gone before the last owner.
+    _call = _DELETER
 
     def __init__(self, managed, deleter):
         self._managed = managed
@@ -130,7 +153,7 @@ class _Owner:
         managed, deleter = self._managed, self._deleter
         self._managed = self._deleter = None
         if deleter:
-            _DELETER(deleter)(managed)
+            self._call(deleter)(managed)
 
     def __del__(self):
         self.release()
@@ -155,10 +178,67 @@ def _array_over(capsule, t, dtype):
     return np.frombuffer(buffer, dtype=np.uint8).view(dtype).reshape(shape)
 
 
+class GpuData:
+    """A GPU tensor's bytes: `memory`, a native `CudaMemory` (device, ptr, nbytes, and the object
+    that keeps the memory alive), and `shape`, a tuple of ints."""
+
+    __slots__ = ("memory", "shape")
+
+    def __init__(self, memory, shape):
+        self.memory = memory
+        self.shape = tuple(shape)
+
+    @property
+    def device(self):
+        """The CUDA device id."""
+        return self.memory.device
+
+
+def _synchronize(device):
+    """Waits for the producer's pending work on `device` (Triton synchronizes its proxy stream)."""
+    from . import _native
+
+    try:
+        _native.cuda_synchronize(int(device))
+    except _native.CudaError as e:
+        raise TritonModelException(f"Failed to synchronize CUDA device with id {device}: {e}") from None
+
+
+def _gpu_over(capsule, t, itemsize):
+    """The GpuData over a kDLCUDA capsule's memory, which it now owns (as `_array_over` does)."""
+    from . import _native
+
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    count = 1
+    for dim in shape:
+        count *= dim
+    nbytes = count * itemsize
+    ptr = (t.data or 0) + t.byte_offset
+    device = t.device.device_id
+    if nbytes:
+        # A pointer the driver does not know is refused now, not when its bytes are copied.
+        try:
+            _native.cuda_pointer_device(ptr)
+        except _native.CudaError as e:
+            raise TritonModelException(
+                f"DLPack capsule passed pointer 0x{ptr:x} that is not CUDA device memory ({e})"
+            ) from None
+    managed = _capsule_pointer(capsule, _LEGACY)
+    owner = _Owner(managed, _ManagedTensor.from_address(managed).deleter)
+    _capsule_set_name(capsule, _USED)
+    try:
+        memory = _native.CudaMemory(device, ptr, nbytes, owner)
+    except ValueError as e:
+        raise TritonModelException(str(e)) from None
+    return GpuData(memory, shape)
+
+
 def import_tensor(obj):
-    """(wire dtype, numpy array) over the memory of `obj`: a DLPack capsule or an object with
-    `__dlpack__` and `__dlpack_device__`. The array shares the producer's memory and is writable
-    (BF16: its raw uint16 words)."""
+    """(wire dtype, data) over the memory of `obj`: a DLPack capsule or an object with
+    `__dlpack__` and `__dlpack_device__`. For a CPU producer `data` is a numpy array that shares
+    its memory and is writable (BF16: its raw uint16 words); for a CUDA producer (when CUDA is
+    usable) it is a GpuData over the device memory, after the producer's pending work."""
+    sync_device = None
     if _is_capsule(obj):
         capsule = obj
     else:
@@ -169,7 +249,11 @@ def import_tensor(obj):
             )
         device = obj.__dlpack_device__()
         _check_device(int(device[0]))
+        # For a CUDA producer stream=None means no stream ordering is asked for: the device is
+        # synchronized below, which waits for every stream's work on it.
         capsule = obj.__dlpack__(stream=None)
+        if int(device[0]) == KDL_CUDA:
+            sync_device = int(device[1])
     t = _dl_tensor(capsule)
     _check_device(t.device.device_type)
     if t.dtype.lanes != 1:
@@ -180,7 +264,13 @@ def import_tensor(obj):
             f"DLPack data type (code {t.dtype.code}, {t.dtype.bits} bits) has no Triton data type."
         )
     _check_c_order(t)
-    return wire, _array_over(capsule, t, np.dtype(np.uint16) if wire == "BF16" else _WIRE_DTYPES[wire].numpy_dtype)
+    dtype = np.dtype(np.uint16) if wire == "BF16" else _WIRE_DTYPES[wire].numpy_dtype
+    if t.device.device_type == KDL_CUDA:
+        gpu = _gpu_over(capsule, t, dtype.itemsize)
+        if sync_device is not None:
+            _synchronize(sync_device)
+        return wire, gpu
+    return wire, _array_over(capsule, t, dtype)
 
 
 def export_capsule(wire, array):
@@ -197,3 +287,13 @@ def export_capsule(wire, array):
     if wire == "BF16":
         _dl_tensor(capsule).dtype.code = _BFLOAT
     return capsule
+
+
+def export_gpu_capsule(wire, gpu):
+    """A legacy `kDLCUDA` DLPack capsule over a GPU tensor's memory (`gpu`, a GpuData), labelled
+    with `wire`'s dtype; the consumer keeps the memory alive until it deletes the capsule."""
+    code, bits = _WIRE_TO_DL[wire]
+    return gpu.memory.to_dlpack(code, bits, list(gpu.shape))
+
+
+_WIRE_TO_DL = {wire: key for key, wire in _DL_TO_WIRE.items()}

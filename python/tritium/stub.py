@@ -11,6 +11,11 @@ Before any model code runs, `pylogging.install()` sends Python `logging` records
 `promclient.serve()` starts the thread that answers the server's requests for `prometheus_client` metrics,
 and `sys.argv` becomes `['']`, what Triton's embedded interpreter gives model code.
 
+A `KIND_GPU` instance (`args['model_instance_kind'] == 'GPU'`) has the primary CUDA context of its
+device (`args['model_instance_device_id']`) made current on the threads that run model code (the
+main thread and the event loop's), so torch and cupy default to that device; where CUDA is not
+usable in the stub, it says so once on stderr and model code runs without a device bound.
+
 Coroutines (`async def` model methods) run on one asyncio event loop per stub, in a background
 thread (Triton's `GetAsyncEventLoop`). A decoupled model's `execute` coroutine is scheduled there and
 the batch is reported done at once (Triton's `RunCoroutine(..., in_background=true)`), so the next
@@ -111,6 +116,34 @@ def _import_model(model_file, python_based_backend=False):
     return module.TritonPythonModel
 
 
+# Whether the stub said that a KIND_GPU instance runs without CUDA (said once per process).
+_said_no_cuda = False
+
+
+def _instance_device(args):
+    """The CUDA device a KIND_GPU instance's model code is bound to, or None: for another kind,
+    or when CUDA is not usable in this stub (said once on stderr, with the reason)."""
+    global _said_no_cuda
+    if args.get("model_instance_kind") != "GPU":
+        return None
+    raw = args.get("model_instance_device_id", "0") or "0"
+    try:
+        device = int(raw)
+    except ValueError:
+        raise ValueError(f"model_instance_device_id must be an integer, got {raw!r}") from None
+    reason = _native.cuda_unavailable_reason()
+    if reason is None:
+        return device
+    if not _said_no_cuda:
+        _said_no_cuda = True
+        name = args.get("model_instance_name", "")
+        sys.stderr.write(
+            f"tritium stub: instance '{name}' is KIND_GPU (device {device}) but CUDA is not usable in the stub: "
+            f"{reason}; its model code runs without a CUDA device bound\n"
+        )
+    return None
+
+
 def _log(level, message):
     """A log record of the stub itself, through the server's log."""
     frame = sys._getframe(1)
@@ -126,6 +159,8 @@ class Stub:
         self.model_name = ""
         self.model_version = -1
         self.instance_name = ""
+        # The CUDA device model code runs on (a KIND_GPU instance, CUDA usable), else None.
+        self.cuda_device = None
         # The asyncio event loop (created at the first coroutine) and its thread.
         self.loop = None
         self.loop_thread = None
@@ -190,6 +225,10 @@ class Stub:
                 _runtime.model_dir = os.path.join(repository, args.get("model_version", ""))
             else:
                 _runtime.model_dir = os.path.dirname(os.path.abspath(model_file))
+            # Before the model is imported: a module that touches CUDA at import sees its device.
+            self.cuda_device = _instance_device(args)
+            if self.cuda_device is not None:
+                _native.cuda_bind(self.cuda_device)
             cls = _import_model(model_file, _backend_of(args.get("model_config", "{}")) != "python")
             self.model = cls()
             if hasattr(self.model, "initialize"):
@@ -202,10 +241,19 @@ class Stub:
         """The stub's event loop, running in a daemon thread (created at the first coroutine)."""
         if self.loop is None:
             self.loop = asyncio.new_event_loop()
-            self.loop_thread = threading.Thread(target=self.loop.run_forever, name="tritium-asyncio", daemon=True)
+            self.loop_thread = threading.Thread(target=self._run_loop, name="tritium-asyncio", daemon=True)
             self.loop_thread.start()
             _runtime.loop_thread = self.loop_thread
         return self.loop
+
+    def _run_loop(self):
+        """The event loop thread: bound to the instance's CUDA device (if any), then the loop."""
+        if self.cuda_device is not None:
+            try:
+                _native.cuda_bind(self.cuda_device)
+            except _native.CudaError as e:
+                sys.stderr.write(f"tritium stub: cannot bind the event loop to CUDA device {self.cuda_device}: {e}\n")
+        self.loop.run_forever()
 
     def _await(self, result):
         """Runs a coroutine returned by an `async def` model method to completion on the event loop."""

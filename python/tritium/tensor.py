@@ -42,10 +42,22 @@ def _check_parameters(parameters):
     return dict(parameters)
 
 
-class Tensor:
-    """A named tensor: `Tensor(name, numpy_array)`."""
+_GPU_AS_NUMPY = "Tensor is stored in GPU and cannot be converted to NumPy."
 
-    __slots__ = ("_name", "_array", "_wire", "_raw")
+
+def _check_preferred_memory(preferred_memory):
+    from .bls import PreferredMemory  # bls imports this module
+
+    if not isinstance(preferred_memory, PreferredMemory):
+        raise TypeError(f"preferred_memory must be a pb_utils.PreferredMemory, found type '{type(preferred_memory)}'.")
+
+
+class Tensor:
+    """A named tensor: `Tensor(name, numpy_array)` in host memory, or, from
+    `Tensor.from_dlpack` of a CUDA tensor (or a BLS output with GPU preferred memory), in GPU
+    memory (`is_cpu()` is False)."""
+
+    __slots__ = ("_name", "_array", "_wire", "_raw", "_gpu")
 
     def __init__(self, name, numpy_array, _wire=None, _raw=None):
         if not isinstance(name, str):
@@ -60,6 +72,18 @@ class Tensor:
         self._array = numpy_array
         self._wire = _wire
         self._raw = _raw
+        self._gpu = None
+
+    @classmethod
+    def _on_gpu(cls, name, wire, gpu):
+        """A tensor over device memory: `gpu` is a `dlpack.GpuData`."""
+        t = cls.__new__(cls)
+        t._name = name
+        t._array = None
+        t._wire = wire
+        t._raw = None
+        t._gpu = gpu
+        return t
 
     @classmethod
     def _from_wire(cls, msg):
@@ -77,7 +101,10 @@ class Tensor:
         return self._name
 
     def as_numpy(self):
-        """The tensor's data as a numpy array (a view of shared memory for inputs)."""
+        """The tensor's data as a numpy array (a view of shared memory for inputs). A GPU
+        tensor has none: use `to_dlpack()` (`torch.from_dlpack(t)`)."""
+        if self._gpu is not None:
+            raise TritonModelException(_GPU_AS_NUMPY)
         if self._wire == "BF16":
             raise TritonModelException(
                 "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and from_dlpack() instead."
@@ -88,6 +115,8 @@ class Tensor:
         """The shape as a list of ints."""
         if self._raw is not None:
             return list(self._raw.shape)
+        if self._gpu is not None:
+            return list(self._gpu.shape)
         return list(self._array.shape)
 
     def triton_dtype(self):
@@ -95,44 +124,60 @@ class Tensor:
         return _WIRE_TO_TRITON[self._wire]
 
     def is_cpu(self):
-        """Always True: tensors of this stub live in host memory."""
-        return True
+        """Whether the tensor is in host memory (False for a GPU tensor)."""
+        return self._gpu is None
 
     def to_dlpack(self):
-        """A DLPack capsule sharing the tensor's memory (`torch.from_dlpack(t.to_dlpack())`). A
-        read-only tensor (an input in a client's shared memory region) is exported as a copy."""
+        """A DLPack capsule sharing the tensor's memory (`torch.from_dlpack(t.to_dlpack())`): a
+        `kDLCUDA` one for a GPU tensor. A read-only tensor (an input in a client's shared memory
+        region) is exported as a copy."""
+        if self._gpu is not None:
+            return dlpack.export_gpu_capsule(self._wire, self._gpu)
         return dlpack.export_capsule(self._wire, self._raw if self._raw is not None else self._array)
 
     @staticmethod
     def from_dlpack(name, dlpack_tensor):
         """A tensor named `name` over the memory of a DLPack capsule, or of any object with
-        `__dlpack__` and `__dlpack_device__` (a torch tensor, a numpy array), without a copy.
-        Only CPU tensors are supported by this stub; BF16 tensors come through as BF16."""
+        `__dlpack__` and `__dlpack_device__` (a torch or cupy tensor, a numpy array), without a
+        copy; BF16 tensors come through as BF16. A CUDA tensor gives a GPU tensor, which keeps
+        the producer's memory alive, when CUDA is usable in the stub; otherwise it is refused
+        with Triton's error for a stub without GPUs."""
         if not isinstance(name, str):
             raise TypeError("Tensor name must be a string")
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         wire, array = dlpack.import_tensor(dlpack_tensor)
+        if isinstance(array, dlpack.GpuData):
+            return Tensor._on_gpu(name, wire, array)
         if wire == "BF16":
             return Tensor(name, None, "BF16", array)
         return Tensor(name, array, wire, None)
 
     def __dlpack__(self, stream=None, **_):
-        """The DLPack protocol: `numpy.from_dlpack(t)` and `torch.from_dlpack(t)` share its memory."""
+        """The DLPack protocol: `numpy.from_dlpack(t)` and `torch.from_dlpack(t)` share its memory.
+        A GPU tensor has no pending work (it was synchronized when it was made), so `stream` is
+        not waited on, as in Triton."""
         return self.to_dlpack()
 
     def __dlpack_device__(self):
-        """(kDLCPU, 0): tensors of this stub live in host memory."""
+        """(kDLCPU, 0) for a tensor in host memory, (kDLCUDA, device id) for a GPU tensor."""
+        if self._gpu is not None:
+            return (dlpack.KDL_CUDA, self._gpu.device)
         return (dlpack.KDL_CPU, 0)
 
     def __repr__(self):
-        return f"Tensor(name={self._name!r}, dtype={self._wire}, shape={self.shape()})"
+        where = "" if self._gpu is None else f", device=cuda:{self._gpu.device}"
+        return f"Tensor(name={self._name!r}, dtype={self._wire}, shape={self.shape()}{where})"
 
     def _wire_payload(self):
-        """(wire dtype, shape, data) for sending: bytes for BYTES, else a C-contiguous array."""
+        """(wire dtype, shape, data) for sending: bytes for BYTES, a native CudaMemory for a GPU
+        tensor (the channel copies it to the host, after synchronizing its device, straight into
+        the shared memory a CPU tensor's bytes would go to), else a C-contiguous array."""
         if self._raw is not None:
             arr = np.ascontiguousarray(self._raw)
             return self._wire, list(arr.shape), arr
+        if self._gpu is not None:
+            return self._wire, list(self._gpu.shape), self._gpu.memory
         arr = self._array
         if self._wire == "BYTES":
             if arr.dtype != np.object_:
@@ -177,6 +222,7 @@ class InferenceRequest:
         "_sender",
         "_trace",
         "_release_flags",
+        "_preferred_memory",
     )
 
     def __init__(
@@ -207,6 +253,11 @@ class InferenceRequest:
         self._flags = flags
         self._timeout = timeout
         self._parameters = _check_parameters(parameters)
+        if preferred_memory is not None:
+            _check_preferred_memory(preferred_memory)
+        # Where a BLS call's outputs go: with TRITONSERVER_MEMORY_GPU and CUDA usable in the stub,
+        # on that device (see bls.PreferredMemory); otherwise in host memory.
+        self._preferred_memory = preferred_memory
 
     @classmethod
     def _from_wire(cls, msg, model_name, model_version):
@@ -226,6 +277,7 @@ class InferenceRequest:
         req._sender = None
         req._trace = InferenceTrace(msg.trace or None)
         req._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        req._preferred_memory = None
         return req
 
     def inputs(self):

@@ -7,7 +7,13 @@
 //! array made through numpy's C API directly over the shared memory, with the [`InBlock`] that owns
 //! the bytes as its base (no copy). Dropping the last reference to an `InBlock` queues its release
 //! to the server. Output tensors are read from the numpy array's data pointer and copied once into
-//! the stub's arena, then sent as descriptors.
+//! the stub's arena, then sent as descriptors; a GPU tensor's output (a [`cuda::CudaMemory`]) is
+//! copied from the device into the same place, after its device is synchronized, so the server
+//! only ever sees host memory from a stub.
+//!
+//! CUDA ([`cuda`]): the driver found at run time through `tritium-cuda`, for GPU tensors and
+//! `KIND_GPU` instances; where there is none, `cuda_unavailable_reason()` says why and every
+//! CUDA call raises `CudaError`.
 //!
 //! Model code's calls on the server (custom metrics) and log records go out with typed protocol
 //! values: Python passes the numbers of its `IntEnum`s (`MetricKind`, `MetricOp`, `LogLevel`),
@@ -21,6 +27,8 @@
 //! [`Channel::is_cancelled`], [`Channel::wait_for_room`]): the heartbeat thread pumps the ring
 //! whenever nobody else does, so a cancellation is seen while `execute` still runs, and a
 //! decoupled model's `send` that waits for its client (back-pressure) wakes on credit.
+
+mod cuda;
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -627,19 +635,15 @@ impl Channel {
     ) -> PyResult<Result<Tensor, String>> {
         let (name, dtype_name, shape, data) = out;
         let dtype = dtype(&dtype_name)?;
-        let (address, nbytes) = output_source(&name, &data)?;
+        let source = output_source(&name, &data)?;
+        let nbytes = source.nbytes();
         if nbytes as u64 > dest.len {
             return Ok(Err(tritium_ipc::output_too_small(&name, dest.len, nbytes as u64)));
         }
         let desc = Descriptor { len: nbytes as u64, ..dest };
         let view = self.inner.view(desc).map_err(ipc_err)?;
-        if nbytes > 0 {
-            py.detach(move || {
-                // SAFETY: the source covers `nbytes` contiguous bytes of an object the caller's
-                // Bound keeps alive; the view was bounds-checked against the mapped region.
-                unsafe { std::ptr::copy_nonoverlapping(address as *const u8, view.as_ptr(), nbytes) }
-            });
-        }
+        // SAFETY: the view was bounds-checked against the mapped region and covers `nbytes`.
+        unsafe { source.copy_to(py, view.as_ptr() as usize) }?;
         Ok(Ok(Tensor { name, dtype, shape, data: TensorData::Shm { desc, writable: false } }))
     }
 
@@ -705,37 +709,81 @@ impl Channel {
     fn tensor_from_py(&self, py: Python<'_>, out: (String, String, Vec<i64>, Bound<'_, PyAny>)) -> PyResult<Tensor> {
         let (name, dtype_name, shape, data) = out;
         let dtype = dtype(&dtype_name)?;
-        let (address, nbytes) = output_source(&name, &data)?;
-        let view = self.inner.alloc(nbytes as u64).map_err(ipc_err)?;
-        if nbytes > 0 {
-            let dst = view.clone();
-            py.detach(move || {
-                // SAFETY: the source covers `nbytes` bytes of an object the caller's Bound keeps
-                // alive (see `output_source`); the destination was just allocated with `nbytes`.
-                unsafe { std::ptr::copy_nonoverlapping(address as *const u8, dst.as_ptr(), nbytes) }
-            });
+        let source = output_source(&name, &data)?;
+        let view = self.inner.alloc(source.nbytes() as u64).map_err(ipc_err)?;
+        // SAFETY: the destination was just allocated with the source's length.
+        if let Err(e) = unsafe { source.copy_to(py, view.as_ptr() as usize) } {
+            let _ = self.inner.free_own(view.desc);
+            return Err(e);
         }
         Ok(Tensor { name, dtype, shape, data: TensorData::Shm { desc: view.desc, writable: true } })
     }
 }
 
-/// The address and length of an output's bytes: a `bytes` object's, or a C-contiguous numpy
-/// array's. The caller's `Bound` keeps the object, and so the bytes, alive and unchanged while
-/// it copies them (a `bytes` is immutable; model code has returned the array).
-fn output_source(name: &str, data: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
-    if let Ok(bytes) = data.cast::<PyBytes>() {
-        return Ok((bytes.as_bytes().as_ptr() as usize, bytes.as_bytes().len()));
+/// Where an output's bytes are: host memory, or device memory (a GPU tensor's
+/// [`cuda::CudaMemory`]), copied to the host on the way into shared memory.
+enum Source {
+    Host { address: usize, nbytes: usize },
+    Cuda { device: i32, ptr: u64, nbytes: usize },
+}
+
+impl Source {
+    fn nbytes(&self) -> usize {
+        match *self {
+            Source::Host { nbytes, .. } | Source::Cuda { nbytes, .. } => nbytes,
+        }
     }
-    let array = data.cast::<PyUntypedArray>().map_err(|_| {
-        PyValueError::new_err(format!("output '{name}' must be bytes or a numpy array, got {}", data.get_type()))
-    })?;
+
+    /// Copies the bytes to `dst`, without the GIL; device memory after its device's pending
+    /// work is done.
+    ///
+    /// # Safety
+    /// `dst` must be writable host memory of [`Source::nbytes`] bytes, alive for the call; the
+    /// caller's `Bound` of the source object must still be held.
+    unsafe fn copy_to(&self, py: Python<'_>, dst: usize) -> PyResult<()> {
+        match *self {
+            Source::Host { nbytes: 0, .. } => Ok(()),
+            Source::Host { address, nbytes } => {
+                py.detach(move || {
+                    // SAFETY: the source covers `nbytes` bytes of an object the caller's Bound
+                    // keeps alive (see `output_source`); the caller vouches for `dst`.
+                    unsafe { std::ptr::copy_nonoverlapping(address as *const u8, dst as *mut u8, nbytes) }
+                });
+                Ok(())
+            }
+            // SAFETY: the caller vouches for `dst`; the CudaMemory's owner keeps the device
+            // memory alive while the caller holds it.
+            Source::Cuda { device, ptr, nbytes } => unsafe { cuda::copy_to_host_raw(py, device, ptr, dst, nbytes) },
+        }
+    }
+}
+
+/// Where an output's bytes are: a `bytes` object's, a C-contiguous numpy array's, or a GPU
+/// tensor's `CudaMemory`. The caller's `Bound` keeps the object, and so the bytes, alive and
+/// unchanged while it copies them (a `bytes` is immutable; model code has returned the array).
+fn output_source(name: &str, data: &Bound<'_, PyAny>) -> PyResult<Source> {
+    if let Ok(bytes) = data.cast::<PyBytes>() {
+        return Ok(Source::Host { address: bytes.as_bytes().as_ptr() as usize, nbytes: bytes.as_bytes().len() });
+    }
+    let Ok(array) = data.cast::<PyUntypedArray>() else {
+        if let Ok(memory) = data.cast::<cuda::CudaMemory>() {
+            let memory = memory.get();
+            let nbytes = usize::try_from(memory.nbytes)
+                .map_err(|_| PyValueError::new_err(format!("output '{name}' is too large")))?;
+            return Ok(Source::Cuda { device: memory.device, ptr: memory.ptr, nbytes });
+        }
+        return Err(PyValueError::new_err(format!(
+            "output '{name}' must be bytes or a numpy array, got {}",
+            data.get_type()
+        )));
+    };
     if !array.is_c_contiguous() {
         return Err(PyValueError::new_err(format!("output '{name}' must be C-contiguous")));
     }
     let nbytes = array.shape().iter().try_fold(array.dtype().itemsize(), |acc, &d| acc.checked_mul(d));
     let nbytes = nbytes.ok_or_else(|| PyValueError::new_err(format!("output '{name}' is too large")))?;
     // SAFETY: `array` is a live ndarray (checked by the cast); its data pointer is only read.
-    Ok((unsafe { (*array.as_array_ptr()).data } as usize, nbytes))
+    Ok(Source::Host { address: unsafe { (*array.as_array_ptr()).data } as usize, nbytes })
 }
 
 #[pymethods]
@@ -1250,5 +1298,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BlsResponseMsg>()?;
     m.add("ChannelError", m.py().get_type::<ChannelError>())?;
     m.add("PROTOCOL_VERSION", PROTOCOL_VERSION)?;
+    cuda::register(m)?;
     Ok(())
 }

@@ -75,6 +75,8 @@ const ENTRY_POINTS: &[&str] = &[
     "cuDeviceGetName",
     "cuDevicePrimaryCtxRetain",
     "cuCtxSetCurrent",
+    "cuCtxGetCurrent",
+    "cuCtxGetDevice",
     "cuCtxSynchronize",
     "cuIpcOpenMemHandle_v2",
     "cuIpcCloseMemHandle",
@@ -228,6 +230,28 @@ impl Cuda {
         check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(context.0) })
     }
 
+    /// The device of the context current on the calling thread; `None` when none is.
+    pub fn current_device(&self) -> Option<i32> {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one handle (null when no context is current).
+        if unsafe { sys::cuCtxGetCurrent(&mut ctx) } != sys::CUresult::CUDA_SUCCESS || ctx.is_null() {
+            return None;
+        }
+        let mut device: sys::CUdevice = 0;
+        // SAFETY: writes one device ordinal, for the current context.
+        (unsafe { sys::cuCtxGetDevice(&mut device) } == sys::CUresult::CUDA_SUCCESS).then_some(device)
+    }
+
+    /// Saves the calling thread's current context and puts it back when the guard is dropped
+    /// (Triton's `ScopedSetDevice`): calls made in between may bind other devices without
+    /// changing the device the model's own code (torch, cupy) sees as current.
+    pub fn keep_context(&self) -> ContextGuard {
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one handle (null when no context is current).
+        let ok = unsafe { sys::cuCtxGetCurrent(&mut ctx) } == sys::CUresult::CUDA_SUCCESS;
+        ContextGuard { saved: ok.then_some(ctx), _not_send: std::marker::PhantomData }
+    }
+
     /// Waits for all work on `device` to finish (before reading memory another library wrote).
     pub fn synchronize(&self, device: i32) -> Result<(), CudaError> {
         self.bind(device)?;
@@ -325,6 +349,23 @@ impl Cuda {
         // SAFETY: writes one device pointer; a zero size is an error from the driver, so ask for one byte.
         check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(1) as usize) })?;
         Ok(DeviceBuffer { cuda: self, device, ptr, len })
+    }
+}
+
+/// The context a thread had current, put back when dropped ([`Cuda::keep_context`]). Tied to
+/// its thread: contexts are current per thread.
+pub struct ContextGuard {
+    saved: Option<sys::CUcontext>,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for ContextGuard {
+    fn drop(&mut self) {
+        if let Some(ctx) = self.saved {
+            // SAFETY: a context that was current on this thread when the guard was made (or
+            // null, which leaves none current).
+            let _ = unsafe { sys::cuCtxSetCurrent(ctx) };
+        }
     }
 }
 
