@@ -103,6 +103,43 @@ class TritonPythonModel:
 """
 
 
+# FORCE_CPU_ONLY_INPUT_TENSORS "no": reports whether its input is on the GPU, and doubles it on
+# the device it came on (torch, when the input is a GPU tensor).
+GPU_INPUTS_CONFIG = """
+name: "gpu_inputs"
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [
+  { name: "OUT" data_type: TYPE_FP32 dims: [ -1 ] },
+  { name: "ON_GPU" data_type: TYPE_BOOL dims: [ 1 ] }
+]
+instance_group [ { count: 1 kind: KIND_CPU } ]
+parameters { key: "FORCE_CPU_ONLY_INPUT_TENSORS" value: { string_value: "no" } }
+"""
+
+GPU_INPUTS_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            t = pb_utils.get_input_tensor_by_name(request, "IN")
+            if t.is_cpu():
+                out = pb_utils.Tensor("OUT", t.as_numpy() * 2)
+            else:
+                import torch
+
+                out = pb_utils.Tensor.from_dlpack("OUT", torch.from_dlpack(t.to_dlpack()) * 2)
+            on_gpu = pb_utils.Tensor("ON_GPU", np.array([not t.is_cpu()]))
+            responses.append(pb_utils.InferenceResponse([out, on_gpu]))
+        return responses
+"""
+
+
 def write_model(repo, name, config, model):
     os.makedirs(os.path.join(repo, name, "1"))
     with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
@@ -115,7 +152,8 @@ def write_model(repo, name, config, model):
 def srv(tmp_path_factory):
     repo = str(tmp_path_factory.mktemp("cuda-shm-repo"))
     write_model(repo, "cuda_identity", IDENTITY_CONFIG.format(name="cuda_identity"), IDENTITY_MODEL)
-    models = ["cuda_identity"]
+    write_model(repo, "gpu_inputs", GPU_INPUTS_CONFIG, GPU_INPUTS_MODEL)
+    models = ["cuda_identity", "gpu_inputs"]
     if GPUS:
         write_model(repo, "placed_gpu0", PLACED_CONFIG.format(name="placed_gpu0", gpus="gpus: [ 0 ]"), PLACED_MODEL)
         write_model(repo, "placed_all", PLACED_CONFIG.format(name="placed_all", gpus=""), PLACED_MODEL)
@@ -217,6 +255,30 @@ def test_the_log_says_once_whether_cuda_is_there(srv):
         assert "models run on the CPU only" in log
 
 
+def test_a_model_asking_for_gpu_inputs_gets_cpu_tensors_for_inputs_on_the_cpu(api):
+    module, client = api
+    # From the request body and from system shared memory alike.
+    a = np.arange(8, dtype=np.float32)
+    inp = module.InferInput("IN", [8], "FP32")
+    inp.set_data_from_numpy(a)
+    result = client.infer("gpu_inputs", [inp])
+    assert result.as_numpy("ON_GPU").tolist() == [False]
+    np.testing.assert_array_equal(result.as_numpy("OUT"), a * 2)
+    name = f"r{uuid.uuid4().hex[:10]}"
+    handle = sysshm.create_shared_memory_region(name, f"/{name}", 32)
+    try:
+        sysshm.set_shared_memory_region(handle, [a])
+        client.register_system_shared_memory(name, f"/{name}", 32)
+        inp = module.InferInput("IN", [8], "FP32")
+        inp.set_shared_memory(name, 32)
+        result = client.infer("gpu_inputs", [inp])
+        assert result.as_numpy("ON_GPU").tolist() == [False]
+        np.testing.assert_array_equal(result.as_numpy("OUT"), a * 2)
+    finally:
+        client.unregister_system_shared_memory()
+        sysshm.destroy_shared_memory_region(handle)
+
+
 # ---- with a GPU ----
 
 
@@ -277,6 +339,32 @@ def test_inputs_and_outputs_in_cuda_regions(api, cudashm):
     assert error_of(lambda: client.infer("cuda_identity", gpu_inputs(module, in_name, n))) == (
         f"Unable to find shared memory region: '{in_name}'"
     )
+
+
+def test_a_model_asking_for_gpu_inputs_gets_the_clients_device_memory(api, cudashm):
+    pytest.importorskip("torch", reason="the model uses torch for its GPU input")
+    module, client = api
+    n = 4096
+    a = np.random.default_rng(3).random(n, dtype=np.float32)
+    in_name, in_handle = cudashm.create(4 * n)
+    out_name, out_handle = cudashm.create(4 * n)
+    cudashm.set_shared_memory_region(in_handle, [a])
+    client.register_cuda_shared_memory(in_name, raw_handle_for(module, cudashm.get_raw_handle(in_handle)), 0, 4 * n)
+    client.register_cuda_shared_memory(out_name, raw_handle_for(module, cudashm.get_raw_handle(out_handle)), 0, 4 * n)
+    inp = module.InferInput("IN", [n], "FP32")
+    inp.set_shared_memory(in_name, 4 * n)
+    out = module.InferRequestedOutput("OUT")
+    out.set_shared_memory(out_name, 4 * n)
+    result = client.infer("gpu_inputs", [inp], outputs=[out, module.InferRequestedOutput("ON_GPU")])
+    assert result.as_numpy("ON_GPU").tolist() == [True]
+    np.testing.assert_array_equal(cudashm.get_contents_as_numpy(out_handle, np.float32, [n]), a * 2)
+    # Twice more: the stub's opened handle is reused or opened again, never twice at once.
+    for _ in range(2):
+        client.infer("gpu_inputs", [inp], outputs=[out])
+    # The default model (FORCE_CPU_ONLY_INPUT_TENSORS "yes") gets the same input on the CPU.
+    identity = gpu_inputs(module, in_name, n // 2)
+    result = client.infer("cuda_identity", identity)
+    np.testing.assert_array_equal(result.as_numpy("OUT0"), a[: n // 2] + a[n // 2 :])
 
 
 def test_cuda_registration_and_bounds_errors_are_tritons(api, cudashm):

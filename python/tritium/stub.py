@@ -180,6 +180,14 @@ class Stub:
                 continue
             kind = type(msg)
             if kind is _native.ExecuteMsg:
+                if msg.input_error is not None:
+                    # An input in client CUDA memory this stub cannot open: the batch fails, and
+                    # the server ends each of its requests with this error.
+                    text = (
+                        f"Failed to process the request(s) for model '{self.instance_name}', message: {msg.input_error}"
+                    )
+                    self.channel.send_execute_done(msg.batch, (text, int(ErrorCode.INTERNAL), ""))
+                    continue
                 self.execute(msg.batch, msg.requests)
             elif kind is _native.InitializeMsg:
                 self.initialize(msg.model_file, msg.args)

@@ -10,6 +10,11 @@ from .dtypes import _WIRE_DTYPES, deserialize_bytes_tensor, serialize_byte_tenso
 from .errors import TRITONSERVER_REQUEST_RELEASE_ALL, LogLevel, TritonError, TritonModelException
 from .sender import InferenceResponseSender, _ResponseState
 
+try:
+    from ._native import CudaMemory as _CudaMemory
+except ImportError:  # pb_utils without the native module (its pure-Python tests): no GPU inputs
+    _CudaMemory = ()
+
 __all__ = ["Tensor", "InferenceRequest", "InferenceResponse", "InferenceTrace", "Logger"]
 
 _NUMPY_TO_WIRE = {w.numpy_dtype: name for name, w in _WIRE_DTYPES.items() if w.numpy_dtype is not None}
@@ -90,6 +95,10 @@ class Tensor:
         """An input tensor over shared memory from a native `InputMsg`: `msg.array` is the numpy
         view of its bytes (raw uint8 for BYTES, raw uint16 for BF16, which numpy cannot represent)."""
         wire = msg.dtype
+        if isinstance(msg.array, _CudaMemory):
+            # An input in the client's CUDA shared memory, for a model that asked for GPU inputs
+            # (FORCE_CPU_ONLY_INPUT_TENSORS "no"): a GPU tensor over the client's memory.
+            return cls._on_gpu(msg.name, wire, dlpack.GpuData(msg.array, msg.shape))
         if wire == "BYTES":
             return cls(msg.name, deserialize_bytes_tensor(msg.array).reshape(msg.shape), wire, None)
         if wire == "BF16":

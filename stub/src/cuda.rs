@@ -27,7 +27,10 @@ use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use tritium_cuda::{cuda, Cuda, DeviceBuffer};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use tritium_cuda::{cuda, Cuda, DeviceBuffer, IpcMapping};
 
 create_exception!(_native, CudaError, PyException, "A CUDA call failed, or CUDA is not available in this stub.");
 
@@ -526,6 +529,54 @@ fn dlpack_capsule(
 }
 
 /// Adds the CUDA functions and classes to `_native`.
+/// A client's device allocation, opened in this stub from its CUDA IPC handle (an input in the
+/// client's CUDA shared memory, for a model with `FORCE_CPU_ONLY_INPUT_TENSORS: "no"`): the
+/// owner of the `CudaMemory` of every input over it. Closed when the last of them is gone.
+#[pyclass(frozen, module = "tritium._native")]
+pub(crate) struct IpcOpened {
+    /// Held, never read: the mapping closes when the last input over it lets go.
+    _mapping: Arc<IpcMapping>,
+}
+
+/// The allocations open in this process, by device and handle. CUDA opens a handle once per
+/// process: a second input over the same allocation, while the first is alive, shares it.
+static OPENED: Mutex<BTreeMap<OpenedKey, Weak<IpcMapping>>> = Mutex::new(BTreeMap::new());
+
+/// A device and an IPC handle's bytes.
+type OpenedKey = (i32, Vec<u8>);
+
+/// The `CudaMemory` of an input the server sent as an IPC handle: `len` bytes from `offset` of
+/// the allocation `handle` names on `device`, bounds-checked against the allocation.
+pub(crate) fn ipc_input(py: Python<'_>, handle: &[u8], device: i32, offset: u64, len: u64) -> PyResult<Py<CudaMemory>> {
+    let cuda = driver()?;
+    let mapping = {
+        let mut opened = OPENED.lock().unwrap_or_else(|p| p.into_inner());
+        opened.retain(|_, m| m.strong_count() > 0);
+        let key = (device, handle.to_vec());
+        match opened.get(&key).and_then(Weak::upgrade) {
+            Some(m) => m,
+            None => {
+                let _keep = cuda.keep_context();
+                let m = Arc::new(cuda.open_ipc(device, handle).map_err(|e| {
+                    CudaError::new_err(format!("cannot open the client's CUDA memory on device {device}: {e}"))
+                })?);
+                opened.insert(key, Arc::downgrade(&m));
+                m
+            }
+        }
+    };
+    if offset.checked_add(len).is_none_or(|end| end > mapping.size()) {
+        return Err(CudaError::new_err(format!(
+            "bytes {offset}..{} are outside the {} bytes of the client's CUDA allocation",
+            offset.saturating_add(len),
+            mapping.size()
+        )));
+    }
+    let ptr = mapping.device_ptr() + offset;
+    let owner = Py::new(py, IpcOpened { _mapping: mapping })?.into_any();
+    Py::new(py, CudaMemory { device, ptr, nbytes: len, owner })
+}
+
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
@@ -538,6 +589,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_copy_from_host, m)?)?;
     m.add_class::<CudaBuffer>()?;
     m.add_class::<CudaMemory>()?;
+    m.add_class::<IpcOpened>()?;
     m.add("CudaError", m.py().get_type::<CudaError>())?;
     Ok(())
 }

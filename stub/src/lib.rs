@@ -124,6 +124,9 @@ struct ExecuteMsg {
     /// The [`RequestMsg`]s. The stub empties this list once it has built its own request
     /// objects, so that input blocks live exactly as long as model code holds their tensors.
     requests: Py<PyList>,
+    /// Why an input of the batch could not be given to the model (client CUDA memory this stub
+    /// cannot open), or None: the stub fails the whole batch with it instead of running it.
+    input_error: Option<String>,
 }
 
 /// One request of an [`ExecuteMsg`].
@@ -674,8 +677,20 @@ impl Channel {
     fn tensor_to_py(&self, py: Python<'_>, t: Tensor) -> PyResult<InputMsg> {
         let (desc, writable) = match t.data {
             TensorData::Shm { desc, writable } => (desc, writable),
-            TensorData::Cuda { .. } => {
-                return Err(ChannelError::new_err("GPU tensors are not supported by this stub yet"));
+            TensorData::Cuda { handle, device, offset, len } => {
+                // The client's device memory itself: `array` is a CudaMemory, and the tensor a
+                // GPU tensor (`FORCE_CPU_ONLY_INPUT_TENSORS: "no"`).
+                let memory = cuda::ipc_input(py, &handle, device, offset, len)
+                    .map_err(|e| {
+                        cuda::CudaError::new_err(format!(
+                            "input '{}' is in the client's CUDA shared memory, which this stub cannot open: {}",
+                            t.name,
+                            e.value(py)
+                        ))
+                    })?
+                    .into_any();
+                let shape = PyTuple::new(py, t.shape)?.unbind();
+                return Ok(InputMsg { name: t.name, dtype: t.dtype.wire_name(), shape, array: memory });
             }
         };
         let view = self.inner.view(desc).map_err(ipc_err)?;
@@ -837,10 +852,18 @@ impl Channel {
         let obj = match msg {
             ToStub::Execute { batch, requests } => {
                 let reqs = PyList::empty(py);
+                let mut input_error = None;
                 for r in requests {
-                    reqs.append(self.request_to_py(py, r)?)?;
+                    match self.request_to_py(py, r) {
+                        Ok(msg) => reqs.append(msg)?,
+                        // Only GPU inputs fail this way; the batch fails, the stub lives on.
+                        Err(e) if e.is_instance_of::<cuda::CudaError>(py) => {
+                            input_error.get_or_insert_with(|| e.value(py).to_string());
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
-                Bound::new(py, ExecuteMsg { batch, requests: reqs.unbind() })?.into_any()
+                Bound::new(py, ExecuteMsg { batch, requests: reqs.unbind(), input_error })?.into_any()
             }
             ToStub::AutoComplete { model_file, config_json } => {
                 Bound::new(py, AutoCompleteMsg { model_file, config_json })?.into_any()

@@ -434,6 +434,8 @@ impl IpcMapping {
 
 impl Drop for IpcMapping {
     fn drop(&mut self) {
+        // Dropped on whatever thread let go of it last (a model's): leave its context as it was.
+        let _keep = self.cuda.keep_context();
         if self.cuda.bind(self.device).is_ok() {
             // SAFETY: a pointer cuIpcOpenMemHandle returned, closed once.
             let _ = unsafe { sys::cuIpcCloseMemHandle(self.ptr) };
@@ -493,6 +495,7 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        let _keep = self.cuda.keep_context();
         if self.cuda.bind(self.device).is_ok() {
             // SAFETY: a pointer cuMemAlloc returned, freed once.
             let _ = unsafe { sys::cuMemFree_v2(self.ptr) };

@@ -438,3 +438,23 @@ class TritonPythonModel:
         ]
     );
 }
+
+/// An input the server sends as a client's CUDA IPC handle (a model asking for GPU inputs) that
+/// the stub cannot open (no CUDA here; elsewhere, a handle of zeros opens nothing) fails its
+/// batch with a message that names the input, and the stub goes on serving.
+#[test]
+fn a_gpu_input_the_stub_cannot_open_fails_its_batch_and_not_the_stub() {
+    let model = Model::new("gpu_in", IDENTITY);
+    let stub = model.start();
+    let gpu = tritium_ipc::Tensor {
+        name: "G".into(),
+        dtype: DataType::Fp32,
+        shape: vec![4],
+        data: tritium_ipc::TensorData::Cuda { handle: vec![0; 64], device: 0, offset: 0, len: 16 },
+    };
+    let err = run_one(&stub, request(1, vec![gpu])).expect_err("cannot be opened");
+    assert!(err.contains("input 'G' is in the client's CUDA shared memory, which this stub cannot open"), "{err}");
+    let cpu = input(&stub, "X", DataType::Fp32, &[2], &[0u8; 8], true);
+    let outputs = run_one(&stub, request(2, vec![cpu])).expect("the stub still serves");
+    assert_eq!(outputs.len(), 1);
+}

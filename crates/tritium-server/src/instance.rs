@@ -122,6 +122,9 @@ pub(crate) struct VersionContext {
     pub metrics: CustomMetrics,
     /// What answering classifications needs (batching, labels).
     pub classes: Classes,
+    /// `FORCE_CPU_ONLY_INPUT_TENSORS: "no"`: inputs in a client's CUDA region reach the model as
+    /// GPU tensors over that memory (the stub opens its IPC handle), as in Triton.
+    pub gpu_inputs: bool,
     /// `model_transaction_policy { decoupled: true }`: responses are streamed as the model
     /// sends them, and a request stays open after `execute` until its final response.
     pub decoupled: bool,
@@ -1271,7 +1274,7 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
             finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, crate::scheduler::CANCELLED)), None);
             continue;
         }
-        let inputs = match place_request(stub, &p) {
+        let inputs = match place_request(ctx, stub, &p) {
             Ok(inputs) => inputs,
             Err(e) => {
                 finish(ctx, p, Err(e.into()), None);
@@ -1307,15 +1310,15 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
 }
 
 /// One request's inputs in shared memory; on failure the blocks already placed are freed.
-fn place_request(stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, RequestError> {
+fn place_request(ctx: &VersionContext, stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, RequestError> {
     let mut inputs = Vec::with_capacity(p.req.inputs.len());
     for t in &p.req.inputs {
-        match place_input(stub, &t.data) {
-            Ok((desc, writable)) => inputs.push(tritium_ipc::Tensor {
+        match place_input(ctx, stub, &t.data) {
+            Ok(data) => inputs.push(tritium_ipc::Tensor {
                 name: t.name.clone(),
                 dtype: t.datatype,
                 shape: t.shape.clone(),
-                data: TensorData::Shm { desc, writable },
+                data,
             }),
             Err(source) => {
                 free_inputs(stub, &inputs);
@@ -1327,14 +1330,22 @@ fn place_request(stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, R
 }
 
 /// Where one input's bytes reach the stub, and whether the model may write to them: bytes that
-/// lie in a client's registered region are passed as they are (no copy, read-only); any others
-/// are copied into a block of the stub's arena that belongs to this request alone.
-fn place_input(stub: &Stub, data: &[u8]) -> Result<(Descriptor, bool), Box<HostError>> {
+/// lie in a client's registered region are passed as they are (no copy, read-only); bytes from a
+/// client's CUDA region, for a model that asks for GPU inputs, as the region's IPC handle (the
+/// stub opens it; no copy on the way to the model); any others are copied into a block of the
+/// stub's arena that belongs to this request alone.
+fn place_input(ctx: &VersionContext, stub: &Stub, data: &[u8]) -> Result<TensorData, Box<HostError>> {
     if let Some((region, offset)) = crate::shm::lookup(data.as_ptr(), data.len()) {
         map_region(stub, &region)?;
-        return Ok((Descriptor { segment: region.id(), offset, len: data.len() as u64 }, false));
+        let desc = Descriptor { segment: region.id(), offset, len: data.len() as u64 };
+        return Ok(TensorData::Shm { desc, writable: false });
     }
-    Ok((stub.input(data)?, true))
+    if ctx.gpu_inputs && !data.is_empty() {
+        if let Some(src) = crate::shm::lookup_cuda(data.as_ptr(), data.len()) {
+            return Ok(TensorData::Cuda { handle: src.handle, device: src.device, offset: src.offset, len: src.len });
+        }
+    }
+    Ok(TensorData::Shm { desc: stub.input(data)?, writable: true })
 }
 
 /// Frees the blocks of inputs placed for a request that is not sent (a client region's need

@@ -1288,7 +1288,6 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
         return Err(LoadError::NoVersions(dir.display().to_string()));
     }
     let supervision = supervision_for(&opts.supervision, &config)?;
-    warn_gpu_inputs(&config);
     let classes = Classes::load(&dir, &config)?;
     let batching = batching_for(&config);
     let priorities = Priorities::for_config(&config, opts.max_queue_size);
@@ -1339,19 +1338,13 @@ fn python_based_backend(opts: &ServerOptions, config: &ModelConfig) -> Result<Op
     Ok(Some(file))
 }
 
-/// `FORCE_CPU_ONLY_INPUT_TENSORS: no` asks Triton's python backend to hand the model GPU inputs
-/// on the GPU. tritium always hands inputs over on the CPU (one in CUDA shared memory is copied
-/// to the host first): the model works, it gets numpy-backed tensors. Said once, at load.
-fn warn_gpu_inputs(config: &ModelConfig) {
-    let Some(p) = config.parameters.get("FORCE_CPU_ONLY_INPUT_TENSORS") else { return };
-    if p.string_value.trim().eq_ignore_ascii_case("no") {
-        warn!(
-            model = %config.name,
-            "FORCE_CPU_ONLY_INPUT_TENSORS is \"no\", but tritium hands every input to the model on the CPU \
-             (inputs in CUDA shared memory are copied to the host first); move them to the GPU in the model \
-             (torch.from_dlpack(t.to_dlpack()).cuda())"
-        );
-    }
+/// `FORCE_CPU_ONLY_INPUT_TENSORS: "no"` (Triton's python backend parameter; "yes" by default):
+/// inputs that are on a GPU (in a client's CUDA shared memory) reach the model as GPU tensors.
+fn gpu_inputs(config: &ModelConfig) -> bool {
+    config
+        .parameters
+        .get("FORCE_CPU_ONLY_INPUT_TENSORS")
+        .is_some_and(|p| p.string_value.trim().eq_ignore_ascii_case("no"))
 }
 
 /// Step 3: dynamic batching, for a batching model with `dynamic_batching`.
@@ -1427,6 +1420,7 @@ fn start_version(
         instances: Mutex::new(Vec::new()),
         metrics: metrics.clone(),
         classes: r.classes.clone(),
+        gpu_inputs: gpu_inputs(&r.config),
         decoupled: is_decoupled(&r.config),
         bls: bls.clone(),
         warmup,

@@ -171,6 +171,8 @@ impl AsRef<[u8]> for RegionBytes {
 pub struct CudaRegion {
     id: u32,
     status: CudaRegionStatus,
+    /// The client's IPC handle, which a stub opens for itself (a model with GPU inputs).
+    handle: [u8; tritium_cuda::IPC_HANDLE_BYTES],
     mapping: tritium_cuda::IpcMapping,
 }
 
@@ -209,6 +211,69 @@ pub struct CudaRegionStatus {
 enum TargetRegion {
     System(Arc<Region>),
     Cuda(Arc<CudaRegion>),
+}
+
+/// The host copies of inputs in CUDA regions, by address: [`lookup_cuda`] finds the region an
+/// input's bytes came from, so the worker can hand a model that asks for GPU inputs
+/// (`FORCE_CPU_ONLY_INPUT_TENSORS: "no"`) the client's device memory instead.
+static STAGED: Mutex<BTreeMap<usize, Staged>> = Mutex::new(BTreeMap::new());
+
+/// One host copy in [`STAGED`]: its length, its region, and the offset it was copied from.
+type Staged = (usize, Weak<CudaRegion>, u64);
+
+/// An input's bytes copied from a CUDA region, listed in [`STAGED`] while they live.
+struct StagedBytes {
+    data: Vec<u8>,
+    _region: Arc<CudaRegion>,
+}
+
+impl AsRef<[u8]> for StagedBytes {
+    fn as_ref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl Drop for StagedBytes {
+    fn drop(&mut self) {
+        lock(&STAGED).remove(&(self.data.as_ptr() as usize));
+    }
+}
+
+/// `[offset, offset + len)` of a CUDA region copied to the host (`len` > 0), as input bytes.
+fn staged(region: Arc<CudaRegion>, offset: u64, len: u64) -> Result<Bytes, InferError> {
+    let data = region.read(offset, len)?;
+    lock(&STAGED).insert(data.as_ptr() as usize, (data.len(), Arc::downgrade(&region), offset));
+    Ok(Bytes::from_owner(StagedBytes { data, _region: region }))
+}
+
+/// Where a stub finds an input's bytes in the client's device memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CudaSource {
+    /// The client's IPC handle of the allocation.
+    pub handle: Vec<u8>,
+    /// Its device.
+    pub device: i32,
+    /// Where the bytes start in the allocation.
+    pub offset: u64,
+    /// Their length.
+    pub len: u64,
+}
+
+/// The CUDA region whose host copy holds `[ptr, ptr + len)`, as a stub would open it.
+pub(crate) fn lookup_cuda(ptr: *const u8, len: usize) -> Option<CudaSource> {
+    let addr = ptr as usize;
+    let staged = lock(&STAGED);
+    let (&start, (size, region, offset)) = staged.range(..=addr).next_back()?;
+    if addr.checked_add(len)? > start + size {
+        return None;
+    }
+    let region = region.upgrade()?;
+    Some(CudaSource {
+        handle: region.handle.to_vec(),
+        device: region.mapping.device(),
+        offset: offset + (addr - start) as u64,
+        len: len as u64,
+    })
 }
 
 /// Where a request wants one output: a range of a registered region.
@@ -441,7 +506,9 @@ impl ShmRegistry {
             )));
         }
         let status = CudaRegionStatus { name: name.to_string(), device_id: device_id as u64, byte_size };
-        regions.cuda.insert(name.to_string(), Arc::new(CudaRegion { id: next_id(), status, mapping }));
+        let mut handle = [0u8; tritium_cuda::IPC_HANDLE_BYTES];
+        handle.copy_from_slice(raw_handle);
+        regions.cuda.insert(name.to_string(), Arc::new(CudaRegion { id: next_id(), status, handle, mapping }));
         Ok(())
     }
 
@@ -506,7 +573,7 @@ impl ShmRegistry {
         }
         match found {
             Found::System(region) => Ok(Bytes::from_owner(RegionBytes { region, offset, len: byte_size })),
-            Found::Cuda(region) => Ok(Bytes::from(region.read(offset, byte_size)?)),
+            Found::Cuda(region) => Ok(staged(region, offset, byte_size)?),
         }
     }
 

@@ -349,6 +349,7 @@ pub(super) fn start(
             instances: Mutex::new(Vec::new()),
             metrics: metrics.clone(),
             classes: r.classes.clone(),
+            gpu_inputs: false,
             decoupled,
             bls: bls.clone(),
             warmup: Arc::default(),
