@@ -437,6 +437,7 @@ def gpu_args(tmp_path, kind="GPU", device="1"):
 
 @no_gpu
 def test_a_kind_gpu_instance_without_cuda_says_so_once(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITIUM_CUDA_BIND", "1")
     monkeypatch.setattr(stub, "_said_no_cuda", False)
     assert stub._instance_device(gpu_args(tmp_path, kind="CPU")) is None
     assert capsys.readouterr().err == ""
@@ -449,7 +450,8 @@ def test_a_kind_gpu_instance_without_cuda_says_so_once(capsys, monkeypatch, tmp_
     )
 
 
-def test_a_kind_gpu_instance_binds_the_threads_that_run_model_code(fake_cuda, model_dir, tmp_path):
+def test_a_kind_gpu_instance_binds_the_threads_that_run_model_code(fake_cuda, model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITIUM_CUDA_BIND", "1")  # the server sets it for a model that asks for KIND_GPU
     model_dir.mkdir()
     (model_dir / "model.py").write_text(MODEL)
     s = stub.Stub(InitChannel())
@@ -465,6 +467,16 @@ def test_a_kind_gpu_instance_binds_the_threads_that_run_model_code(fake_cuda, mo
             s.loop.call_soon_threadsafe(s.loop.stop)
 
 
+def test_a_gpu_instance_of_a_kind_auto_model_binds_nothing(fake_cuda, model_dir, tmp_path, monkeypatch):
+    # KIND_AUTO placed on a GPU: the server does not set TRITIUM_CUDA_BIND, so no context is made.
+    monkeypatch.delenv("TRITIUM_CUDA_BIND", raising=False)
+    model_dir.mkdir()
+    (model_dir / "model.py").write_text(MODEL.replace("async def", "def"))
+    s = stub.Stub(InitChannel())
+    s.initialize(str(model_dir / "model.py"), gpu_args(tmp_path))
+    assert s.channel.initialized == [None] and s.cuda_device is None and fake_cuda["bound"] == []
+
+
 def test_a_kind_cpu_instance_binds_nothing(fake_cuda, model_dir, tmp_path):
     model_dir.mkdir()
     (model_dir / "model.py").write_text(MODEL.replace("async def", "def"))
@@ -473,7 +485,8 @@ def test_a_kind_cpu_instance_binds_nothing(fake_cuda, model_dir, tmp_path):
     assert s.channel.initialized == [None] and s.cuda_device is None and fake_cuda["bound"] == []
 
 
-def test_a_bad_device_id_fails_initialize(fake_cuda, tmp_path):
+def test_a_bad_device_id_fails_initialize(fake_cuda, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITIUM_CUDA_BIND", "1")
     s = stub.Stub(InitChannel())
     s.initialize(str(tmp_path / "model.py"), gpu_args(tmp_path, device="x"))
     (error,) = s.channel.initialized

@@ -124,7 +124,9 @@ def _instance_device(args):
     """The CUDA device a KIND_GPU instance's model code is bound to, or None: for another kind,
     or when CUDA is not usable in this stub (said once on stderr, with the reason)."""
     global _said_no_cuda
-    if args.get("model_instance_kind") != "GPU":
+    # Set by the server for a model whose config asks for KIND_GPU itself (not KIND_AUTO placed
+    # on a GPU): binding creates a CUDA context, which a model that never uses CUDA should not pay.
+    if args.get("model_instance_kind") != "GPU" or os.environ.get("TRITIUM_CUDA_BIND") != "1":
         return None
     raw = args.get("model_instance_device_id", "0") or "0"
     try:

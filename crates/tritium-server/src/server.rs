@@ -1281,6 +1281,13 @@ fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
         }
     }
     tritium_config::normalize(&mut config, name)?;
+    // Stubs of a model that asks for KIND_GPU itself bind their device (a CUDA context each);
+    // KIND_AUTO placed on the GPUs does not, so a model that never touches CUDA costs no GPU
+    // memory, as in Triton.
+    let mut stub = stub;
+    if config.instance_group.iter().any(|g| g.kind == Kind::Gpu as i32) {
+        stub.env.push(("TRITIUM_CUDA_BIND".into(), "1".into()));
+    }
     tritium_config::resolve_instance_groups(&mut config, &opts.gpus)?;
     let policy = config.version_policy.clone().unwrap_or_default();
     let versions = tritium_config::model_versions(&dir, &policy)?;
