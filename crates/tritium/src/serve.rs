@@ -740,6 +740,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn async_threads_default_to_half_the_cpus_and_at_least_one() {
+        assert_eq!(async_threads(Some(3)), 3);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(async_threads(None), (cpus / 2).max(1));
+    }
+
+    #[test]
     fn the_spin_flag_is_auto_or_microseconds() {
         assert_eq!(parse_spin("auto"), Ok(Spin::Auto));
         assert_eq!(parse_spin("AUTO"), Ok(Spin::Auto));
