@@ -22,6 +22,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as sysshm
 from conftest import Server, cuda_device_count, needs_gpu
+from test_shared_memory import identity_inputs, shm_outputs
 from tritonclient.utils import InferenceServerException
 
 GPUS = cuda_device_count()
@@ -301,18 +302,10 @@ def cudashm():
         module.destroy_shared_memory_region(h)
 
 
-def gpu_inputs(module, name, n, offset=0):
-    inputs = [module.InferInput("IN0", [n], "FP32"), module.InferInput("IN1", [n], "FP32")]
-    inputs[0].set_shared_memory(name, 4 * n, offset=offset)
-    inputs[1].set_shared_memory(name, 4 * n, offset=offset + 4 * n)
-    return inputs
-
-
-def gpu_outputs(module, name, n):
-    outputs = [module.InferRequestedOutput("OUT0"), module.InferRequestedOutput("OUT1")]
-    outputs[0].set_shared_memory(name, 4 * n)
-    outputs[1].set_shared_memory(name, 4 * n, offset=4 * n)
-    return outputs
+# The same tensors as the system shared memory tests: IN0 and IN1 from one region, OUT0 and OUT1
+# into another (set_shared_memory is the same call for both kinds of region).
+gpu_inputs = identity_inputs
+gpu_outputs = shm_outputs
 
 
 def test_inputs_and_outputs_in_cuda_regions(api, cudashm):

@@ -912,6 +912,42 @@ async fn system_shm_status<B: Backend>(State(s): St<B>, Params(p): Params) -> Ht
     json_ok(&json)
 }
 
+/// What registering either kind of region starts with, in Triton's order: client shared memory
+/// is allowed, the path names a region, and the body is JSON (empty is an empty object). Then a
+/// field reader with Triton's texts for a missing or mistyped field.
+async fn registration<B: Backend>(
+    s: &AppState<B>,
+    p: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Body,
+    kind: &str,
+) -> Result<(String, Fields), HttpError> {
+    system_shm(&*s.backend)?.check_allowed()?;
+    let Some(region) = p.get("region") else {
+        return Err(HttpError::from(InferError::invalid(format!(
+            "'region name' is necessary to register {kind} shared memory region"
+        ))));
+    };
+    let body = read_body(headers, body, s.options.max_input_size, BodyKind::Json).await?;
+    Ok((region.clone(), Fields(optional_json(&body)?.unwrap_or(Value::Null))))
+}
+
+/// A registration's JSON body.
+struct Fields(Value);
+
+impl Fields {
+    /// Field `name`, which the request must have.
+    fn required(&self, name: &str) -> Result<&Value, InferError> {
+        self.0
+            .get(name)
+            .ok_or_else(|| InferError::invalid(format!("Shared memory register request has no '{name}' field")))
+    }
+
+    fn uint(name: &str, v: &Value) -> Result<u64, InferError> {
+        v.as_u64().ok_or_else(|| InferError::invalid(format!("Unable to parse '{name}': expected an unsigned integer")))
+    }
+}
+
 /// Triton's `HandleSystemSharedMemory` for `register`: a JSON body with `key`, optional
 /// `offset`, and `byte_size`.
 async fn system_shm_register<B: Backend>(
@@ -920,29 +956,12 @@ async fn system_shm_register<B: Backend>(
     headers: HeaderMap,
     body: Body,
 ) -> HttpResult {
-    let registry = system_shm(&*s.backend)?;
-    registry.check_allowed()?;
-    let Some(region) = p.get("region") else {
-        return Err(HttpError::from(InferError::invalid(
-            "'region name' is necessary to register system shared memory region",
-        )));
-    };
-    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
-    let request = optional_json(&body)?.unwrap_or(Value::Null);
-    let field = |name: &str| request.get(name);
-    let Some(key) = field("key") else {
-        return Err(InferError::invalid("Shared memory register request has no 'key' field").into());
-    };
+    let (region, fields) = registration(&s, &p, &headers, body, "system").await?;
+    let key = fields.required("key")?;
     let key = key.as_str().ok_or_else(|| InferError::invalid("Unable to parse 'key': expected a string"))?;
-    let uint = |name: &str, v: &Value| {
-        v.as_u64().ok_or_else(|| InferError::invalid(format!("Unable to parse '{name}': expected an unsigned integer")))
-    };
-    let offset = field("offset").map(|v| uint("offset", v)).transpose()?.unwrap_or(0);
-    let Some(byte_size) = field("byte_size") else {
-        return Err(InferError::invalid("Shared memory register request has no 'byte_size' field").into());
-    };
-    let byte_size = uint("byte_size", byte_size)?;
-    registry.register(region, key, offset, byte_size)?;
+    let offset = fields.0.get("offset").map(|v| Fields::uint("offset", v)).transpose()?.unwrap_or(0);
+    let byte_size = Fields::uint("byte_size", fields.required("byte_size")?)?;
+    system_shm(&*s.backend)?.register(&region, key, offset, byte_size)?;
     Ok(json_response(StatusCode::OK, Body::empty()))
 }
 
@@ -982,33 +1001,17 @@ async fn cuda_shm_register<B: Backend>(
     headers: HeaderMap,
     body: Body,
 ) -> HttpResult {
-    let registry = system_shm(&*s.backend)?;
-    registry.check_allowed()?;
-    let Some(region) = p.get("region") else {
-        return Err(HttpError::from(InferError::invalid(
-            "'region name' is necessary to register cuda shared memory region",
-        )));
-    };
-    let body = read_body(&headers, body, s.options.max_input_size, BodyKind::Json).await?;
-    let request = optional_json(&body)?.unwrap_or(Value::Null);
-    let Some(raw_handle) = request.get("raw_handle") else {
-        return Err(InferError::invalid("Shared memory register request has no 'raw_handle' field").into());
-    };
-    let b64 = raw_handle.get("b64").and_then(Value::as_str).ok_or_else(|| {
+    let (region, fields) = registration(&s, &p, &headers, body, "cuda").await?;
+    let b64 = fields.required("raw_handle")?.get("b64").and_then(Value::as_str).ok_or_else(|| {
         InferError::invalid("Unable to parse 'raw_handle': expected an object with a base64 string 'b64'")
     })?;
-    let uint = |name: &str| match request.get(name) {
-        None => Err(InferError::invalid(format!("Shared memory register request has no '{name}' field"))),
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| InferError::invalid(format!("Unable to parse '{name}': expected an unsigned integer"))),
-    };
-    let byte_size = uint("byte_size")?;
-    let device_id = uint("device_id")?;
+    let byte_size = Fields::uint("byte_size", fields.required("byte_size")?)?;
+    let device_id = Fields::uint("device_id", fields.required("device_id")?)?;
     let handle = base64::engine::general_purpose::STANDARD
         .decode(b64)
         .map_err(|_| InferError::invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"))?;
-    registry.register_cuda(region, &handle, i64::try_from(device_id).unwrap_or(i64::MAX), byte_size)?;
+    let device_id = i64::try_from(device_id).unwrap_or(i64::MAX);
+    system_shm(&*s.backend)?.register_cuda(&region, &handle, device_id, byte_size)?;
     Ok(json_response(StatusCode::OK, Body::empty()))
 }
 
