@@ -528,7 +528,6 @@ fn dlpack_capsule(
     Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
 }
 
-/// Adds the CUDA functions and classes to `_native`.
 /// A client's device allocation, opened in this stub from its CUDA IPC handle (an input in the
 /// client's CUDA shared memory, for a model with `FORCE_CPU_ONLY_INPUT_TENSORS: "no"`): the
 /// owner of the `CudaMemory` of every input over it. Closed when the last of them is gone.
@@ -577,6 +576,7 @@ pub(crate) fn ipc_input(py: Python<'_>, handle: &[u8], device: i32, offset: u64,
     Py::new(py, CudaMemory { device, ptr, nbytes: len, owner })
 }
 
+/// Adds the CUDA functions and classes to `_native`.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cuda_unavailable_reason, m)?)?;
     m.add_function(wrap_pyfunction!(cuda_device_count, m)?)?;
