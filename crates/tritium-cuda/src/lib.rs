@@ -272,9 +272,10 @@ impl Cuda {
         let flags = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
         // SAFETY: writes one device pointer; the handle is 64 bytes by construction.
         check("cuIpcOpenMemHandle", unsafe { sys::cuIpcOpenMemHandle_v2(&mut ptr, h, flags) })?;
-        let mapping = IpcMapping { cuda: self, device, ptr, size: 0 };
-        let (_, size) = self.address_range(ptr)?;
-        Ok(IpcMapping { size, ..mapping })
+        // Closed on drop, also if the size cannot be read.
+        let mut mapping = IpcMapping(Span { cuda: self, device, ptr, size: 0 });
+        mapping.0.size = self.address_range(ptr)?.1;
+        Ok(mapping)
     }
 
     /// The allocation that holds `ptr`: its start and size.
@@ -348,7 +349,7 @@ impl Cuda {
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: writes one device pointer; a zero size is an error from the driver, so ask for one byte.
         check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(1) as usize) })?;
-        Ok(DeviceBuffer { cuda: self, device, ptr, len })
+        Ok(DeviceBuffer(Span { cuda: self, device, ptr, size: len }))
     }
 }
 
@@ -387,119 +388,128 @@ fn check_range(offset: u64, len: u64, size: u64) -> Result<(), CudaError> {
     Ok(())
 }
 
-/// Another process's device allocation, opened in this one; closed when dropped.
-pub struct IpcMapping {
+/// A range of device memory this process reaches (what [`IpcMapping`] and [`DeviceBuffer`]
+/// are): its bounds-checked copies, and running the call that gives it back.
+struct Span {
     cuda: &'static Cuda,
     device: i32,
     ptr: u64,
     size: u64,
 }
 
+impl Span {
+    fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), CudaError> {
+        check_range(offset, dst.len() as u64, self.size)?;
+        // SAFETY: in bounds of the live allocation (checked above).
+        unsafe { self.cuda.copy_to_host(self.device, self.ptr + offset, dst) }
+    }
+
+    fn write(&self, offset: u64, src: &[u8]) -> Result<(), CudaError> {
+        check_range(offset, src.len() as u64, self.size)?;
+        // SAFETY: in bounds of the live allocation (checked above).
+        unsafe { self.cuda.copy_from_host(self.device, self.ptr + offset, src) }
+    }
+
+    /// Calls `release` (the driver call that gives the memory back) in the device's context.
+    /// Dropped on whatever thread let go of it last (a model's): that thread's context is left
+    /// as it was.
+    fn release(&self, release: impl FnOnce(u64) -> sys::CUresult) {
+        let _keep = self.cuda.keep_context();
+        if self.cuda.bind(self.device).is_ok() {
+            // Nothing to do about a failure while the memory is being let go of.
+            let _ = release(self.ptr);
+        }
+    }
+}
+
+/// Another process's device allocation, opened in this one; closed when dropped.
+pub struct IpcMapping(Span);
+
 impl std::fmt::Debug for IpcMapping {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IpcMapping").field("device", &self.device).field("size", &self.size).finish()
+        f.debug_struct("IpcMapping").field("device", &self.0.device).field("size", &self.0.size).finish()
     }
 }
 
 impl IpcMapping {
     /// The device pointer of the allocation's start, in this process.
     pub fn device_ptr(&self) -> u64 {
-        self.ptr
+        self.0.ptr
     }
 
     /// The allocation's size.
     pub fn size(&self) -> u64 {
-        self.size
+        self.0.size
     }
 
     /// The device it lives on.
     pub fn device(&self) -> i32 {
-        self.device
+        self.0.device
     }
 
     /// Copies `dst.len()` bytes from `offset` to the host, bounds-checked.
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), CudaError> {
-        check_range(offset, dst.len() as u64, self.size)?;
-        // SAFETY: in bounds of the open allocation (checked above).
-        unsafe { self.cuda.copy_to_host(self.device, self.ptr + offset, dst) }
+        self.0.read(offset, dst)
     }
 
     /// Copies `src` from the host to `offset`, bounds-checked.
     pub fn write(&self, offset: u64, src: &[u8]) -> Result<(), CudaError> {
-        check_range(offset, src.len() as u64, self.size)?;
-        // SAFETY: in bounds of the open allocation (checked above).
-        unsafe { self.cuda.copy_from_host(self.device, self.ptr + offset, src) }
+        self.0.write(offset, src)
     }
 }
 
 impl Drop for IpcMapping {
     fn drop(&mut self) {
-        // Dropped on whatever thread let go of it last (a model's): leave its context as it was.
-        let _keep = self.cuda.keep_context();
-        if self.cuda.bind(self.device).is_ok() {
-            // SAFETY: a pointer cuIpcOpenMemHandle returned, closed once.
-            let _ = unsafe { sys::cuIpcCloseMemHandle(self.ptr) };
-        }
+        // SAFETY: a pointer cuIpcOpenMemHandle returned, closed once.
+        self.0.release(|ptr| unsafe { sys::cuIpcCloseMemHandle(ptr) });
     }
 }
 
 /// Device memory of this process, freed when dropped.
-pub struct DeviceBuffer {
-    cuda: &'static Cuda,
-    device: i32,
-    ptr: u64,
-    len: u64,
-}
+pub struct DeviceBuffer(Span);
 
 impl std::fmt::Debug for DeviceBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeviceBuffer").field("device", &self.device).field("len", &self.len).finish()
+        f.debug_struct("DeviceBuffer").field("device", &self.0.device).field("len", &self.0.size).finish()
     }
 }
 
 impl DeviceBuffer {
     /// Its device pointer.
     pub fn device_ptr(&self) -> u64 {
-        self.ptr
+        self.0.ptr
     }
 
     /// Its length.
     pub fn len(&self) -> u64 {
-        self.len
+        self.0.size
     }
 
     /// Whether it has no bytes.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.0.size == 0
     }
 
     /// The device it lives on.
     pub fn device(&self) -> i32 {
-        self.device
+        self.0.device
     }
 
     /// Copies `src` to `offset`, bounds-checked.
     pub fn write(&self, offset: u64, src: &[u8]) -> Result<(), CudaError> {
-        check_range(offset, src.len() as u64, self.len)?;
-        // SAFETY: in bounds of our own allocation (checked above).
-        unsafe { self.cuda.copy_from_host(self.device, self.ptr + offset, src) }
+        self.0.write(offset, src)
     }
 
     /// Copies `dst.len()` bytes from `offset`, bounds-checked.
     pub fn read(&self, offset: u64, dst: &mut [u8]) -> Result<(), CudaError> {
-        check_range(offset, dst.len() as u64, self.len)?;
-        // SAFETY: in bounds of our own allocation (checked above).
-        unsafe { self.cuda.copy_to_host(self.device, self.ptr + offset, dst) }
+        self.0.read(offset, dst)
     }
 }
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        let _keep = self.cuda.keep_context();
-        if self.cuda.bind(self.device).is_ok() {
-            // SAFETY: a pointer cuMemAlloc returned, freed once.
-            let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
-        }
+        // SAFETY: a pointer cuMemAlloc returned, freed once.
+        self.0.release(|ptr| unsafe { sys::cuMemFree_v2(ptr) });
     }
 }
 

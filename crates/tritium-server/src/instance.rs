@@ -1341,8 +1341,8 @@ fn place_input(ctx: &VersionContext, stub: &Stub, data: &[u8]) -> Result<TensorD
         return Ok(TensorData::Shm { desc, writable: false });
     }
     if ctx.gpu_inputs && !data.is_empty() {
-        if let Some(src) = crate::shm::lookup_cuda(data.as_ptr(), data.len()) {
-            return Ok(TensorData::Cuda { handle: src.handle, device: src.device, offset: src.offset, len: src.len });
+        if let Some(cuda) = crate::shm::lookup_cuda(data.as_ptr(), data.len()) {
+            return Ok(cuda);
         }
     }
     Ok(TensorData::Shm { desc: stub.input(data)?, writable: true })

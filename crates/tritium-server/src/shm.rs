@@ -36,7 +36,7 @@ use bytes::Bytes;
 use memmap2::{MmapOptions, MmapRaw};
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
-use tritium_ipc::{Descriptor, REGION_BIT};
+use tritium_ipc::{Descriptor, TensorData, REGION_BIT};
 
 use crate::types::{ErrorKind, InferError};
 
@@ -138,14 +138,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The region whose mapping holds `[ptr, ptr + len)`, and the offset of `ptr` in it.
 pub(crate) fn lookup(ptr: *const u8, len: usize) -> Option<(Arc<Region>, u64)> {
-    let addr = ptr as usize;
     let live = lock(&LIVE);
-    let (&start, (size, region)) = live.range(..=addr).next_back()?;
-    let end = addr.checked_add(len)?;
-    if end > start + size {
+    let (region, offset) = containing(&live, ptr, len)?;
+    Some((region.upgrade()?, offset))
+}
+
+/// The entry of an address table (start address -> length and value: [`LIVE`], [`STAGED`])
+/// whose range holds `[ptr, ptr + len)`, and the offset of `ptr` in it.
+fn containing<V>(table: &BTreeMap<usize, (usize, V)>, ptr: *const u8, len: usize) -> Option<(&V, u64)> {
+    let addr = ptr as usize;
+    let (&start, (size, value)) = table.range(..=addr).next_back()?;
+    if addr.checked_add(len)? > start + size {
         return None;
     }
-    Some((region.upgrade()?, (addr - start) as u64))
+    Some((value, (addr - start) as u64))
 }
 
 /// Whether the region with segment id `id` is still mapped in this process (registered, or
@@ -206,7 +212,7 @@ pub struct CudaRegionStatus {
     pub byte_size: u64,
 }
 
-/// The registered region an output goes to.
+/// A registered region of either kind, as a request names it (an input's, or where an output goes).
 #[derive(Debug, Clone)]
 enum TargetRegion {
     System(Arc<Region>),
@@ -216,10 +222,11 @@ enum TargetRegion {
 /// The host copies of inputs in CUDA regions, by address: [`lookup_cuda`] finds the region an
 /// input's bytes came from, so the worker can hand a model that asks for GPU inputs
 /// (`FORCE_CPU_ONLY_INPUT_TENSORS: "no"`) the client's device memory instead.
-static STAGED: Mutex<BTreeMap<usize, Staged>> = Mutex::new(BTreeMap::new());
+static STAGED: Mutex<BTreeMap<usize, (usize, Staged)>> = Mutex::new(BTreeMap::new());
 
-/// One host copy in [`STAGED`]: its length, its region, and the offset it was copied from.
-type Staged = (usize, Weak<CudaRegion>, u64);
+/// What [`STAGED`] knows of one host copy (besides its length): its region, and the offset in
+/// it the copy was made from.
+type Staged = (Weak<CudaRegion>, u64);
 
 /// An input's bytes copied from a CUDA region, listed in [`STAGED`] while they live.
 struct StagedBytes {
@@ -242,36 +249,21 @@ impl Drop for StagedBytes {
 /// `[offset, offset + len)` of a CUDA region copied to the host (`len` > 0), as input bytes.
 fn staged(region: Arc<CudaRegion>, offset: u64, len: u64) -> Result<Bytes, InferError> {
     let data = region.read(offset, len)?;
-    lock(&STAGED).insert(data.as_ptr() as usize, (data.len(), Arc::downgrade(&region), offset));
+    lock(&STAGED).insert(data.as_ptr() as usize, (data.len(), (Arc::downgrade(&region), offset)));
     Ok(Bytes::from_owner(StagedBytes { data, _region: region }))
 }
 
-/// Where a stub finds an input's bytes in the client's device memory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CudaSource {
-    /// The client's IPC handle of the allocation.
-    pub handle: Vec<u8>,
-    /// Its device.
-    pub device: i32,
-    /// Where the bytes start in the allocation.
-    pub offset: u64,
-    /// Their length.
-    pub len: u64,
-}
-
-/// The CUDA region whose host copy holds `[ptr, ptr + len)`, as a stub would open it.
-pub(crate) fn lookup_cuda(ptr: *const u8, len: usize) -> Option<CudaSource> {
-    let addr = ptr as usize;
+/// How a stub finds `[ptr, ptr + len)` in the client's device memory, when those bytes are the
+/// host copy of a CUDA region's: the client's IPC handle of the allocation, its device, and
+/// where the bytes are in it.
+pub(crate) fn lookup_cuda(ptr: *const u8, len: usize) -> Option<TensorData> {
     let staged = lock(&STAGED);
-    let (&start, (size, region, offset)) = staged.range(..=addr).next_back()?;
-    if addr.checked_add(len)? > start + size {
-        return None;
-    }
+    let ((region, copied_from), offset) = containing(&staged, ptr, len)?;
     let region = region.upgrade()?;
-    Some(CudaSource {
+    Some(TensorData::Cuda {
         handle: region.handle.to_vec(),
         device: region.mapping.device(),
-        offset: offset + (addr - start) as u64,
+        offset: copied_from + offset,
         len: len as u64,
     })
 }
@@ -304,11 +296,6 @@ impl ShmTarget {
             TargetRegion::System(r) => &r.status.name,
             TargetRegion::Cuda(r) => &r.status.name,
         }
-    }
-
-    /// Whether the region is CUDA shared memory (written by the server, never by a stub).
-    pub fn is_cuda(&self) -> bool {
-        matches!(self.region, TargetRegion::Cuda(_))
     }
 
     /// Offset in the registered range.
@@ -411,12 +398,6 @@ impl Regions {
         }
         Ok(())
     }
-}
-
-/// A region found by name for a request, of either kind.
-enum Found {
-    System(Arc<Region>),
-    Cuda(Arc<CudaRegion>),
 }
 
 impl ShmRegistry {
@@ -572,39 +553,35 @@ impl ShmRegistry {
             return Ok(Bytes::new());
         }
         match found {
-            Found::System(region) => Ok(Bytes::from_owner(RegionBytes { region, offset, len: byte_size })),
-            Found::Cuda(region) => Ok(staged(region, offset, byte_size)?),
+            TargetRegion::System(region) => Ok(Bytes::from_owner(RegionBytes { region, offset, len: byte_size })),
+            TargetRegion::Cuda(region) => Ok(staged(region, offset, byte_size)?),
         }
     }
 
     /// Where an output asked for in region `name` goes.
     pub fn output(&self, name: &str, offset: u64, byte_size: u64) -> Result<ShmTarget, InferError> {
-        let (found, offset) = self.resolve(name, offset, byte_size)?;
-        let region = match found {
-            Found::System(r) => TargetRegion::System(r),
-            Found::Cuda(r) => TargetRegion::Cuda(r),
-        };
+        let (region, offset) = self.resolve(name, offset, byte_size)?;
         Ok(ShmTarget { region, offset, byte_size })
     }
 
     /// Triton's `GetMemoryInfo` checks, in its order and with its texts, and the file check.
-    fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<(Found, u64), InferError> {
+    fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<(TargetRegion, u64), InferError> {
         let found = {
             let regions = lock(&self.regions);
             match (regions.system.get(name), regions.cuda.get(name)) {
-                (Some(r), _) => Found::System(r.clone()),
-                (None, Some(r)) => Found::Cuda(r.clone()),
+                (Some(r), _) => TargetRegion::System(r.clone()),
+                (None, Some(r)) => TargetRegion::Cuda(r.clone()),
                 (None, None) => {
                     return Err(InferError::not_found(format!("Unable to find shared memory region: '{name}'")));
                 }
             }
         };
         match &found {
-            Found::System(region) => {
+            TargetRegion::System(region) => {
                 check_range(name, region.status.byte_size, offset, byte_size)?;
                 region.check_file()?;
             }
-            Found::Cuda(region) => check_range(name, region.status.byte_size, offset, byte_size)?,
+            TargetRegion::Cuda(region) => check_range(name, region.status.byte_size, offset, byte_size)?,
         }
         Ok((found, offset))
     }
@@ -813,7 +790,7 @@ mod tests {
         shm.unregister_cuda("sys");
         shm.unregister_all_cuda();
         assert_eq!(shm.status("").expect("status").len(), 1);
-        assert!(!shm.output("sys", 0, 8).expect("target").is_cuda());
+        assert!(shm.output("sys", 0, 8).expect("target").system().is_some(), "still the system region");
         shm.set_allowed(false);
         assert_eq!(message(shm.register_cuda("g", &[0; 64], 0, 64)).1, CLIENT_SHM_DISABLED);
     }

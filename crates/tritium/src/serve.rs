@@ -417,11 +417,12 @@ fn async_threads(given: Option<u16>) -> usize {
 fn cuda_devices() -> Vec<i32> {
     match tritium_cuda::cuda() {
         Ok(cuda) => {
-            for device in cuda.devices() {
+            let devices = cuda.devices();
+            for &device in &devices {
                 let name = cuda.device_name(device).unwrap_or_else(|e| e.to_string());
                 info!(device, %name, "CUDA device");
             }
-            cuda.devices()
+            devices
         }
         Err(e) => {
             info!(
