@@ -10,8 +10,6 @@ outputs, their status, their unregistering while a request uses them, Triton's b
 and `KIND_GPU` instances on their device.
 """
 
-import os
-import textwrap
 import threading
 import time
 import uuid
@@ -22,7 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as sysshm
 from conftest import Server, cuda_device_count, needs_gpu
-from test_shared_memory import identity_inputs, shm_outputs
+from test_shared_memory import error_of, identity_inputs, shm_outputs, write_model
 from tritonclient.utils import InferenceServerException
 
 GPUS = cuda_device_count()
@@ -141,14 +139,6 @@ class TritonPythonModel:
 """
 
 
-def write_model(repo, name, config, model):
-    os.makedirs(os.path.join(repo, name, "1"))
-    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
-        f.write(config)
-    with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
-        f.write(textwrap.dedent(model))
-
-
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     repo = str(tmp_path_factory.mktemp("cuda-shm-repo"))
@@ -178,12 +168,6 @@ def api(srv, request):
     yield module, client
     client.unregister_cuda_shared_memory()
     client.unregister_system_shared_memory()
-
-
-def error_of(call):
-    with pytest.raises(InferenceServerException) as e:
-        call()
-    return e.value.message()
 
 
 def cuda_status(client):

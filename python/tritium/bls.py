@@ -196,7 +196,7 @@ def _exec(self, decoupled=False):
     """`InferenceRequest.exec(decoupled=False)`: runs the request on its model and returns its
     InferenceResponse, or with `decoupled=True` a ResponseIterator over its responses."""
     channel, call = _send(self, decoupled)
-    pending = _Call(channel, call, self._timeout, getattr(self, "_preferred_memory", None))
+    pending = _Call(channel, call, self._timeout, self._preferred_memory)
     if decoupled:
         return ResponseIterator(pending)
     response, final = pending.next()

@@ -11,10 +11,11 @@ Before any model code runs, `pylogging.install()` sends Python `logging` records
 `promclient.serve()` starts the thread that answers the server's requests for `prometheus_client` metrics,
 and `sys.argv` becomes `['']`, what Triton's embedded interpreter gives model code.
 
-A `KIND_GPU` instance (`args['model_instance_kind'] == 'GPU'`) has the primary CUDA context of its
-device (`args['model_instance_device_id']`) made current on the threads that run model code (the
-main thread and the event loop's), so torch and cupy default to that device; where CUDA is not
-usable in the stub, it says so once on stderr and model code runs without a device bound.
+A `KIND_GPU` instance (`args['model_instance_kind'] == 'GPU'`) of a model whose config asks for
+KIND_GPU itself (the server sets `TRITIUM_CUDA_BIND=1` for its stubs) has the primary CUDA context
+of its device (`args['model_instance_device_id']`) made current on the threads that run model code
+(the main thread and the event loop's), so torch and cupy default to that device; where CUDA is
+not usable in the stub, it says so once on stderr and model code runs without a device bound.
 
 Coroutines (`async def` model methods) run on one asyncio event loop per stub, in a background
 thread (Triton's `GetAsyncEventLoop`). A decoupled model's `execute` coroutine is scheduled there and
@@ -122,7 +123,8 @@ _said_no_cuda = False
 
 def _instance_device(args):
     """The CUDA device a KIND_GPU instance's model code is bound to, or None: for another kind,
-    or when CUDA is not usable in this stub (said once on stderr, with the reason)."""
+    without `TRITIUM_CUDA_BIND`, or when CUDA is not usable in this stub (said once on stderr,
+    with the reason)."""
     global _said_no_cuda
     # Set by the server for a model whose config asks for KIND_GPU itself (not KIND_AUTO placed
     # on a GPU): binding creates a CUDA context, which a model that never uses CUDA should not pay.
@@ -185,9 +187,7 @@ class Stub:
                 if msg.input_error is not None:
                     # An input in client CUDA memory this stub cannot open: the batch fails, and
                     # the server ends each of its requests with this error.
-                    text = (
-                        f"Failed to process the request(s) for model '{self.instance_name}', message: {msg.input_error}"
-                    )
+                    text = self._failure_prefix() + msg.input_error
                     self.channel.send_execute_done(msg.batch, (text, int(ErrorCode.INTERNAL), ""))
                     continue
                 self.execute(msg.batch, msg.requests)
@@ -256,6 +256,10 @@ class Stub:
             _runtime.loop_thread = self.loop_thread
         return self.loop
 
+    def _failure_prefix(self):
+        """Triton's words before the error of a batch that failed as a whole."""
+        return f"Failed to process the request(s) for model '{self.instance_name}', message: "
+
     def _run_loop(self):
         """The event loop thread: bound to the instance's CUDA device (if any), then the loop."""
         if self.cuda_device is not None:
@@ -279,7 +283,7 @@ class Stub:
         future = asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
         self.background.add(future)
         states = [r._state for r in requests]
-        prefix = f"Failed to process the request(s) for model '{self.instance_name}', message: "
+        prefix = self._failure_prefix()
 
         def done(fut):
             self.background.discard(fut)
@@ -337,7 +341,7 @@ class Stub:
                 r._state.close()
             _runtime.cancelled.difference_update(r._id for r in requests)
             del requests
-            prefix = f"Failed to process the request(s) for model '{self.instance_name}', message: "
+            prefix = self._failure_prefix()
             self.channel.send_execute_done(batch, _error(exc, prefix))
             return
         if _runtime.decoupled:
