@@ -37,12 +37,28 @@ impl TreeCpu {
     /// CPU microseconds per request of each part between `self` (earlier) and `later`, for
     /// `requests` served in between; NaN when none were.
     pub(crate) fn per_request_us(&self, later: &Self, requests: u64) -> (f64, f64) {
-        if requests == 0 {
-            return (f64::NAN, f64::NAN);
-        }
-        let us = |a: u64, b: u64| b.saturating_sub(a) as f64 * 1e6 / TICKS_PER_SECOND / requests as f64;
+        let us = |a: u64, b: u64| ticks_per_request_us(b.saturating_sub(a), requests);
         (us(self.server, later.server), us(self.stubs, later.stubs))
     }
+}
+
+/// CPU time, in clock ticks, of this process's children that have exited and been waited for
+/// (`cutime` + `cstime`): read before and after running a client to completion, the difference is
+/// what that client spent (the servers, also children, are only reaped at the end).
+pub(crate) fn reaped_children_ticks() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0 };
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+    // cutime and cstime are fields 16 and 17 of the line: the 14th and 15th after the command.
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    ticks(13) + ticks(14)
+}
+
+/// CPU microseconds per request of `ticks` clock ticks spent on `requests`; NaN when none were.
+pub(crate) fn ticks_per_request_us(ticks: u64, requests: u64) -> f64 {
+    if requests == 0 {
+        return f64::NAN;
+    }
+    ticks as f64 * 1e6 / TICKS_PER_SECOND / requests as f64
 }
 
 /// utime + stime of process `pid` (every thread it has had), 0 if it is gone.
@@ -117,5 +133,16 @@ mod tests {
         let later = TreeCpu { server: cpu.server + 100, stubs: cpu.stubs + 50 };
         assert_eq!(cpu.per_request_us(&later, 1000), (1000.0, 500.0));
         assert!(cpu.per_request_us(&later, 0).0.is_nan());
+    }
+
+    #[test]
+    fn a_waited_for_child_is_counted_once_it_has_exited() {
+        let before = reaped_children_ticks();
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"])
+            .status()
+            .expect("sh");
+        assert!(status.success());
+        assert!(reaped_children_ticks() > before);
     }
 }
