@@ -21,7 +21,7 @@ class FakeChannel:
         self.waits = []
         self.lock = threading.Lock()
 
-    def send_response(self, request, outputs, error=None, parameters=(), final_response=True):
+    def send_response(self, request, outputs, error=None, parameters=(), final_response=True, wake=True):
         with self.lock:
             self.sent.append((request, [o[0] for o in outputs], error, final_response))
 

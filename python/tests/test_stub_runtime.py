@@ -24,7 +24,7 @@ class FakeChannel:
         self.finalized = []
         self.event = threading.Event()
 
-    def send_response(self, request, outputs, error=None, parameters=(), final_response=True):
+    def send_response(self, request, outputs, error=None, parameters=(), final_response=True, wake=True):
         with self.lock:
             self.responses.append((request, error, final_response))
         self.event.set()

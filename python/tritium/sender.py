@@ -20,9 +20,10 @@ __all__ = ["InferenceResponseSender"]
 _FINAL = TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
-def send_response(channel, request_id, requested, response, final):
+def send_response(channel, request_id, requested, response, final, wake=True):
     """Sends `response` (a pb_utils.InferenceResponse) for request `request_id`, keeping only the
-    outputs in `requested` (all when it is empty)."""
+    outputs in `requested` (all when it is empty). `wake=False` leaves the server asleep until the
+    next message that wakes it (the batch's `ExecuteDone`)."""
     error = None
     if response.has_error():
         err = response.error()
@@ -33,7 +34,7 @@ def send_response(channel, request_id, requested, response, final):
             continue
         wire, shape, data = t._wire_payload()
         outputs.append((t.name(), wire, shape, data))
-    channel.send_response(request_id, outputs, error, list(response._parameters.items()), final)
+    channel.send_response(request_id, outputs, error, list(response._parameters.items()), final, wake)
 
 
 def _on_event_loop():

@@ -413,8 +413,10 @@ class Stub:
                         raise _BackendError(str(exc)) from None
 
     def _send(self, request, response):
+        """Sends one of the responses a non-decoupled `execute` returned. The server reads them
+        only once the batch's `ExecuteDone` has come, which wakes it; so they do not."""
         try:
-            send_response(self.channel, request._id, request._requested, response, True)
+            send_response(self.channel, request._id, request._requested, response, True, wake=False)
         except _native.ChannelError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bad output fails this request only

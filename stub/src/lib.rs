@@ -655,6 +655,12 @@ impl Channel {
         py.detach(move || inner.send(&msg)).map_err(ipc_err)
     }
 
+    /// [`Self::send`] without waking the server (see `ServerChannel::send_lazy`).
+    fn send_lazy(&self, py: Python<'_>, msg: ToServer) -> PyResult<()> {
+        let inner = self.inner.clone();
+        py.detach(move || inner.send_lazy(&msg)).map_err(ipc_err)
+    }
+
     /// [`InputMsg`]s over the server's blocks of `tensors`, each released when Python lets go
     /// of its array (those not reached after an error are released at once).
     fn tensors_to_py<'py>(&self, py: Python<'py>, tensors: Vec<Tensor>) -> PyResult<Bound<'py, PyList>> {
@@ -935,8 +941,12 @@ impl Channel {
     }
 
     /// Sends one response. `outputs` holds `(name, wire_dtype, shape, data)` where `data` is
-    /// either `bytes` (serialized BYTES) or a C-contiguous numpy array.
-    #[pyo3(signature = (request, outputs, error = None, parameters = Vec::new(), final_response = true))]
+    /// either `bytes` (serialized BYTES) or a C-contiguous numpy array. `wake=False` leaves the
+    /// server asleep until the next message that wakes it: for the responses a non-decoupled
+    /// model's `execute` returned, which the server has no use for before the batch's
+    /// `ExecuteDone`.
+    #[pyo3(signature = (request, outputs, error = None, parameters = Vec::new(), final_response = true, wake = true))]
+    #[allow(clippy::too_many_arguments)]
     fn send_response(
         &self,
         py: Python<'_>,
@@ -945,6 +955,7 @@ impl Channel {
         error: Option<PyStubError>,
         parameters: Vec<(String, Bound<'_, PyAny>)>,
         final_response: bool,
+        wake: bool,
     ) -> PyResult<()> {
         let regions = guard(&self.router.output_regions).get(&request).cloned().unwrap_or_default();
         let mut tensors = Vec::with_capacity(outputs.len());
@@ -977,8 +988,12 @@ impl Channel {
             error = Some(StubError { message, code: 1, traceback: None });
         }
         let parameters = params_from_py(parameters)?;
-        let response = Response { request, outputs: tensors, error, parameters, final_response };
-        self.send(py, ToServer::Response(response))?;
+        let response = ToServer::Response(Response { request, outputs: tensors, error, parameters, final_response });
+        if wake {
+            self.send(py, response)?;
+        } else {
+            self.send_lazy(py, response)?;
+        }
         if final_response {
             // The request ended: a cancellation or credit for it that is still on its way is
             // dropped when it comes. (A non-decoupled model's one response is final too.)

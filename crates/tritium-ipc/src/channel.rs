@@ -383,12 +383,24 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
 
     /// Sends one message, waking the peer if it sleeps. Pending releases go first.
     pub fn send(&self, msg: &S) -> Result<(), IpcError> {
+        self.send_waking(msg, true)
+    }
+
+    /// Sends one message without waking the peer: it reads it with the next message sent by
+    /// [`Self::send`] (or when it next looks). For messages the peer has no use for before a
+    /// later one, such as a batch's responses ahead of its `ExecuteDone`: the peer then wakes
+    /// once for the batch instead of once per message.
+    pub fn send_lazy(&self, msg: &S) -> Result<(), IpcError> {
+        self.send_waking(msg, false)
+    }
+
+    fn send_waking(&self, msg: &S, wake: bool) -> Result<(), IpcError> {
         let mut tx = lock(&self.tx);
         self.flush_releases_locked(&mut tx)?;
         let Tx { producer, buf } = &mut *tx;
         buf.clear();
         postcard::to_io(msg, &mut *buf).map_err(|e| IpcError::Protocol(format!("encoding a message: {e}")))?;
-        producer.send(FRAME_APP, buf, true, self.config.send_timeout)
+        producer.send(FRAME_APP, buf, wake, self.config.send_timeout)
     }
 
     /// Sends one message only if that needs no waiting: false when another thread of this side

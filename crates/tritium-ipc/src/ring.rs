@@ -144,6 +144,8 @@ pub struct Producer {
     seq: u32,
     policy: WaitPolicy,
     hot: bool,
+    /// A message was published without waking the consumer, which may be asleep on it.
+    unwoken: bool,
 }
 
 /// The consuming half of a ring. Exactly one exists per ring, in one process.
@@ -178,7 +180,7 @@ pub(crate) unsafe fn attach(
     let h = ring.header();
     let head = h.head.load(Ordering::Acquire);
     let tail = h.tail.load(Ordering::Acquire);
-    (Producer { ring, head, seq: 0, policy, hot: true }, Consumer { ring, tail, policy, hot: true })
+    (Producer { ring, head, seq: 0, policy, hot: true, unwoken: false }, Consumer { ring, tail, policy, hot: true })
 }
 
 /// Marks a ring closed and wakes both its consumer (sleeping on `head`) and its producer
@@ -291,7 +293,9 @@ impl Producer {
     }
 
     /// Publishes one message. Waits up to `timeout` for room; wakes the consumer only if it sleeps
-    /// and `wake` is set (a lazy message is picked up with the next one).
+    /// and `wake` is set (a lazy message is picked up with the next one). A producer that must
+    /// wait for room first wakes a consumer left asleep by lazy messages, which would otherwise
+    /// never make the room.
     pub fn send(&mut self, kind: u16, payload: &[u8], wake: bool, timeout: Duration) -> Result<(), IpcError> {
         let geo = self.ring.geo;
         let per = geo.payload();
@@ -300,16 +304,21 @@ impl Producer {
             return Err(IpcError::TooLarge { len: payload.len(), capacity: self.capacity() });
         }
         let need = need as u32;
-        let h = self.ring.header();
+        let ring = self.ring;
+        let h = ring.header();
         let head = self.head;
         let count = geo.slot_count;
         // `used` comes from the peer's `tail`: a value that puts it ahead of our head (more than
         // `count` slots in use) is a protocol violation, reported rather than computed with.
         let used = |tail: u32| head.wrapping_sub(tail);
-        wait_for(&h.tail, &h.producer_waiting, &h.closed, self.policy, timeout, &mut self.hot, || {
+        let room = || {
             let used = used(h.tail.load(Ordering::Acquire));
             used > count || count - used >= need
-        })?;
+        };
+        if self.unwoken && !room() {
+            self.wake_consumer();
+        }
+        wait_for(&h.tail, &h.producer_waiting, &h.closed, self.policy, timeout, &mut self.hot, room)?;
         let in_use = used(h.tail.load(Ordering::Acquire));
         if in_use > count {
             return Err(IpcError::Protocol(format!("ring tail ran ahead of head ({in_use} slots in use of {count})")));
@@ -334,10 +343,21 @@ impl Producer {
         self.head = head.wrapping_add(need);
         h.head.store(self.head, Ordering::Release);
         fence(Ordering::SeqCst);
-        if wake && h.consumer_waiting.load(Ordering::Relaxed) != 0 {
-            futex::wake(&h.head, 1);
+        if wake {
+            self.wake_consumer();
+        } else {
+            self.unwoken = true;
         }
         Ok(())
+    }
+
+    /// Wakes the consumer if it sleeps (everything published so far is then its to read).
+    fn wake_consumer(&mut self) {
+        let h = self.ring.header();
+        if h.consumer_waiting.load(Ordering::Relaxed) != 0 {
+            futex::wake(&h.head, 1);
+        }
+        self.unwoken = false;
     }
 
     /// Marks the ring closed and wakes a sleeping consumer.
@@ -414,6 +434,10 @@ mod tests {
     use super::*;
 
     fn ring(geo: RingGeometry) -> (crate::segment::Segment, Producer, Consumer) {
+        ring_with(geo, WaitPolicy::default())
+    }
+
+    fn ring_with(geo: RingGeometry, policy: WaitPolicy) -> (crate::segment::Segment, Producer, Consumer) {
         let seg = crate::segment::Segment::create("ring-test", (RING_HEADER_SIZE + geo.slots_bytes()) as u64)
             .expect("segment");
         let base = seg.as_ptr();
@@ -421,7 +445,7 @@ mod tests {
         // halves within each test.
         let (p, c) = unsafe {
             init_header(base as *mut RingHeader);
-            attach(base as *const RingHeader, base.add(RING_HEADER_SIZE), geo, WaitPolicy::default())
+            attach(base as *const RingHeader, base.add(RING_HEADER_SIZE), geo, policy)
         };
         (seg, p, c)
     }
@@ -437,6 +461,38 @@ mod tests {
             assert_eq!(c.recv(&mut buf, Duration::from_secs(1)).expect("recv"), FRAME_APP);
             assert_eq!(buf, msg, "length {len}");
         }
+    }
+
+    #[test]
+    fn lazy_messages_that_fill_the_ring_wake_a_sleeping_consumer() {
+        // The consumer never spins and sleeps in one long slice: only a wake gets it to read.
+        let policy = WaitPolicy { spin: Duration::ZERO, slice: Duration::from_secs(120) };
+        let geo = RingGeometry { slot_size: 128, slot_count: 4 };
+        let (mem, mut p, mut c) = ring_with(geo, policy);
+        let total = 3 * geo.slot_count as usize;
+        let reader = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut got = Vec::new();
+            for _ in 0..total {
+                c.recv(&mut buf, Duration::from_secs(120)).expect("recv");
+                got.push(buf[0]);
+            }
+            got
+        });
+        // SAFETY: the segment starts with the ring's header and outlives this test.
+        let header = unsafe { &*(mem.as_ptr() as *const RingHeader) };
+        while header.consumer_waiting.load(Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
+        // Lazy sends only: once the ring is full, the producer must wake the consumer to make room
+        // (else its send times out while the consumer sleeps on).
+        for i in 0..total {
+            p.send(FRAME_APP, &[i as u8], false, Duration::from_secs(10)).expect("lazy send");
+        }
+        p.send(FRAME_APP, &[0xff], true, Duration::from_secs(10)).expect("the last one wakes");
+        let got = reader.join().expect("reader");
+        assert_eq!(got, (0..total as u8).collect::<Vec<_>>());
+        drop(mem);
     }
 
     #[test]
