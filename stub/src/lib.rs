@@ -755,8 +755,9 @@ impl Source {
         }
     }
 
-    /// Copies the bytes to `dst`, without the GIL; device memory after its device's pending
-    /// work is done.
+    /// Copies the bytes to `dst` (an arena block or a client's region: memory another process
+    /// reads next, so a large copy streams), without the GIL; device memory after its device's
+    /// pending work is done.
     ///
     /// # Safety
     /// `dst` must be writable host memory of [`Source::nbytes`] bytes, alive for the call; the
@@ -768,7 +769,7 @@ impl Source {
                 py.detach(move || {
                     // SAFETY: the source covers `nbytes` bytes of an object the caller's Bound
                     // keeps alive (see `output_source`); the caller vouches for `dst`.
-                    unsafe { std::ptr::copy_nonoverlapping(address as *const u8, dst as *mut u8, nbytes) }
+                    unsafe { tritium_ipc::copy::copy_for_peer_raw(address as *const u8, dst as *mut u8, nbytes) }
                 });
                 Ok(())
             }

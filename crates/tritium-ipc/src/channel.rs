@@ -166,11 +166,12 @@ impl View {
         unsafe { std::ptr::copy_nonoverlapping(self.ptr, dst.as_mut_ptr(), dst.len()) };
     }
 
-    /// Copies `src` into the bytes, which must have the view's length.
+    /// Copies `src` into the bytes, which must have the view's length; the peer reads them next,
+    /// so a large copy streams ([`crate::copy`]).
     pub fn copy_from(&self, src: &[u8]) {
         assert_eq!(src.len(), self.len(), "source length");
-        // SAFETY: as in `copy_to`.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr, src.len()) };
+        // SAFETY: as in `copy_to`; `src` is this process's memory, not the view's.
+        unsafe { crate::copy::copy_for_peer_raw(src.as_ptr(), self.ptr, src.len()) };
     }
 
     /// The segment, for keeping it mapped.

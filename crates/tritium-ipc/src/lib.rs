@@ -8,10 +8,12 @@
 //! - [`arena`]: allocation of tensor bytes in a side's own segments; bounds-checked descriptors.
 //! - [`protocol`]: the messages of the stub protocol and the dtype table.
 //! - [`spin`]: the spin budget, from the measured cost of a wake-up.
+//! - [`copy`]: copies of tensor bytes for another process to read (streaming stores when large).
 //! - [`channel`]: one stub's rings, segments, fd socket and arena, behind `send`/`recv`.
 
 pub mod arena;
 pub mod channel;
+pub mod copy;
 pub mod error;
 mod futex;
 pub mod protocol;

@@ -338,7 +338,11 @@ impl ShmTarget {
         // SAFETY: `data.len() <= byte_size` and `offset + byte_size` lies inside the mapping
         // (checked by `resolve`), which the Arc keeps alive.
         unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), region.map.as_mut_ptr().add(self.offset as usize), data.len());
+            tritium_ipc::copy::copy_for_peer_raw(
+                data.as_ptr(),
+                region.map.as_mut_ptr().add(self.offset as usize),
+                data.len(),
+            );
         }
         Ok(())
     }
