@@ -151,6 +151,12 @@ fn main() {
             ok &= r <= 2.0;
             println!("  ratio to futex floor: {r:.2}x (target <= 2x)");
         }
+        if len == 1 << 20 {
+            // Informational (issue 12: stable, and near 2x one memcpy): the stub's copy of its
+            // output and the reads around it.
+            let r = exec.as_secs_f64() / copy.as_secs_f64();
+            println!("  ratio to one memcpy: {r:.2}x (goal: near 2x)");
+        }
         if len == 64 << 20 {
             let r = exec.as_secs_f64() / copy.as_secs_f64();
             ok &= r <= 3.0;
