@@ -152,10 +152,18 @@ impl View {
     }
 
     /// Copies the bytes out. The peer may still write to shared memory, so the bytes are copied
-    /// rather than borrowed.
+    /// rather than borrowed. The vector is not zeroed first, and a large copy streams
+    /// ([`crate::copy`]): what reads it next is a socket write or a client, not this thread's
+    /// caches.
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut out = vec![0u8; self.len()];
-        self.copy_to(&mut out);
+        let len = self.len();
+        let mut out = Vec::with_capacity(len);
+        // SAFETY: the view's range was bounds-checked against the live mapping when it was made;
+        // `out` has room for `len` bytes, all of which the copy writes before `set_len`.
+        unsafe {
+            crate::copy::copy_for_peer_raw(self.ptr, out.as_mut_ptr(), len);
+            out.set_len(len);
+        }
         out
     }
 
