@@ -1048,8 +1048,15 @@ mod tests {
         let (server, stub) = pair();
         let big = server.alloc(8 << 20).expect("big");
         assert!(server.own_shm_bytes() >= 8 << 20);
+        // Large enough that both copies stream (`copy::STREAM_THRESHOLD`), and odd-sized.
+        let bytes: Vec<u8> = (0..(8 << 20) - 5).map(|i: usize| (i % 253) as u8).collect();
+        let block = server.view(Descriptor { len: bytes.len() as u64, ..big.desc }).expect("view");
+        block.copy_from(&bytes);
         server.send(&ToStub::Ping { seq: 1 }).expect("send");
         stub.recv(T).expect("recv");
+        let seen = stub.view(Descriptor { len: bytes.len() as u64, ..big.desc }).expect("stub maps the new segment");
+        assert!(seen.to_vec() == bytes, "the stub reads exactly the bytes the server copied in");
+        drop((block, seen));
         stub.view(big.desc).expect("stub maps the new segment");
         stub.release(big.desc);
         stub.send(&ToServer::InitializeDone(Err(StubError { message: "x".into(), code: 1, traceback: None })))
