@@ -651,14 +651,13 @@ impl Channel {
     }
 
     fn send(&self, py: Python<'_>, msg: ToServer) -> PyResult<()> {
-        let inner = self.inner.clone();
-        py.detach(move || inner.send(&msg)).map_err(ipc_err)
+        self.send_waking(py, msg, true)
     }
 
-    /// [`Self::send`] without waking the server (see `ServerChannel::send_lazy`).
-    fn send_lazy(&self, py: Python<'_>, msg: ToServer) -> PyResult<()> {
+    /// [`Self::send`], leaving the server asleep when `wake` is false (`Channel::send_lazy`).
+    fn send_waking(&self, py: Python<'_>, msg: ToServer, wake: bool) -> PyResult<()> {
         let inner = self.inner.clone();
-        py.detach(move || inner.send_lazy(&msg)).map_err(ipc_err)
+        py.detach(move || if wake { inner.send(&msg) } else { inner.send_lazy(&msg) }).map_err(ipc_err)
     }
 
     /// [`InputMsg`]s over the server's blocks of `tensors`, each released when Python lets go
@@ -989,12 +988,8 @@ impl Channel {
             error = Some(StubError { message, code: 1, traceback: None });
         }
         let parameters = params_from_py(parameters)?;
-        let response = ToServer::Response(Response { request, outputs: tensors, error, parameters, final_response });
-        if wake {
-            self.send(py, response)?;
-        } else {
-            self.send_lazy(py, response)?;
-        }
+        let response = Response { request, outputs: tensors, error, parameters, final_response };
+        self.send_waking(py, ToServer::Response(response), wake)?;
         if final_response {
             // The request ended: a cancellation or credit for it that is still on its way is
             // dropped when it comes. (A non-decoupled model's one response is final too.)

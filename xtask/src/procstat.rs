@@ -46,11 +46,8 @@ impl TreeCpu {
 /// (`cutime` + `cstime`): read before and after running a client to completion, the difference is
 /// what that client spent (the servers, also children, are only reaped at the end).
 pub(crate) fn reaped_children_ticks() -> u64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0 };
-    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
     // cutime and cstime are fields 16 and 17 of the line: the 14th and 15th after the command.
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    ticks(13) + ticks(14)
+    stat_ticks("/proc/self/stat", 13)
 }
 
 /// CPU microseconds per request of `ticks` clock ticks spent on `requests`; NaN when none were.
@@ -63,12 +60,18 @@ pub(crate) fn ticks_per_request_us(ticks: u64, requests: u64) -> f64 {
 
 /// utime + stime of process `pid` (every thread it has had), 0 if it is gone.
 fn own_ticks(pid: u32) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    // utime and stime are fields 14 and 15 of the line: the 12th and 13th after the command.
+    stat_ticks(&format!("/proc/{pid}/stat"), 11)
+}
+
+/// The sum of the two tick counts at `first` and `first + 1` (counted from 0 after the command)
+/// of the /proc stat file at `path`; 0 if it cannot be read.
+fn stat_ticks(path: &str, first: usize) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(path) else { return 0 };
     // Fields after the command (which may hold spaces) start after the last ')'.
     let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
-    // utime and stime are fields 14 and 15 of the line: the 12th and 13th after the command.
     let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    ticks(11) + ticks(12)
+    ticks(first) + ticks(first + 1)
 }
 
 /// The children of every thread of `pid`.
