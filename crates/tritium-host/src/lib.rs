@@ -12,7 +12,7 @@ pub mod stub;
 
 pub use process::{run_tool, OnLine, StubCommand, StubExit, ToolOutcome};
 pub use stub::{
-    BlsEvent, BlsHandler, CallHandler, ClientMetrics, HostError, MetricsProbe, OnResponse, Stub, StubInfo, Submitted,
-    POLL_CHUNK,
+    BlsEvent, BlsHandler, CallHandler, ClientMetrics, Executed, HostError, MetricsProbe, OnResponse, Stub, StubInfo,
+    Submitted, LIVENESS_SLICE, POLL_CHUNK, WATCH_SLICE,
 };
 pub use tritium_ipc::{spin, ChannelLimits};

@@ -24,9 +24,9 @@ impl Drop for Stub {
 }
 
 /// How often a wait stops to check that the stub process is alive.
-const LIVENESS_SLICE: Duration = Duration::from_millis(50);
+pub const LIVENESS_SLICE: Duration = Duration::from_millis(50);
 /// How often a watched wait ([`Stub::execute_watching`]) calls its watcher.
-const WATCH_SLICE: Duration = Duration::from_millis(5);
+pub const WATCH_SLICE: Duration = Duration::from_millis(5);
 
 /// Most unasked messages (log records, calls) one [`Stub::poll`] handles before it returns, so
 /// that a model thread logging without pause cannot keep an idle worker from its queue.
@@ -166,6 +166,15 @@ impl Collected {
 pub struct Submitted {
     batch: u64,
     collected: Collected,
+    /// Set by its `ExecuteDone`: the error `execute` raised, if it did.
+    ended: Option<Option<StubError>>,
+}
+
+impl Submitted {
+    /// Whether its `ExecuteDone` has come.
+    pub fn ended(&self) -> bool {
+        self.ended.is_some()
+    }
 }
 
 /// Names the server flag behind a shared-memory limit the channel enforced.
@@ -389,7 +398,8 @@ impl Stub {
         self.child.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn protocol_error(&self, message: String) -> HostError {
+    /// A protocol error of this stub: `message` says what it did.
+    pub fn protocol_error(&self, message: String) -> HostError {
         HostError::Protocol { instance: self.instance.clone(), message }
     }
 
@@ -676,49 +686,112 @@ impl Stub {
     /// runs its batches one after the other, so a batch submitted while another runs is in the
     /// ring when that one ends. Read its answers with [`Stub::complete`], in submission order.
     pub fn submit(&self, requests: Vec<Request>) -> Result<Submitted, HostError> {
+        let (msg, submitted) = self.prepare_execute(requests);
+        self.send(&msg)?;
+        Ok(submitted)
+    }
+
+    /// The `Execute` message of a batch and its [`Submitted`], for a caller that sends it itself
+    /// ([`Stub::try_send`], from an event loop that must not wait for room in the ring).
+    pub fn prepare_execute(&self, requests: Vec<Request>) -> (ToStub, Submitted) {
         let batch = {
             let mut b = self.next_batch.lock().unwrap_or_else(|p| p.into_inner());
             *b += 1;
             *b
         };
         let collected = Collected::new(requests.iter().map(|r| r.id));
-        self.send(&ToStub::Execute { batch, requests })?;
-        Ok(Submitted { batch, collected })
+        (ToStub::Execute { batch, requests }, Submitted { batch, collected, ended: None })
+    }
+
+    /// Sends `msg` only if the ring has room for it now: false when it has not (or another
+    /// thread is sending), for an event loop that retries later instead of waiting.
+    pub fn try_send(&self, msg: &ToStub) -> Result<bool, HostError> {
+        self.channel.try_send(msg).map_err(|e| self.ipc(e))
+    }
+
+    /// The next message the stub sent, if one is there now, after handling what it sends
+    /// unasked (logs, calls, BLS requests); never waits. For an event loop that waits on the
+    /// channel's doorbell between calls. At most [`POLL_CHUNK`] unasked messages are handled in
+    /// one call, so that a model thread that logs without pause cannot hold the loop: `None`
+    /// then, with more to read.
+    pub fn try_message(&self) -> Result<Option<ToServer>, HostError> {
+        for _ in 0..POLL_CHUNK {
+            let Some(msg) = self.channel.try_recv().map_err(|e| self.ipc(e))? else { break };
+            if let Some(msg) = self.unasked(msg)? {
+                return Ok(Some(msg));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Fails with the stub's exit if its process has ended (what it sent before is taken first
+    /// by whoever reads the channel).
+    pub fn check_alive(&self) -> Result<(), HostError> {
+        match self.lock_child().try_exit() {
+            Some(status) => Err(self.exited(status)),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes one message of a submitted batch's answer: true once it ended the batch. A message
+    /// that cannot be part of it is a protocol error.
+    pub fn batch_message(&self, submitted: &mut Submitted, msg: ToServer) -> Result<bool, HostError> {
+        match msg {
+            ToServer::Response(r) => match submitted.collected.accept(r) {
+                Ok(()) => Ok(false),
+                Err(refused) => {
+                    let (dropped, why) = *refused;
+                    self.release_outputs(&dropped);
+                    Err(self.protocol_error(why))
+                }
+            },
+            ToServer::ExecuteDone { batch, error } if batch == submitted.batch => {
+                submitted.ended = Some(error);
+                Ok(true)
+            }
+            other => Err(self.protocol_error(format!("sent {other:?} during execute"))),
+        }
+    }
+
+    /// The answers of a batch that ended ([`Submitted::ended`]); a batch abandoned before it
+    /// ended hands its gathered responses' blocks back and gives nothing.
+    pub fn executed(&self, submitted: Submitted) -> Option<Executed> {
+        match submitted.ended {
+            Some(error) => Some(Executed { responses: submitted.collected.responses, error }),
+            None => {
+                for r in &submitted.collected.responses {
+                    self.release_outputs(r);
+                }
+                None
+            }
+        }
     }
 
     /// Waits up to `timeout` for the responses and the end of a submitted batch (the oldest
     /// one not completed yet), calling `watch` every few milliseconds meanwhile.
     pub fn complete(
         &self,
-        submitted: Submitted,
+        mut submitted: Submitted,
         timeout: Option<Duration>,
         mut watch: Option<&mut dyn FnMut(&Stub)>,
     ) -> Result<Executed, HostError> {
-        let Submitted { batch, mut collected } = submitted;
         let result = loop {
             let w = watch.as_mut().map(|w| &mut **w as &mut dyn FnMut(&Stub));
             match self.recv_watching(timeout, "finish execute", w) {
-                Ok(ToServer::Response(r)) => {
-                    if let Err(refused) = collected.accept(r) {
-                        let (dropped, why) = *refused;
-                        self.release_outputs(&dropped);
-                        break Err(self.protocol_error(why));
-                    }
-                }
-                Ok(ToServer::ExecuteDone { batch: done, error }) if done == batch => break Ok(error),
-                Ok(other) => break Err(self.protocol_error(format!("sent {other:?} during execute"))),
+                Ok(msg) => match self.batch_message(&mut submitted, msg) {
+                    Ok(true) => break Ok(()),
+                    Ok(false) => {}
+                    Err(e) => break Err(e),
+                },
                 Err(e) => break Err(e),
             }
         };
-        match result {
-            Ok(error) => Ok(Executed { responses: collected.responses, error }),
-            Err(e) => {
-                // Nobody will read the responses gathered so far: hand their blocks back.
-                for r in &collected.responses {
-                    self.release_outputs(r);
-                }
-                Err(e)
-            }
+        // Nobody will read the responses gathered so far on an error: `executed` hands their
+        // blocks back.
+        match (result, self.executed(submitted)) {
+            (Ok(()), Some(done)) => Ok(done),
+            (Err(e), _) => Err(e),
+            (Ok(()), None) => Err(self.protocol_error("ended a batch it never ended".into())),
         }
     }
 

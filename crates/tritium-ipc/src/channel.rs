@@ -29,7 +29,7 @@ use serde::Serialize;
 use crate::arena::{Arena, Descriptor, Side};
 use crate::error::IpcError;
 use crate::protocol::{Control, ToServer, ToStub, REGION_BIT};
-use crate::ring::{self, Consumer, Producer, RingGeometry, RingHeader, WaitPolicy, FRAME_APP, FRAME_CONTROL};
+use crate::ring::{self, Consumer, Doorbell, Producer, RingGeometry, RingHeader, WaitPolicy, FRAME_APP, FRAME_CONTROL};
 use crate::segment::Segment;
 
 /// Magic number at the start of every control segment.
@@ -41,6 +41,9 @@ const RING_B: usize = RING_A + ring::RING_HEADER_SIZE;
 const SLOTS: usize = 8192;
 /// Descriptors in one `Release` frame: a few slots each, well inside the ring.
 const RELEASES_PER_FRAME: usize = 512;
+/// The tag the server's doorbell eventfd travels with over the fd socket, ahead of any segment
+/// (segment ids never reach it: the top bit marks the stub's, and region ids stay below).
+const DOORBELL_TAG: u32 = u32::MAX;
 
 /// The fixed header at the start of the control segment.
 #[repr(C)]
@@ -198,6 +201,7 @@ struct Rx {
 #[derive(Clone)]
 pub struct Interrupter {
     control: Arc<Segment>,
+    doorbell: Option<Doorbell>,
 }
 
 impl Interrupter {
@@ -209,7 +213,7 @@ impl Interrupter {
         for ring in [RING_A, RING_B] {
             // SAFETY: both ring headers lie at fixed offsets of the control segment, initialised
             // at creation and kept mapped by the Arc.
-            unsafe { ring::interrupt(self.control.as_ptr().add(ring) as *const RingHeader) };
+            unsafe { ring::interrupt(self.control.as_ptr().add(ring) as *const RingHeader, self.doorbell.as_ref()) };
         }
     }
 }
@@ -232,6 +236,9 @@ pub struct Channel<S, R> {
     pending_release: Mutex<Vec<Descriptor>>,
     /// Client regions announced to the peer (server side; see [`Channel::add_region`]).
     regions: Mutex<HashSet<u32>>,
+    /// The server's doorbell, rung by the stub for a consumer waiting with
+    /// [`Channel::arm_doorbell`] (server side only).
+    doorbell: Option<Doorbell>,
     _types: PhantomData<fn(S) -> R>,
 }
 
@@ -239,6 +246,16 @@ pub struct Channel<S, R> {
 pub type ServerChannel = Channel<ToStub, ToServer>;
 /// The stub's end.
 pub type StubChannel = Channel<ToServer, ToStub>;
+
+/// Sends `fd` over the fd socket, tagged with `id` (what the receiver's `recv_fd` checks).
+fn send_fd(socket: RawFd, id: u32, fd: RawFd, what: &str) -> Result<(), IpcError> {
+    let data = id.to_le_bytes();
+    let iov = [IoSlice::new(&data)];
+    let fds = [fd];
+    sendmsg::<()>(socket, &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
+        .map_err(|e| IpcError::os(what, e))?;
+    Ok(())
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding one of these locks leaves plain data behind; keep going.
@@ -276,13 +293,23 @@ impl ServerChannel {
         let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
             .map_err(|e| IpcError::os("socketpair", e))?;
         let peer_control = control.fd().try_clone_to_owned().map_err(|e| IpcError::Io("dup".into(), e))?;
-        let chan = Self::assemble(Side::Server, name, config, control, ours, RING_A, RING_B)?;
+        // The doorbell goes first on the socket: the stub takes it while it attaches.
+        let doorbell = Doorbell::new()?;
+        send_fd(ours.as_raw_fd(), DOORBELL_TAG, doorbell.fd().as_raw_fd(), "sendmsg of the doorbell")?;
+        let mut chan = Self::assemble(Side::Server, name, config, control, ours, RING_A, RING_B)?;
+        chan.doorbell = Some(doorbell);
         Ok((chan, PeerFds { control: peer_control, socket: theirs }))
     }
 
     /// A handle that interrupts this channel's `recv` from another thread.
     pub fn interrupter(&self) -> Interrupter {
-        Interrupter { control: self.control.clone() }
+        Interrupter { control: self.control.clone(), doorbell: self.doorbell.clone() }
+    }
+
+    /// The eventfd the stub rings while this side waits with [`Channel::arm_doorbell`] (and
+    /// that [`Interrupter::interrupt`] rings), for an event loop to poll.
+    pub fn doorbell(&self) -> Option<&Doorbell> {
+        self.doorbell.as_ref()
     }
 
     /// The stub's heartbeat counter (advanced by a native thread in the stub).
@@ -320,7 +347,10 @@ impl StubChannel {
         }
         header.stub_pid.store(std::process::id(), Ordering::Release);
         let config = ChannelConfig { geometry, wait, arena_segment, ..ChannelConfig::default() };
-        Self::assemble(Side::Stub, "tritium-stub", config, control, socket, RING_B, RING_A)
+        let chan = Self::assemble(Side::Stub, "tritium-stub", config, control, socket, RING_B, RING_A)?;
+        let bell = chan.recv_fd(DOORBELL_TAG)?;
+        lock(&chan.tx).producer.set_doorbell(Doorbell::from_fd(bell));
+        Ok(chan)
     }
 
     /// Advances the heartbeat counter the server watches.
@@ -371,6 +401,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
             }),
             pending_release: Mutex::new(Vec::new()),
             regions: Mutex::new(HashSet::new()),
+            doorbell: None,
             _types: PhantomData,
         })
     }
@@ -511,19 +542,51 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
                 Err(IpcError::Timeout(_)) => return Ok(None),
                 Err(e) => return Err(e),
             };
-            match kind {
-                FRAME_APP => {
-                    return postcard::from_bytes(buf)
-                        .map(Some)
-                        .map_err(|e| IpcError::Protocol(format!("undecodable message: {e}")));
-                }
-                FRAME_CONTROL => {
-                    let ctl: Control = postcard::from_bytes(buf)
-                        .map_err(|e| IpcError::Protocol(format!("undecodable control frame: {e}")))?;
-                    self.handle_control(ctl)?;
-                }
-                other => return Err(IpcError::Protocol(format!("unknown frame kind {other}"))),
+            if let Some(msg) = self.frame(kind, buf)? {
+                return Ok(Some(msg));
             }
+        }
+    }
+
+    /// Receives the next application message if one is there now, handling control frames on
+    /// the way; never waits or spins (for an event loop, with [`Channel::arm_doorbell`]).
+    pub fn try_recv(&self) -> Result<Option<R>, IpcError> {
+        self.try_flush_releases()?;
+        let mut rx = lock(&self.rx);
+        loop {
+            let Rx { consumer, buf } = &mut *rx;
+            let Some(kind) = consumer.try_recv(buf)? else { return Ok(None) };
+            if let Some(msg) = self.frame(kind, buf)? {
+                return Ok(Some(msg));
+            }
+        }
+    }
+
+    /// Asks the peer to ring this side's doorbell when it next sends (or closes its ring), for a
+    /// receiver about to wait on the doorbell's eventfd instead of in [`Channel::recv`]. False
+    /// when something is there already (the request is withdrawn): receive it first.
+    pub fn arm_doorbell(&self) -> bool {
+        lock(&self.rx).consumer.arm_doorbell()
+    }
+
+    /// Withdraws [`Channel::arm_doorbell`]'s request once the receiver is awake.
+    pub fn disarm_doorbell(&self) {
+        lock(&self.rx).consumer.disarm_doorbell()
+    }
+
+    /// An application message out of a received frame; `None` for a control frame, handled here.
+    fn frame(&self, kind: u16, buf: &[u8]) -> Result<Option<R>, IpcError> {
+        match kind {
+            FRAME_APP => {
+                postcard::from_bytes(buf).map(Some).map_err(|e| IpcError::Protocol(format!("undecodable message: {e}")))
+            }
+            FRAME_CONTROL => {
+                let ctl: Control = postcard::from_bytes(buf)
+                    .map_err(|e| IpcError::Protocol(format!("undecodable control frame: {e}")))?;
+                self.handle_control(ctl)?;
+                Ok(None)
+            }
+            other => Err(IpcError::Protocol(format!("unknown frame kind {other}"))),
         }
     }
 
@@ -644,11 +707,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
 
     fn announce(&self, id: u32, seg: &Segment) -> Result<(), IpcError> {
         let mut tx = lock(&self.tx);
-        let data = id.to_le_bytes();
-        let iov = [IoSlice::new(&data)];
-        let fds = [seg.fd().as_raw_fd()];
-        sendmsg::<()>(self.socket.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
-            .map_err(|e| IpcError::os("sendmsg of a segment fd", e))?;
+        send_fd(self.socket.as_raw_fd(), id, seg.fd().as_raw_fd(), "sendmsg of a segment fd")?;
         self.send_control_locked(&mut tx, &Control::SegmentAdded { id, len: seg.len() }, false)
     }
 
@@ -661,11 +720,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
             return Err(IpcError::Protocol(format!("{id} is not a client region id")));
         }
         let mut tx = lock(&self.tx);
-        let data = id.to_le_bytes();
-        let iov = [IoSlice::new(&data)];
-        let fds = [fd.as_raw_fd()];
-        sendmsg::<()>(self.socket.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)
-            .map_err(|e| IpcError::os("sendmsg of a region fd", e))?;
+        send_fd(self.socket.as_raw_fd(), id, fd.as_raw_fd(), "sendmsg of a region fd")?;
         self.send_control_locked(&mut tx, &Control::RegionAdded { id, offset, len }, false)?;
         lock(&self.regions).insert(id);
         Ok(())
@@ -1066,6 +1121,35 @@ mod tests {
         server.send(&ToStub::Ping { seq: 2 }).expect("send");
         stub.recv(T).expect("recv");
         assert!(stub.view(big.desc).is_err(), "the stub unmapped it too");
+    }
+
+    #[test]
+    fn the_stub_rings_the_doorbell_only_while_the_server_waits_for_it() {
+        let (server, stub) = pair();
+        let bell = server.doorbell().expect("the server has a doorbell").clone();
+        assert!(matches!(server.try_recv(), Ok(None)), "nothing sent yet");
+        // Not armed: a send wakes nobody through the doorbell.
+        stub.send(&ToServer::Pong { seq: 1 }).expect("send");
+        assert!(!bell.clear(), "rung without being armed");
+        assert!(!server.arm_doorbell(), "a message is waiting: arming refuses");
+        assert!(matches!(server.try_recv(), Ok(Some(ToServer::Pong { seq: 1 }))));
+        // Armed: the next waking send rings it, a lazy one does not.
+        assert!(server.arm_doorbell(), "the ring is empty");
+        stub.send_lazy(&ToServer::Pong { seq: 2 }).expect("lazy send");
+        assert!(!bell.clear(), "a lazy send rang the doorbell");
+        stub.send(&ToServer::Pong { seq: 3 }).expect("send");
+        assert!(bell.clear(), "a waking send to an armed server rings the doorbell");
+        server.disarm_doorbell();
+        assert!(matches!(server.try_recv(), Ok(Some(ToServer::Pong { seq: 2 }))));
+        assert!(matches!(server.try_recv(), Ok(Some(ToServer::Pong { seq: 3 }))));
+        assert!(matches!(server.try_recv(), Ok(None)));
+        // The stub closing its ring, and the interrupter, ring it too.
+        assert!(server.arm_doorbell());
+        stub.close();
+        assert!(bell.clear(), "closing rings an armed doorbell");
+        assert!(matches!(server.try_recv(), Err(IpcError::Closed)), "empty and closed");
+        server.interrupter().interrupt();
+        assert!(bell.clear(), "the interrupter rings the doorbell");
     }
 
     #[test]

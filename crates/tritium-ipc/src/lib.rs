@@ -25,4 +25,4 @@ pub use arena::{Descriptor, Side};
 pub use channel::{Channel, ChannelConfig, ChannelLimits, Interrupter, PeerFds, ServerChannel, StubChannel, View};
 pub use error::IpcError;
 pub use protocol::*;
-pub use ring::{RingGeometry, WaitPolicy};
+pub use ring::{Doorbell, RingGeometry, WaitPolicy};

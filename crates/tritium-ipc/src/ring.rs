@@ -7,8 +7,15 @@
 //! consumer sleeps on `head` while the ring is empty, the producer sleeps on `tail` while it is
 //! full. A sleeper raises its `*_waiting` flag first, so the other side skips the wake syscall
 //! when nobody sleeps. Every wait has a timeout, so a dead peer is always noticed.
+//!
+//! A consumer that is not a thread of its own (the server's async runtime) waits on a
+//! [`Doorbell`] instead of the futex: it raises the flag with [`WAITING_DOORBELL`]
+//! ([`Consumer::arm_doorbell`]), and a producer that sees that value writes the doorbell's eventfd,
+//! which the runtime polls like a socket.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -109,6 +116,54 @@ impl Default for WaitPolicy {
     }
 }
 
+/// `consumer_waiting` of a consumer asleep on the futex word `head`.
+const WAITING_FUTEX: u32 = 1;
+/// `consumer_waiting` of a consumer waiting for its [`Doorbell`].
+const WAITING_DOORBELL: u32 = 2;
+
+/// An eventfd a producer writes to wake a consumer that waits in an event loop rather than on
+/// the futex (see [`Consumer::arm_doorbell`]). Cloning shares the one eventfd.
+#[derive(Debug, Clone)]
+pub struct Doorbell(Arc<OwnedFd>);
+
+impl Doorbell {
+    /// A new non-blocking, close-on-exec eventfd.
+    pub fn new() -> Result<Self, IpcError> {
+        // SAFETY: eventfd takes an initial value and flags and returns a new fd or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(IpcError::Io("eventfd".into(), std::io::Error::last_os_error()));
+        }
+        // SAFETY: eventfd just returned this fd to us.
+        Ok(Self(Arc::new(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })))
+    }
+
+    /// Wraps an eventfd received from the peer.
+    pub fn from_fd(fd: OwnedFd) -> Self {
+        Self(Arc::new(fd))
+    }
+
+    /// The eventfd, for sending it to the peer or polling it.
+    pub fn fd(&self) -> &OwnedFd {
+        &self.0
+    }
+
+    /// Rings it (adds one to the counter; never blocks, and a full counter is rung already).
+    pub fn ring(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to an fd we own.
+        let _ = unsafe { libc::write(self.0.as_raw_fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    /// Resets the counter; true if it had been rung since the last reset.
+    pub fn clear(&self) -> bool {
+        let mut buf = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer from a non-blocking fd we own.
+        let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        n == 8
+    }
+}
+
 /// Raw view of one ring inside a mapped control segment.
 #[derive(Clone, Copy)]
 struct RingPtr {
@@ -146,6 +201,8 @@ pub struct Producer {
     hot: bool,
     /// A message was published without waking the consumer, which may be asleep on it.
     unwoken: bool,
+    /// Rung instead of the futex when the consumer waits with [`WAITING_DOORBELL`].
+    doorbell: Option<Doorbell>,
 }
 
 /// The consuming half of a ring. Exactly one exists per ring, in one process.
@@ -180,7 +237,10 @@ pub(crate) unsafe fn attach(
     let h = ring.header();
     let head = h.head.load(Ordering::Acquire);
     let tail = h.tail.load(Ordering::Acquire);
-    (Producer { ring, head, seq: 0, policy, hot: true, unwoken: false }, Consumer { ring, tail, policy, hot: true })
+    (
+        Producer { ring, head, seq: 0, policy, hot: true, unwoken: false, doorbell: None },
+        Consumer { ring, tail, policy, hot: true },
+    )
 }
 
 /// Marks a ring closed and wakes both its consumer (sleeping on `head`) and its producer
@@ -188,12 +248,15 @@ pub(crate) unsafe fn attach(
 ///
 /// # Safety
 /// `header` must point to a live, initialised ring header.
-pub(crate) unsafe fn interrupt(header: *const RingHeader) {
+pub(crate) unsafe fn interrupt(header: *const RingHeader, doorbell: Option<&Doorbell>) {
     // SAFETY: guaranteed by the caller.
     let h = unsafe { &*header };
     h.closed.store(1, Ordering::Release);
     futex::wake(&h.head, 1);
     futex::wake(&h.tail, 1);
+    if let Some(bell) = doorbell {
+        bell.ring();
+    }
 }
 
 /// Spins (if `hot`), then sleeps on `word` until `ready()` holds, `closed` is set, or `timeout`
@@ -246,7 +309,7 @@ fn sleep_until_ready(
 ) -> Result<(), IpcError> {
     loop {
         let observed = word.load(Ordering::Acquire);
-        waiting.store(1, Ordering::SeqCst);
+        waiting.store(WAITING_FUTEX, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if ready() {
             waiting.store(0, Ordering::Relaxed);
@@ -351,21 +414,36 @@ impl Producer {
         Ok(())
     }
 
+    /// Sets the doorbell rung for a consumer that waits with [`Consumer::arm_doorbell`].
+    pub fn set_doorbell(&mut self, doorbell: Doorbell) {
+        self.doorbell = Some(doorbell);
+    }
+
     /// Wakes the consumer if it sleeps (everything published so far is then its to read).
     fn wake_consumer(&mut self) {
-        let h = self.ring.header();
-        if h.consumer_waiting.load(Ordering::Relaxed) != 0 {
-            futex::wake(&h.head, 1);
-        }
         self.unwoken = false;
+        self.wake_waiting();
+    }
+
+    fn wake_waiting(&self) {
+        let h = self.ring.header();
+        match (h.consumer_waiting.load(Ordering::Relaxed), &self.doorbell) {
+            (0, _) => {}
+            (WAITING_DOORBELL, Some(bell)) => bell.ring(),
+            _ => {
+                futex::wake(&h.head, 1);
+            }
+        }
     }
 
     /// Marks the ring closed and wakes a sleeping consumer.
     pub fn close(&self) {
         let h = self.ring.header();
         h.closed.store(1, Ordering::Release);
+        fence(Ordering::SeqCst);
         futex::wake(&h.head, 1);
         futex::wake(&h.tail, 1);
+        self.wake_waiting();
     }
 }
 
@@ -383,6 +461,45 @@ impl Consumer {
             Err(IpcError::Closed) if h.head.load(Ordering::Acquire) != tail => {}
             Err(e) => return Err(e),
         }
+        self.read(buf)
+    }
+
+    /// Receives the next message if one is published now, never waiting or spinning: `None`
+    /// when the ring is empty, `Err(Closed)` when it is empty and closed.
+    pub fn try_recv(&mut self, buf: &mut Vec<u8>) -> Result<Option<u16>, IpcError> {
+        let h = self.ring.header();
+        if h.head.load(Ordering::Acquire) == self.tail {
+            if h.closed.load(Ordering::Acquire) != 0 && h.head.load(Ordering::Acquire) == self.tail {
+                return Err(IpcError::Closed);
+            }
+            return Ok(None);
+        }
+        self.read(buf).map(Some)
+    }
+
+    /// Asks the producer to ring its doorbell (not the futex) when it next publishes or closes,
+    /// for a consumer about to wait on the doorbell's eventfd. False, with the request withdrawn,
+    /// when a message or the close is already there: receive instead of waiting.
+    pub fn arm_doorbell(&self) -> bool {
+        let h = self.ring.header();
+        h.consumer_waiting.store(WAITING_DOORBELL, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if h.head.load(Ordering::Acquire) != self.tail || h.closed.load(Ordering::Acquire) != 0 {
+            h.consumer_waiting.store(0, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// Withdraws [`Consumer::arm_doorbell`]'s request: the consumer is awake.
+    pub fn disarm_doorbell(&self) {
+        self.ring.header().consumer_waiting.store(0, Ordering::Relaxed);
+    }
+
+    /// Reads the published message at `tail`.
+    fn read(&mut self, buf: &mut Vec<u8>) -> Result<u16, IpcError> {
+        let h = self.ring.header();
+        let tail = self.tail;
         let geo = self.ring.geo;
         let available = h.head.load(Ordering::Acquire).wrapping_sub(tail);
         if available > geo.slot_count {

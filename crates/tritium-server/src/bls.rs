@@ -38,6 +38,11 @@ impl Hook {
     pub(crate) fn new(server: Weak<Inner>) -> Self {
         Self { server, runtime: tokio::runtime::Handle::try_current().ok() }
     }
+
+    /// The runtime the server's tasks run on (none outside one, as in unit tests).
+    pub(crate) fn runtime(&self) -> Option<&tokio::runtime::Handle> {
+        self.runtime.as_ref()
+    }
 }
 
 /// Answers `pb_utils.is_model_ready`, `load_model` and `unload_model` for model code of
@@ -69,7 +74,13 @@ pub(crate) fn model_control(hook: &Hook, caller: &str, op: CallOp) -> Result<Cal
                      load the model from the repository as it is (config=\"\" and files=None)"
                 ));
             }
-            runtime.block_on(server.load_model(&name)).map(|()| CallResult::Done).map_err(|e| e.message)
+            let load = || runtime.block_on(server.load_model(&name));
+            // From a worker thread, block it; from the runtime (an instance served there, see
+            // `instance::lane`), hand this thread's other tasks to another thread while it waits.
+            let on_runtime = tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+            let loaded = if on_runtime { tokio::task::block_in_place(load) } else { load() };
+            loaded.map(|()| CallResult::Done).map_err(|e| e.message)
         }
         CallOp::ModelUnload { name, unload_dependents } => {
             server.bls_check_control().map_err(|e| e.message)?;

@@ -35,6 +35,8 @@ use crate::types::{
 };
 use crate::validate;
 
+mod lane;
+
 /// Supervision limits: server-wide flags, overridable per model in `parameters`.
 #[derive(Debug, Clone)]
 pub struct Supervision {
@@ -68,6 +70,9 @@ pub struct Supervision {
     /// What a stub may make the server map, and how much the server's arena for one stub may
     /// hold (`--max-stub-segments`, `--max-stub-shm-bytes`, `--max-server-shm-bytes-per-stub`).
     pub channel: ChannelLimits,
+    /// Instances of models that are not decoupled and have no sequence batcher are served by a
+    /// task on the async runtime rather than by their worker thread (`--run-to-completion`).
+    pub run_to_completion: bool,
 }
 
 /// Default of `--max-request-metadata-bytes`: 64 KiB. Request ids are short tokens (UUIDs are
@@ -99,6 +104,7 @@ impl Default for Supervision {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             max_inflight_responses: DEFAULT_MAX_INFLIGHT_RESPONSES,
             channel: ChannelLimits::default(),
+            run_to_completion: true,
         }
     }
 }
@@ -467,7 +473,7 @@ fn call_handler(session: Arc<MetricsSession>, bls: crate::bls::Hook, model: Stri
 
 /// How starting a stub went.
 enum Started {
-    Ready(Box<Stub>),
+    Ready(Arc<Stub>),
     /// Deterministic: `initialize` raised or took too long. Not retried.
     Failed(String),
     /// The process could not start or died on the way: worth a retry after a crash.
@@ -504,7 +510,7 @@ fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
             // Warmup runs before the instance is ready; a failing sample fails it (and the load).
             let next_id = || NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
             match crate::warmup::run(&stub, &ctx.warmup, ctx.decoupled, sup.execute_timeout, &next_id) {
-                Ok(()) => Started::Ready(Box::new(stub)),
+                Ok(()) => Started::Ready(Arc::new(stub)),
                 Err(why) => {
                     stub.kill();
                     Started::Failed(why)
@@ -648,7 +654,14 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
         // A panic while serving (a bug in the worker) must not leave the instance "ready" with
         // nobody taking its queue: it ends this stub like a crash, and the supervisor restarts
         // (or gives up) as for any other. The batch in flight is answered as dropped.
-        let served = unwind_to_error(|| serve(ctx, instance, &stub)).unwrap_or_else(|why| {
+        let served = unwind_to_error(|| {
+            if lane::eligible(ctx) {
+                lane::serve(ctx, instance, &stub)
+            } else {
+                serve(ctx, instance, &stub)
+            }
+        })
+        .unwrap_or_else(|why| {
             error!("instance worker panicked: {why}");
             instance.inflight.store(0, Ordering::Relaxed);
             let exit = stub.kill();
@@ -1166,23 +1179,33 @@ fn start_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result
     let requests = std::mem::take(&mut placed.requests);
     match stub.submit(requests) {
         Ok(submitted) => Ok(Some(Running { placed, submitted, t0, t1 })),
-        Err(HostError::Ipc { source: IpcError::TooLarge { len, capacity }, .. }) => {
-            // Nothing reached the stub (the message was refused before a byte of it was
-            // written), so the stub is fine: only this batch fails, and its inputs are freed.
-            for desc in blocks {
-                let _ = stub.channel().free_own(desc);
-            }
-            let message = too_large_batch(&ctx.model, len, capacity, ctx.supervision.max_request_metadata_bytes);
-            for (_, p) in placed.waiting.drain() {
-                finish(ctx, p, Err(InferError::invalid(message.clone())), None);
-            }
-            Ok(None)
-        }
-        Err(e) => {
-            fail_waiting(ctx, stub, placed.waiting, &e);
-            Err(e)
-        }
+        Err(e) => not_submitted(ctx, stub, placed, blocks, e).map(|()| None),
     }
+}
+
+/// Answers a placed batch that could not be sent with `e`. A batch too large for the ring
+/// reached nothing of the stub (the message was refused before a byte of it was written), so
+/// the stub is fine: only this batch fails, its inputs `blocks` are freed, and this returns
+/// `Ok`. Any other error means the stub is unusable and is handed back.
+fn not_submitted(
+    ctx: &VersionContext,
+    stub: &Stub,
+    mut placed: Placed,
+    blocks: Vec<Descriptor>,
+    e: HostError,
+) -> Result<(), HostError> {
+    if let HostError::Ipc { source: IpcError::TooLarge { len, capacity }, .. } = e {
+        for desc in blocks {
+            let _ = stub.channel().free_own(desc);
+        }
+        let message = too_large_batch(&ctx.model, len, capacity, ctx.supervision.max_request_metadata_bytes);
+        for (_, p) in placed.waiting.drain() {
+            finish(ctx, p, Err(InferError::invalid(message.clone())), None);
+        }
+        return Ok(());
+    }
+    fail_waiting(ctx, stub, placed.waiting, &e);
+    Err(e)
 }
 
 /// Answers every request waiting for a batch with the stub's failure `e` (the stub is unusable).
@@ -1221,13 +1244,34 @@ fn finish_batch(
             return Err(Unfinished { error, ended: false });
         }
     };
-    let t2 = Instant::now();
+    let stamps = Stamps { taken: t0, placed: t1, started, ended: Instant::now() };
     ended();
+    answer_batch(ctx, stub, placed, executed, stamps).map_err(|error| Unfinished { error, ended: true })
+}
+
+/// When a batch was taken from the queue, had its inputs placed, started (the worker turned to
+/// it), and ended (its `ExecuteDone` came).
+struct Stamps {
+    taken: Instant,
+    placed: Instant,
+    started: Instant,
+    ended: Instant,
+}
+
+/// Reads an ended batch's responses, records its times and answers every request in it.
+/// Returns the stub's error if the stub is unusable (a response broke the protocol).
+fn answer_batch(
+    ctx: &VersionContext,
+    stub: &Stub,
+    placed: Placed,
+    executed: tritium_host::Executed,
+    stamps: Stamps,
+) -> Result<(), HostError> {
+    let Stamps { taken: t0, placed: t1, started, ended: t2 } = stamps;
     // Reading the outputs starts after the next batch was sent, which is no part of this one.
     let output_start = Instant::now();
     let batch_error = executed.error.map(|e| e.to_string());
-    let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting)
-        .map_err(|error| Unfinished { error, ended: true })?;
+    let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting)?;
     let times =
         ExecTimes { compute_input: t1 - t0, compute_infer: t2 - started, compute_output: output_start.elapsed() };
     ctx.stats.execution(placed.batch_size, times);

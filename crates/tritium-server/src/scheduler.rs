@@ -118,6 +118,30 @@ pub(crate) enum Next {
     Idle,
 }
 
+/// What a worker on the async runtime gets from the queue, without waiting
+/// ([`Queue::try_next_batch`]).
+pub(crate) enum TryNext {
+    /// Requests to execute together.
+    Batch(Vec<Pending>),
+    /// The queue is closed and empty.
+    Closed,
+    /// Nothing to run now: look again when a request comes ([`Queue::notified`]) or at this
+    /// instant (when a forming dynamic batch's `max_queue_delay_microseconds` ends).
+    Wait(Option<Instant>),
+}
+
+/// The batch dynamic batching would form from the queue now ([`Batching::scan`]).
+struct Formable {
+    /// How many requests from the front it takes.
+    count: usize,
+    /// Whether it stops gathering now ([`Batching::ends_wait`]).
+    ends: bool,
+    /// When its oldest request was queued.
+    oldest: Instant,
+    /// One of its requests' client went away.
+    cancelled: bool,
+}
+
 /// Dynamic batching settings.
 #[derive(Debug, Clone)]
 pub(crate) struct Batching {
@@ -132,6 +156,24 @@ impl Batching {
     /// `oldest`, has waited `max_queue_delay_microseconds`.
     fn ends_wait(&self, size: u64, more_behind: bool, oldest: Instant, now: Instant) -> bool {
         more_behind || size >= self.max_batch_size || self.preferred.contains(&size) || now >= oldest + self.max_delay
+    }
+
+    /// The batch the gathering worker would form from what is queued in `st` at `now`, counted
+    /// without taking it; `None` when nothing is queued.
+    fn scan(&self, st: &State, now: Instant) -> Option<Formable> {
+        let oldest = st.front()?.enqueued;
+        let (mut size, mut count, mut more_behind, mut cancelled) = (0, 0, false, false);
+        for p in st.queued() {
+            let n = p.batch_size.max(1);
+            if size + n > self.max_batch_size {
+                more_behind = true;
+                break;
+            }
+            cancelled |= p.tx.is_closed();
+            size += n;
+            count += 1;
+        }
+        Some(Formable { count, ends: count > 0 && self.ends_wait(size, more_behind, oldest, now), oldest, cancelled })
     }
 }
 
@@ -358,6 +400,9 @@ impl State {
 pub(crate) struct Queue {
     state: Mutex<State>,
     cv: Condvar,
+    /// Wakes the workers that wait on the async runtime ([`Queue::notified`]), as `cv` wakes
+    /// the threads.
+    notify: tokio::sync::Notify,
     /// Signalled when the queue closes (for workers backing off, which take no work).
     closing: Condvar,
     batching: Option<Batching>,
@@ -379,6 +424,7 @@ impl Queue {
                 idle_workers: 0,
             }),
             cv: Condvar::new(),
+            notify: tokio::sync::Notify::new(),
             closing: Condvar::new(),
             batching,
             priorities,
@@ -426,6 +472,7 @@ impl Queue {
         st.len += 1;
         drop(st);
         self.cv.notify_one();
+        self.notify.notify_waiters();
         Ok(deadline)
     }
 
@@ -484,6 +531,7 @@ impl Queue {
         self.lock().closed = true;
         self.cv.notify_all();
         self.closing.notify_all();
+        self.notify.notify_waiters();
     }
 
     /// Closes the queue and returns what was still waiting.
@@ -500,6 +548,7 @@ impl Queue {
         drop(st);
         self.cv.notify_all();
         self.closing.notify_all();
+        self.notify.notify_waiters();
         rest
     }
 
@@ -517,6 +566,7 @@ impl Queue {
         }
         let _st = self.lock();
         self.cv.notify_all();
+        self.notify.notify_waiters();
     }
 
     /// The next batch of instance `instance`: from its sequence slots for a sequence model,
@@ -604,6 +654,7 @@ impl Queue {
         drop(st);
         // Another worker may start the next batch with what this one left behind.
         self.cv.notify_all();
+        self.notify.notify_waiters();
         Next::Batch(batch)
     }
 
@@ -623,26 +674,76 @@ impl Queue {
         self.expire_locked(&mut st, Instant::now());
         st.drop_cancelled_front(&self.stats);
         let Some(b) = &self.batching else { return st.pop_front().map(|p| vec![p]) };
-        // The batch the normal path would form now, counted without taking it.
-        let (mut size, mut count, mut more_behind) = (0, 0, false);
-        for p in st.queued() {
+        // A cancelled request inside the batch: the normal path sorts it out.
+        let f = b.scan(&st, Instant::now()).filter(|f| f.ends && !f.cancelled)?;
+        Some((0..f.count).filter_map(|_| st.pop_front()).collect())
+    }
+
+    /// Whether a sequence batcher forms this queue's batches (its workers block in it).
+    pub(crate) fn is_sequenced(&self) -> bool {
+        self.sequences.is_some()
+    }
+
+    /// A future that completes at the next push, close or [`Queue::wake_all`] after it is
+    /// enabled (`Notified::enable`), for a worker on the async runtime: enable it, then call
+    /// [`Queue::try_next_batch`], then await it, and no request is missed.
+    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
+        self.notify.notified()
+    }
+
+    /// Counts a worker on the async runtime as idle (waiting for work) or not, as
+    /// [`Queue::next_batch_unless`] counts a thread: while one is idle, nobody takes a batch
+    /// ahead ([`Queue::ready_batch`]).
+    pub(crate) fn set_idle(&self, idle: bool) {
+        let mut st = self.lock();
+        if idle {
+            st.idle_workers += 1;
+        } else {
+            st.idle_workers = st.idle_workers.saturating_sub(1);
+        }
+    }
+
+    /// The next batch if one can run now, for a worker on the async runtime that must not
+    /// block: without batching the next request; with dynamic batching the batch
+    /// [`Queue::next_batch_unless`] would form, once it stops gathering (full, a preferred size,
+    /// or its delay passed), and until then when to look again. Requests are only taken once
+    /// the batch is complete, so idle workers never split one.
+    pub(crate) fn try_next_batch(&self) -> TryNext {
+        let mut st = self.lock();
+        if st.gathering {
+            // A thread worker is forming a batch; it notifies when it is done.
+            return TryNext::Wait(None);
+        }
+        let now = Instant::now();
+        self.expire_locked(&mut st, now);
+        st.drop_cancelled_front(&self.stats);
+        let Some(b) = &self.batching else {
+            return match st.pop_front() {
+                Some(p) => TryNext::Batch(vec![p]),
+                None if st.closed => TryNext::Closed,
+                None => TryNext::Wait(None),
+            };
+        };
+        let Some(f) = b.scan(&st, now) else {
+            return if st.closed { TryNext::Closed } else { TryNext::Wait(None) };
+        };
+        if !f.ends && !st.closed {
+            return TryNext::Wait(Some(f.oldest + b.max_delay));
+        }
+        let mut batch = Vec::with_capacity(f.count);
+        for p in (0..f.count).filter_map(|_| st.pop_front()) {
             if p.tx.is_closed() {
-                // A cancelled request inside the batch: let the normal path sort it out.
-                return None;
+                self.stats.failure(p.enqueued.elapsed(), ErrorKind::Cancelled, false);
+                p.tx.send(Err(InferError::new(ErrorKind::Cancelled, CANCELLED)));
+            } else {
+                batch.push(p);
             }
-            let n = p.batch_size.max(1);
-            if size + n > b.max_batch_size {
-                more_behind = true;
-                break;
-            }
-            size += n;
-            count += 1;
         }
-        let oldest = st.front()?.enqueued;
-        if count == 0 || !b.ends_wait(size, more_behind, oldest, Instant::now()) {
-            return None;
+        if batch.is_empty() {
+            drop(st);
+            return self.try_next_batch();
         }
-        Some((0..count).filter_map(|_| st.pop_front()).collect())
+        TryNext::Batch(batch)
     }
 
     /// Puts requests taken by [`Queue::ready_batch`] back at the front of their levels, in the
@@ -658,6 +759,7 @@ impl Queue {
         }
         drop(st);
         self.cv.notify_all();
+        self.notify.notify_waiters();
     }
 }
 
@@ -838,6 +940,81 @@ mod tests {
         assert_eq!(q.lock().idle_workers, 1);
         assert!(worker.join().expect("worker"), "no work came");
         assert_eq!(q.lock().idle_workers, 0);
+    }
+
+    fn batch_of(next: TryNext) -> Option<Vec<u64>> {
+        match next {
+            TryNext::Batch(b) => Some(sizes(&b)),
+            TryNext::Wait(_) | TryNext::Closed => None,
+        }
+    }
+
+    #[test]
+    fn a_runtime_worker_takes_a_batch_only_once_it_is_complete_and_is_told_when_to_look_again() {
+        let b = Batching { max_batch_size: 4, preferred: vec![3], max_delay: Duration::from_millis(60_000) };
+        let q = queue(Some(b));
+        assert!(matches!(q.try_next_batch(), TryNext::Wait(None)), "nothing queued: wait for a push");
+        let first = live(pending(1));
+        let oldest = first.enqueued;
+        q.push(first).expect("queued");
+        q.push(live(pending(1))).expect("queued");
+        // Partial: nothing is taken, and the worker looks again when the oldest's delay ends.
+        match q.try_next_batch() {
+            TryNext::Wait(Some(at)) => assert_eq!(at, oldest + Duration::from_millis(60_000)),
+            _ => panic!("a partial batch must wait for its delay"),
+        }
+        assert_eq!(q.len(), 2, "nothing was taken");
+        // A preferred size ends the wait; the request behind it stays queued.
+        q.push(live(pending(1))).expect("queued");
+        assert_eq!(batch_of(q.try_next_batch()), Some(vec![1, 1, 1]));
+        assert_eq!(q.len(), 0);
+        // Full at once.
+        for bs in [2, 2, 1] {
+            q.push(live(pending(bs))).expect("queued");
+        }
+        assert_eq!(batch_of(q.try_next_batch()), Some(vec![2, 2]));
+        // Closing hands out what is left without waiting, then says closed.
+        q.close_gracefully();
+        assert_eq!(batch_of(q.try_next_batch()), Some(vec![1]));
+        assert!(matches!(q.try_next_batch(), TryNext::Closed));
+    }
+
+    #[test]
+    fn a_runtime_worker_leaves_out_cancelled_requests_and_takes_one_at_a_time_without_batching() {
+        let q = queue(Some(Batching { max_batch_size: 4, preferred: vec![], max_delay: Duration::ZERO }));
+        q.push(live(pending(1))).expect("queued");
+        let (gone, rx) = pending(1);
+        q.push(gone).expect("queued");
+        drop(rx);
+        q.push(live(pending(1))).expect("queued");
+        assert_eq!(batch_of(q.try_next_batch()), Some(vec![1, 1]), "the cancelled request is answered, not run");
+        let q = queue(None);
+        q.push(live_id("a")).expect("queued");
+        q.push(live_id("b")).expect("queued");
+        match q.try_next_batch() {
+            TryNext::Batch(b) => assert_eq!(ids(&b), vec!["a"]),
+            _ => panic!("a request without batching runs at once"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_runtime_worker_is_notified_of_pushes_made_after_it_looked() {
+        let q = Arc::new(queue(None));
+        let notified = q.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        assert!(matches!(q.try_next_batch(), TryNext::Wait(None)));
+        // The push comes between the look and the wait: the enabled future has it already.
+        q.push(live_id("a")).expect("queued");
+        tokio::time::timeout(Duration::from_secs(5), notified).await.expect("notified of the push");
+        // wake_all (a restart, a dead stub) notifies too.
+        let waiter = {
+            let q = q.clone();
+            tokio::spawn(async move { q.notified().await })
+        };
+        tokio::task::yield_now().await;
+        q.wake_all();
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").expect("task");
     }
 
     #[test]

@@ -132,6 +132,12 @@ pub(crate) struct ServeArgs {
     /// threads serve more requests per CPU second until they are saturated.
     #[arg(long, env = "TRITIUM_ASYNC_THREADS", value_parser = clap::value_parser!(u16).range(1..), help_heading = TRITIUM_OWN)]
     async_threads: Option<u16>,
+    /// Serve the instances of models that are not decoupled and have no sequence batching from
+    /// the async runtime that decoded their requests (run to completion: the stub wakes the
+    /// runtime through an eventfd), rather than from a worker thread per instance, which costs
+    /// two more thread wake-ups per request. `false` brings the worker threads back.
+    #[arg(long, env = "TRITIUM_RUN_TO_COMPLETION", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = TRITIUM_OWN)]
+    run_to_completion: bool,
     /// Seconds in-flight requests get to finish at shutdown.
     #[arg(long, env = "TRITIUM_EXIT_TIMEOUT_SECS", default_value_t = 30, help_heading = "Server")]
     exit_timeout_secs: u64,
@@ -365,6 +371,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             max_request_metadata_bytes: args.max_request_metadata_bytes,
             max_output_bytes: args.max_output_bytes,
             max_inflight_responses: args.max_inflight_responses,
+            run_to_completion: args.run_to_completion,
             channel: tritium_host::ChannelLimits {
                 max_peer_segments: args.max_stub_segments,
                 max_peer_segment_bytes: tritium_host::ChannelLimits::default()

@@ -1,0 +1,383 @@
+//! Run to completion: an instance of a model that is not decoupled and has no sequence batcher
+//! is served by a task on the server's async runtime instead of by its worker thread.
+//!
+//! The task takes a batch from the queue when a request is pushed ([`Queue::notified`]), places
+//! its inputs, sends its `Execute`, and waits for the stub's answer on the channel's doorbell: an
+//! eventfd the stub writes instead of waking a futex while the server waits this way
+//! (`Channel::arm_doorbell`), which the runtime polls like a socket. The request's frontend task,
+//! the queue, the placement and the answer all run on one runtime thread, so a request costs
+//! two wake-ups (the runtime wakes the stub, the stub wakes the runtime) instead of four (the
+//! runtime wakes the instance thread, which wakes the stub, which wakes the thread, which wakes
+//! the runtime). The steps of a batch are the worker thread's own ([`place_inputs`],
+//! [`answer_batch`]), as are pipelining (at most two batches in the ring) and its rules.
+//!
+//! The worker thread still supervises: it starts the stub, hands it to [`serve`] and blocks
+//! until the task ends with a [`Served`], then finalizes, restarts or gives up as before. Nothing
+//! here blocks the runtime for long: a send waits for room by sleeping on a timer, never on the
+//! futex, and the stub's death reaches the task through the doorbell (its watcher interrupts the
+//! channel, which rings it) and the queue's notification.
+
+use std::collections::{HashSet, VecDeque};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::unix::AsyncFd;
+use tracing::{error, Instrument};
+use tritium_host::{HostError, Stub, Submitted, LIVENESS_SLICE, WATCH_SLICE};
+use tritium_ipc::{Doorbell, ToStub};
+
+use super::{
+    answer_batch, fail_waiting, input_blocks, place_inputs, unwind_to_error, Instance, Placed, Served, Stamps,
+    VersionContext, IDLE_POLL,
+};
+use crate::scheduler::TryNext;
+
+/// How long a send waits for room in the stub's ring, in timer ticks of [`SEND_RETRY`], before
+/// the stub counts as hung (a stub reads its ring from a thread of its own; a full ring means
+/// it stopped).
+const SEND_PATIENCE: Duration = Duration::from_secs(30);
+/// How often a send that found the ring full tries again.
+const SEND_RETRY: Duration = Duration::from_micros(200);
+
+/// Whether `ctx`'s instances are served on the runtime: models that are not decoupled and have
+/// no sequence batcher (those stay on their worker threads, which block in the sequence slots or
+/// route streamed responses), when a runtime is there and `--run-to-completion` is on.
+pub(super) fn eligible(ctx: &VersionContext) -> bool {
+    ctx.supervision.run_to_completion && !ctx.decoupled && !ctx.queue.is_sequenced() && ctx.bls.runtime().is_some()
+}
+
+/// Serves `stub` from a task on the runtime until the queue closes, a restart is asked for, or
+/// the stub dies; blocks the calling (supervisor) thread meanwhile.
+pub(super) fn serve(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &Arc<Stub>) -> Served {
+    let Some(runtime) = ctx.bls.runtime().cloned() else { return super::serve(ctx, instance, stub) };
+    let (c, i, s) = (ctx.clone(), instance.clone(), stub.clone());
+    let task = runtime.spawn(
+        async move {
+            let served = match Bell::new(&s) {
+                Ok(bell) => run(&c, &i, &s, &bell).await,
+                Err(e) => {
+                    let exit = s.kill();
+                    Served::Died(format!("cannot wait for the stub on the runtime: {e}"), exit)
+                }
+            };
+            // The supervisor may drop or restart the stub once it has the answer.
+            i.inflight.store(0, Ordering::Relaxed);
+            drop(s);
+            served
+        }
+        .instrument(tracing::Span::current()),
+    );
+    match unwind_to_error(|| runtime.block_on(task)) {
+        Ok(Ok(served)) => served,
+        Ok(Err(e)) if e.is_panic() => {
+            let why = super::unwind_to_error(|| std::panic::resume_unwind(e.into_panic())).err().unwrap_or_default();
+            error!("instance task panicked: {why}");
+            instance.inflight.store(0, Ordering::Relaxed);
+            let exit = stub.kill();
+            Served::Died(format!("the instance worker panicked: {why}"), exit)
+        }
+        // The runtime is shutting down: the server stops.
+        Ok(Err(_)) | Err(_) => Served::Closed,
+    }
+}
+
+/// The runtime's side of a stub's doorbell.
+struct Bell {
+    /// A duplicate of the eventfd, registered with the runtime.
+    fd: AsyncFd<OwnedFd>,
+    /// The eventfd itself, for resetting it.
+    doorbell: Doorbell,
+}
+
+impl Bell {
+    fn new(stub: &Stub) -> std::io::Result<Self> {
+        let Some(doorbell) = stub.channel().doorbell().cloned() else {
+            return Err(std::io::Error::other("the channel has no doorbell"));
+        };
+        let dup = doorbell.fd().as_fd().try_clone_to_owned()?;
+        // SAFETY: `dup` is an open fd this AsyncFd owns; it stays open, on the same eventfd,
+        // until the AsyncFd drops it.
+        let fd = unsafe { AsyncFd::register_with_interest(dup, tokio::io::Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(Self { fd, doorbell })
+    }
+
+    /// Waits up to `limit` for the stub to send something (or for its channel to be
+    /// interrupted): true when there may be something to read, false when `limit` passed.
+    async fn wait(&self, stub: &Stub, limit: Duration) -> bool {
+        let Some(_armed) = Armed::arm(stub) else {
+            // Something is there already; let the runtime's other tasks run first (a stub that
+            // sends without pause must not hold the runtime thread).
+            tokio::task::yield_now().await;
+            return true;
+        };
+        let rung = async {
+            loop {
+                let Ok(mut ready) = self.fd.readable().await else { return };
+                let was_rung = self.doorbell.clear();
+                ready.clear_ready();
+                if was_rung {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(limit, rung).await.is_ok()
+    }
+}
+
+/// The doorbell armed; disarmed when dropped (also when the wait is abandoned in a `select!`).
+struct Armed<'a>(&'a Stub);
+
+impl<'a> Armed<'a> {
+    /// `None` when something is there to read already.
+    fn arm(stub: &'a Stub) -> Option<Self> {
+        stub.channel().arm_doorbell().then_some(Self(stub))
+    }
+}
+
+impl Drop for Armed<'_> {
+    fn drop(&mut self) {
+        self.0.channel().disarm_doorbell();
+    }
+}
+
+/// The serve loop: what the worker thread's `serve_with` does for these models, on the runtime.
+async fn run(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell) -> Served {
+    loop {
+        if instance.died.load(Ordering::Acquire) {
+            return died_idle(stub);
+        }
+        if instance.restart.load(Ordering::Acquire) {
+            return Served::Restart;
+        }
+        let notified = ctx.queue.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        match ctx.queue.try_next_batch() {
+            TryNext::Closed => return Served::Closed,
+            TryNext::Batch(batch) => {
+                instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
+                instance.executions.fetch_add(1, Ordering::Relaxed);
+                let result = run_batches(ctx, instance, stub, bell, batch).await;
+                instance.inflight.store(0, Ordering::Relaxed);
+                if let Err(e) = result {
+                    error!("{e}");
+                    let exit = stub.kill();
+                    return Served::Died(e.to_string(), exit);
+                }
+            }
+            TryNext::Wait(until) => {
+                let limit = until.map_or(IDLE_POLL, |t| t.saturating_duration_since(Instant::now()).min(IDLE_POLL));
+                ctx.queue.set_idle(true);
+                let idle = tokio::select! {
+                    _ = &mut notified => Ok(()),
+                    rung = bell.wait(stub, limit) => idle_messages(stub, rung),
+                };
+                ctx.queue.set_idle(false);
+                if let Err(e) = idle {
+                    let exit = stub.kill();
+                    return Served::Died(e.to_string(), exit);
+                }
+            }
+        }
+    }
+}
+
+/// The stub's watcher saw it exit while no batch ran.
+fn died_idle(stub: &Stub) -> Served {
+    let status = stub.kill();
+    Served::Died(
+        format!("stub {} exited while idle ({status}); last stderr lines:\n{}", stub.instance(), stub.stderr_tail()),
+        status,
+    )
+}
+
+/// Handles what an idle stub sent (logs and calls from model threads go through
+/// `Stub::try_message`); anything else is a protocol error. `rung` is false when the wait
+/// timed out: then the process is checked.
+fn idle_messages(stub: &Stub, rung: bool) -> Result<(), HostError> {
+    if let Some(other) = stub.try_message()? {
+        return Err(stub.protocol_error(format!("sent {other:?} while idle")));
+    }
+    if !rung {
+        stub.check_alive()?;
+    }
+    Ok(())
+}
+
+/// A batch sent to the stub whose answers are still to be read.
+struct Running {
+    placed: Placed,
+    submitted: Submitted,
+    taken: Instant,
+    placed_at: Instant,
+}
+
+/// Runs `batch` and, while the stub executes it, the batches that are ready behind it, as the
+/// worker thread's `run_batches` does: at most two in the ring, the one behind taken right after
+/// the one ahead is sent or when it ends, nothing taken ahead once the instance is interrupted;
+/// if the stub fails before ending the one ahead, the one behind goes back to the queue.
+async fn run_batches(
+    ctx: &VersionContext,
+    instance: &Instance,
+    stub: &Stub,
+    bell: &Bell,
+    batch: Vec<crate::scheduler::Pending>,
+) -> Result<(), HostError> {
+    let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
+    let mut ahead: VecDeque<Running> = VecDeque::with_capacity(2);
+    ahead.extend(start_batch(ctx, stub, batch).await?);
+    while let Some(mut current) = ahead.pop_front() {
+        let take_ahead = |ahead: &VecDeque<Running>| {
+            if !ahead.is_empty() || interrupted() {
+                return None;
+            }
+            let batch = ctx.queue.ready_batch()?;
+            instance.executions.fetch_add(1, Ordering::Relaxed);
+            Some(batch)
+        };
+        if let Some(batch) = take_ahead(&ahead) {
+            match start_batch(ctx, stub, batch).await {
+                Ok(next) => ahead.extend(next),
+                Err(e) => {
+                    abandon(ctx, stub, current, &e);
+                    return Err(e);
+                }
+            }
+        }
+        let waiting = current.placed.waiting.len() + ahead.iter().map(|r| r.placed.waiting.len()).sum::<usize>();
+        instance.inflight.store(waiting as u64, Ordering::Relaxed);
+        let started = Instant::now();
+        if let Err(e) = complete(ctx, stub, bell, &mut current).await {
+            abandon(ctx, stub, current, &e);
+            // The stub runs batches in order and never ended this one, so it never started the
+            // one behind: back to the queue, so that one crashing request takes no other down.
+            for next in ahead {
+                let mut waiting: Vec<_> = next.placed.waiting.into_iter().collect();
+                waiting.sort_by_key(|(id, _)| *id);
+                ctx.queue.requeue(waiting.into_iter().map(|(_, p)| p).collect());
+            }
+            return Err(e);
+        }
+        let ended = Instant::now();
+        // Requests that came while the stub ran: sent before this batch's answers are read.
+        if let Some(batch) = take_ahead(&ahead) {
+            match start_batch(ctx, stub, batch).await {
+                Ok(next) => ahead.extend(next),
+                Err(e) => {
+                    abandon(ctx, stub, current, &e);
+                    return Err(e);
+                }
+            }
+        }
+        let Running { placed, submitted, taken, placed_at } = current;
+        let Some(executed) = stub.executed(submitted) else {
+            return Err(stub.protocol_error("ended a batch it never ended".into()));
+        };
+        let stamps = Stamps { taken, placed: placed_at, started, ended };
+        if let Err(e) = answer_batch(ctx, stub, placed, executed, stamps) {
+            // The stub may have started the batch behind: it fails with the stub.
+            for next in ahead {
+                fail_waiting(ctx, stub, next.placed.waiting, &e);
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Answers a batch the stub failed with `e`, handing back what it had answered so far.
+fn abandon(ctx: &VersionContext, stub: &Stub, running: Running, e: &HostError) {
+    let _ = stub.executed(running.submitted);
+    fail_waiting(ctx, stub, running.placed.waiting, e);
+}
+
+/// Places a batch's inputs and sends it; `None` when nothing was sent (every request was
+/// answered already, or the batch is too large for the ring).
+async fn start_batch(
+    ctx: &VersionContext,
+    stub: &Stub,
+    batch: Vec<crate::scheduler::Pending>,
+) -> Result<Option<Running>, HostError> {
+    let taken = Instant::now();
+    let mut placed = place_inputs(ctx, stub, batch);
+    if placed.requests.is_empty() {
+        return Ok(None);
+    }
+    let placed_at = Instant::now();
+    let blocks = input_blocks(&placed.requests);
+    let (msg, submitted) = stub.prepare_execute(std::mem::take(&mut placed.requests));
+    match send(stub, &msg).await {
+        Ok(()) => Ok(Some(Running { placed, submitted, taken, placed_at })),
+        Err(e) => super::not_submitted(ctx, stub, placed, blocks, e).map(|()| None),
+    }
+}
+
+/// Sends `msg` once the ring has room, waiting on a timer (never on the futex) up to
+/// [`SEND_PATIENCE`].
+async fn send(stub: &Stub, msg: &ToStub) -> Result<(), HostError> {
+    let start = Instant::now();
+    while !stub.try_send(msg)? {
+        if start.elapsed() >= SEND_PATIENCE {
+            return Err(HostError::Timeout {
+                instance: stub.instance().to_string(),
+                what: "make room in its ring",
+                after: SEND_PATIENCE,
+            });
+        }
+        tokio::time::sleep(SEND_RETRY).await;
+    }
+    Ok(())
+}
+
+/// Waits for the responses and the end of `running` (the oldest batch in the ring), up to the
+/// execute timeout. Meanwhile, every [`WATCH_SLICE`], a request whose client went away gets its
+/// `Cancel` (the model sees it in `is_cancelled()`), and every [`LIVENESS_SLICE`] the process
+/// is checked.
+async fn complete(ctx: &VersionContext, stub: &Stub, bell: &Bell, running: &mut Running) -> Result<(), HostError> {
+    let start = Instant::now();
+    let timeout = ctx.supervision.execute_timeout;
+    let mut told = HashSet::new();
+    let mut checked = start;
+    loop {
+        while let Some(msg) = stub.try_message()? {
+            if stub.batch_message(&mut running.submitted, msg)? {
+                return Ok(());
+            }
+        }
+        let mut limit = WATCH_SLICE;
+        if let Some(t) = timeout {
+            let left = t.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Err(HostError::Timeout {
+                    instance: stub.instance().to_string(),
+                    what: "finish execute",
+                    after: t,
+                });
+            }
+            limit = limit.min(left);
+        }
+        if bell.wait(stub, limit).await {
+            continue;
+        }
+        for (id, p) in &running.placed.waiting {
+            if p.tx.is_closed() && !told.contains(id) && stub.try_send(&ToStub::Cancel { request: *id })? {
+                told.insert(*id);
+            }
+        }
+        if checked.elapsed() >= LIVENESS_SLICE {
+            checked = Instant::now();
+            if let Err(e) = stub.check_alive() {
+                // Take whatever it managed to send before dying.
+                while let Ok(Some(msg)) = stub.try_message() {
+                    if let Ok(true) = stub.batch_message(&mut running.submitted, msg) {
+                        return Ok(());
+                    }
+                }
+                return Err(e);
+            }
+        }
+    }
+}
