@@ -1,5 +1,9 @@
 """Faults with real stubs: killed stubs under load, initialize that never returns, crash loops,
-the server killed with SIGKILL, SIGTERM with requests in flight, and a reload under load."""
+the server killed with SIGKILL, SIGTERM with requests in flight, and a reload under load.
+
+The faults of a running stub are checked on both of the server's serve paths (`RTC`): a task on
+the async runtime (`--run-to-completion true`, the default for models that are not decoupled)
+and a worker thread per instance (`false`)."""
 
 import json
 import os
@@ -54,6 +58,12 @@ def write_model(repo, name, source, config):
         f.write(textwrap.dedent(source))
 
 
+# Both serve paths, as `start(models, rtc)` arguments.
+RTC = pytest.mark.parametrize(
+    "rtc", [["--run-to-completion", "true"], ["--run-to-completion", "false"]], ids=["task", "thread"]
+)
+
+
 def sleepy(repo, name="sleepy", count=1, value=1, extra=""):
     write_model(repo, name, SLEEPY.format(value=value), SLEEPY_CONFIG.format(name=name, count=count, extra=extra))
 
@@ -90,9 +100,10 @@ def alive(pid):
         return False
 
 
-def test_kill_9_of_a_stub_under_load(start):
+@RTC
+def test_kill_9_of_a_stub_under_load(start, rtc):
     sleepy(start.repo, count=1)
-    srv = start(["sleepy"])
+    srv = start(["sleepy"], rtc)
     victim, _ = call(srv.grpc_url)
     results, lock = [], threading.Lock()
 
@@ -144,14 +155,15 @@ def test_initialize_that_never_returns_times_out(start):
     assert srv.proc.poll() is None
 
 
-def test_crash_loop_ends_in_failed(start):
+@RTC
+def test_crash_loop_ends_in_failed(start, rtc):
     write_model(
         start.repo,
         "crashy",
         "import os, threading\nclass TritonPythonModel:\n    def initialize(self, args):\n        threading.Timer(0.2, os._exit, [7]).start()\n    def execute(self, requests):\n        return []\n",
         'name: "crashy"\nbackend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\noutput [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\nparameters { key: "stub_restart_limit" value: { string_value: "2" } }\n',
     )
-    srv = start(["crashy"])
+    srv = start(["crashy"], rtc)
     entry = wait_for(
         lambda: index(srv)["crashy"]["state"] == "UNAVAILABLE" and index(srv)["crashy"], what="crashy to fail"
     )
@@ -271,9 +283,10 @@ def test_a_second_signal_forces_the_exit(start):
     t.join(30)
 
 
-def test_execute_timeout_kills_and_restarts_a_stuck_stub(start):
+@RTC
+def test_execute_timeout_kills_and_restarts_a_stuck_stub(start, rtc):
     sleepy(start.repo, extra='parameters { key: "execute_timeout_secs" value: { string_value: "1" } }')
-    srv = start(["sleepy"])
+    srv = start(["sleepy"], rtc)
     victim, _ = call(srv.grpc_url)
     began = time.time()
     with pytest.raises(InferenceServerException) as info:
@@ -292,9 +305,10 @@ def _try_call(url):
         return None
 
 
-def test_a_frozen_stub_is_found_by_its_heartbeat(start):
+@RTC
+def test_a_frozen_stub_is_found_by_its_heartbeat(start, rtc):
     sleepy(start.repo)
-    srv = start(["sleepy"], ["--stub-heartbeat-timeout-secs", "1"])
+    srv = start(["sleepy"], ["--stub-heartbeat-timeout-secs", "1", *rtc])
     victim, _ = call(srv.grpc_url)
     os.kill(victim, signal.SIGSTOP)
     try:
@@ -308,9 +322,10 @@ def test_a_frozen_stub_is_found_by_its_heartbeat(start):
     assert "heartbeat lost" in srv.log_text()
 
 
-def test_requests_abandoned_by_their_client_are_not_executed(start):
+@RTC
+def test_requests_abandoned_by_their_client_are_not_executed(start, rtc):
     sleepy(start.repo, count=1)
-    srv = start(["sleepy"])
+    srv = start(["sleepy"], rtc)
     busy = threading.Thread(target=call, args=(srv.grpc_url, "sleepy", 1500))
     busy.start()
     time.sleep(0.2)
@@ -349,12 +364,13 @@ class TritonPythonModel:
 """
 
 
-def test_a_crash_fails_its_own_request_and_not_those_queued_behind_it(start):
+@RTC
+def test_a_crash_fails_its_own_request_and_not_those_queued_behind_it(start, rtc):
     """The worker sends the next queued request to the stub while the current one runs
     (pipelining); when the stub dies in the current one, the one sent behind it was never
     started, and goes back to the queue for the restarted stub instead of failing with it."""
     write_model(start.repo, "crashy", CRASHY, SLEEPY_CONFIG.format(name="crashy", count=1, extra=""))
-    srv = start(["crashy"])
+    srv = start(["crashy"], rtc)
     victim, _ = call(srv.grpc_url, model="crashy")
     results, lock = {}, threading.Lock()
 

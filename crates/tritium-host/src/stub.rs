@@ -727,7 +727,9 @@ impl Stub {
     /// Fails with the stub's exit if its process has ended (what it sent before is taken first
     /// by whoever reads the channel).
     pub fn check_alive(&self) -> Result<(), HostError> {
-        match self.lock_child().try_exit() {
+        // The guard must be gone before `exited`, which takes the lock again.
+        let exit = self.lock_child().try_exit();
+        match exit {
             Some(status) => Err(self.exited(status)),
             None => Ok(()),
         }

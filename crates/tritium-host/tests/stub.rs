@@ -458,3 +458,22 @@ fn a_gpu_input_the_stub_cannot_open_fails_its_batch_and_not_the_stub() {
     let outputs = run_one(&stub, request(2, vec![cpu])).expect("the stub still serves");
     assert_eq!(outputs.len(), 1);
 }
+
+#[test]
+fn check_alive_reports_an_exit_the_event_loop_never_read() {
+    let model = Model::new(
+        "exits",
+        "import os, threading\nclass TritonPythonModel:\n    def initialize(self, args):\n        threading.Timer(0.1, os._exit, [5]).start()\n    def execute(self, requests):\n        return []\n",
+    );
+    let stub = model.start();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let err = loop {
+        // Once the process has ended this must answer (it once deadlocked on its own lock).
+        match stub.check_alive() {
+            Err(e) => break e,
+            Ok(()) => assert!(std::time::Instant::now() < deadline, "the stub never exited"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(matches!(err, HostError::Exited { status: StubExit::Code(5), .. }), "{err}");
+}

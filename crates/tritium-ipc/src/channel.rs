@@ -445,7 +445,8 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
 
     /// Sends one message only if that needs no waiting: false when another thread of this side
     /// is sending or the ring has no room for it now (a peer that does not read). For requests
-    /// that must never hold up their sender (a `/metrics` scrape).
+    /// that must never hold up their sender (a `/metrics` scrape, an event loop). A message
+    /// larger than the whole ring is `IpcError::TooLarge`, as with [`Self::send`].
     pub fn try_send(&self, msg: &S) -> Result<bool, IpcError> {
         let mut tx = match self.tx.try_lock() {
             Ok(tx) => tx,
@@ -455,7 +456,9 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         let Tx { producer, buf } = &mut *tx;
         buf.clear();
         postcard::to_io(msg, &mut *buf).map_err(|e| IpcError::Protocol(format!("encoding a message: {e}")))?;
-        if producer.free_slots() < producer.slots_for(buf.len()) {
+        let need = producer.slots_for(buf.len());
+        // A message that could never fit goes on to `send`, which refuses it.
+        if need <= producer.slot_count() && producer.free_slots() < need {
             return Ok(false);
         }
         producer.send(FRAME_APP, buf, true, Duration::ZERO)?;
@@ -1150,6 +1153,21 @@ mod tests {
         assert!(matches!(server.try_recv(), Err(IpcError::Closed)), "empty and closed");
         server.interrupter().interrupt();
         assert!(bell.clear(), "the interrupter rings the doorbell");
+    }
+
+    #[test]
+    fn try_send_refuses_what_could_never_fit_and_waits_for_nothing() {
+        let (server, stub) = pair();
+        assert!(server.try_send(&ToStub::Ping { seq: 0 }).expect("room"), "a small message goes");
+        let big = ToServer::Log(crate::protocol::LogRecord {
+            level: crate::protocol::LogLevel::Info,
+            logger: String::new(),
+            file: String::new(),
+            line: 0,
+            message: "x".repeat(1 << 20),
+        });
+        let err = stub.try_send(&big).expect_err("larger than the ring");
+        assert!(matches!(err, IpcError::TooLarge { .. }), "{err}");
     }
 
     #[test]
