@@ -104,7 +104,7 @@ impl Default for Supervision {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             max_inflight_responses: DEFAULT_MAX_INFLIGHT_RESPONSES,
             channel: ChannelLimits::default(),
-            run_to_completion: false,
+            run_to_completion: true,
         }
     }
 }

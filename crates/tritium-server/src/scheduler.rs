@@ -125,7 +125,7 @@ pub(crate) enum TryNext {
     Batch(Vec<Pending>),
     /// The queue is closed and empty.
     Closed,
-    /// Nothing to run now: look again when a request comes ([`Queue::notified`]) or at this
+    /// Nothing to run now: look again when the worker's [`Lane`] is notified or at this
     /// instant (when a forming dynamic batch's `max_queue_delay_microseconds` ends).
     Wait(Option<Instant>),
 }
@@ -360,9 +360,29 @@ struct State {
     gathering: bool,
     /// Workers waiting for work (not gathering): while one is, nobody takes a batch ahead.
     idle_workers: usize,
+    /// Workers on the async runtime waiting for work, the longest idle first: a push wakes the
+    /// first, so that idle instances take requests in turn.
+    idle_lanes: VecDeque<Lane>,
+}
+
+/// A worker on the async runtime, as the queue knows it: [`Queue::try_next_batch`] lists it as
+/// idle when it has nothing to hand it, and a push (or a close, or [`Queue::wake_all`]) notifies
+/// it. `Notify::notify_one` keeps the wake-up for a worker that is not waiting yet.
+#[derive(Clone)]
+pub(crate) struct Lane {
+    id: u64,
+    /// What the worker awaits between looks at the queue.
+    pub notify: Arc<tokio::sync::Notify>,
 }
 
 impl State {
+    /// Notifies every idle worker on the runtime (each looks at the queue and its own flags).
+    fn wake_lanes(&self) {
+        for lane in &self.idle_lanes {
+            lane.notify.notify_one();
+        }
+    }
+
     /// The queued requests in the order they are handed out: level by level, each level's in
     /// arrival order, then its delayed ones.
     fn queued(&self) -> impl Iterator<Item = &Pending> {
@@ -400,9 +420,8 @@ impl State {
 pub(crate) struct Queue {
     state: Mutex<State>,
     cv: Condvar,
-    /// Wakes the workers that wait on the async runtime ([`Queue::notified`]), as `cv` wakes
-    /// the threads.
-    notify: tokio::sync::Notify,
+    /// Hands out the ids of the workers on the async runtime ([`Queue::lane`]).
+    next_lane: std::sync::atomic::AtomicU64,
     /// Signalled when the queue closes (for workers backing off, which take no work).
     closing: Condvar,
     batching: Option<Batching>,
@@ -422,9 +441,10 @@ impl Queue {
                 closed: false,
                 gathering: false,
                 idle_workers: 0,
+                idle_lanes: VecDeque::new(),
             }),
             cv: Condvar::new(),
-            notify: tokio::sync::Notify::new(),
+            next_lane: std::sync::atomic::AtomicU64::new(1),
             closing: Condvar::new(),
             batching,
             priorities,
@@ -470,9 +490,12 @@ impl Queue {
         let deadline = policy.timeout_for(p.req.timeout_us).map(|t| now + t);
         st.levels.entry(level).or_default().items.push_back(Queued { p, deadline });
         st.len += 1;
+        let lane = st.idle_lanes.pop_front();
         drop(st);
         self.cv.notify_one();
-        self.notify.notify_waiters();
+        if let Some(lane) = lane {
+            lane.notify.notify_one();
+        }
         Ok(deadline)
     }
 
@@ -528,10 +551,12 @@ impl Queue {
         if let Some(sequences) = &self.sequences {
             sequences.close();
         }
-        self.lock().closed = true;
+        let mut st = self.lock();
+        st.closed = true;
+        st.wake_lanes();
+        drop(st);
         self.cv.notify_all();
         self.closing.notify_all();
-        self.notify.notify_waiters();
     }
 
     /// Closes the queue and returns what was still waiting.
@@ -545,10 +570,10 @@ impl Queue {
         if let Some(sequences) = &self.sequences {
             rest.extend(sequences.drain());
         }
+        st.wake_lanes();
         drop(st);
         self.cv.notify_all();
         self.closing.notify_all();
-        self.notify.notify_waiters();
         rest
     }
 
@@ -564,9 +589,9 @@ impl Queue {
         if let Some(sequences) = &self.sequences {
             sequences.wake_all();
         }
-        let _st = self.lock();
+        let st = self.lock();
+        st.wake_lanes();
         self.cv.notify_all();
-        self.notify.notify_waiters();
     }
 
     /// The next batch of instance `instance`: from its sequence slots for a sequence model,
@@ -651,10 +676,10 @@ impl Queue {
             st = self.cv.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
         }
         st.gathering = false;
+        st.wake_lanes();
         drop(st);
         // Another worker may start the next batch with what this one left behind.
         self.cv.notify_all();
-        self.notify.notify_waiters();
         Next::Batch(batch)
     }
 
@@ -668,7 +693,7 @@ impl Queue {
             return None;
         }
         let mut st = self.lock();
-        if st.gathering || st.idle_workers > 0 || st.closed {
+        if st.gathering || st.idle_workers > 0 || !st.idle_lanes.is_empty() || st.closed {
             return None;
         }
         self.expire_locked(&mut st, Instant::now());
@@ -684,23 +709,15 @@ impl Queue {
         self.sequences.is_some()
     }
 
-    /// A future that completes at the next push, close or [`Queue::wake_all`] after it is
-    /// enabled (`Notified::enable`), for a worker on the async runtime: enable it, then call
-    /// [`Queue::try_next_batch`], then await it, and no request is missed.
-    pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
-        self.notify.notified()
+    /// A new worker on the async runtime, for [`Queue::try_next_batch`].
+    pub(crate) fn lane(&self) -> Lane {
+        let id = self.next_lane.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Lane { id, notify: Arc::new(tokio::sync::Notify::new()) }
     }
 
-    /// Counts a worker on the async runtime as idle (waiting for work) or not, as
-    /// [`Queue::next_batch_unless`] counts a thread: while one is idle, nobody takes a batch
-    /// ahead ([`Queue::ready_batch`]).
-    pub(crate) fn set_idle(&self, idle: bool) {
-        let mut st = self.lock();
-        if idle {
-            st.idle_workers += 1;
-        } else {
-            st.idle_workers = st.idle_workers.saturating_sub(1);
-        }
+    /// The worker `lane` stopped: it is no longer idle.
+    pub(crate) fn forget_lane(&self, lane: &Lane) {
+        self.lock().idle_lanes.retain(|l| l.id != lane.id);
     }
 
     /// The next batch if one can run now, for a worker on the async runtime that must not
@@ -708,42 +725,58 @@ impl Queue {
     /// [`Queue::next_batch_unless`] would form, once it stops gathering (full, a preferred size,
     /// or its delay passed), and until then when to look again. Requests are only taken once
     /// the batch is complete, so idle workers never split one.
-    pub(crate) fn try_next_batch(&self) -> TryNext {
+    /// While it hands `lane` nothing, `lane` is listed as idle (behind those idle longer, in the
+    /// same lock as the look, so no push is missed), and a push notifies it when its turn comes.
+    pub(crate) fn try_next_batch(&self, lane: &Lane) -> TryNext {
         let mut st = self.lock();
-        if st.gathering {
-            // A thread worker is forming a batch; it notifies when it is done.
-            return TryNext::Wait(None);
+        let next = self.next_locked(&mut st);
+        let listed = st.idle_lanes.iter().position(|l| l.id == lane.id);
+        match (&next, listed) {
+            (TryNext::Wait(_), None) => st.idle_lanes.push_back(lane.clone()),
+            (TryNext::Batch(_) | TryNext::Closed, Some(i)) => {
+                st.idle_lanes.remove(i);
+            }
+            _ => {}
         }
-        let now = Instant::now();
-        self.expire_locked(&mut st, now);
-        st.drop_cancelled_front(&self.stats);
-        let Some(b) = &self.batching else {
-            return match st.pop_front() {
-                Some(p) => TryNext::Batch(vec![p]),
-                None if st.closed => TryNext::Closed,
-                None => TryNext::Wait(None),
+        next
+    }
+
+    fn next_locked(&self, st: &mut State) -> TryNext {
+        loop {
+            if st.gathering {
+                // A thread worker is forming a batch; it notifies when it is done.
+                return TryNext::Wait(None);
+            }
+            let now = Instant::now();
+            self.expire_locked(st, now);
+            st.drop_cancelled_front(&self.stats);
+            let Some(b) = &self.batching else {
+                return match st.pop_front() {
+                    Some(p) => TryNext::Batch(vec![p]),
+                    None if st.closed => TryNext::Closed,
+                    None => TryNext::Wait(None),
+                };
             };
-        };
-        let Some(f) = b.scan(&st, now) else {
-            return if st.closed { TryNext::Closed } else { TryNext::Wait(None) };
-        };
-        if !f.ends && !st.closed {
-            return TryNext::Wait(Some(f.oldest + b.max_delay));
-        }
-        let mut batch = Vec::with_capacity(f.count);
-        for p in (0..f.count).filter_map(|_| st.pop_front()) {
-            if p.tx.is_closed() {
-                self.stats.failure(p.enqueued.elapsed(), ErrorKind::Cancelled, false);
-                p.tx.send(Err(InferError::new(ErrorKind::Cancelled, CANCELLED)));
-            } else {
-                batch.push(p);
+            let Some(f) = b.scan(st, now) else {
+                return if st.closed { TryNext::Closed } else { TryNext::Wait(None) };
+            };
+            if !f.ends && !st.closed {
+                return TryNext::Wait(Some(f.oldest + b.max_delay));
+            }
+            let mut batch = Vec::with_capacity(f.count);
+            for p in (0..f.count).filter_map(|_| st.pop_front()) {
+                if p.tx.is_closed() {
+                    self.stats.failure(p.enqueued.elapsed(), ErrorKind::Cancelled, false);
+                    p.tx.send(Err(InferError::new(ErrorKind::Cancelled, CANCELLED)));
+                } else {
+                    batch.push(p);
+                }
+            }
+            // Every request of it was cancelled: look again.
+            if !batch.is_empty() {
+                return TryNext::Batch(batch);
             }
         }
-        if batch.is_empty() {
-            drop(st);
-            return self.try_next_batch();
-        }
-        TryNext::Batch(batch)
     }
 
     /// Puts requests taken by [`Queue::ready_batch`] back at the front of their levels, in the
@@ -757,9 +790,9 @@ impl Queue {
             st.levels.entry(level).or_default().items.push_front(Queued { p, deadline });
             st.len += 1;
         }
+        st.wake_lanes();
         drop(st);
         self.cv.notify_all();
-        self.notify.notify_waiters();
     }
 }
 
@@ -953,68 +986,83 @@ mod tests {
     fn a_runtime_worker_takes_a_batch_only_once_it_is_complete_and_is_told_when_to_look_again() {
         let b = Batching { max_batch_size: 4, preferred: vec![3], max_delay: Duration::from_millis(60_000) };
         let q = queue(Some(b));
-        assert!(matches!(q.try_next_batch(), TryNext::Wait(None)), "nothing queued: wait for a push");
+        let lane = q.lane();
+        assert!(matches!(q.try_next_batch(&lane), TryNext::Wait(None)), "nothing queued: wait for a push");
         let first = live(pending(1));
         let oldest = first.enqueued;
         q.push(first).expect("queued");
         q.push(live(pending(1))).expect("queued");
         // Partial: nothing is taken, and the worker looks again when the oldest's delay ends.
-        match q.try_next_batch() {
+        match q.try_next_batch(&lane) {
             TryNext::Wait(Some(at)) => assert_eq!(at, oldest + Duration::from_millis(60_000)),
             _ => panic!("a partial batch must wait for its delay"),
         }
         assert_eq!(q.len(), 2, "nothing was taken");
         // A preferred size ends the wait; the request behind it stays queued.
         q.push(live(pending(1))).expect("queued");
-        assert_eq!(batch_of(q.try_next_batch()), Some(vec![1, 1, 1]));
+        assert_eq!(batch_of(q.try_next_batch(&lane)), Some(vec![1, 1, 1]));
         assert_eq!(q.len(), 0);
         // Full at once.
         for bs in [2, 2, 1] {
             q.push(live(pending(bs))).expect("queued");
         }
-        assert_eq!(batch_of(q.try_next_batch()), Some(vec![2, 2]));
+        assert_eq!(batch_of(q.try_next_batch(&lane)), Some(vec![2, 2]));
         // Closing hands out what is left without waiting, then says closed.
         q.close_gracefully();
-        assert_eq!(batch_of(q.try_next_batch()), Some(vec![1]));
-        assert!(matches!(q.try_next_batch(), TryNext::Closed));
+        assert_eq!(batch_of(q.try_next_batch(&lane)), Some(vec![1]));
+        assert!(matches!(q.try_next_batch(&lane), TryNext::Closed));
     }
 
     #[test]
     fn a_runtime_worker_leaves_out_cancelled_requests_and_takes_one_at_a_time_without_batching() {
         let q = queue(Some(Batching { max_batch_size: 4, preferred: vec![], max_delay: Duration::ZERO }));
+        let lane = q.lane();
         q.push(live(pending(1))).expect("queued");
         let (gone, rx) = pending(1);
         q.push(gone).expect("queued");
         drop(rx);
         q.push(live(pending(1))).expect("queued");
-        assert_eq!(batch_of(q.try_next_batch()), Some(vec![1, 1]), "the cancelled request is answered, not run");
+        assert_eq!(batch_of(q.try_next_batch(&lane)), Some(vec![1, 1]), "the cancelled request is answered, not run");
         let q = queue(None);
+        let lane = q.lane();
         q.push(live_id("a")).expect("queued");
         q.push(live_id("b")).expect("queued");
-        match q.try_next_batch() {
+        match q.try_next_batch(&lane) {
             TryNext::Batch(b) => assert_eq!(ids(&b), vec!["a"]),
             _ => panic!("a request without batching runs at once"),
         }
     }
 
     #[tokio::test]
-    async fn a_runtime_worker_is_notified_of_pushes_made_after_it_looked() {
+    async fn idle_runtime_workers_are_notified_in_turn_and_none_is_missed() {
         let q = Arc::new(queue(None));
-        let notified = q.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        assert!(matches!(q.try_next_batch(), TryNext::Wait(None)));
-        // The push comes between the look and the wait: the enabled future has it already.
-        q.push(live_id("a")).expect("queued");
-        tokio::time::timeout(Duration::from_secs(5), notified).await.expect("notified of the push");
-        // wake_all (a restart, a dead stub) notifies too.
-        let waiter = {
-            let q = q.clone();
-            tokio::spawn(async move { q.notified().await })
+        let (a, b) = (q.lane(), q.lane());
+        let notified = |lane: &Lane| {
+            let n = lane.notify.clone();
+            async move { tokio::time::timeout(Duration::from_millis(200), n.notified()).await.is_ok() }
         };
-        tokio::task::yield_now().await;
+        assert!(matches!(q.try_next_batch(&a), TryNext::Wait(None)));
+        assert!(matches!(q.try_next_batch(&b), TryNext::Wait(None)));
+        assert!(q.ready_batch().is_none(), "an idle worker runs it sooner: nobody takes it ahead");
+        // The push comes before either waits: the longest idle one keeps its wake-up, the other
+        // gets none.
+        q.push(live_id("1")).expect("queued");
+        assert!(notified(&a).await, "the longest idle worker is notified");
+        assert!(!notified(&b).await, "only one worker is woken for one request");
+        assert!(matches!(q.try_next_batch(&a), TryNext::Batch(_)));
+        assert!(matches!(q.try_next_batch(&a), TryNext::Wait(None)), "a is idle again, behind b");
+        q.push(live_id("2")).expect("queued");
+        assert!(notified(&b).await, "now it is b's turn");
+        assert!(!notified(&a).await);
+        assert!(matches!(q.try_next_batch(&b), TryNext::Batch(_)));
+        // wake_all (a restart, a dead stub) and closing notify every idle worker.
+        assert!(matches!(q.try_next_batch(&b), TryNext::Wait(None)));
         q.wake_all();
-        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("woken").expect("task");
+        assert!(notified(&a).await && notified(&b).await);
+        q.forget_lane(&a);
+        q.close_gracefully();
+        assert!(notified(&b).await && !notified(&a).await, "a forgotten worker is not notified");
+        assert!(matches!(q.try_next_batch(&b), TryNext::Closed));
     }
 
     #[test]

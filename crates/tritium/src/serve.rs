@@ -135,9 +135,8 @@ pub(crate) struct ServeArgs {
     /// Serve the instances of models that are not decoupled and have no sequence batching from
     /// the async runtime that decoded their requests (run to completion: the stub wakes the
     /// runtime through an eventfd), rather than from a worker thread per instance, which costs
-    /// two more thread wake-ups per request. Off by default until idle instances take requests
-    /// in turn (today the instance that served last takes the next one).
-    #[arg(long, env = "TRITIUM_RUN_TO_COMPLETION", default_value = "false", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = TRITIUM_OWN)]
+    /// two more thread wake-ups per request. `false` brings the worker threads back.
+    #[arg(long, env = "TRITIUM_RUN_TO_COMPLETION", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = TRITIUM_OWN)]
     run_to_completion: bool,
     /// Seconds in-flight requests get to finish at shutdown.
     #[arg(long, env = "TRITIUM_EXIT_TIMEOUT_SECS", default_value_t = 30, help_heading = "Server")]

@@ -1,7 +1,8 @@
 //! Run to completion: an instance of a model that is not decoupled and has no sequence batcher
 //! is served by a task on the server's async runtime instead of by its worker thread.
 //!
-//! The task takes a batch from the queue when a request is pushed ([`Queue::notified`]), places
+//! The task takes a batch from the queue when a request is pushed (the queue notifies the
+//! longest idle task, so idle instances take requests in turn: [`crate::scheduler::Lane`]), places
 //! its inputs, sends its `Execute`, and waits for the stub's answer on the channel's doorbell: an
 //! eventfd the stub writes instead of waking a futex while the server waits this way
 //! (`Channel::arm_doorbell`), which the runtime polls like a socket. The request's frontend task,
@@ -32,7 +33,7 @@ use super::{
     answer_batch, fail_waiting, input_blocks, place_inputs, unwind_to_error, Instance, Placed, Served, Stamps,
     VersionContext, IDLE_POLL,
 };
-use crate::scheduler::TryNext;
+use crate::scheduler::{Lane, TryNext};
 
 /// How long a send waits for room in the stub's ring, in timer ticks of [`SEND_RETRY`], before
 /// the stub counts as hung (a stub reads its ring from a thread of its own; a full ring means
@@ -145,6 +146,13 @@ impl Drop for Armed<'_> {
 
 /// The serve loop: what the worker thread's `serve_with` does for these models, on the runtime.
 async fn run(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell) -> Served {
+    let lane = ctx.queue.lane();
+    let served = serve_lane(ctx, instance, stub, bell, &lane).await;
+    ctx.queue.forget_lane(&lane);
+    served
+}
+
+async fn serve_lane(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell, lane: &Lane) -> Served {
     loop {
         if instance.died.load(Ordering::Acquire) {
             return died_idle(stub);
@@ -152,10 +160,7 @@ async fn run(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell
         if instance.restart.load(Ordering::Acquire) {
             return Served::Restart;
         }
-        let notified = ctx.queue.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        match ctx.queue.try_next_batch() {
+        match ctx.queue.try_next_batch(lane) {
             TryNext::Closed => return Served::Closed,
             TryNext::Batch(batch) => {
                 instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
@@ -170,12 +175,10 @@ async fn run(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell
             }
             TryNext::Wait(until) => {
                 let limit = until.map_or(IDLE_POLL, |t| t.saturating_duration_since(Instant::now()).min(IDLE_POLL));
-                ctx.queue.set_idle(true);
                 let idle = tokio::select! {
-                    _ = &mut notified => Ok(()),
+                    _ = lane.notify.notified() => Ok(()),
                     rung = bell.wait(stub, limit) => idle_messages(stub, rung),
                 };
-                ctx.queue.set_idle(false);
                 if let Err(e) = idle {
                     let exit = stub.kill();
                     return Served::Died(e.to_string(), exit);
