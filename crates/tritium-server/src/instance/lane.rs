@@ -229,26 +229,12 @@ async fn run_batches(
     bell: &Bell,
     batch: Vec<crate::scheduler::Pending>,
 ) -> Result<(), HostError> {
-    let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
     let mut ahead: VecDeque<Running> = VecDeque::with_capacity(2);
     ahead.extend(start_batch(ctx, stub, batch).await?);
     while let Some(mut current) = ahead.pop_front() {
-        let take_ahead = |ahead: &VecDeque<Running>| {
-            if !ahead.is_empty() || interrupted() {
-                return None;
-            }
-            let batch = ctx.queue.ready_batch()?;
-            instance.executions.fetch_add(1, Ordering::Relaxed);
-            Some(batch)
-        };
-        if let Some(batch) = take_ahead(&ahead) {
-            match start_batch(ctx, stub, batch).await {
-                Ok(next) => ahead.extend(next),
-                Err(e) => {
-                    abandon(ctx, stub, current, &e);
-                    return Err(e);
-                }
-            }
+        if let Err(e) = take_ahead(ctx, instance, stub, &mut ahead).await {
+            abandon(ctx, stub, current, &e);
+            return Err(e);
         }
         let waiting = current.placed.waiting.len() + ahead.iter().map(|r| r.placed.waiting.len()).sum::<usize>();
         instance.inflight.store(waiting as u64, Ordering::Relaxed);
@@ -266,14 +252,9 @@ async fn run_batches(
         }
         let ended = Instant::now();
         // Requests that came while the stub ran: sent before this batch's answers are read.
-        if let Some(batch) = take_ahead(&ahead) {
-            match start_batch(ctx, stub, batch).await {
-                Ok(next) => ahead.extend(next),
-                Err(e) => {
-                    abandon(ctx, stub, current, &e);
-                    return Err(e);
-                }
-            }
+        if let Err(e) = take_ahead(ctx, instance, stub, &mut ahead).await {
+            abandon(ctx, stub, current, &e);
+            return Err(e);
         }
         let Running { placed, submitted, taken, placed_at } = current;
         let Some(executed) = stub.executed(submitted) else {
@@ -288,6 +269,23 @@ async fn run_batches(
             return Err(e);
         }
     }
+    Ok(())
+}
+
+/// Sends the batch that is ready behind the one running, unless one is in the ring already or the
+/// instance is interrupted (a restart, a dead stub).
+async fn take_ahead(
+    ctx: &VersionContext,
+    instance: &Instance,
+    stub: &Stub,
+    ahead: &mut VecDeque<Running>,
+) -> Result<(), HostError> {
+    if !ahead.is_empty() || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let Some(batch) = ctx.queue.ready_batch() else { return Ok(()) };
+    instance.executions.fetch_add(1, Ordering::Relaxed);
+    ahead.extend(start_batch(ctx, stub, batch).await?);
     Ok(())
 }
 
