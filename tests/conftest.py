@@ -86,13 +86,23 @@ class Server:
     """A running tritium process."""
 
     def __init__(self, repository, log_path, extra_args=()):
+        self.repository = repository
+        self.log_path = log_path
+        self.extra_args = list(extra_args)
+        self.launches = 0
+        self.launch()
+
+    def launch(self):
+        """Starts the server on ports free a moment ago. Another process may take one of them
+        before the server binds it (`free_port` closes its socket): `wait_models` then starts it
+        again on new ports, which it says in the log."""
+        self.launches += 1
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         self.openai_port = free_port()
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
-        self.repository = repository
-        self.log_path = log_path
-        self.log = open(log_path, "w")
+        self.log = open(self.log_path, "a" if self.launches > 1 else "w")
+        repository = self.repository
         args = [
             binary(),
             "serve",
@@ -108,7 +118,7 @@ class Server:
             str(self.openai_port),
             "--python",
             sys.executable,
-        ] + list(extra_args)
+        ] + self.extra_args
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT)
 
     def get(self, path):
@@ -124,6 +134,11 @@ class Server:
         deadline = time.time() + timeout
         for m in models:
             while self.get(f"/v2/models/{m}/ready") != 200:
+                if self.proc.poll() is not None and "Address already in use" in self.log_text() and self.launches < 3:
+                    self.log.write("(conftest: a port was taken before the server bound it; starting it again)\n")
+                    self.log.close()
+                    self.launch()
+                    continue
                 if self.proc.poll() is not None or time.time() > deadline:
                     raise RuntimeError(f"model {m} not ready; server log:\n{self.log_text()}")
                 time.sleep(0.1)
