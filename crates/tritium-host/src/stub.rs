@@ -170,13 +170,6 @@ pub struct Submitted {
     ended: Option<Option<StubError>>,
 }
 
-impl Submitted {
-    /// Whether its `ExecuteDone` has come.
-    pub fn ended(&self) -> bool {
-        self.ended.is_some()
-    }
-}
-
 /// Names the server flag behind a shared-memory limit the channel enforced.
 fn with_flag_hint(e: IpcError) -> IpcError {
     match e {
@@ -477,7 +470,8 @@ impl Stub {
         }
     }
 
-    fn send(&self, msg: &ToStub) -> Result<(), HostError> {
+    /// Sends `msg`, waiting for room in the ring up to the channel's send timeout.
+    pub fn send(&self, msg: &ToStub) -> Result<(), HostError> {
         self.channel.send(msg).map_err(|e| self.ipc(e))
     }
 
@@ -755,7 +749,7 @@ impl Stub {
         }
     }
 
-    /// The answers of a batch that ended ([`Submitted::ended`]); a batch abandoned before it
+    /// The answers of a batch that ended (its `ExecuteDone` came); a batch abandoned before it
     /// ended hands its gathered responses' blocks back and gives nothing.
     pub fn executed(&self, submitted: Submitted) -> Option<Executed> {
         match submitted.ended {

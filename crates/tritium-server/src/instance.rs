@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tracing::{error, info, warn};
 use tritium_host::{CallHandler, ChannelLimits, HostError, Stub, StubCommand, StubExit};
 use tritium_ipc::Response;
-use tritium_ipc::{CallOp, CallResult, Descriptor, Initialize, IpcError, Request, TensorData};
+use tritium_ipc::{CallOp, CallResult, Descriptor, Initialize, IpcError, Request, TensorData, ToStub};
 use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
 use tritium_trace::Activity;
 
@@ -582,13 +582,16 @@ fn leave(ctx: &VersionContext) {
 
 /// Runs `f`, turning a panic into its message.
 fn unwind_to_error<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
-        payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".to_string())
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| panic_message(&*payload))
+}
+
+/// A panic's message, from its payload.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }
 
 /// Why serving stopped.
@@ -785,15 +788,7 @@ fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut
             }
             Next::Interrupted => {
                 if instance.died.load(Ordering::Acquire) {
-                    let status = stub.kill();
-                    return Served::Died(
-                        format!(
-                            "stub {} exited while idle ({status}); last stderr lines:\n{}",
-                            stub.instance(),
-                            stub.stderr_tail()
-                        ),
-                        status,
-                    );
+                    return died_idle(stub);
                 }
                 return Served::Restart;
             }
@@ -814,6 +809,15 @@ fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut
             }
         }
     }
+}
+
+/// The stub's watcher saw it exit while no batch ran.
+fn died_idle(stub: &Stub) -> Served {
+    let status = stub.kill();
+    Served::Died(
+        format!("stub {} exited while idle ({status}); last stderr lines:\n{}", stub.instance(), stub.stderr_tail()),
+        status,
+    )
 }
 
 /// A decoupled model's request between its `execute` and its final response.
@@ -1134,9 +1138,7 @@ fn run_batches(ctx: &VersionContext, instance: &Instance, stub: &Stub, batch: Ve
                     // The stub never got to it (it runs batches in order): the batch goes back to
                     // the queue, for the restarted stub or another instance, so that one
                     // crashing request takes no other down with it.
-                    let mut waiting: Vec<(u64, Pending)> = next.placed.waiting.into_iter().collect();
-                    waiting.sort_by_key(|(id, _)| *id);
-                    ctx.queue.requeue(waiting.into_iter().map(|(_, p)| p).collect());
+                    requeue_unstarted(ctx, next.placed);
                 }
             }
             return Err(failed.error);
@@ -1165,22 +1167,59 @@ struct Running {
     t1: Instant,
 }
 
-/// Places a batch's inputs and sends it to the stub. `None` when nothing was sent: every
-/// request was answered already (its client went away, its inputs did not fit, or the batch
-/// is too large for the ring).
-fn start_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<Option<Running>, HostError> {
+/// Puts the requests of a batch the stub never started (it died running the one ahead) back at
+/// the front of the queue, in their order, for the restarted stub or another instance.
+fn requeue_unstarted(ctx: &VersionContext, placed: Placed) {
+    let mut waiting: Vec<(u64, Pending)> = placed.waiting.into_iter().collect();
+    waiting.sort_by_key(|(id, _)| *id);
+    ctx.queue.requeue(waiting.into_iter().map(|(_, p)| p).collect());
+}
+
+/// A batch whose inputs are in the stub's memory, with its `Execute` ready to send.
+struct Prepared {
+    running: Running,
+    msg: ToStub,
+    /// Its input blocks, freed if the message is too large for the ring.
+    blocks: Vec<Descriptor>,
+}
+
+impl Prepared {
+    /// The batch once `sent` says how sending it went: running; `None` when it was too large for
+    /// the ring (its requests are answered and the stub is fine); or the stub's error.
+    fn sent(
+        self,
+        ctx: &VersionContext,
+        stub: &Stub,
+        sent: Result<(), HostError>,
+    ) -> Result<Option<Running>, HostError> {
+        match sent {
+            Ok(()) => Ok(Some(self.running)),
+            Err(e) => not_submitted(ctx, stub, self.running.placed, self.blocks, e).map(|()| None),
+        }
+    }
+}
+
+/// Places a batch's inputs and prepares its `Execute`. `None` when every request was answered
+/// already (its client went away, or its inputs did not fit).
+fn prepare_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Option<Prepared> {
     let t0 = Instant::now();
     let mut placed = place_inputs(ctx, stub, batch);
     if placed.requests.is_empty() {
-        return Ok(None);
+        return None;
     }
     let t1 = Instant::now();
     let blocks = input_blocks(&placed.requests);
-    let requests = std::mem::take(&mut placed.requests);
-    match stub.submit(requests) {
-        Ok(submitted) => Ok(Some(Running { placed, submitted, t0, t1 })),
-        Err(e) => not_submitted(ctx, stub, placed, blocks, e).map(|()| None),
-    }
+    let (msg, submitted) = stub.prepare_execute(std::mem::take(&mut placed.requests));
+    Some(Prepared { running: Running { placed, submitted, t0, t1 }, msg, blocks })
+}
+
+/// Places a batch's inputs and sends it to the stub, waiting for room in the ring. `None` when
+/// nothing was sent: every request was answered already (its client went away, its inputs did
+/// not fit, or the batch is too large for the ring).
+fn start_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Result<Option<Running>, HostError> {
+    let Some(prepared) = prepare_batch(ctx, stub, batch) else { return Ok(None) };
+    let sent = stub.send(&prepared.msg);
+    prepared.sent(ctx, stub, sent)
 }
 
 /// Answers a placed batch that could not be sent with `e`. A batch too large for the ring

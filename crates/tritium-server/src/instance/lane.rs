@@ -26,12 +26,12 @@ use std::time::{Duration, Instant};
 
 use tokio::io::unix::AsyncFd;
 use tracing::{error, Instrument};
-use tritium_host::{HostError, Stub, Submitted, LIVENESS_SLICE, WATCH_SLICE};
+use tritium_host::{HostError, Stub, LIVENESS_SLICE, WATCH_SLICE};
 use tritium_ipc::{Doorbell, ToStub};
 
 use super::{
-    answer_batch, fail_waiting, input_blocks, place_inputs, unwind_to_error, Instance, Placed, Served, Stamps,
-    VersionContext, IDLE_POLL,
+    answer_batch, died_idle, fail_waiting, panic_message, prepare_batch, requeue_unstarted, unwind_to_error, Instance,
+    Running, Served, Stamps, VersionContext, IDLE_POLL,
 };
 use crate::scheduler::{Lane, TryNext};
 
@@ -73,7 +73,7 @@ pub(super) fn serve(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &
     match unwind_to_error(|| runtime.block_on(task)) {
         Ok(Ok(served)) => served,
         Ok(Err(e)) if e.is_panic() => {
-            let why = super::unwind_to_error(|| std::panic::resume_unwind(e.into_panic())).err().unwrap_or_default();
+            let why = panic_message(&*e.into_panic());
             error!("instance task panicked: {why}");
             instance.inflight.store(0, Ordering::Relaxed);
             let exit = stub.kill();
@@ -188,15 +188,6 @@ async fn serve_lane(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell
     }
 }
 
-/// The stub's watcher saw it exit while no batch ran.
-fn died_idle(stub: &Stub) -> Served {
-    let status = stub.kill();
-    Served::Died(
-        format!("stub {} exited while idle ({status}); last stderr lines:\n{}", stub.instance(), stub.stderr_tail()),
-        status,
-    )
-}
-
 /// Handles what an idle stub sent (logs and calls from model threads go through
 /// `Stub::try_message`); anything else is a protocol error. `rung` is false when the wait
 /// timed out: then the process is checked.
@@ -208,14 +199,6 @@ fn idle_messages(stub: &Stub, rung: bool) -> Result<(), HostError> {
         stub.check_alive()?;
     }
     Ok(())
-}
-
-/// A batch sent to the stub whose answers are still to be read.
-struct Running {
-    placed: Placed,
-    submitted: Submitted,
-    taken: Instant,
-    placed_at: Instant,
 }
 
 /// Runs `batch` and, while the stub executes it, the batches that are ready behind it, as the
@@ -244,9 +227,7 @@ async fn run_batches(
             // The stub runs batches in order and never ended this one, so it never started the
             // one behind: back to the queue, so that one crashing request takes no other down.
             for next in ahead {
-                let mut waiting: Vec<_> = next.placed.waiting.into_iter().collect();
-                waiting.sort_by_key(|(id, _)| *id);
-                ctx.queue.requeue(waiting.into_iter().map(|(_, p)| p).collect());
+                requeue_unstarted(ctx, next.placed);
             }
             return Err(e);
         }
@@ -256,11 +237,11 @@ async fn run_batches(
             abandon(ctx, stub, current, &e);
             return Err(e);
         }
-        let Running { placed, submitted, taken, placed_at } = current;
+        let Running { placed, submitted, t0, t1 } = current;
         let Some(executed) = stub.executed(submitted) else {
             return Err(stub.protocol_error("ended a batch it never ended".into()));
         };
-        let stamps = Stamps { taken, placed: placed_at, started, ended };
+        let stamps = Stamps { taken: t0, placed: t1, started, ended };
         if let Err(e) = answer_batch(ctx, stub, placed, executed, stamps) {
             // The stub may have started the batch behind: it fails with the stub.
             for next in ahead {
@@ -295,25 +276,16 @@ fn abandon(ctx: &VersionContext, stub: &Stub, running: Running, e: &HostError) {
     fail_waiting(ctx, stub, running.placed.waiting, e);
 }
 
-/// Places a batch's inputs and sends it; `None` when nothing was sent (every request was
-/// answered already, or the batch is too large for the ring).
+/// Places a batch's inputs and sends it ([`send`]); `None` when nothing was sent (every request
+/// was answered already, or the batch is too large for the ring).
 async fn start_batch(
     ctx: &VersionContext,
     stub: &Stub,
     batch: Vec<crate::scheduler::Pending>,
 ) -> Result<Option<Running>, HostError> {
-    let taken = Instant::now();
-    let mut placed = place_inputs(ctx, stub, batch);
-    if placed.requests.is_empty() {
-        return Ok(None);
-    }
-    let placed_at = Instant::now();
-    let blocks = input_blocks(&placed.requests);
-    let (msg, submitted) = stub.prepare_execute(std::mem::take(&mut placed.requests));
-    match send(stub, &msg).await {
-        Ok(()) => Ok(Some(Running { placed, submitted, taken, placed_at })),
-        Err(e) => super::not_submitted(ctx, stub, placed, blocks, e).map(|()| None),
-    }
+    let Some(prepared) = prepare_batch(ctx, stub, batch) else { return Ok(None) };
+    let sent = send(stub, &prepared.msg).await;
+    prepared.sent(ctx, stub, sent)
 }
 
 /// Sends `msg` once the ring has room, waiting on a timer (never on the futex) up to
