@@ -1,6 +1,7 @@
 """Logs: pb_utils.Logger, Python's logging module and print() reach the server log at the right
 level inside the instance's span, and the logging extension changes the settings at run time."""
 
+import json
 import os
 import re
 import time
@@ -85,6 +86,25 @@ def test_logging_extension_over_http_and_grpc(server):
     except Exception as e:  # noqa: BLE001
         bad = str(e)
     assert bad and "invalid log format 'xml'" in bad
+
+
+def test_log_format_and_switches_take_effect_at_once_and_back(server):
+    """Each log statement's enabled/disabled answer is cached per call site: a settings change
+    must reach the call sites that already ran (the server's own lines and the model's)."""
+    h = httpclient.InferenceServerClient(server.http_url)
+    try:
+        h.update_log_settings({"log_format": "json"})
+        say(server, "json-m6")
+        lines = log_lines(server, "logger:json-m6")
+        assert lines and lines[0].lstrip().startswith("{"), lines
+        assert json.loads(lines[0])["fields"]["message"].endswith("logger:json-m6"), lines[0]
+        h.update_log_settings({"log_format": "default", "log_warning": False})
+        say(server, "plain-m7")
+        lines = log_lines(server, "logger:plain-m7")
+        assert lines and not lines[0].lstrip().startswith("{"), lines
+        assert " INFO " in lines[0], lines
+    finally:
+        h.update_log_settings({"log_format": "default", "log_warning": True})
 
 
 PYLOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "pylog", "1", "model.py")

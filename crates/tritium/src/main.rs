@@ -11,6 +11,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc instead of glibc's malloc: the request path allocates and frees small buffers on
+/// every hop (HTTP/2 frames, protobuf messages, JSON), and glibc's malloc and free were 9% of the
+/// server's CPU under load (ARCHITECTURE.md, "What a request costs").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// tritium: serves Triton Python-backend model repositories over KServe v2 (HTTP and gRPC).
 #[derive(Debug, Parser)]
 #[command(version, about)]
