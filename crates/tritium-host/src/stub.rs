@@ -62,6 +62,14 @@ pub enum HostError {
         /// Its last lines of stderr.
         stderr: String,
     },
+    /// The stub's channel closed or its process ended, seen by a call that never waits
+    /// ([`Stub::try_send`], [`Stub::try_message`], [`Stub::check_alive`]): how the process ended
+    /// and its last stderr lines take waiting for, which [`Stub::settle`] does (off an event loop).
+    #[error("stub {instance} is exiting (its channel closed)")]
+    Exiting {
+        /// Instance name.
+        instance: String,
+    },
     /// The stub did not answer in time.
     #[error("stub {instance} did not {what} within {after:?}")]
     Timeout {
@@ -470,6 +478,24 @@ impl Stub {
         }
     }
 
+    /// [`Stub::ipc`] for the calls that never wait: a closed channel is [`HostError::Exiting`].
+    fn ipc_now(&self, source: IpcError) -> HostError {
+        match source {
+            IpcError::Closed | IpcError::PeerGone => HostError::Exiting { instance: self.instance.clone() },
+            source => self.ipc(source),
+        }
+    }
+
+    /// Turns [`HostError::Exiting`] into the stub's exit (its status and last stderr lines),
+    /// waiting up to 500 ms for the process to end before it is killed; other errors are
+    /// returned as they are. Blocks: an event loop calls it where blocking is allowed.
+    pub fn settle(&self, e: HostError) -> HostError {
+        match e {
+            HostError::Exiting { .. } => self.ipc(IpcError::Closed),
+            e => e,
+        }
+    }
+
     /// Sends `msg`, waiting for room in the ring up to the channel's send timeout.
     pub fn send(&self, msg: &ToStub) -> Result<(), HostError> {
         self.channel.send(msg).map_err(|e| self.ipc(e))
@@ -700,7 +726,7 @@ impl Stub {
     /// Sends `msg` only if the ring has room for it now: false when it has not (or another
     /// thread is sending), for an event loop that retries later instead of waiting.
     pub fn try_send(&self, msg: &ToStub) -> Result<bool, HostError> {
-        self.channel.try_send(msg).map_err(|e| self.ipc(e))
+        self.channel.try_send(msg).map_err(|e| self.ipc_now(e))
     }
 
     /// The next message the stub sent, if one is there now, after handling what it sends
@@ -710,7 +736,7 @@ impl Stub {
     /// then, with more to read.
     pub fn try_message(&self) -> Result<Option<ToServer>, HostError> {
         for _ in 0..POLL_CHUNK {
-            let Some(msg) = self.channel.try_recv().map_err(|e| self.ipc(e))? else { break };
+            let Some(msg) = self.channel.try_recv().map_err(|e| self.ipc_now(e))? else { break };
             if let Some(msg) = self.unasked(msg)? {
                 return Ok(Some(msg));
             }
@@ -718,13 +744,11 @@ impl Stub {
         Ok(None)
     }
 
-    /// Fails with the stub's exit if its process has ended (what it sent before is taken first
-    /// by whoever reads the channel).
+    /// Fails with [`HostError::Exiting`] if its process has ended (what it sent before is taken
+    /// first by whoever reads the channel; [`Stub::settle`] then tells how it ended).
     pub fn check_alive(&self) -> Result<(), HostError> {
-        // The guard must be gone before `exited`, which takes the lock again.
-        let exit = self.lock_child().try_exit();
-        match exit {
-            Some(status) => Err(self.exited(status)),
+        match self.try_exit() {
+            Some(_) => Err(HostError::Exiting { instance: self.instance.clone() }),
             None => Ok(()),
         }
     }

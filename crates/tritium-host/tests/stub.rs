@@ -475,5 +475,31 @@ fn check_alive_reports_an_exit_the_event_loop_never_read() {
         }
         std::thread::sleep(Duration::from_millis(10));
     };
+    // It never waits: how the process ended is for `settle`, off the event loop.
+    assert!(matches!(err, HostError::Exiting { .. }), "{err}");
+    let err = stub.settle(err);
     assert!(matches!(err, HostError::Exited { status: StubExit::Code(5), .. }), "{err}");
+}
+
+#[test]
+fn an_event_loop_sees_a_watched_stub_exit_without_waiting_for_it() {
+    let model = Model::new(
+        "exits_watched",
+        "import os, threading\nclass TritonPythonModel:\n    def initialize(self, args):\n        threading.Timer(0.1, os._exit, [7]).start()\n    def execute(self, requests):\n        return []\n",
+    );
+    let stub = model.start();
+    stub.watch(None, || {}).expect("watch");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    // The watcher closes the channel when the process ends; the calls that never wait say the
+    // stub is exiting and leave how it ended to `settle`.
+    let err = loop {
+        match stub.try_message() {
+            Err(e) => break e,
+            Ok(_) => assert!(std::time::Instant::now() < deadline, "the stub never exited"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(matches!(err, HostError::Exiting { .. }), "{err}");
+    let err = stub.settle(err);
+    assert!(matches!(err, HostError::Exited { status: StubExit::Code(7), .. }), "{err}");
 }

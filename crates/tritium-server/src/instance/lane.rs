@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tracing::{error, Instrument};
 use tritium_host::{HostError, Stub, LIVENESS_SLICE, WATCH_SLICE};
-use tritium_ipc::{Doorbell, ToStub};
+use tritium_ipc::{Doorbell, ToServer, ToStub};
 
 use super::{
     answer_batch, died_idle, fail_waiting, panic_message, prepare_batch, requeue_unstarted, unwind_to_error, Instance,
@@ -59,7 +59,7 @@ pub(super) fn serve(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &
             let served = match Bell::new(&s) {
                 Ok(bell) => run(&c, &i, &s, &bell).await,
                 Err(e) => {
-                    let exit = s.kill();
+                    let exit = off_runtime(|| s.kill());
                     Served::Died(format!("cannot wait for the stub on the runtime: {e}"), exit)
                 }
             };
@@ -155,7 +155,7 @@ async fn run(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell
 async fn serve_lane(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell, lane: &Lane) -> Served {
     loop {
         if instance.died.load(Ordering::Acquire) {
-            return died_idle(stub);
+            return off_runtime(|| died_idle(stub));
         }
         if instance.restart.load(Ordering::Acquire) {
             return Served::Restart;
@@ -169,7 +169,7 @@ async fn serve_lane(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell
                 instance.inflight.store(0, Ordering::Relaxed);
                 if let Err(e) = result {
                     error!("{e}");
-                    let exit = stub.kill();
+                    let exit = off_runtime(|| stub.kill());
                     return Served::Died(e.to_string(), exit);
                 }
             }
@@ -180,7 +180,7 @@ async fn serve_lane(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell
                     rung = bell.wait(stub, limit) => idle_messages(stub, rung),
                 };
                 if let Err(e) = idle {
-                    let exit = stub.kill();
+                    let exit = off_runtime(|| stub.kill());
                     return Served::Died(e.to_string(), exit);
                 }
             }
@@ -192,11 +192,11 @@ async fn serve_lane(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell
 /// `Stub::try_message`); anything else is a protocol error. `rung` is false when the wait
 /// timed out: then the process is checked.
 fn idle_messages(stub: &Stub, rung: bool) -> Result<(), HostError> {
-    if let Some(other) = stub.try_message()? {
+    if let Some(other) = try_message(stub)? {
         return Err(stub.protocol_error(format!("sent {other:?} while idle")));
     }
     if !rung {
-        stub.check_alive()?;
+        check_alive(stub)?;
     }
     Ok(())
 }
@@ -292,7 +292,7 @@ async fn start_batch(
 /// [`SEND_PATIENCE`].
 async fn send(stub: &Stub, msg: &ToStub) -> Result<(), HostError> {
     let start = Instant::now();
-    while !stub.try_send(msg)? {
+    while !try_send(stub, msg)? {
         if start.elapsed() >= SEND_PATIENCE {
             return Err(HostError::Timeout {
                 instance: stub.instance().to_string(),
@@ -315,7 +315,7 @@ async fn complete(ctx: &VersionContext, stub: &Stub, bell: &Bell, running: &mut 
     let mut told = HashSet::new();
     let mut checked = start;
     loop {
-        while let Some(msg) = stub.try_message()? {
+        while let Some(msg) = try_message(stub)? {
             if stub.batch_message(&mut running.submitted, msg)? {
                 return Ok(());
             }
@@ -336,15 +336,15 @@ async fn complete(ctx: &VersionContext, stub: &Stub, bell: &Bell, running: &mut 
             continue;
         }
         for (id, p) in &running.placed.waiting {
-            if p.tx.is_closed() && !told.contains(id) && stub.try_send(&ToStub::Cancel { request: *id })? {
+            if p.tx.is_closed() && !told.contains(id) && try_send(stub, &ToStub::Cancel { request: *id })? {
                 told.insert(*id);
             }
         }
         if checked.elapsed() >= LIVENESS_SLICE {
             checked = Instant::now();
-            if let Err(e) = stub.check_alive() {
+            if let Err(e) = check_alive(stub) {
                 // Take whatever it managed to send before dying.
-                while let Ok(Some(msg)) = stub.try_message() {
+                while let Ok(Some(msg)) = try_message(stub) {
                     if let Ok(true) = stub.batch_message(&mut running.submitted, msg) {
                         return Ok(());
                     }
@@ -352,5 +352,44 @@ async fn complete(ctx: &VersionContext, stub: &Stub, bell: &Bell, running: &mut 
                 return Err(e);
             }
         }
+    }
+}
+
+/// [`Stub::try_message`], with a dying stub's exit settled ([`settled`]).
+fn try_message(stub: &Stub) -> Result<Option<ToServer>, HostError> {
+    stub.try_message().map_err(|e| settled(stub, e))
+}
+
+/// [`Stub::try_send`], with a dying stub's exit settled ([`settled`]).
+fn try_send(stub: &Stub, msg: &ToStub) -> Result<bool, HostError> {
+    stub.try_send(msg).map_err(|e| settled(stub, e))
+}
+
+/// [`Stub::check_alive`], with a dying stub's exit settled ([`settled`]).
+fn check_alive(stub: &Stub) -> Result<(), HostError> {
+    stub.check_alive().map_err(|e| settled(stub, e))
+}
+
+/// The error a failed call on `stub` ends its requests with: for a stub that is exiting, how it
+/// ended and its last stderr lines, which take waiting for (up to half a second for a process
+/// that closed its channel and lingers), so the wait happens off the runtime's hands: the other
+/// models' requests on this thread go on meanwhile.
+fn settled(stub: &Stub, e: HostError) -> HostError {
+    match e {
+        HostError::Exiting { .. } => off_runtime(|| stub.settle(e)),
+        e => e,
+    }
+}
+
+/// Runs `f`, which blocks, letting the runtime move this thread's other tasks to another thread
+/// meanwhile (`block_in_place`; the lane runs only on a multi-thread runtime, but a call from
+/// anywhere else just runs `f`).
+fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
     }
 }
