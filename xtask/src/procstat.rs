@@ -102,7 +102,11 @@ pub(crate) fn inference_count(port: u16, model: &str) -> Option<u64> {
 fn inference_count_once(port: u16, model: &str) -> Result<u64> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET /v2/models/{model}/stats HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n")?;
+    // One write: `write!` on the stream sends each formatted piece as its own segment, and
+    // Triton's HTTP server, given the request line in pieces, read the model name with the
+    // byte after it (`add_sub"`, `batched_scalee`) and answered 400.
+    let request = format!("GET /v2/models/{model}/stats HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    s.write_all(request.as_bytes())?;
     let mut body = String::new();
     s.read_to_string(&mut body)?;
     let key = "\"inference_count\":";
