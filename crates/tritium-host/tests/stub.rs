@@ -466,15 +466,8 @@ fn check_alive_reports_an_exit_the_event_loop_never_read() {
         "import os, threading\nclass TritonPythonModel:\n    def initialize(self, args):\n        threading.Timer(0.1, os._exit, [5]).start()\n    def execute(self, requests):\n        return []\n",
     );
     let stub = model.start();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let err = loop {
-        // Once the process has ended this must answer (it once deadlocked on its own lock).
-        match stub.check_alive() {
-            Err(e) => break e,
-            Ok(()) => assert!(std::time::Instant::now() < deadline, "the stub never exited"),
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    // Once the process has ended this must answer (it once deadlocked on its own lock).
+    let err = first_error(|| stub.check_alive());
     // It never waits: how the process ended is for `settle`, off the event loop.
     assert!(matches!(err, HostError::Exiting { .. }), "{err}");
     let err = stub.settle(err);
@@ -489,17 +482,22 @@ fn an_event_loop_sees_a_watched_stub_exit_without_waiting_for_it() {
     );
     let stub = model.start();
     stub.watch(None, || {}).expect("watch");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
     // The watcher closes the channel when the process ends; the calls that never wait say the
     // stub is exiting and leave how it ended to `settle`.
-    let err = loop {
-        match stub.try_message() {
-            Err(e) => break e,
-            Ok(_) => assert!(std::time::Instant::now() < deadline, "the stub never exited"),
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let err = first_error(|| stub.try_message());
     assert!(matches!(err, HostError::Exiting { .. }), "{err}");
     let err = stub.settle(err);
     assert!(matches!(err, HostError::Exited { status: StubExit::Code(7), .. }), "{err}");
+}
+
+/// Calls `poll` every 10 ms until it fails (within 30 s: the stub must exit by then).
+fn first_error<T>(mut poll: impl FnMut() -> Result<T, HostError>) -> HostError {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match poll() {
+            Err(e) => return e,
+            Ok(_) => assert!(std::time::Instant::now() < deadline, "the stub never exited"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

@@ -74,12 +74,7 @@ pub(crate) fn model_control(hook: &Hook, caller: &str, op: CallOp) -> Result<Cal
                      load the model from the repository as it is (config=\"\" and files=None)"
                 ));
             }
-            let load = || runtime.block_on(server.load_model(&name));
-            // From a worker thread, block it; from the runtime (an instance served there, see
-            // `instance::lane`), hand this thread's other tasks to another thread while it waits.
-            let on_runtime = tokio::runtime::Handle::try_current()
-                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-            let loaded = if on_runtime { tokio::task::block_in_place(load) } else { load() };
+            let loaded = crate::off_runtime(|| runtime.block_on(server.load_model(&name)));
             loaded.map(|()| CallResult::Done).map_err(|e| e.message)
         }
         CallOp::ModelUnload { name, unload_dependents } => {

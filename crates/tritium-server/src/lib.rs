@@ -34,3 +34,16 @@ pub use tritium_metrics::MetricsOptions;
 /// Request tracing: the frontends parse a caller's `traceparent` with [`trace::SpanContext`].
 pub use tritium_trace as trace;
 pub use types::*;
+
+/// Runs `f`, which blocks. On a multi-thread runtime (a task of an instance served there, see
+/// `instance::lane`) the runtime first hands this thread's other tasks to another thread
+/// (`block_in_place`); anywhere else (a worker thread) `f` just runs.
+pub(crate) fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
+    let multi = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}

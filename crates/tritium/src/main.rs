@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc instead of glibc's malloc: the request path allocates and frees small buffers on
 /// every hop (HTTP/2 frames, protobuf messages, JSON), and glibc's malloc and free were 9% of the
-/// server's CPU under load (ARCHITECTURE.md, "What a request costs").
+/// server's CPU under load (ARCHITECTURE.md, "What the server spends per request").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -33,6 +33,7 @@ use super::{
     answer_batch, died_idle, fail_waiting, panic_message, prepare_batch, requeue_unstarted, unwind_to_error, Instance,
     Running, Served, Stamps, VersionContext, IDLE_POLL,
 };
+use crate::off_runtime;
 use crate::scheduler::{Lane, TryNext};
 
 /// How long a send waits for room in the stub's ring, in timer ticks of [`SEND_RETRY`], before
@@ -343,8 +344,9 @@ async fn complete(ctx: &VersionContext, stub: &Stub, bell: &Bell, running: &mut 
         if checked.elapsed() >= LIVENESS_SLICE {
             checked = Instant::now();
             if let Err(e) = check_alive(stub) {
-                // Take whatever it managed to send before dying.
-                while let Ok(Some(msg)) = try_message(stub) {
+                // Take whatever it managed to send before dying (`e` is settled already; an error
+                // here ends the drain and needs no settling).
+                while let Ok(Some(msg)) = stub.try_message() {
                     if let Ok(true) = stub.batch_message(&mut running.submitted, msg) {
                         return Ok(());
                     }
@@ -378,18 +380,5 @@ fn settled(stub: &Stub, e: HostError) -> HostError {
     match e {
         HostError::Exiting { .. } => off_runtime(|| stub.settle(e)),
         e => e,
-    }
-}
-
-/// Runs `f`, which blocks, letting the runtime move this thread's other tasks to another thread
-/// meanwhile (`block_in_place`; the lane runs only on a multi-thread runtime, but a call from
-/// anywhere else just runs `f`).
-fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
-    let multi = tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-    if multi {
-        tokio::task::block_in_place(f)
-    } else {
-        f()
     }
 }
