@@ -286,6 +286,10 @@ def test_triton_error_defaults_and_accessors():
     err = TritonError("gone", TritonError.NOT_FOUND)
     assert err.code() == TritonError.NOT_FOUND == 2
     assert TritonError(message="x", code=7).code() is TritonError.CANCELLED
+    # Printed as pybind prints Triton's enum, and still an int for comparisons and the wire.
+    assert str(err.code()) == f"{err.code()}" == "__ErrorCode.NOT_FOUND"
+    assert repr(err.code()) == "<__ErrorCode.NOT_FOUND: 2>"
+    assert int(err.code()) == 2
 
 
 def test_triton_error_rejects_bad_arguments():

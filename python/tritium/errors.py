@@ -35,6 +35,16 @@ class ErrorCode(enum.IntEnum):
     ALREADY_EXISTS = 6
     CANCELLED = 7
 
+    # As pybind renders Triton's enum: `str(error.code())` is "__ErrorCode.INTERNAL".
+    def __str__(self):
+        return f"__ErrorCode.{self.name}"
+
+    def __repr__(self):
+        return f"<__ErrorCode.{self.name}: {self.value}>"
+
+    def __format__(self, spec):
+        return format(str(self), spec)
+
 
 class MemoryType(enum.IntEnum):
     """PreferredMemory::MemoryType, exported by pb_utils as TRITONSERVER_MEMORY_*.

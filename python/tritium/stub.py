@@ -56,12 +56,18 @@ _RESCHEDULE_REFUSED = (
 )
 
 
+# The tritium package: its frames (the stub calling model code, the pb_utils layer) are left out
+# of an exception's rendering, where Triton's C++ stub and pb_utils have none.
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
 def _format_exception(exc):
-    """Triton's (pybind's) rendering of a Python exception: "Type: message" then "At:" and the frames."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    """Triton's (pybind's) rendering of a Python exception: "Type: message" then "At:" and the
+    frames of the code it came through, innermost first, without tritium's own."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
     lines = [f"{type(exc).__name__}: {exc}", "", "At:"]
     lines += [f"  {f.filename}({f.lineno}): {f.name}" for f in reversed(frames)]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 class _BackendError(Exception):
@@ -386,16 +392,18 @@ class Stub:
         the request's sender (which may not have sent one already)."""
         if responses is None:
             return
+        # Triton raises these as its own errors: their text goes to the client without a Python
+        # rendering.
         if not isinstance(responses, list):
-            raise TypeError(f"Expected a list in the execute return, found type '{type(responses)}'.")
+            raise _BackendError(f"Expected a list in the execute return, found type '{type(responses)}'.")
         if len(responses) != len(requests):
-            raise ValueError(
+            raise _BackendError(
                 "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
                 f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(responses)}\n"
             )
         for r in responses:
             if r is not None and not isinstance(r, InferenceResponse):
-                raise TypeError(
+                raise _BackendError(
                     "Expected an 'InferenceResponse' object in the execute function return list, "
                     f"found type '{type(r)}'."
                 )

@@ -128,6 +128,8 @@ pub(crate) struct VersionContext {
     pub metrics: CustomMetrics,
     /// What answering classifications needs (batching, labels).
     pub classes: Classes,
+    /// The config's `reshape`s: inputs reach the model, and outputs the client, reshaped.
+    pub reshapes: crate::reshape::Reshapes,
     /// `FORCE_CPU_ONLY_INPUT_TENSORS: "no"`: inputs in a client's CUDA region reach the model as
     /// GPU tensors over that memory (the stub opens its IPC handle), as in Triton.
     pub gpu_inputs: bool,
@@ -864,7 +866,7 @@ impl Open {
                 Some(e) => Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())),
                 None if bytes > limit => Err(RequestError::OutputTooLarge { bytes, limit }.into()),
                 None => read_outputs(stub, &resp, &open.p.outputs)
-                    .and_then(|outputs| shape_outputs(outputs, &open.p.outputs, &ctx.classes))
+                    .and_then(|outputs| shape_outputs(outputs, &open.p.outputs, &ctx.reshapes, &ctx.classes))
                     .map(|outputs| InferResponse {
                         model: ctx.model.clone(),
                         version: ctx.version,
@@ -1002,7 +1004,7 @@ fn run_decoupled_batch(
                 ExecTimes { compute_input: t1 - t0, compute_infer: t1.elapsed(), compute_output: Duration::ZERO };
             ctx.stats.execution(placed.batch_size, times);
             if let Some(e) = error {
-                open.fail(ctx, &ids, &InferError::internal(e.to_string()));
+                open.fail(ctx, &ids, &InferError::internal(client_text(ctx, e)));
             }
             Ok(())
         }
@@ -1297,6 +1299,16 @@ struct Stamps {
     ended: Instant,
 }
 
+/// What the clients of a failed batch are told: the error's text, as Triton words it (an
+/// exception's rendering ends with its "At:" frames). The Python traceback goes to the server
+/// log, at verbose level: a failing model would otherwise fill the log.
+fn client_text(ctx: &VersionContext, e: tritium_ipc::StubError) -> String {
+    if let Some(tb) = &e.traceback {
+        tracing::debug!(model = %ctx.model, version = ctx.version, "execute failed: {}\n{}", e.message, tb.trim_end());
+    }
+    e.message
+}
+
 /// Reads an ended batch's responses, records its times and answers every request in it.
 /// Returns the stub's error if the stub is unusable (a response broke the protocol).
 fn answer_batch(
@@ -1309,7 +1321,7 @@ fn answer_batch(
     let Stamps { taken: t0, placed: t1, started, ended: t2 } = stamps;
     // Reading the outputs starts after the next batch was sent, which is no part of this one.
     let output_start = Instant::now();
-    let batch_error = executed.error.map(|e| e.to_string());
+    let batch_error = executed.error.map(|e| client_text(ctx, e));
     let answers = collect_responses(ctx, stub, &executed.responses, batch_error, placed.waiting)?;
     let times =
         ExecTimes { compute_input: t1 - t0, compute_infer: t2 - started, compute_output: output_start.elapsed() };
@@ -1539,13 +1551,14 @@ fn collect_responses(
             None => match read_outputs(stub, resp, &p.outputs) {
                 Err(e) => (Err(e.into()), false),
                 Ok(outputs) => {
-                    let response = shape_outputs(outputs, &p.outputs, &ctx.classes).map(|outputs| InferResponse {
-                        model: ctx.model.clone(),
-                        version: ctx.version,
-                        id: p.req.id.clone(),
-                        outputs,
-                        parameters: resp.parameters.clone(),
-                    });
+                    let response =
+                        shape_outputs(outputs, &p.outputs, &ctx.reshapes, &ctx.classes).map(|outputs| InferResponse {
+                            model: ctx.model.clone(),
+                            version: ctx.version,
+                            id: p.req.id.clone(),
+                            outputs,
+                            parameters: resp.parameters.clone(),
+                        });
                     (response.map_err(InferError::from), true)
                 }
             },
@@ -1632,15 +1645,17 @@ fn read_outputs(
         .collect()
 }
 
-/// The outputs in the order the client asked for them, those asked for as classes replaced by
-/// their top classes.
+/// The outputs in the order the client asked for them, in their `dims` shape where the config
+/// reshapes them, those asked for as classes replaced by their top classes.
 fn shape_outputs(
     mut outputs: Vec<OutputTensor>,
     requested: &[RequestedOutput],
+    reshapes: &crate::reshape::Reshapes,
     classes: &Classes,
 ) -> Result<Vec<OutputTensor>, RequestError> {
     outputs.sort_by_key(|o| requested.iter().position(|r| r.name == o.name).unwrap_or(usize::MAX));
     for o in &mut outputs {
+        reshapes.output(&o.name, &mut o.shape);
         if let Some(k) = requested.iter().find(|r| r.name == o.name).and_then(|r| r.classification) {
             *o = classes.classify(o, k)?;
         }
@@ -1824,15 +1839,22 @@ mod tests {
     fn outputs_come_in_the_requested_order_with_classes() {
         let requested =
             vec![RequestedOutput { name: "B".into(), classification: Some(1), shm: None }, RequestedOutput::named("A")];
-        let shaped =
-            shape_outputs(vec![out("A", &[1.0]), out("B", &[0.5, 2.0])], &requested, &Classes::default()).expect("ok");
+        let shaped = shape_outputs(
+            vec![out("A", &[1.0]), out("B", &[0.5, 2.0])],
+            &requested,
+            &Default::default(),
+            &Classes::default(),
+        )
+        .expect("ok");
         assert_eq!(shaped.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["B", "A"]);
         assert_eq!(shaped[0].datatype, tritium_ipc::DataType::Bytes);
         assert_eq!(shaped[0].data, [&10u32.to_le_bytes()[..], b"2.000000:1"].concat());
         assert_eq!(shaped[1], out("A", &[1.0]));
         let mut bytes = out("B", &[]);
         bytes.datatype = tritium_ipc::DataType::Bytes;
-        let e = InferError::from(shape_outputs(vec![bytes], &requested, &Classes::default()).expect_err("BYTES"));
+        let e = InferError::from(
+            shape_outputs(vec![bytes], &requested, &Default::default(), &Classes::default()).expect_err("BYTES"),
+        );
         assert_eq!(e.kind, ErrorKind::InvalidArg);
     }
 

@@ -8,6 +8,7 @@ mod classify;
 pub mod envs;
 pub mod forward;
 mod instance;
+mod reshape;
 pub mod restricted;
 mod scheduler;
 mod scrape;

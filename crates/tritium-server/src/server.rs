@@ -358,7 +358,7 @@ impl Server {
     /// deadline.
     fn enqueue(
         &self,
-        req: InferRequest,
+        mut req: InferRequest,
         tx: Reply,
         decoupled: bool,
     ) -> Result<(Arc<Version>, Option<Instant>), InferError> {
@@ -375,6 +375,10 @@ impl Server {
                 return Err(e);
             }
         };
+        // As Triton's `Normalize`: once valid, inputs take the shape the model expects.
+        for input in &mut req.inputs {
+            version.ctx.reshapes.input(&input.name, &mut input.shape);
+        }
         // The response cache (only versions whose model enables it): a hit is answered here and
         // never queued; a miss is queued with an answer that fills the cache on its way back.
         let tx = match (&version.cache, tx) {
@@ -1427,6 +1431,7 @@ fn start_version(
         instances: Mutex::new(Vec::new()),
         metrics: metrics.clone(),
         classes: r.classes.clone(),
+        reshapes: crate::reshape::Reshapes::new(&r.config),
         gpu_inputs: gpu_inputs(&r.config),
         decoupled: is_decoupled(&r.config),
         bls: bls.clone(),

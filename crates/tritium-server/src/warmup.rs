@@ -48,6 +48,8 @@ pub(crate) struct Sample {
 pub(crate) fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>, String> {
     let mut out = Vec::new();
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    // A sample is normalized as a client's request is: its inputs reach the model reshaped.
+    let reshapes = crate::reshape::Reshapes::new(config);
     for setting in &config.model_warmup {
         if setting.batch_size == 0 {
             tracing::debug!("Skipping batch 0 warmup sample '{}'", setting.name);
@@ -96,6 +98,7 @@ pub(crate) fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<Samp
                 shape.push(1);
             }
             shape.extend_from_slice(&meta.dims);
+            reshapes.input(name, &mut shape);
             inputs.push(WarmupInput { name: name.clone(), dtype, shape, data });
         }
         out.push(Sample {

@@ -349,6 +349,8 @@ pub(super) fn start(
             instances: Mutex::new(Vec::new()),
             metrics: metrics.clone(),
             classes: r.classes.clone(),
+            // An ensemble's tensors go to its steps as the client sent them.
+            reshapes: Default::default(),
             gpu_inputs: false,
             decoupled,
             bls: bls.clone(),
