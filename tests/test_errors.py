@@ -197,3 +197,21 @@ def test_execute_failures_read_as_tritons(start, protocol):
     text = failure(4)
     assert text.startswith(f"{prefix}TritonModelException: Tensor name cannot be an empty string.\n\nAt:\n"), text
     assert text.endswith(f"  {model_file}(18): execute\n") and "tritium" not in text.replace(srv.repository, ""), text
+
+
+def test_an_unknown_model_or_version_is_the_answer_whatever_the_body(server):
+    """As in Triton, which looks the model up before it reads the body: a request for a model or
+    version the server does not have gets 404 with Triton's text, even with a malformed body."""
+    import json
+    import urllib.request
+
+    for path, expected in [
+        ("/v2/models/nope/infer", "Request for unknown model: 'nope' is not found"),
+        ("/v2/models/add_sub/versions/9/infer", "Request for unknown model: 'add_sub' version 9 is not found"),
+    ]:
+        for body in (b'{"id": 5, "inputs": []}', b"{not json"):
+            req = urllib.request.Request(f"http://{server.http_url}{path}", data=body, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as info:
+                urllib.request.urlopen(req, timeout=10)
+            assert info.value.code == 404, path
+            assert json.loads(info.value.read()) == {"error": expected}

@@ -78,9 +78,10 @@ pub trait Backend: Send + Sync + 'static {
     fn model_max_batch_size(&self, name: &str, version: Option<i64>) -> Result<i64, InferError> {
         self.model_config_json(name, version).map(|c| codec::max_batch_size(&c))
     }
-    /// Whether a model (version) is decoupled, which `/infer` refuses (false unless implemented).
-    fn model_decoupled(&self, _name: &str, _version: Option<i64>) -> bool {
-        false
+    /// Whether a model (version) is decoupled, which `/infer` refuses (false unless implemented);
+    /// an error for a model or version the server does not have.
+    fn model_decoupled(&self, _name: &str, _version: Option<i64>) -> Result<bool, InferError> {
+        Ok(false)
     }
     /// Whether a model (version) is ready.
     fn model_ready(&self, name: &str, version: Option<i64>) -> bool;
@@ -164,8 +165,8 @@ impl Backend for Server {
     fn model_max_batch_size(&self, name: &str, version: Option<i64>) -> Result<i64, InferError> {
         Server::model_max_batch_size(self, name, version)
     }
-    fn model_decoupled(&self, name: &str, version: Option<i64>) -> bool {
-        Server::is_decoupled(self, name, version).unwrap_or(false)
+    fn model_decoupled(&self, name: &str, version: Option<i64>) -> Result<bool, InferError> {
+        Server::is_decoupled(self, name, version)
     }
     fn model_ready(&self, name: &str, version: Option<i64>) -> bool {
         Server::model_ready(self, name, version)

@@ -541,7 +541,16 @@ async fn infer<B: Backend>(State(s): St<B>, m: ModelRef, headers: HeaderMap, bod
 /// An inference in five steps: read the request's encodings, read and decompress its body,
 /// decode it, run it, and encode the answer (compressed if the client accepts it).
 async fn infer_inner<B: Backend>(s: AppState<B>, m: ModelRef, headers: HeaderMap, body: Body) -> HttpResult {
-    if s.backend.model_decoupled(&m.name, m.version) {
+    // As Triton, which finds the model when it creates the request: an unknown model or version
+    // is the answer whatever the body holds.
+    let decoupled = match s.backend.model_decoupled(&m.name, m.version) {
+        Ok(decoupled) => decoupled,
+        Err(e) => {
+            drain(body).await;
+            return Err(e.into());
+        }
+    };
+    if decoupled {
         drain(body).await;
         // Triton's text and code (`src/http_server.cc`).
         let text = "HTTP end point doesn't support models with decoupled transaction policy";

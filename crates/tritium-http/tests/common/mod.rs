@@ -98,8 +98,8 @@ impl Backend for Mock {
             r#"{{"name":"{name}","platform":"","backend":"python","version_policy":{{"latest":{{"num_versions":1}}}},"max_batch_size":4,"input":[{{"name":"IN","data_type":"TYPE_FP32","format":"FORMAT_NONE","dims":["-1"],"is_shape_tensor":false,"allow_ragged_batch":false,"optional":false}}],"output":[{{"name":"OUT_IN","data_type":"TYPE_FP32","dims":["-1"],"label_filename":"","is_shape_tensor":false}}],"batch_input":[],"batch_output":[],"optimization":{{"priority":"PRIORITY_DEFAULT","input_pinned_memory":{{"enable":true}},"output_pinned_memory":{{"enable":true}}}},"dynamic_batching":{{}},"instance_group":[{{"name":"{name}_0","kind":"KIND_CPU","count":1,"gpus":[],"profile":[],"passive":false,"host_policy":""}}],"default_model_filename":"model.py","cc_model_filenames":{{}},"metric_tags":{{}},"parameters":{{}},"model_warmup":[]}}"#
         ))
     }
-    fn model_decoupled(&self, name: &str, _version: Option<i64>) -> bool {
-        name == "decoupled"
+    fn model_decoupled(&self, name: &str, _version: Option<i64>) -> Result<bool, InferError> {
+        Ok(name == "decoupled")
     }
     fn model_ready(&self, name: &str, _version: Option<i64>) -> bool {
         name != "missing"
