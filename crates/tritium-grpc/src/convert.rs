@@ -618,34 +618,37 @@ pub fn server_metadata_to_proto(m: ServerMetadata) -> ServerMetadataResponse {
     ServerMetadataResponse { name: m.name, version: m.version, extensions: m.extensions }
 }
 
-/// Checks `RepositoryModelLoad` parameters as Triton does: `config` must be a string and
-/// `file:<path>` keys bytes; any other key is refused. tritium loads models from the repository
-/// only, so an override it cannot apply is refused rather than ignored.
-pub fn load_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> Result<(), InferError> {
+/// Checks `RepositoryModelLoad` parameters as Triton does (`config` must be a string and
+/// `file:<path>` keys bytes; any other key is refused) and returns the `config` override (the
+/// model's config as JSON). File overrides are refused rather than ignored: tritium does not
+/// apply them yet.
+pub fn load_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> Result<Option<String>, InferError> {
     let mut entries: Vec<(&String, &ModelRepositoryParameter)> = params.iter().collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
-    let mut override_key = None;
+    let mut config = None;
+    let mut file_key = None;
     for (key, param) in entries {
         let choice = param.parameter_choice.as_ref();
         if key == "config" {
-            if !matches!(choice, Some(RepoParam::StringParam(_))) {
+            let Some(RepoParam::StringParam(text)) = choice else {
                 return Err(invalid(format!("invalid value type for load parameter '{key}', expected string_param.")));
-            }
+            };
+            config = Some(text.clone());
         } else if key.starts_with("file:") {
             if !matches!(choice, Some(RepoParam::BytesParam(_))) {
                 return Err(invalid(format!("invalid value type for load parameter '{key}', expected bytes_param.")));
             }
+            file_key.get_or_insert(key);
         } else {
             return Err(invalid(format!("unrecognized load parameter '{key}'.")));
         }
-        override_key.get_or_insert(key);
     }
-    if let Some(key) = override_key {
+    if let Some(key) = file_key {
         return Err(unsupported(format!(
-            "load parameter '{key}' is not supported by tritium yet: models load from the repository as they are there"
+            "load parameter '{key}' is not supported by tritium yet: put the model's files in the repository"
         )));
     }
-    Ok(())
+    Ok(config)
 }
 
 /// Reads `RepositoryModelUnload` parameters as Triton does: `unload_dependents` (a bool; whether

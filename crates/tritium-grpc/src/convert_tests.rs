@@ -702,7 +702,7 @@ fn repo_params(list: &[(&str, R)]) -> HashMap<String, ModelRepositoryParameter> 
 
 #[test]
 fn load_parameters_checked_as_triton() {
-    assert!(load_parameters(&HashMap::new()).is_ok());
+    assert_eq!(load_parameters(&HashMap::new()).ok(), Some(None));
     assert_invalid(load_parameters(&repo_params(&[("x", R::BoolParam(true))])), "unrecognized load parameter 'x'.");
     assert_invalid(
         load_parameters(&repo_params(&[("config", R::BytesParam(Bytes::new()))])),
@@ -712,7 +712,12 @@ fn load_parameters_checked_as_triton() {
         load_parameters(&repo_params(&[("file:1/model.py", R::StringParam("x".into()))])),
         "invalid value type for load parameter 'file:1/model.py', expected bytes_param.",
     );
-    let e = err_of(load_parameters(&repo_params(&[("config", R::StringParam("{}".into()))])));
+    let config = load_parameters(&repo_params(&[("config", R::StringParam("{}".into()))]));
+    assert_eq!(config.ok(), Some(Some("{}".to_string())));
+    let e = err_of(load_parameters(&repo_params(&[
+        ("config", R::StringParam("{}".into())),
+        ("file:1/model.py", R::BytesParam(Bytes::new())),
+    ])));
     assert_eq!(e.kind, ErrorKind::Unsupported);
     assert!(e.message.contains("not supported by tritium yet"), "{}", e.message);
 }

@@ -247,8 +247,11 @@ impl GrpcInferenceService for InferenceService {
         if !req.repository_name.is_empty() {
             return Err(repository_name_unsupported());
         }
-        convert::load_parameters(&req.parameters).map_err(to_status)?;
-        self.server.load_model(&req.model_name).await.map_err(to_status)?;
+        match convert::load_parameters(&req.parameters).map_err(to_status)? {
+            Some(config) => self.server.load_model_with_config(&req.model_name, &config).await,
+            None => self.server.load_model(&req.model_name).await,
+        }
+        .map_err(to_status)?;
         Ok(Response::new(RepositoryModelLoadResponse {}))
     }
 

@@ -89,6 +89,12 @@ pub trait Backend: Send + Sync + 'static {
     fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry>;
     /// Loads (or reloads) a model.
     fn load_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send;
+    /// Loads (or reloads) a model with `config` (JSON) instead of its config in the repository
+    /// (the `config` load parameter); refused unless implemented.
+    fn load_model_with_config(&self, name: &str, _config: &str) -> impl Future<Output = Result<(), InferError>> + Send {
+        let text = format!("loading '{name}' with a 'config' parameter is not supported by this server");
+        async move { Err(InferError::new(ErrorKind::Unsupported, text)) }
+    }
     /// Unloads a model.
     fn unload_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send;
     /// Unloads a model and, for an ensemble, the step models nothing else uses
@@ -176,6 +182,9 @@ impl Backend for Server {
     }
     fn load_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send {
         Server::load_model(self, name)
+    }
+    fn load_model_with_config(&self, name: &str, config: &str) -> impl Future<Output = Result<(), InferError>> + Send {
+        Server::load_model_with_config(self, name, config)
     }
     fn unload_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send {
         Server::unload_model(self, name)

@@ -486,30 +486,37 @@ async fn repository_control<B: Backend>(
     let request = optional_json(&body)?;
     let params = request.as_ref().and_then(|r| r.get("parameters")).and_then(Value::as_object);
     if action == "load" {
-        if let Some((key, value)) = params.into_iter().flatten().next() {
-            // Triton accepts only string parameters, 'config' and 'file:<path>'; tritium
-            // supports neither yet.
-            if !value.is_string() {
+        // Triton accepts only string parameters, 'config' (the model's config as JSON) and
+        // 'file:<path>' (a file of the model); tritium applies 'config' and not files yet.
+        let mut config = None;
+        for (key, value) in params.into_iter().flatten() {
+            let Some(value) = value.as_str() else {
                 return Err(HttpError::new(
                     StatusCode::BAD_REQUEST,
                     format!("load parameter '{key}' must be a string"),
                 ));
-            }
-            if key == "config" || key.starts_with("file:") {
+            };
+            if key == "config" {
+                config = Some(value.to_string());
+            } else if key.starts_with("file:") {
                 return Err(InferError::new(
                     ErrorKind::Unsupported,
                     format!(
-                        "loading a model with a '{key}' parameter is not supported by tritium yet: put the config and files in the model repository and load the model by name"
+                        "loading a model with a '{key}' parameter is not supported by tritium yet: put the files in the model repository and load the model by name"
                     ),
                 )
                 .into());
+            } else {
+                return Err(HttpError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("unknown load parameter '{key}': the defined ones are 'config' and 'file:<path>'"),
+                ));
             }
-            return Err(HttpError::new(
-                StatusCode::BAD_REQUEST,
-                format!("unknown load parameter '{key}': the defined ones are 'config' and 'file:<path>'"),
-            ));
         }
-        s.backend.load_model(&model).await?;
+        match config {
+            Some(config) => s.backend.load_model_with_config(&model, &config).await?,
+            None => s.backend.load_model(&model).await?,
+        }
     } else {
         let mut dependents = false;
         if let Some(v) = params.and_then(|p| p.get("unload_dependents")) {

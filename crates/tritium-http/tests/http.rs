@@ -198,8 +198,15 @@ async fn repository_extension() {
     assert_eq!(*mock.loads.lock().unwrap(), vec!["load a", "unload a", "load missing"]);
 
     let r = send(&app, Method::POST, "/v2/repository/models/a/load", &[], r#"{"parameters":{"config":"{}"}}"#).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(mock.loads.lock().unwrap().last().map(String::as_str), Some("load a with {}"));
+    let r =
+        send(&app, Method::POST, "/v2/repository/models/a/load", &[], r#"{"parameters":{"file:1/model.py":"eA=="}}"#)
+            .await;
     assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED);
     assert!(r.error().contains("not supported by tritium yet"));
+    let r = send(&app, Method::POST, "/v2/repository/models/a/load", &[], r#"{"parameters":{"config":1}}"#).await;
+    assert_eq!(r.error(), "load parameter 'config' must be a string");
     let r =
         send(&app, Method::POST, "/v2/repository/models/a/unload", &[], r#"{"parameters":{"unload_dependents":1}}"#)
             .await;

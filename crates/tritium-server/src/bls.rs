@@ -68,13 +68,21 @@ pub(crate) fn model_control(hook: &Hook, caller: &str, op: CallOp) -> Result<Cal
                      asks for it; load it from another model or with the repository API"
                 ));
             }
-            if !config.is_empty() || !files.is_empty() {
+            if !files.is_empty() {
                 return Err(format!(
-                    "load_model of '{name}' with a config or files override is not supported by tritium yet; \
-                     load the model from the repository as it is (config=\"\" and files=None)"
+                    "load_model of '{name}' with a files override is not supported by tritium yet; put the \
+                     model's files in the repository (files=None)"
                 ));
             }
-            let loaded = crate::off_runtime(|| runtime.block_on(server.load_model(&name)));
+            let loaded = crate::off_runtime(|| {
+                runtime.block_on(async {
+                    if config.is_empty() {
+                        server.load_model(&name).await
+                    } else {
+                        server.load_model_with_config(&name, &config).await
+                    }
+                })
+            });
             loaded.map(|()| CallResult::Done).map_err(|e| e.message)
         }
         CallOp::ModelUnload { name, unload_dependents } => {

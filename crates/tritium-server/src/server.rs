@@ -722,6 +722,16 @@ impl Server {
         self.load(name).await
     }
 
+    /// A client's load request with a `config` override (Triton's load parameter: the model's
+    /// config as JSON, used instead of its `config.pbtxt`; auto-complete and normalization apply
+    /// as to a config file). The override lasts until the model is loaded again without one.
+    /// Refused unless model control is explicit, as in Triton.
+    pub async fn load_model_with_config(&self, name: &str, config_json: &str) -> Result<(), InferError> {
+        self.check_control()?;
+        let config = parse_config_override(name, config_json)?;
+        self.load_with(name, Some(config)).await
+    }
+
     /// A client's unload request: refused unless model control is explicit, as in Triton.
     pub async fn unload_model(&self, name: &str) -> Result<(), InferError> {
         self.check_control()?;
@@ -773,6 +783,12 @@ impl Server {
 
     /// Loads (or reloads) a model. On reload the new versions are ready before the old ones drain.
     pub async fn load(&self, name: &str) -> Result<(), InferError> {
+        self.load_with(name, None).await
+    }
+
+    /// Loads (or reloads) a model, with its config from `config` instead of the repository when
+    /// it is given.
+    async fn load_with(&self, name: &str, config: Option<ModelConfig>) -> Result<(), InferError> {
         check_name(name).map_err(InferError::invalid)?;
         let print = fingerprint(&self.inner.opts.repository.join(name));
         {
@@ -798,7 +814,7 @@ impl Server {
             .spawn(move || {
                 let _ = tx.send(steps.and_then(|steps| {
                     let cache = inner.cache.get().cloned();
-                    load_versions(&inner.opts, inner.metrics.custom(), &inner.bls, cache, &model, steps)
+                    load_versions(&inner.opts, inner.metrics.custom(), &inner.bls, cache, &model, steps, config)
                 }));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
@@ -1192,9 +1208,10 @@ fn load_versions(
     cache: Option<Arc<ResponseCache>>,
     name: &str,
     steps: Option<ensemble::StepConfigs>,
+    config: Option<ModelConfig>,
 ) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
     let load_start = Instant::now();
-    let mut resolved = resolve(opts, name)?;
+    let mut resolved = resolve(opts, name, config)?;
     resolved.cache = model_cache(name, &resolved.config, cache);
     // Each version's load time is the shared preparation plus the start of its own instances.
     let prepared = load_start.elapsed();
@@ -1256,12 +1273,36 @@ fn dropped() -> InferError {
 }
 
 /// Step 1: the model's config (from `config.pbtxt`, auto-completed, normalized) and its versions.
-fn resolve(opts: &ServerOptions, name: &str) -> Result<Resolved, LoadError> {
+/// A load request's `config` parameter as a model config: Triton's JSON form of `ModelConfig`. A
+/// name other than the model's is refused (an empty one is the model's).
+fn parse_config_override(name: &str, json: &str) -> Result<ModelConfig, InferError> {
+    let mut config = tritium_config::from_json_str(json).map_err(|e| {
+        InferError::invalid(format!(
+            "failed to load '{name}': the 'config' parameter is not a model configuration in JSON: {e}"
+        ))
+    })?;
+    if config.name.is_empty() {
+        config.name = name.to_string();
+    } else if config.name != name {
+        return Err(InferError::invalid(format!(
+            "failed to load '{name}': the 'config' parameter names model '{}'; a config override must be the \
+             loaded model's own",
+            config.name
+        )));
+    }
+    Ok(config)
+}
+
+fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Result<Resolved, LoadError> {
     let dir = opts.repository.join(name);
     if !dir.is_dir() {
         return Err(LoadError::NoDirectory(dir.display().to_string()));
     }
-    let from_file = tritium_config::load_config_named(&dir, opts.config_name.as_deref())?;
+    // A load request's config override stands for the config file.
+    let from_file = match config {
+        Some(config) => Some(config),
+        None => tritium_config::load_config_named(&dir, opts.config_name.as_deref())?,
+    };
     let has_file = from_file.is_some();
     let mut config = from_file.unwrap_or_else(|| ModelConfig {
         name: name.to_string(),
@@ -1558,7 +1599,7 @@ mod tests {
         let repo = Repo::new("resolve");
         repo.model("m", BATCHED, &[1, 3]);
         std::fs::write(repo.0.join("m/labels.txt"), "a\nb\nc\nd\n").expect("labels");
-        let r = resolve(&repo.options(), "m").expect("resolve");
+        let r = resolve(&repo.options(), "m", None).expect("resolve");
         assert_eq!(r.versions, vec![3]);
         assert!(r.classes.batching);
         assert_eq!(r.classes.labels["OUT"], ["a", "b", "c", "d"]);
@@ -1578,50 +1619,50 @@ mod tests {
         let opts = repo.options();
         repo.model("llm", "backend: \"words\"", &[1]);
         let searched = repo.0.join("backends/words/model.py");
-        let e = resolve(&opts, "llm").err().expect("no such backend");
+        let e = resolve(&opts, "llm", None).err().expect("no such backend");
         assert!(matches!(e, LoadError::UnknownBackend { .. }), "{e}");
         assert!(e.to_string().starts_with("unable to find backend library for backend 'words'"), "{e}");
         assert!(e.to_string().contains(&format!("'{}'", searched.display())), "{e}");
         std::fs::create_dir_all(searched.parent().expect("parent")).expect("backend dir");
         std::fs::write(&searched, "").expect("model.py");
-        let r = resolve(&opts, "llm").expect("resolve");
+        let r = resolve(&opts, "llm", None).expect("resolve");
         assert_eq!(r.backend_model.as_deref(), Some(searched.as_path()));
         assert_eq!(r.config.backend, "words");
         repo.model("escape", "backend: \"../backends/words\"", &[1]);
-        assert!(matches!(resolve(&opts, "escape"), Err(LoadError::UnknownBackend { .. })));
+        assert!(matches!(resolve(&opts, "escape", None), Err(LoadError::UnknownBackend { .. })));
         repo.model("plain", "backend: \"python\"", &[1]);
-        assert!(resolve(&opts, "plain").expect("resolve").backend_model.is_none());
+        assert!(resolve(&opts, "plain", None).expect("resolve").backend_model.is_none());
     }
 
     #[test]
     fn resolve_errors_are_typed_with_their_texts() {
         let repo = Repo::new("errors");
         let opts = repo.options();
-        assert!(matches!(resolve(&opts, "absent"), Err(LoadError::NoDirectory(_))));
+        assert!(matches!(resolve(&opts, "absent", None), Err(LoadError::NoDirectory(_))));
         repo.model("nolabels", BATCHED, &[1]);
-        let e = resolve(&opts, "nolabels").err().expect("missing label file");
+        let e = resolve(&opts, "nolabels", None).err().expect("missing label file");
         assert!(matches!(e, LoadError::Labels(_)), "{e}");
         repo.model("noversions", "backend: \"python\"", &[]);
-        let e = resolve(&opts, "noversions").err().expect("no versions");
+        let e = resolve(&opts, "noversions", None).err().expect("no versions");
         assert!(matches!(e, LoadError::Config(_)), "{e}");
         assert!(e.to_string().starts_with("at least one version must be available"), "{e}");
         repo.model("decoupled", "backend: \"python\"\nmodel_transaction_policy { decoupled: true }", &[1]);
-        assert!(resolve(&opts, "decoupled").is_ok_and(|r| is_decoupled(&r.config)));
+        assert!(resolve(&opts, "decoupled", None).is_ok_and(|r| is_decoupled(&r.config)));
         repo.model(
             "badparam",
             "backend: \"python\"\nparameters { key: \"stub_restart_limit\" value: { string_value: \"x\" } }",
             &[1],
         );
-        let e = resolve(&opts, "badparam").err().expect("bad parameter");
+        let e = resolve(&opts, "badparam", None).err().expect("bad parameter");
         assert_eq!(e.to_string(), "parameter \"stub_restart_limit\" must be a whole number, got \"x\"");
         repo.model("badconfig", "max_batch_size: \"many\"", &[1]);
-        assert!(matches!(resolve(&opts, "badconfig"), Err(LoadError::Config(_))));
+        assert!(matches!(resolve(&opts, "badconfig", None), Err(LoadError::Config(_))));
         repo.model(
             "badpriority",
             "backend: \"python\"\nmax_batch_size: 4\ndynamic_batching { priority_levels: 2 }",
             &[1],
         );
-        let e = resolve(&opts, "badpriority").err().expect("bad priority level");
+        let e = resolve(&opts, "badpriority", None).err().expect("bad priority level");
         assert!(matches!(e, LoadError::Config(_)), "{e}");
         assert_eq!(e.to_string(), "default priority level must be in range [1, 2] for badpriority");
     }
@@ -1636,9 +1677,9 @@ mod tests {
             &[1],
         );
         let opts = ServerOptions { max_queue_size: 3, ..repo.options() };
-        let plain = resolve(&opts, "plain").expect("resolve");
+        let plain = resolve(&opts, "plain", None).expect("resolve");
         assert_eq!((plain.priorities.default_policy.max_queue_size, plain.priorities.levels), (3, 0));
-        let own = resolve(&opts, "own").expect("resolve");
+        let own = resolve(&opts, "own", None).expect("resolve");
         assert_eq!(own.priorities.default_policy.max_queue_size, 7);
     }
 

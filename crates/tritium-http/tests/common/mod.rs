@@ -130,6 +130,10 @@ impl Backend for Mock {
         }
         Ok(())
     }
+    async fn load_model_with_config(&self, name: &str, config: &str) -> Result<(), InferError> {
+        self.loads.lock().unwrap().push(format!("load {name} with {config}"));
+        Ok(())
+    }
     async fn unload_model(&self, name: &str) -> Result<(), InferError> {
         self.loads.lock().unwrap().push(format!("unload {name}"));
         Ok(())
