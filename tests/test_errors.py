@@ -95,6 +95,11 @@ def test_broken_models_are_reported_and_others_serve(server, client, protocol):
     assert init["state"] == "UNAVAILABLE"
     assert "RuntimeError: the weights file is missing" in init["reason"], init
     assert "model.py(3): initialize" in init["reason"], init
+    # As in Triton, the reason is the exception's rendering; its Python traceback is in the log.
+    assert "Traceback (most recent call last)" not in init["reason"], init
+    assert "stub.py" not in init["reason"], init
+    log = server.log_text()
+    assert "initialize failed" in log and "Traceback (most recent call last)" in log
     with pytest.raises(InferenceServerException) as info:
         c.infer("broken_init", add_sub_inputs(tc, names=("X",)))
     assert "broken_init" in info.value.message()

@@ -212,13 +212,11 @@ pub struct StubError {
     pub traceback: Option<String>,
 }
 
+/// The message alone, as Triton words the error for clients and the repository index (an
+/// exception's message already ends with its "At:" frames); the traceback is for the server's log.
 impl std::fmt::Display for StubError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)?;
-        if let Some(tb) = &self.traceback {
-            write!(f, "\n{}", tb.trim_end())?;
-        }
-        Ok(())
+        f.write_str(&self.message)
     }
 }
 

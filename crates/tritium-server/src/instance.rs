@@ -531,6 +531,9 @@ fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
         }
         Err(HostError::Model(e)) => {
             stub.kill();
+            if let Some(tb) = &e.traceback {
+                error!(model = %ctx.model, instance = %spec.name, "initialize failed: {}\n{}", e.message, tb.trim_end());
+            }
             Started::Failed(e.to_string())
         }
         Err(e) => {

@@ -12,7 +12,8 @@ use tracing::{error, info, warn};
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::model_instance_group::Kind;
 use tritium_config::ModelConfig;
-use tritium_host::{Stub, StubCommand};
+use tritium_host::{HostError, Stub, StubCommand};
+use tritium_ipc::StubError;
 
 use crate::cache::{ModelCache, ResponseCache};
 use crate::classify::{Classes, LabelError};
@@ -1120,7 +1121,12 @@ fn auto_complete(
     let json = tritium_config::to_json(config).to_string();
     let result = stub.auto_complete(&model_file.display().to_string(), &json, timeout);
     let _ = stub.finalize(Duration::from_secs(5));
-    let completed = result.map_err(|e| LoadError::AutoComplete(format!("auto_complete_config failed: {e}")))?;
+    let completed = result.map_err(|e| {
+        if let HostError::Model(StubError { message, traceback: Some(tb), .. }) = &e {
+            error!(model = %name, "auto_complete_config failed: {message}\n{}", tb.trim_end());
+        }
+        LoadError::AutoComplete(format!("auto_complete_config failed: {e}"))
+    })?;
     tritium_config::from_json_str(&completed)
         .map_err(|e| LoadError::AutoComplete(format!("auto_complete_config returned an invalid config: {e}")))
 }
