@@ -157,3 +157,54 @@ def test_bls_requests_are_reshaped_like_clients_ones(srv):
     assert "error" not in report, report
     assert report["seen"] == [[1, 2, 2], [1], [1, 5, 3, 1]]
     assert report["Y"] == [1, 4] and report["W"] == [1, 5, 3]
+
+
+STEP_CONFIG = """
+name: "ident22"
+backend: "python"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 2, 2 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 2, 2 ] } ]
+"""
+
+STEP = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() + 1)]
+            )
+            for r in requests
+        ]
+"""
+
+ENSEMBLE_CONFIG = """
+name: "ens_reshape"
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "E" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
+output [ { name: "F" data_type: TYPE_FP32 dims: [ 4 ] reshape: { shape: [ 2, 2 ] } } ]
+ensemble_scheduling { step [ {
+  model_name: "ident22" model_version: -1
+  input_map { key: "IN" value: "E" }
+  output_map { key: "OUT" value: "F" }
+} ] }
+"""
+
+
+def test_an_ensembles_own_reshape_applies_to_its_inputs_and_outputs(start):
+    write(start.repo, "ident22", STEP_CONFIG, STEP)
+    os.makedirs(os.path.join(start.repo, "ens_reshape", "1"))
+    with open(os.path.join(start.repo, "ens_reshape", "config.pbtxt"), "w") as f:
+        f.write(textwrap.dedent(ENSEMBLE_CONFIG))
+    srv = start(["ident22", "ens_reshape"])
+    client = httpclient.InferenceServerClient(srv.http_url)
+    e = httpclient.InferInput("E", [2, 4], "FP32")
+    data = np.arange(8, dtype=np.float32).reshape(2, 4)
+    e.set_data_from_numpy(data)
+    f = client.infer("ens_reshape", [e]).as_numpy("F")
+    assert f.shape == (2, 4)
+    np.testing.assert_array_equal(f, data + 1)

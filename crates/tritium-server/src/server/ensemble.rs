@@ -349,8 +349,9 @@ pub(super) fn start(
             instances: Mutex::new(Vec::new()),
             metrics: metrics.clone(),
             classes: r.classes.clone(),
-            // An ensemble's tensors go to its steps as the client sent them.
-            reshapes: Default::default(),
+            // The ensemble's own reshapes: its inputs go to the steps, and its outputs to the
+            // client, reshaped as a model's (Triton normalizes an ensemble's requests too).
+            reshapes: crate::reshape::Reshapes::new(&config),
             gpu_inputs: false,
             decoupled,
             bls: bls.clone(),
@@ -452,8 +453,10 @@ async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: 
     let mut tensors: HashMap<(String, u64), Option<InputTensor>> = HashMap::new();
     let mut updated: Vec<(String, u64)> = Vec::new();
     for input in &req.inputs {
-        tensors.insert((input.name.clone(), 0), Some(input.clone()));
+        let mut input = input.clone();
+        version.ctx.reshapes.input(&input.name, &mut input.shape);
         updated.push((input.name.clone(), 0));
+        tensors.insert((input.name.clone(), 0), Some(input));
     }
     for name in &plan.optional {
         if let std::collections::hash_map::Entry::Vacant(slot) = tensors.entry((name.clone(), 0)) {
@@ -526,12 +529,13 @@ async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: 
             answered.insert(gen);
             let mut outputs = Vec::new();
             for (t, o) in ready.into_iter().zip(&wanted) {
-                let output = OutputTensor {
+                let mut output = OutputTensor {
                     name: o.name.clone(),
                     datatype: t.datatype,
                     shape: t.shape.clone(),
                     data: Vec::from(t.data.clone()),
                 };
+                version.ctx.reshapes.output(&output.name, &mut output.shape);
                 match o.classification {
                     Some(k) => match version.ctx.classes.classify(&output, k) {
                         Ok(c) => outputs.push(c),
