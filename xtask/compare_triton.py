@@ -12,7 +12,16 @@ import numpy as np
 import tritonclient.grpc as g
 from tritonclient.utils import InferenceServerException
 
-MODELS = ["add_sub", "batched_scale", "stream_words", "sequence_accumulate", "ensemble_pipeline", "preprocess"]
+MODELS = [
+    "add_sub",
+    "batched_scale",
+    "stream_words",
+    "sequence_accumulate",
+    "ensemble_pipeline",
+    "preprocess",
+    "reshaped",
+    "misbehaving",
+]
 
 
 def http(url, method, path, body=None):
@@ -223,6 +232,21 @@ def main():
         ("GET", "/v2/models/stream_words", None),
         ("POST", "/v2/models/stream_words/generate", b'{"text":"a b c"}'),
         ("POST", "/v2/models/add_sub/generate", b'{"INPUT0":[1,2,3,4],"INPUT1":[1,1,1,1]}'),
+        (
+            "POST",
+            "/v2/models/reshaped/infer",
+            b'{"inputs":[{"name":"X","shape":[2,4],"datatype":"FP32","data":[0,1,2,3,4,5,6,7]},'
+            b'{"name":"S","shape":[2,1],"datatype":"INT32","data":[1,2]}]}',
+        ),
+        ("POST", "/v2/models/reshaped/infer", b'{"id":5,"inputs":[]}'),
+        ("POST", "/v2/models/reshaped/versions/3/infer", b'{"id":5,"inputs":[]}'),
+    ] + [
+        (
+            "POST",
+            "/v2/models/misbehaving/infer",
+            b'{"inputs":[{"name":"MODE","shape":[1],"datatype":"INT32","data":[%d]}]}' % mode,
+        )
+        for mode in range(5)
     ]
     for method, path, body in probes:
         ta = http(a.triton_http, method, path, body)

@@ -13,7 +13,7 @@ use crate::bench_serve::{free_ports, tritium_command, triton_command, triton_env
 use crate::{root, run, target_dir, venv_python};
 
 /// The models both servers load: (directory under the checkout, model).
-const MODELS: [(&str, &str); 10] = [
+const MODELS: [(&str, &str); 12] = [
     ("examples/models", "add_sub"),
     ("examples/models", "batched_scale"),
     ("examples/models", "stream_words"),
@@ -24,6 +24,9 @@ const MODELS: [(&str, &str); 10] = [
     ("tests/models", "echo"),
     ("tests/models", "broken_init"),
     ("tests/models", "broken_config"),
+    // Behaviour no example shows: config reshapes, and the ways an `execute` fails.
+    ("xtask/compare_models", "reshaped"),
+    ("xtask/compare_models", "misbehaving"),
 ];
 
 /// Runs the comparison; `setup()` and `build()` have run.
