@@ -213,10 +213,15 @@ pub struct StubError {
 }
 
 /// The message alone, as Triton words the error for clients and the repository index (an
-/// exception's message already ends with its "At:" frames); the traceback is for the server's log.
+/// exception's message already ends with its "At:" frames); the alternate form (`{:#}`), for the
+/// server's log, adds the Python traceback.
 impl std::fmt::Display for StubError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        f.write_str(&self.message)?;
+        match &self.traceback {
+            Some(tb) if f.alternate() => write!(f, "\n{}", tb.trim_end()),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -627,6 +632,15 @@ mod tests {
         assert_eq!(DataType::from_wire_name("STRING"), None);
         assert_eq!(DataType::Bytes.element_size(), None);
         assert_eq!(DataType::Bf16.element_size(), Some(2));
+    }
+
+    #[test]
+    fn a_stub_error_shows_its_traceback_only_in_the_alternate_form() {
+        let e = StubError { message: "ValueError: x".into(), code: 1, traceback: Some("Traceback ...\n".into()) };
+        assert_eq!(e.to_string(), "ValueError: x");
+        assert_eq!(format!("{e:#}"), "ValueError: x\nTraceback ...");
+        let bare = StubError { traceback: None, ..e };
+        assert_eq!(format!("{bare:#}"), "ValueError: x");
     }
 
     #[test]

@@ -531,8 +531,8 @@ fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
         }
         Err(HostError::Model(e)) => {
             stub.kill();
-            if let Some(tb) = &e.traceback {
-                error!(model = %ctx.model, instance = %spec.name, "initialize failed: {}\n{}", e.message, tb.trim_end());
+            if e.traceback.is_some() {
+                error!(model = %ctx.model, instance = %spec.name, "initialize failed: {e:#}");
             }
             Started::Failed(e.to_string())
         }
@@ -1306,8 +1306,8 @@ struct Stamps {
 /// exception's rendering ends with its "At:" frames). The Python traceback goes to the server
 /// log, at verbose level: a failing model would otherwise fill the log.
 fn client_text(ctx: &VersionContext, e: tritium_ipc::StubError) -> String {
-    if let Some(tb) = &e.traceback {
-        tracing::debug!(model = %ctx.model, version = ctx.version, "execute failed: {}\n{}", e.message, tb.trim_end());
+    if e.traceback.is_some() {
+        tracing::debug!(model = %ctx.model, version = ctx.version, "execute failed: {e:#}");
     }
     e.message
 }

@@ -1122,8 +1122,8 @@ fn auto_complete(
     let result = stub.auto_complete(&model_file.display().to_string(), &json, timeout);
     let _ = stub.finalize(Duration::from_secs(5));
     let completed = result.map_err(|e| {
-        if let HostError::Model(StubError { message, traceback: Some(tb), .. }) = &e {
-            error!(model = %name, "auto_complete_config failed: {message}\n{}", tb.trim_end());
+        if let HostError::Model(model_error @ StubError { traceback: Some(_), .. }) = &e {
+            error!(model = %name, "auto_complete_config failed: {model_error:#}");
         }
         LoadError::AutoComplete(format!("auto_complete_config failed: {e}"))
     })?;
@@ -1278,7 +1278,6 @@ fn dropped() -> InferError {
     InferError::internal("the model instance dropped the request without answering")
 }
 
-/// Step 1: the model's config (from `config.pbtxt`, auto-completed, normalized) and its versions.
 /// A load request's `config` parameter as a model config: Triton's JSON form of `ModelConfig`. A
 /// name other than the model's is refused (an empty one is the model's).
 fn parse_config_override(name: &str, json: &str) -> Result<ModelConfig, InferError> {
@@ -1299,6 +1298,8 @@ fn parse_config_override(name: &str, json: &str) -> Result<ModelConfig, InferErr
     Ok(config)
 }
 
+/// Step 1: the model's config (from `config.pbtxt`, or a load request's override; auto-completed,
+/// normalized) and its versions.
 fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Result<Resolved, LoadError> {
     let dir = opts.repository.join(name);
     if !dir.is_dir() {
