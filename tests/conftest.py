@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 import urllib.request
 
@@ -31,6 +32,7 @@ GOOD_MODELS = [
     "bls_add_sub",
     "tiny_llm",
     "sequence_accumulate",
+    "misbehaving",
 ]
 
 
@@ -67,6 +69,16 @@ def needs_gpu():
     if os.environ.get("TRITIUM_REQUIRE_GPU"):
         pytest.fail("TRITIUM_REQUIRE_GPU is set but the CUDA driver sees no device")
     pytest.skip("needs a CUDA GPU (run `cargo xtask gpu-check` on a machine with one)")
+
+
+def write_model(repo, name, config, model):
+    """Writes model `name` into repository `repo`: its config.pbtxt and version 1's model.py
+    (both dedented)."""
+    os.makedirs(os.path.join(repo, name, "1"))
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(textwrap.dedent(config))
+    with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
+        f.write(textwrap.dedent(model))
 
 
 def free_port():

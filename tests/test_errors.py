@@ -135,61 +135,24 @@ def test_malformed_http_bodies_get_400(server):
     assert server.proc.poll() is None
 
 
-MISBEHAVING = """
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        mode = int(pb_utils.get_input_tensor_by_name(requests[0], "MODE").as_numpy()[0])
-        if mode == 0:
-            raise ValueError("exploded")
-        if mode == 1:
-            return []
-        if mode == 2:
-            return ["not a response"]
-        if mode == 3:
-            return "not a list"
-        # A pb_utils call that raises: its frames inside pb_utils are not the model's.
-        return [pb_utils.InferenceResponse([pb_utils.Tensor("", np.zeros(1, np.int32))])]
-"""
-
-
-@pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_execute_failures_read_as_tritons(start, protocol):
+def test_execute_failures_read_as_tritons(server, client, protocol):
     """The texts a client gets when `execute` raises or returns the wrong thing are Triton's: an
     exception as "Type: message", then "At:" and the model's frames (none of tritium's, no Python
-    traceback), and the backend's own checks without a Python rendering."""
+    traceback), and the backend's own checks without a Python rendering (tests/models/misbehaving)."""
     import os
-    import textwrap
 
-    import tritonclient.grpc as grpcclient
-    import tritonclient.http as httpclient
-
-    os.makedirs(os.path.join(start.repo, "misbehaving", "1"))
-    with open(os.path.join(start.repo, "misbehaving", "config.pbtxt"), "w") as f:
-        f.write(
-            'name: "misbehaving"\nbackend: "python"\nmax_batch_size: 0\n'
-            'input [ { name: "MODE" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-            'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-        )
-    model_file = os.path.join(start.repo, "misbehaving", "1", "model.py")
-    with open(model_file, "w") as f:
-        f.write(textwrap.dedent(MISBEHAVING))
-    srv = start(["misbehaving"])
-    module = httpclient if protocol == "http" else grpcclient
-    client = module.InferenceServerClient(srv.http_url if protocol == "http" else srv.grpc_url)
+    tc, c = client
+    model_file = os.path.join(server.repository, "misbehaving", "1", "model.py")
 
     def failure(mode):
-        inp = module.InferInput("MODE", [1], "INT32")
+        inp = tc.InferInput("MODE", [1], "INT32")
         inp.set_data_from_numpy(np.array([mode], dtype=np.int32))
         with pytest.raises(InferenceServerException) as info:
-            client.infer("misbehaving", [inp])
+            c.infer("misbehaving", [inp])
         return info.value.message()
 
     prefix = "Failed to process the request(s) for model 'misbehaving_0', message: "
-    assert failure(0) == f"{prefix}ValueError: exploded\n\nAt:\n  {model_file}(10): execute\n"
+    assert failure(0) == f"{prefix}ValueError: exploded\n\nAt:\n  {model_file}(13): execute\n"
     assert failure(1) == (
         f"{prefix}Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
         "InferenceRequest(s) size is:1, and InferenceResponse(s) size is:0\n"
@@ -201,7 +164,9 @@ def test_execute_failures_read_as_tritons(start, protocol):
     assert failure(3) == f"{prefix}Expected a list in the execute return, found type '<class 'str'>'."
     text = failure(4)
     assert text.startswith(f"{prefix}TritonModelException: Tensor name cannot be an empty string.\n\nAt:\n"), text
-    assert text.endswith(f"  {model_file}(18): execute\n") and "tritium" not in text.replace(srv.repository, ""), text
+    assert text.endswith(f"  {model_file}(22): execute\n") and "tritium" not in text.replace(server.repository, ""), (
+        text
+    )
 
 
 def test_an_unknown_model_or_version_is_the_answer_whatever_the_body(server):

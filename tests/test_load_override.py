@@ -4,13 +4,12 @@ config until it is loaded again without one; bad overrides get clear errors and 
 as it was."""
 
 import json
-import os
-import textwrap
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from conftest import write_model
 from tritonclient.utils import InferenceServerException
 
 CONFIG = """
@@ -66,14 +65,6 @@ class TritonPythonModel:
 """
 
 
-def write(repo, name, config, model):
-    os.makedirs(os.path.join(repo, name, "1"))
-    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
-        f.write(textwrap.dedent(config))
-    with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
-        f.write(textwrap.dedent(model))
-
-
 def override(mode, count=1, name="tunable"):
     return json.dumps(
         {
@@ -97,8 +88,8 @@ def mode_of(client, module, batched):
 
 @pytest.fixture
 def srv(start):
-    write(start.repo, "tunable", CONFIG, MODEL)
-    write(start.repo, "loader", LOADER_CONFIG, LOADER)
+    write_model(start.repo, "tunable", CONFIG, MODEL)
+    write_model(start.repo, "loader", LOADER_CONFIG, LOADER)
     return start(["tunable", "loader"], ["--model-control-mode", "explicit", "--load-model", "*"])
 
 

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import textwrap
 import threading
 import time
 import urllib.request
@@ -17,6 +16,7 @@ import prometheus_client  # noqa: F401 - the models import it: missing, this fil
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from conftest import write_model
 
 CONFIG = """
 name: "promc"
@@ -76,14 +76,6 @@ class TritonPythonModel:
 """
 
 
-def write(repo, name, config, model):
-    os.makedirs(os.path.join(repo, name, "1"))
-    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
-        f.write(textwrap.dedent(config))
-    with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
-        f.write(textwrap.dedent(model))
-
-
 def metrics(server):
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=30) as r:
         return r.read().decode()
@@ -116,8 +108,8 @@ def infer(url, x):
 
 @pytest.fixture
 def srv(start):
-    write(start.repo, "promc", CONFIG, MODEL)
-    write(
+    write_model(start.repo, "promc", CONFIG, MODEL)
+    write_model(
         start.repo,
         "plain",
         """
@@ -129,7 +121,7 @@ def srv(start):
         PLAIN,
     )
     # What some guides show, which is not Triton's configuration: a load error pointing the way.
-    write(
+    write_model(
         start.repo,
         "guide_metrics",
         """

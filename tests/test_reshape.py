@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from conftest import write_model
 
 CONFIG = """
 name: "reshaped"
@@ -101,18 +102,10 @@ class TritonPythonModel:
 """
 
 
-def write(repo, name, config, model):
-    os.makedirs(os.path.join(repo, name, "1"))
-    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
-        f.write(textwrap.dedent(config))
-    with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
-        f.write(textwrap.dedent(model))
-
-
 @pytest.fixture
 def srv(start):
-    write(start.repo, "reshaped", CONFIG, MODEL)
-    write(start.repo, "reshape_caller", CALLER_CONFIG, CALLER)
+    write_model(start.repo, "reshaped", CONFIG, MODEL)
+    write_model(start.repo, "reshape_caller", CALLER_CONFIG, CALLER)
     return start(["reshaped", "reshape_caller"])
 
 
@@ -196,7 +189,7 @@ ensemble_scheduling { step [ {
 
 
 def test_an_ensembles_own_reshape_applies_to_its_inputs_and_outputs(start):
-    write(start.repo, "ident22", STEP_CONFIG, STEP)
+    write_model(start.repo, "ident22", STEP_CONFIG, STEP)
     os.makedirs(os.path.join(start.repo, "ens_reshape", "1"))
     with open(os.path.join(start.repo, "ens_reshape", "config.pbtxt"), "w") as f:
         f.write(textwrap.dedent(ENSEMBLE_CONFIG))

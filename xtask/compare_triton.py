@@ -246,7 +246,7 @@ def main():
             "/v2/models/misbehaving/infer",
             b'{"inputs":[{"name":"MODE","shape":[1],"datatype":"INT32","data":[%d]}]}' % mode,
         )
-        for mode in range(5)
+        for mode in range(6)
     ]
     for method, path, body in probes:
         ta = http(a.triton_http, method, path, body)

@@ -26,7 +26,7 @@ const MODELS: [(&str, &str); 12] = [
     ("tests/models", "broken_config"),
     // Behaviour no example shows: config reshapes, and the ways an `execute` fails.
     ("xtask/compare_models", "reshaped"),
-    ("xtask/compare_models", "misbehaving"),
+    ("tests/models", "misbehaving"),
 ];
 
 /// Runs the comparison; `setup()` and `build()` have run.
