@@ -1,10 +1,13 @@
 """tritonclient over HTTP and gRPC against a real tritium: every dtype, strings, batching,
 instance groups, auto-completed configs and large tensors."""
 
+import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from conftest import write_model
 from tritonclient.utils import InferenceServerException
 
 DTYPES = [
@@ -155,6 +158,61 @@ def test_metadata_and_config(client, protocol):
     assert [int(p) for p in config["dynamic_batching"]["preferred_batch_size"]] == [4, 8]
     assert c.is_server_live() and c.is_model_ready("add_sub")
     assert not c.is_model_ready("broken_init")
+
+
+def test_a_version_policy_serves_the_versions_it_names_and_metadata_says_which(start):
+    """Triton's answers, checked side by side with 2.51: metadata lists every loaded version, or
+    only the one in the path; a version the policy leaves out is unknown."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    model = """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                self.version = args["model_version"]
+
+            def execute(self, requests):
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("V", np.array([self.version], dtype=np.object_))])
+                        for _ in requests]
+        """
+    write_model(
+        start.repo,
+        "vers",
+        """
+        name: "vers"
+        backend: "python"
+        version_policy: { specific { versions: [ 1, 3 ] } }
+        input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "V" data_type: TYPE_STRING dims: [ 1 ] } ]
+        """,
+        model,
+    )
+    for v in ("2", "3"):
+        shutil.copytree(os.path.join(start.repo, "vers", "1"), os.path.join(start.repo, "vers", v))
+    srv = start(["vers"])
+    for tc, c in (
+        (httpclient, httpclient.InferenceServerClient(srv.http_url)),
+        (grpcclient, grpcclient.InferenceServerClient(srv.grpc_url)),
+    ):
+
+        def versions(c=c, **kw):
+            meta = c.get_model_metadata("vers", **kw)
+            return list(meta["versions"] if isinstance(meta, dict) else meta.versions)
+
+        assert versions() == ["1", "3"]
+        assert versions(model_version="1") == ["1"] and versions(model_version="3") == ["3"]
+        with pytest.raises(InferenceServerException, match="'vers' version 2 is not found"):
+            versions(model_version="2")
+        x = tc.InferInput("X", [1], "INT32")
+        x.set_data_from_numpy(np.array([1], np.int32))
+        assert c.infer("vers", [x]).as_numpy("V")[0] == b"3"
+        assert c.infer("vers", [x], model_version="1").as_numpy("V")[0] == b"1"
+        with pytest.raises(InferenceServerException, match="'vers' version 2 is not found"):
+            c.infer("vers", [x], model_version="2")
+        assert c.is_model_ready("vers", "1") and not c.is_model_ready("vers", "2")
 
 
 def test_classification_ranks_each_batch_entry_with_labels(client):

@@ -7,8 +7,8 @@
 //! `tritonserver` and its Python backend: the only Triton that installs from a package registry,
 //! without Docker). Both run for the whole benchmark, with their default flags.
 //!
-//! For each case (add_sub at concurrency 1, 2, 4, 8 and batched_scale at 16 and 64, over gRPC and
-//! HTTP) perf_analyzer measures the two servers in the order A B B A (which one is A alternates),
+//! For each case (add_sub at concurrency 1, 2, 4, 8, batched_scale at 16 and 64, and at 1 a copy
+//! of it whose batch delay is 100 us, over gRPC and HTTP) perf_analyzer measures the two servers in the order A B B A (which one is A alternates),
 //! and each server's two results are averaged, so that drift on a noisy machine hits both alike;
 //! only the ratios are meaningful, and only when nothing else runs (the load average is printed).
 //! Besides throughput and p50/p99 latency, each measurement reads the CPU time of the server
@@ -40,14 +40,32 @@ const PROTOCOLS: [&str; 2] = ["grpc", "http"];
 /// One model at some concurrencies; `shape` is perf_analyzer's `--shape` for variable dims.
 struct Case {
     model: &'static str,
+    /// The example it is a copy of, with its config's `max_queue_delay_microseconds` set to this
+    /// (and its name changed); `None`: the example `model` as it is.
+    variant_of: Option<(&'static str, u64)>,
     concurrencies: &'static [u32],
     shape: Option<&'static str>,
     /// The concurrencies at which the CPU target applies.
     cpu_target_at: &'static [u32],
 }
-const CASES: [Case; 2] = [
-    Case { model: "add_sub", concurrencies: &[1, 2, 4, 8], shape: None, cpu_target_at: &[1, 4] },
-    Case { model: "batched_scale", concurrencies: &[16, 64], shape: Some("INPUT:16"), cpu_target_at: &[] },
+const CASES: [Case; 3] = [
+    Case { model: "add_sub", variant_of: None, concurrencies: &[1, 2, 4, 8], shape: None, cpu_target_at: &[1, 4] },
+    Case {
+        model: "batched_scale",
+        variant_of: None,
+        concurrencies: &[16, 64],
+        shape: Some("INPUT:16"),
+        cpu_target_at: &[],
+    },
+    // A batch delay shorter than a millisecond (Triton's docs use 100 us), alone: each request
+    // waits the whole delay, so this shows how precisely the server keeps it.
+    Case {
+        model: "batched_scale_100us",
+        variant_of: Some(("batched_scale", 100)),
+        concurrencies: &[1],
+        shape: Some("INPUT:16"),
+        cpu_target_at: &[],
+    },
 ];
 const THROUGHPUT_TARGET: f64 = 2.0;
 const CPU_TARGET: f64 = 0.5;
@@ -72,7 +90,19 @@ pub(crate) fn bench_serve() -> Result<()> {
 
     let repo = TempDir::new("tritium-bench-serve")?;
     for case in &CASES {
-        copy_dir(&root.join("examples/models").join(case.model), &repo.0.join(case.model))?;
+        let dir = repo.0.join(case.model);
+        match case.variant_of {
+            None => copy_dir(&root.join("examples/models").join(case.model), &dir)?,
+            Some((example, delay_us)) => {
+                copy_dir(&root.join("examples/models").join(example), &dir)?;
+                let config = dir.join("config.pbtxt");
+                let text = std::fs::read_to_string(&config)?;
+                let delay = set_value(&text, "max_queue_delay_microseconds:", &format!(" {delay_us}"))
+                    .with_context(|| format!("{example}'s config sets no max_queue_delay_microseconds"))?;
+                let named = delay.replace(&format!("name: \"{example}\""), &format!("name: \"{}\"", case.model));
+                std::fs::write(&config, named)?;
+            }
+        }
     }
     let logs = target.join("bench-serve");
     std::fs::create_dir_all(&logs)?;
@@ -564,6 +594,14 @@ impl Drop for TempDir {
 }
 
 /// Copies a directory tree of plain files, skipping Python caches.
+/// `text` with the value after `key` (up to the end of its line) replaced by `value`; `None`
+/// when `key` is not there.
+fn set_value(text: &str, key: &str, value: &str) -> Option<String> {
+    let start = text.find(key)? + key.len();
+    let end = text[start..].find('\n').map_or(text.len(), |e| start + e);
+    Some(format!("{}{value}{}", &text[..start], &text[end..]))
+}
+
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
@@ -658,5 +696,16 @@ mod tests {
         let out = "*** Measurement Settings ***\n\nRequest concurrency: 2\n  Client: \n    Request count: 2046\n    Throughput: 340.967 infer/sec\n    p50 latency: 5432 usec\n    p90 latency: 6000 usec\n    p95 latency: 6100 usec\n    p99 latency: 7001 usec\n  Server: \n    Inference count: 2046\n";
         assert_eq!(parse_perf(out), Some((340.967, 5432, 7001)));
         assert!(parse_perf("no summary").is_none());
+    }
+
+    #[test]
+    fn sets_a_config_value_to_the_end_of_its_line() {
+        let config = "dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n";
+        assert_eq!(
+            set_value(config, "max_queue_delay_microseconds:", " 100").as_deref(),
+            Some("dynamic_batching {\n  max_queue_delay_microseconds: 100\n}\n")
+        );
+        assert_eq!(set_value("x: 1", "x:", " 2").as_deref(), Some("x: 2"));
+        assert!(set_value(config, "preferred_batch_size:", " 4").is_none());
     }
 }

@@ -542,11 +542,16 @@ impl Server {
         }
     }
 
-    /// A model's metadata.
+    /// A model's metadata: `versions` lists the loaded versions, or only the one asked for, as
+    /// Triton's does.
     pub fn model_metadata(&self, name: &str, version: Option<i64>) -> Result<ModelMetadata, InferError> {
         let v = self.route(name, version)?;
-        let versions =
-            self.models().get(name).map(|e| e.versions.keys().map(i64::to_string).collect()).unwrap_or_default();
+        let versions = match version {
+            Some(asked) => vec![asked.to_string()],
+            None => {
+                self.models().get(name).map(|e| e.versions.keys().map(i64::to_string).collect()).unwrap_or_default()
+            }
+        };
         let c = &v.config;
         let batch = c.max_batch_size > 0;
         let meta = |n: &str, t: i32, dims: &[i64]| TensorMetadata {

@@ -19,7 +19,7 @@
 //! channel, which rings it) and the queue's notification.
 
 use std::collections::{HashSet, VecDeque};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,8 +57,8 @@ pub(super) fn serve(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &
     let (c, i, s) = (ctx.clone(), instance.clone(), stub.clone());
     let task = runtime.spawn(
         async move {
-            let served = match Bell::new(&s) {
-                Ok(bell) => run(&c, &i, &s, &bell).await,
+            let served = match Bell::new(&s).and_then(|bell| Ok((bell, Timer::new()?))) {
+                Ok((bell, timer)) => run(&c, &i, &s, &bell, &timer).await,
                 Err(e) => {
                     let exit = off_runtime(|| s.kill());
                     Served::Died(format!("cannot wait for the stub on the runtime: {e}"), exit)
@@ -146,14 +146,21 @@ impl Drop for Armed<'_> {
 }
 
 /// The serve loop: what the worker thread's `serve_with` does for these models, on the runtime.
-async fn run(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell) -> Served {
+async fn run(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell, timer: &Timer) -> Served {
     let lane = ctx.queue.lane();
-    let served = serve_lane(ctx, instance, stub, bell, &lane).await;
+    let served = serve_lane(ctx, instance, stub, bell, timer, &lane).await;
     ctx.queue.forget_lane(&lane);
     served
 }
 
-async fn serve_lane(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell, lane: &Lane) -> Served {
+async fn serve_lane(
+    ctx: &VersionContext,
+    instance: &Instance,
+    stub: &Stub,
+    bell: &Bell,
+    timer: &Timer,
+    lane: &Lane,
+) -> Served {
     loop {
         if instance.died.load(Ordering::Acquire) {
             return off_runtime(|| died_idle(stub));
@@ -175,15 +182,84 @@ async fn serve_lane(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell
                 }
             }
             TryNext::Wait(until) => {
-                let limit = until.map_or(IDLE_POLL, |t| t.saturating_duration_since(Instant::now()).min(IDLE_POLL));
+                // A batch that gathers until `until` (its `max_queue_delay_microseconds`) is
+                // looked at again then, on the kernel's timer: tokio's ticks are 1 ms, which
+                // would make a 100 us delay 1-2 ms.
+                let gather = until.map(|t| t.saturating_duration_since(Instant::now()));
                 let idle = tokio::select! {
                     _ = lane.notify.notified() => Ok(()),
-                    rung = bell.wait(stub, limit) => idle_messages(stub, rung),
+                    rung = bell.wait(stub, IDLE_POLL) => idle_messages(stub, rung),
+                    () = timer.sleep(gather.unwrap_or_default()), if gather.is_some() => Ok(()),
                 };
                 if let Err(e) = idle {
                     let exit = off_runtime(|| stub.kill());
                     return Served::Died(e.to_string(), exit);
                 }
+            }
+        }
+    }
+}
+
+/// A one-shot timer with the kernel's precision (a timerfd polled by the runtime), for the
+/// batch delays of dynamic batching, which are often shorter than tokio's 1 ms timer tick.
+struct Timer {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl Timer {
+    fn new() -> std::io::Result<Self> {
+        // SAFETY: creates a new fd (or fails with -1); nothing else is touched.
+        let raw = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is the open fd just created, owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: the AsyncFd owns `fd`, which stays open on the same timerfd until it drops it.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(Self { fd })
+    }
+
+    /// Returns once `after` has passed. Arming it again (also after a sleep abandoned in a
+    /// `select!`) replaces the previous expiry and clears its count.
+    async fn sleep(&self, after: Duration) {
+        if after.is_zero() {
+            return;
+        }
+        let value = libc::timespec {
+            tv_sec: after.as_secs().try_into().unwrap_or(libc::time_t::MAX),
+            tv_nsec: after.subsec_nanos().into(),
+        };
+        let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let spec = libc::itimerspec { it_interval: zero, it_value: value };
+        // SAFETY: `spec` is a valid itimerspec and the fd is a timerfd this struct owns.
+        if unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } < 0 {
+            tokio::time::sleep(after).await;
+            return;
+        }
+        loop {
+            let Ok(mut ready) = self.fd.readable().await else {
+                tokio::time::sleep(after).await;
+                return;
+            };
+            let mut expirations = [0u8; 8];
+            // SAFETY: reads 8 bytes into a buffer of 8 from the timerfd this struct owns.
+            let read = ready.try_io(|fd| {
+                let n = unsafe { libc::read(fd.as_raw_fd(), expirations.as_mut_ptr().cast(), expirations.len()) };
+                if n < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            });
+            // `Err`: not yet (a readiness left from an earlier expiry), wait again.
+            if let Ok(result) = read {
+                if result.is_err() {
+                    // Not a timerfd read's failure in practice; never spin on one.
+                    tokio::time::sleep(after).await;
+                }
+                return;
             }
         }
     }
@@ -380,5 +456,31 @@ fn settled(stub: &Stub, e: HostError) -> HostError {
     match e {
         HostError::Exiting { .. } => off_runtime(|| stub.settle(e)),
         e => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime")
+    }
+
+    #[test]
+    fn the_timer_ends_its_sleeps_also_after_one_was_abandoned() {
+        runtime().block_on(async {
+            let timer = Timer::new().expect("a timerfd");
+            timer.sleep(Duration::from_micros(100)).await;
+            timer.sleep(Duration::ZERO).await;
+            // A sleep abandoned in a select! leaves the timer armed; the next one re-arms it.
+            tokio::select! {
+                () = timer.sleep(Duration::from_secs(3600)) => panic!("an hour passed"),
+                () = tokio::task::yield_now() => {}
+            }
+            let started = Instant::now();
+            timer.sleep(Duration::from_millis(2)).await;
+            assert!(started.elapsed() >= Duration::from_millis(2), "a sleep ends once its time has passed, not before");
+        });
     }
 }
