@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from conftest import ROOT, Server
+from conftest import ROOT, Server, write_model
 from tritonclient.utils import InferenceServerException
 
 
@@ -102,6 +102,54 @@ def test_custom_metrics_from_model_code(server):
     assert value(text, "metered_x_count", model="metered") >= 1
 
 
+def test_a_refused_metric_call_reads_as_tritons(start):
+    """The texts Triton 2.51 gives model code, checked side by side: the operation, the instance,
+    then the server's reason (whose first words are Triton's)."""
+    write_model(
+        start.repo,
+        "metric_errors",
+        """
+        backend: "python"
+        input [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]
+        output [ { name: "E" data_type: TYPE_STRING dims: [ -1 ] } ]
+        """,
+        """
+        import numpy as np
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def initialize(self, args):
+                self.family = pb_utils.MetricFamily(name="c_total", description="d", kind=pb_utils.MetricFamily.COUNTER)
+                self.hist = pb_utils.MetricFamily(name="h", description="d", kind=pb_utils.MetricFamily.HISTOGRAM)
+
+            def execute(self, requests):
+                calls = [
+                    lambda: self.family.Metric().set(1.0),
+                    lambda: self.hist.Metric(labels={}, buckets=[2.0, 1.0]),
+                    lambda: pb_utils.MetricFamily(name="bad name", description="", kind=pb_utils.MetricFamily.GAUGE),
+                ]
+                texts = []
+                for call in calls:
+                    try:
+                        call()
+                        texts.append("no error")
+                    except pb_utils.TritonModelException as e:
+                        texts.append(str(e))
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("E", np.array(texts, dtype=np.object_))])
+                        for _ in requests]
+        """,
+    )
+    srv = start(["metric_errors"])
+    c = httpclient.InferenceServerClient(srv.http_url)
+    x = httpclient.InferInput("X", [1], "FP32")
+    x.set_data_from_numpy(np.array([1.0], np.float32))
+    texts = [t.decode() for t in c.infer("metric_errors", [x]).as_numpy("E")]
+    via = "Failed to process the request for model 'metric_errors_0', message: "
+    assert texts[0] == f"Failed to set metric value: {via}TRITONSERVER_METRIC_KIND_COUNTER does not support Set"
+    assert texts[1].startswith(f"Error when creating Metric: {via}Bucket Boundaries must be strictly sorted")
+    assert texts[2].startswith(f"Error when creating MetricFamily: {via}Invalid metric name")
+
+
 def series_of(text, model):
     """The sample lines of /metrics that carry `model="<model>"`."""
     return [line for line in text.splitlines() if not line.startswith("#") and f'model="{model}"' in line]
@@ -143,6 +191,11 @@ def test_load_duration_and_series_vanish_after_unload(tmp_path):
         assert value(text, "nv_model_load_duration_secs", **labels) > 0
     finally:
         assert srv.stop() == 0, srv.log_text()
+    # Stubs of models that hold metric families exit by themselves once finalized: they once
+    # asked the server to drop the families after FinalizeDone, waited for a reply that never
+    # came, and were killed at the exit timeout (30 s each, at every unload and shutdown).
+    log = srv.log_text()
+    assert "exit timeout reached" not in log and "did not exit" not in log, log
 
 
 def test_summary_latencies_give_quantiles_and_counter_latencies_can_be_turned_off(tmp_path):

@@ -190,6 +190,8 @@ class FakeChannel:
 def channel(monkeypatch):
     fake = FakeChannel()
     monkeypatch.setattr(_runtime, "channel", fake)
+    # Outside a served instance (another test's stub may have set one).
+    monkeypatch.setattr(_runtime, "instance_name", "")
     yield fake
     gc.collect()
 
@@ -361,6 +363,28 @@ def test_metric_argument_checks_in_tritons_order(channel):
 
 
 # ---------------------------------------------------------------- server errors
+
+
+def test_in_a_stub_server_errors_name_the_instance_as_tritons_do(channel, monkeypatch):
+    """Triton 2.51's text, side by side: the operation's prefix, then the instance the call came
+    from, then the server's message; the stub's own checks name no instance."""
+    monkeypatch.setattr(_runtime, "instance_name", "custmetric_0")
+    with pytest.raises(TritonModelException) as info:
+        MetricFamily("bad-name", "d", MetricFamily.COUNTER)
+    assert str(info.value) == (
+        "Error when creating MetricFamily: Failed to process the request for model 'custmetric_0', "
+        "message: Invalid metric name 'bad-name': ..."
+    )
+    family = MetricFamily("c", "d", MetricFamily.COUNTER)
+    with pytest.raises(TritonModelException) as info:
+        family.Metric().set(1)
+    assert str(info.value) == (
+        "Failed to set metric value: Failed to process the request for model 'custmetric_0', "
+        "message: TRITONSERVER_METRIC_KIND_COUNTER does not support Set"
+    )
+    with pytest.raises(TritonModelException) as info:
+        MetricFamily("h", "d", MetricFamily.HISTOGRAM).Metric()
+    assert str(info.value) == "Failed to create metric. Missing required buckets."
 
 
 def test_server_errors_come_back_as_triton_model_exception_with_tritons_prefixes(channel):

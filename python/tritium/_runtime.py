@@ -5,6 +5,8 @@ import sys
 channel = None
 # Whether the model is decoupled (model_transaction_policy.decoupled), set at initialize.
 decoupled = False
+# The instance this stub serves (`args["model_instance_name"]`), set at initialize.
+instance_name = ""
 # The model's version directory (`pb_utils.get_model_dir()`), set at auto-complete and initialize.
 model_dir = None
 # The thread of the stub's asyncio event loop (`async def` methods), once started.

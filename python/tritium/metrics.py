@@ -73,6 +73,15 @@ def _message(error):
     return text if text else type(error).__name__
 
 
+def _server_message(error):
+    """The server's message as Triton's stub reports a failed metric call: behind the instance
+    it came from ("Failed to process the request for model 'm_0', message: ...")."""
+    instance = _runtime.instance_name
+    if not instance:
+        return _message(error)
+    return f"Failed to process the request for model '{instance}', message: {_message(error)}"
+
+
 def _incompatible(what, signature, args):
     """The TypeError pybind11 raises for arguments a binding does not accept."""
     return TypeError(
@@ -158,7 +167,7 @@ class Metric:
         try:
             return float(self._channel.metric_value(self._id))
         except Exception as error:
-            raise TritonModelException(_GET_VALUE + _message(error)) from None
+            raise TritonModelException(_GET_VALUE + _server_message(error)) from None
 
     def _operate(self, op, value):
         number = _as_double(value)
@@ -174,7 +183,7 @@ class Metric:
         try:
             self._channel.metric_op(self._id, op, number)
         except Exception as error:
-            raise TritonModelException(prefix + _message(error)) from None
+            raise TritonModelException(prefix + _server_message(error)) from None
 
     def _clear(self):
         """Releases the metric on the server, once; later operations raise."""
@@ -229,7 +238,7 @@ class MetricFamily:
         try:
             family_id = channel.metric_family_new(name_str, description_str, int(kind))
         except Exception as error:
-            raise TritonModelException(_CREATE_FAMILY + _message(error)) from None
+            raise TritonModelException(_CREATE_FAMILY + _server_message(error)) from None
         self._channel = channel
         self._id = family_id
 
@@ -277,7 +286,7 @@ class MetricFamily:
         try:
             metric_id = channel.metric_new(self._id, pairs, bucket_list)
         except Exception as error:
-            raise TritonModelException(_CREATE_METRIC + _message(error)) from None
+            raise TritonModelException(_CREATE_METRIC + _server_message(error)) from None
         metric = Metric._new(channel, metric_id)
         self._metrics.append(metric)
         return metric

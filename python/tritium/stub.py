@@ -234,6 +234,7 @@ class Stub:
             self.model_name = args.get("model_name", "")
             self.model_version = int(args.get("model_version", "-1") or -1)
             self.instance_name = args.get("model_instance_name", "")
+            _runtime.instance_name = self.instance_name
             _runtime.decoupled = _is_decoupled(args)
             # Triton's model directory: the version directory inside the model repository.
             repository = args.get("model_repository", "")
@@ -457,8 +458,13 @@ def main(argv=None):
     _runtime.channel = channel
     pylogging.install()
     promclient.serve(channel)
-    Stub(channel).run()
+    stub = Stub(channel)
+    stub.run()
+    # The channel is done before the model is released: objects that would tell the server they
+    # are gone (a MetricFamily) must not call it after FinalizeDone, when nobody answers (the
+    # stub would wait for a reply while the server waits for it to exit).
     _runtime.channel = None
+    del stub
 
 
 if __name__ == "__main__":

@@ -163,10 +163,10 @@ pub enum MetricError {
          Metric(labels, buckets=[0.1, 1.0, 10.0])"
     )]
     MissingBuckets,
-    /// The bucket bounds are not usable.
+    /// The bucket bounds are not usable (prometheus-cpp's text first).
     #[error(
-        "Invalid histogram buckets {buckets:?}: {reason}; give bucket upper bounds in strictly \
-         increasing order"
+        "Bucket Boundaries must be strictly sorted: {buckets:?}: {reason}; give bucket upper \
+         bounds in strictly increasing order"
     )]
     InvalidBuckets {
         /// The bounds that were given.
@@ -878,7 +878,7 @@ mod tests {
         ] {
             let error = r.metric(h, vec![], Some(buckets.clone())).unwrap_err();
             assert!(matches!(&error, MetricError::InvalidBuckets { reason: r, .. } if *r == reason), "{error}");
-            assert!(error.to_string().starts_with("Invalid histogram buckets"), "{error}");
+            assert!(error.to_string().starts_with("Bucket Boundaries must be strictly sorted"), "{error}");
         }
         // A last +Inf is implied and accepted.
         let m = r.metric(h, vec![], Some(vec![1.0, f64::INFINITY])).unwrap();
