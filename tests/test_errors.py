@@ -185,3 +185,44 @@ def test_an_unknown_model_or_version_is_the_answer_whatever_the_body(server):
                 urllib.request.urlopen(req, timeout=10)
             assert info.value.code == 404, path
             assert json.loads(info.value.read()) == {"error": expected}
+
+
+def test_stream_answers_say_they_are_final_and_failed_ones_name_their_model(server):
+    """Triton's stream handler, checked side by side with 2.51: every answer of a queued request
+    carries `triton_final_response` (also for a model that is not decoupled), a failed one also
+    the request's id, model and version; a request refused before it was queued has its id
+    alone."""
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+    from tritonclient.grpc import service_pb2_grpc as pbg
+
+    def tensor(name, datatype, values, field):
+        t = pb.ModelInferRequest.InferInputTensor(name=name, datatype=datatype, shape=[len(values)])
+        getattr(t.contents, field).extend(values)
+        return t
+
+    requests = [
+        pb.ModelInferRequest(
+            model_name="add_sub",
+            id="sum",
+            inputs=[tensor(n, "FP32", [1, 2, 3, 4], field="fp32_contents") for n in ("INPUT0", "INPUT1")],
+        ),
+        pb.ModelInferRequest(
+            model_name="misbehaving",
+            model_version="1",
+            id="raises",
+            inputs=[tensor("MODE", "INT32", [0], field="int_contents")],
+        ),
+        pb.ModelInferRequest(model_name="nope", id="unknown"),
+    ]
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        answers = list(pbg.GRPCInferenceServiceStub(channel).ModelStreamInfer(iter(requests), timeout=30))
+    ok, failed, refused = answers
+    assert not ok.error_message and ok.infer_response.id == "sum"
+    assert ok.infer_response.parameters["triton_final_response"].bool_param is True
+    assert "ValueError: exploded" in failed.error_message, failed
+    r = failed.infer_response
+    assert (r.id, r.model_name, r.model_version) == ("raises", "misbehaving", "1")
+    assert r.parameters["triton_final_response"].bool_param is True
+    assert refused.error_message == "Request for unknown model: 'nope' is not found"
+    assert refused.infer_response.id == "unknown" and not refused.infer_response.parameters

@@ -14,6 +14,11 @@
 //! in Triton. Bounded channels carry back-pressure from a slow client down to the reading of
 //! requests.
 //!
+//! Every answer of a queued request carries the `triton_final_response` bool parameter (true for
+//! a model that is not decoupled), and a failed one the request's id, model and version, as
+//! Triton's `StreamInferResponseComplete` writes them; an answer refused before queueing carries
+//! the request's id alone.
+//!
 //! A request to a decoupled model gets its responses as the model sends them, each with the
 //! `triton_final_response` bool parameter, written by a task of its own as they come (so
 //! responses of requests running together interleave, as in Triton's decoupled stream handler).
@@ -47,13 +52,20 @@ type Outcome = Result<ModelInferResponse, InferError>;
 enum Item {
     /// Settled when read. `queued` tells whether an error came from inference rather than
     /// from the checks before the request was queued.
-    Done { id: String, outcome: Outcome, queued: bool },
+    Done { who: Who, outcome: Outcome, queued: bool },
     /// Queued and running.
-    Running { id: String, task: Task },
+    Running { who: Who, task: Task },
     /// Queued on a decoupled model: its responses, as they come.
     Stream(DecoupledStream),
     /// The stream ends with this status after the answers before it.
     End(Status),
+}
+
+/// The request an answer is for, as the client named it (Triton's failed responses carry these).
+struct Who {
+    id: String,
+    model: String,
+    version: String,
 }
 
 /// A running request's task, aborted when dropped unawaited (the stream ended, its client went
@@ -140,9 +152,10 @@ async fn issue(
         .get("triton_enable_empty_final_response")
         .is_some_and(|p| matches!(p, InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) }));
     let (model, version) = (msg.model_name.clone(), msg.model_version.clone());
+    let who = Who { id: id.clone(), model: model.clone(), version: version.clone() };
     let mut decoded = match convert::decode_infer_request_with(msg, Some(server.shm())) {
         Ok(d) => d,
-        Err(e) => return Item::Done { id, outcome: Err(e), queued: false },
+        Err(e) => return Item::Done { who, outcome: Err(e), queued: false },
     };
     decoded.parameters.extend_from_slice(forwarded);
     // The stream's `traceparent` puts each of its requests in the caller's trace.
@@ -151,7 +164,7 @@ async fn issue(
         // Routed, validated and queued before the next request is read.
         return match server.infer_decoupled(decoded) {
             Ok(responses) => Item::Stream(DecoupledStream { id, model, version, empty_final, responses }),
-            Err(e) => Item::Done { id, outcome: Err(e), queued: false },
+            Err(e) => Item::Done { who, outcome: Err(e), queued: false },
         };
     }
     let mut infer = Box::pin(run(server.clone(), decoded));
@@ -160,9 +173,9 @@ async fn issue(
     match std::future::poll_fn(|cx| Poll::Ready(infer.as_mut().poll(cx))).await {
         Poll::Ready(outcome) => {
             let queued = outcome.as_ref().is_err_and(|e| !refused_before_queueing(e));
-            Item::Done { id, outcome, queued }
+            Item::Done { who, outcome, queued }
         }
-        Poll::Pending => Item::Running { id, task: Task(tokio::spawn(infer)) },
+        Poll::Pending => Item::Running { who, task: Task(tokio::spawn(infer)) },
     }
 }
 
@@ -180,9 +193,9 @@ async fn write(
     grpc_error_mode: bool,
 ) {
     while let Some(item) = items.recv().await {
-        let (id, outcome, queued) = match item {
-            Item::Done { id, outcome, queued } => (id, outcome, queued),
-            Item::Running { id, mut task } => {
+        let (who, outcome, queued) = match item {
+            Item::Done { who, outcome, queued } => (who, outcome, queued),
+            Item::Running { who, mut task } => {
                 let joined = tokio::select! {
                     joined = &mut task.0 => joined,
                     // The client went away: dropping the items (and `task`) cancels the requests.
@@ -190,7 +203,7 @@ async fn write(
                 };
                 let outcome =
                     joined.unwrap_or_else(|e| Err(InferError::internal(format!("the inference task failed: {e}"))));
-                (id, outcome, true)
+                (who, outcome, true)
             }
             Item::End(status) => {
                 let _ = out.send(Err(status)).await;
@@ -201,13 +214,19 @@ async fn write(
                 continue;
             }
         };
+        // As Triton's: every answer of a queued request says it is the final one, a failed one
+        // also which model it came from; a request refused before it was queued has its id alone.
         let answer = match outcome {
-            Ok(resp) => Ok(ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) }),
+            Ok(mut resp) => {
+                resp.parameters.extend(final_parameter(true));
+                Ok(ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) })
+            }
             Err(e) if grpc_error_mode && queued => {
                 let _ = out.send(Err(to_status(e))).await;
                 return;
             }
-            Err(e) => Ok(convert::stream_error(id, &e)),
+            Err(e) if queued => Ok(failed(who.id, &who.model, &who.version, &e, true)),
+            Err(e) => Ok(convert::stream_error(who.id, &e)),
         };
         if out.send(answer).await.is_err() {
             return;
@@ -253,7 +272,9 @@ async fn forward(
                 let _ = out.send(Err(to_status(e))).await;
                 return;
             }
-            Streamed::Response { result: Err(e), .. } => Ok(convert::stream_error(stream.id.clone(), &e)),
+            Streamed::Response { result: Err(e), last } => {
+                Ok(failed(stream.id.clone(), &stream.model, &stream.version, &e, last))
+            }
         };
         if out.send(answer).await.is_err() || last {
             return;
@@ -264,7 +285,19 @@ async fn forward(
     let _ = out.send(Ok(convert::stream_error(stream.id, &e))).await;
 }
 
-/// The `triton_final_response` parameter Triton puts on each response of a decoupled model.
+/// A failed response of a queued request, as Triton's stream handler writes it: the error, and
+/// the request's id, model and version (as the client named them) with `triton_final_response`.
+fn failed(id: String, model: &str, version: &str, e: &InferError, last: bool) -> ModelStreamInferResponse {
+    let mut answer = convert::stream_error(id, e);
+    if let Some(r) = answer.infer_response.as_mut() {
+        r.model_name = model.to_string();
+        r.model_version = version.to_string();
+        r.parameters = final_parameter(last);
+    }
+    answer
+}
+
+/// The `triton_final_response` parameter Triton puts on each response of a stream.
 fn final_parameter(last: bool) -> std::collections::HashMap<String, InferParameter> {
     [("triton_final_response".to_string(), InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(last)) })]
         .into_iter()

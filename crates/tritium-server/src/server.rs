@@ -173,9 +173,12 @@ pub fn parse_version(s: &str) -> Result<Option<i64>, InferError> {
     if s.is_empty() {
         return Ok(None);
     }
-    s.parse::<i64>()
-        .map(Some)
-        .map_err(|_| InferError::invalid(format!("invalid model version '{s}': versions are integers")))
+    s.parse::<i64>().map(Some).map_err(|_| {
+        InferError::invalid(format!(
+            "failed to get model version from specified version string '{s}': version should be an integral \
+                 value > 0"
+        ))
+    })
 }
 
 /// Refuses model names that could escape the repository.
