@@ -72,3 +72,26 @@ def test_perf_analyzer_runs_against_tritium(server, proto):
     assert server_side, text
     queue, infer = int(server_side.group(1)), int(server_side.group(2))
     assert queue > 0 and infer > 0, text
+
+
+@pytest.mark.parametrize(
+    "model,extra",
+    [
+        # Random INT32 inputs summed over sequences of 5 (the example once overflowed and failed).
+        ("sequence_accumulate", ["--sequence-length", "5", "--concurrency-range", "2"]),
+        ("stream_words", ["--streaming"]),
+        ("batched_scale", ["-b", "4", "--shape", "INPUT:16"]),
+    ],
+)
+def test_perf_analyzer_modes_run_without_errors(server, model, extra):
+    out = subprocess.run(
+        [perf_analyzer(), "-m", model, "-u", server.grpc_url, "-i", "grpc", "--measurement-interval", "500"]
+        + ["--stability-percentage", "1000", "--max-trials", "3", *extra],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 0 and "error" not in text.lower(), text
+    m = re.search(r"Throughput: ([0-9.]+) infer/sec", text)
+    assert m and float(m.group(1)) > 0, text

@@ -29,6 +29,10 @@ class TritonPythonModel:
                 if flag(request, "END"):
                     del self.sums[key]
             responses.append(
-                pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", np.array([[total]], dtype=np.int32))])
+                # INT32 arithmetic, as a model in another framework would do it: the sum wraps
+                # around instead of failing (numpy refuses a Python int out of INT32's range).
+                pb_utils.InferenceResponse(
+                    [pb_utils.Tensor("OUTPUT", np.array([[total]], dtype=np.int64).astype(np.int32))]
+                )
             )
         return responses
