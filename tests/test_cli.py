@@ -287,5 +287,11 @@ def test_load_and_unload_with_explicit_model_control(tmp_path):
 
         line = one_line_error(tritium("load", "no_such_model", url=url))
         assert line.startswith("tritium: load of no_such_model failed: "), line
+        # A model that does not exist leaves nothing behind, also after an unload of its name
+        # (it once appeared in the index as "unloaded").
+        # An unknown name is already unloaded: that succeeds, as in Triton.
+        assert ok(tritium("unload", "no_such_model", url=url)) == "unloaded no_such_model\n"
+        names = {m["name"] for m in json.loads(ok(tritium("models", "--json", url=url)))}
+        assert names == {"add_sub", "echo"}, names
     finally:
         assert srv.stop() == 0, srv.log_text()

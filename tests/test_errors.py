@@ -1,7 +1,11 @@
 """Bad input gets Triton's status codes and clear messages; broken models never stop good ones."""
 
+import json
+import urllib.request
+
 import numpy as np
 import pytest
+from conftest import write_model
 from tritonclient.utils import InferenceServerException
 
 
@@ -226,3 +230,25 @@ def test_stream_answers_say_they_are_final_and_failed_ones_name_their_model(serv
     assert r.parameters["triton_final_response"].bool_param is True
     assert refused.error_message == "Request for unknown model: 'nope' is not found"
     assert refused.infer_response.id == "unknown" and not refused.infer_response.parameters
+
+
+def test_a_model_file_that_does_not_import_is_reported_without_the_import_machinery(start):
+    """As Triton reports it: a syntax error is "SyntaxError: ..." alone, an import that fails
+    names model.py's frame; importlib's frames are not the model's."""
+    config = """
+        backend: "python"
+        input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "Y" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        """
+    write_model(start.repo, "unparsable", config, "class TritonPythonModel:\n    x = 1 +\n")
+    write_model(start.repo, "missing_dep", config, "import numpy\nimport tritium_no_such_package\n")
+    write_model(start.repo, "fine", config, "class TritonPythonModel:\n    pass\n")
+    srv = start(["fine"], ["--strict-readiness", "false"])
+    request = urllib.request.Request(f"http://{srv.http_url}/v2/repository/index", data=b"{}", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as r:
+        reasons = {m["name"]: m.get("reason", "") for m in json.load(r)}
+    assert reasons["unparsable"].startswith("SyntaxError: ") and "(model.py, line 2)" in reasons["unparsable"], reasons
+    assert "\nAt:" not in reasons["unparsable"], reasons
+    missing = reasons["missing_dep"]
+    assert missing.startswith("ModuleNotFoundError: No module named 'tritium_no_such_package'\n\nAt:\n"), missing
+    assert "model.py(2): <module>" in missing and "importlib" not in missing, missing

@@ -59,12 +59,21 @@ _RESCHEDULE_REFUSED = (
 # The tritium package: its frames (the stub calling model code, the pb_utils layer) are left out
 # of an exception's rendering, where Triton's C++ stub and pb_utils have none.
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_IMPORTLIB = importlib.__file__
+
+
+def _not_the_models(filename):
+    """Frames of tritium's own code and of the import machinery that loads model.py."""
+    return filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen importlib") or filename == _IMPORTLIB
 
 
 def _format_exception(exc):
     """Triton's (pybind's) rendering of a Python exception: "Type: message" then "At:" and the
-    frames of the code it came through, innermost first, without tritium's own."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_PACKAGE_DIR)]
+    frames of the code it came through, innermost first, without tritium's own or the import
+    machinery's; with no frame left (model.py does not parse), "Type: message" alone."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _not_the_models(f.filename)]
+    if not frames:
+        return f"{type(exc).__name__}: {exc}"
     lines = [f"{type(exc).__name__}: {exc}", "", "At:"]
     lines += [f"  {f.filename}({f.lineno}): {f.name}" for f in reversed(frames)]
     return "\n".join(lines) + "\n"

@@ -842,7 +842,11 @@ impl Server {
                 }
                 Err(e) => {
                     let reason = e.to_string();
-                    if entry.versions.is_empty() {
+                    if matches!(e, LoadError::NoDirectory(_)) && entry.versions.is_empty() {
+                        // No such model: nothing of it stays in the index (as in Triton), so
+                        // a later unload of the name does not make it appear either.
+                        models.remove(name);
+                    } else if entry.versions.is_empty() {
                         entry.state = State::Unavailable(reason.clone());
                     } else {
                         error!(model = %name, "reload failed, the previous versions keep serving: {reason}");
@@ -858,12 +862,13 @@ impl Server {
     }
 
     /// Unloads a model: new requests are refused, queued ones are served, then `finalize` runs.
+    /// A name the server does not know is already unloaded: that succeeds, as in Triton 2.51.
     pub async fn unload(&self, name: &str) -> Result<(), InferError> {
         check_name(name).map_err(InferError::invalid)?;
         let old = {
             let mut models = self.models_mut();
             let Some(entry) = models.get_mut(name) else {
-                return Err(InferError::not_found(format!("failed to unload '{name}', no version is available")));
+                return Ok(());
             };
             entry.wanted = false;
             entry.state = State::Unloading;
