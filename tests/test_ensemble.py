@@ -329,6 +329,33 @@ def test_a_diamond_joins_two_parallel_steps_and_honours_requested_outputs(srv, p
     assert only_y.as_numpy("P") is None
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_only_the_steps_the_requested_outputs_need_run_and_outputs_come_as_made(srv, protocol):
+    """Triton's answers, checked side by side with 2.51: a step nobody's output needs is not
+    executed, the outputs come in the order they were made (not the config's: Y, P), and the
+    response carries the request's sequence id and flags."""
+    module, client = dict(http=clients(srv)[0], grpc=clients(srv)[1])[protocol]
+
+    def executions():
+        return {
+            m: get(srv, f"/v2/models/{m}/stats")["model_stats"][0]["execution_count"]
+            for m in ("add_one", "double", "add")
+        }
+
+    before = executions()
+    only_p = client.infer("diamond", [x_input(module, X)], outputs=[module.InferRequestedOutput("P")])
+    np.testing.assert_array_equal(only_p.as_numpy("P"), X + 1)
+    assert executions() == dict(before, add_one=before["add_one"] + 1)
+
+    both = client.infer("diamond", [x_input(module, X)], sequence_id=7, sequence_start=True).get_response()
+    if protocol == "http":
+        assert [o["name"] for o in both["outputs"]] == ["P", "Y"]
+        assert both["parameters"] == {"sequence_id": 7, "sequence_start": True, "sequence_end": False}
+    else:
+        assert [o.name for o in both.outputs] == ["P", "Y"]
+        assert both.parameters["sequence_id"].int64_param == 7 and both.parameters["sequence_start"].bool_param
+
+
 def test_a_step_error_fails_the_request_with_the_ensemble_named(srv):
     for module, client in clients(srv):
         with pytest.raises(InferenceServerException) as e:

@@ -13,11 +13,13 @@
 //! outputs join that generation, except a decoupled step's: each of its responses opens a new
 //! generation, which drives the steps downstream of it again (Triton's iteration counts; the
 //! decoupled rule checked at load keeps every step's inputs in one generation). Steps go
-//! through [`Server::infer`] and [`Server::infer_decoupled`], so step models keep their own
+//! through [`Server::infer`] and [`Server::infer_decoupled`] (only the steps the requested outputs
+//! need run, as in Triton), so step models keep their own
 //! queues and statistics, and run concurrently where the graph allows. Tensors move between
 //! steps as `Bytes` clones, never copied. The ensemble answers once a generation holds all its
-//! requested outputs; a decoupled ensemble streams one response per such generation and a
-//! final flag at the end. A step's error ends the request with Triton's
+//! requested outputs (in the order they were made, with the request's sequence id and flags as
+//! parameters, as Triton answers); a decoupled ensemble streams one response per such generation
+//! and a final flag at the end. A step's error ends the request with Triton's
 //! `in ensemble '<name>', <the step's error>`.
 
 use std::collections::{HashMap, HashSet};
@@ -40,6 +42,24 @@ pub(super) struct Ensemble {
     consumers: HashMap<String, Vec<usize>>,
     /// The ensemble's optional inputs (absent ones still let their steps run).
     optional: Vec<String>,
+}
+
+impl Ensemble {
+    /// The steps the tensors `wanted` need, directly or through the steps before them: Triton
+    /// runs no other (a step whose outputs nobody asked for is not executed).
+    fn needed(&self, wanted: &[RequestedOutput]) -> Vec<bool> {
+        let mut needed = vec![false; self.steps.len()];
+        let mut tensors: Vec<&str> = wanted.iter().map(|o| o.name.as_str()).collect();
+        while let Some(tensor) = tensors.pop() {
+            for (i, step) in self.steps.iter().enumerate() {
+                if !needed[i] && step.outputs.values().any(|t| t == tensor) {
+                    needed[i] = true;
+                    tensors.extend(step.inputs.iter().map(|(_, t)| t.as_str()));
+                }
+            }
+        }
+        needed
+    }
 }
 
 struct Step {
@@ -450,6 +470,11 @@ async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: 
     let Some(plan) = version.ensemble.clone() else { return };
     let name = version.ctx.model.clone();
     let wanted: Vec<RequestedOutput> = checked.outputs;
+    let needed = plan.needed(&wanted);
+    // Each tensor of a generation with the order it was made in: the ensemble's outputs are
+    // answered in that order, as Triton's are (not in the config's).
+    let mut made = 0u64;
+    let mut order: HashMap<(String, u64), u64> = HashMap::new();
     let mut tensors: HashMap<(String, u64), Option<InputTensor>> = HashMap::new();
     let mut updated: Vec<(String, u64)> = Vec::new();
     for input in &req.inputs {
@@ -484,7 +509,8 @@ async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: 
             }
             for &s in plan.consumers.get(&tensor).map(Vec::as_slice).unwrap_or_default() {
                 let step = &plan.steps[s];
-                if fired.contains(&(s, gen))
+                if !needed[s]
+                    || fired.contains(&(s, gen))
                     || !step.inputs.iter().all(|(_, t)| tensors.contains_key(&(t.clone(), gen)))
                 {
                     continue;
@@ -527,8 +553,10 @@ async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: 
                 wanted.iter().map(|o| tensors.get(&(o.name.clone(), gen)).and_then(Option::as_ref)).collect();
             let Some(ready) = ready else { continue };
             answered.insert(gen);
+            let mut ready: Vec<(&InputTensor, &RequestedOutput)> = ready.into_iter().zip(&wanted).collect();
+            ready.sort_by_key(|(_, o)| order.get(&(o.name.clone(), gen)).copied().unwrap_or(0));
             let mut outputs = Vec::new();
-            for (t, o) in ready.into_iter().zip(&wanted) {
+            for (t, o) in ready {
                 let mut output = OutputTensor {
                     name: o.name.clone(),
                     datatype: t.datatype,
@@ -549,7 +577,7 @@ async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: 
                 version: version.ctx.version,
                 id: req.id.clone(),
                 outputs,
-                parameters: Vec::new(),
+                parameters: sequence_parameters(&req),
             };
             responses += 1;
             if !version.ctx.decoupled {
@@ -581,6 +609,8 @@ async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: 
                     let Some(tensor) = plan.steps[step].outputs.get(&out.name) else { continue };
                     let data = Bytes::from(out.data);
                     let input = InputTensor { name: tensor.clone(), datatype: out.datatype, shape: out.shape, data };
+                    made += 1;
+                    order.insert((tensor.clone(), gen), made);
                     tensors.insert((tensor.clone(), gen), Some(input));
                     updated.push((tensor.clone(), gen));
                 }
@@ -599,6 +629,21 @@ async fn run(server: Server, version: Arc<Version>, req: InferRequest, checked: 
     version.ctx.stats.success(checked.batch_size, start.elapsed(), Duration::ZERO, zero_times());
     version.ctx.stats.execution(checked.batch_size.max(1), zero_times());
     tx.send(Streamed::Final);
+}
+
+/// The parameters Triton puts on every response of an ensemble: the request's sequence id (0
+/// without one) and its sequence start and end flags.
+fn sequence_parameters(req: &InferRequest) -> Vec<(String, ParamValue)> {
+    let id = match &req.correlation_id {
+        CorrelationId::None => ParamValue::Int(0),
+        CorrelationId::U64(v) => i64::try_from(*v).map_or_else(|_| ParamValue::Str(v.to_string()), ParamValue::Int),
+        CorrelationId::Str(s) => ParamValue::Str(s.clone()),
+    };
+    vec![
+        ("sequence_id".to_string(), id),
+        ("sequence_start".to_string(), ParamValue::Bool(req.flags & crate::types::FLAG_SEQUENCE_START != 0)),
+        ("sequence_end".to_string(), ParamValue::Bool(req.flags & crate::types::FLAG_SEQUENCE_END != 0)),
+    ]
 }
 
 fn zero_times() -> ExecTimes {
