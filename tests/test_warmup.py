@@ -146,9 +146,16 @@ def test_a_failing_warmup_fails_the_load_with_its_reason_in_the_index(start):
     write_model(
         start.repo, "nofile", RECORDING, CONFIG.format(name="nofile", mbs=0, group="kind: KIND_CPU", extra=missing)
     )
+    # A sample without the model's input: refused before the model sees it, with Triton's text.
+    unnamed = failing.replace('key: "INPUT0"', 'key: "NOPE"').replace(
+        'input_data_file: "thirteen.bin"', "zero_data: true"
+    )
+    write_model(
+        start.repo, "unnamed", RECORDING, CONFIG.format(name="unnamed", mbs=0, group="kind: KIND_CPU", extra=unnamed)
+    )
     write_model(start.repo, "fine", RECORDING, CONFIG.format(name="fine", mbs=0, group="kind: KIND_CPU", extra=""))
     srv = start(["fine"])
-    entries = index(srv, settled=["cold", "nofile"])
+    entries = index(srv, settled=["cold", "nofile", "unnamed"])
     cold = entries["cold"]
     assert cold["state"] == "UNAVAILABLE"
     assert "failed to run warmup sample 'unlucky': " in cold["reason"]
@@ -157,6 +164,11 @@ def test_a_failing_warmup_fails_the_load_with_its_reason_in_the_index(start):
     assert entries["nofile"]["state"] == "UNAVAILABLE"
     assert "failed to open text file for read" in entries["nofile"]["reason"]
     assert "absent.bin" in entries["nofile"]["reason"]
+    assert entries["unnamed"]["reason"].startswith(
+        "[request id: <id_unknown>] expected 1 inputs but got 0 inputs for model 'unnamed'. Got input(s) [], but "
+        "missing required input(s) ['INPUT0']."
+    ), entries["unnamed"]
+    assert seen(srv.repository, "unnamed") == [], "the model never ran the sample"
 
 
 def test_kind_model_and_kind_cpu_with_host_policy_load_and_kind_gpu_is_refused(start):

@@ -41,7 +41,7 @@ pub(crate) fn dims(d: &[i64]) -> String {
     format!("[{}]", d.iter().map(i64::to_string).collect::<Vec<_>>().join(","))
 }
 
-fn quoted_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
+pub(crate) fn quoted_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
     format!("[{}]", names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(","))
 }
 

@@ -101,6 +101,7 @@ pub(crate) fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<Samp
             reshapes.input(name, &mut shape);
             inputs.push(WarmupInput { name: name.clone(), dtype, shape, data });
         }
+        check_required(config, &inputs)?;
         out.push(Sample {
             name: setting.name.clone(),
             count: setting.count.max(1),
@@ -112,6 +113,37 @@ pub(crate) fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<Samp
 }
 
 /// Random bytes (xorshift64*: warmup data needs no quality, only no dependency).
+/// A sample must give every required input of the model, as a request must: Triton refuses
+/// the model with its request validation's text (the sample's other inputs do not count).
+fn check_required(config: &ModelConfig, inputs: &[WarmupInput]) -> Result<(), String> {
+    let given: Vec<&str> =
+        inputs.iter().map(|i| i.name.as_str()).filter(|n| config.input.iter().any(|c| c.name == *n)).collect();
+    let required = config.input.iter().filter(|i| !i.optional).count();
+    let missing: Vec<&str> = config
+        .input
+        .iter()
+        .filter(|i| !i.optional && !given.contains(&i.name.as_str()))
+        .map(|i| i.name.as_str())
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let expected = if required == config.input.len() {
+        format!("expected {} inputs", config.input.len())
+    } else {
+        format!("expected number of inputs between {required} and {}", config.input.len())
+    };
+    Err(crate::validate::Reason::InputCount {
+        log: "[request id: <id_unknown>] ".to_string(),
+        expected,
+        got: given.len(),
+        model: config.name.clone(),
+        names: crate::validate::quoted_list(given.iter().copied()),
+        missing: crate::validate::quoted_list(missing.into_iter()),
+    }
+    .to_string())
+}
+
 fn random_bytes(len: usize, seed: &mut u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
@@ -255,7 +287,8 @@ mod tests {
                 inputs { key: "B" value: { data_type: TYPE_STRING dims: [ 3 ] random_data: true } } },
               { name: "skipped" batch_size: 0 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } } },
               { name: "file" batch_size: 1
-                inputs { key: "A" value: { data_type: TYPE_FP32 dims: [ 2 ] input_data_file: "in.bin" } } }
+                inputs { key: "A" value: { data_type: TYPE_FP32 dims: [ 2 ] input_data_file: "in.bin" } }
+                inputs { key: "B" value: { data_type: TYPE_STRING dims: [ 3 ] zero_data: true } } }
             ]"#,
         );
         let s = samples(&c, &dir).unwrap();
@@ -285,5 +318,14 @@ mod tests {
             model_warmup [ { name: "s" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [ 1 ] input_data_file: "nope.bin" } } } ]"#,
         );
         assert!(samples(&missing, &dir).unwrap_err().starts_with("failed to open text file for read "));
+        let unknown = config(
+            r#"name: "m" max_batch_size: 0 input [ { name: "A" data_type: TYPE_FP32 dims: [ 1 ] } ]
+            model_warmup [ { name: "s" batch_size: 1 inputs { key: "NOPE" value: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]"#,
+        );
+        assert_eq!(
+            samples(&unknown, &dir).unwrap_err(),
+            "[request id: <id_unknown>] expected 1 inputs but got 0 inputs for model 'm'. Got input(s) [], but \
+             missing required input(s) ['A']. Please provide all required input(s)."
+        );
     }
 }
