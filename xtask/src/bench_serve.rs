@@ -8,8 +8,9 @@
 //! without Docker). Both run for the whole benchmark, with their default flags.
 //!
 //! For each case (add_sub at concurrency 1, 2, 4, 8, batched_scale at 16 and 64, and at 1 a copy
-//! of it whose batch delay is 100 us, over gRPC and HTTP) perf_analyzer measures the two servers in the order A B B A (which one is A alternates),
-//! and each server's two results are averaged, so that drift on a noisy machine hits both alike;
+//! of it whose batch delay is 100 us, over gRPC and HTTP) perf_analyzer measures the two servers
+//! in the order A B B A (which one is A alternates), and each server's two results are averaged,
+//! so that drift on a noisy machine hits both alike;
 //! only the ratios are meaningful, and only when nothing else runs (the load average is printed).
 //! Besides throughput and p50/p99 latency, each measurement reads the CPU time of the server
 //! process and of its stub processes from /proc, divided by the requests the model served

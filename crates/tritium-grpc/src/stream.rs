@@ -61,11 +61,26 @@ enum Item {
     End(Status),
 }
 
-/// The request an answer is for, as the client named it (Triton's failed responses carry these).
+/// The request an answer is for, as the client named it (Triton's failed responses and empty
+/// final responses carry these).
 struct Who {
     id: String,
     model: String,
     version: String,
+}
+
+impl Who {
+    /// A response with no outputs for this request: its id, model and version, and
+    /// `triton_final_response`.
+    fn bare_response(&self, last: bool) -> ModelInferResponse {
+        ModelInferResponse {
+            model_name: self.model.clone(),
+            model_version: self.version.clone(),
+            id: self.id.clone(),
+            parameters: final_parameter(last),
+            ..Default::default()
+        }
+    }
 }
 
 /// A running request's task, aborted when dropped unawaited (the stream ended, its client went
@@ -80,11 +95,8 @@ impl Drop for Task {
 
 /// A decoupled request's responses and what writing them needs.
 struct DecoupledStream {
-    /// The request's id.
-    id: String,
-    /// The model and the version asked for, for a final flag without a response.
-    model: String,
-    version: String,
+    /// The request, for a final flag without a response and for errors.
+    who: Who,
     /// `triton_enable_empty_final_response`.
     empty_final: bool,
     responses: ResponseStream,
@@ -151,8 +163,7 @@ async fn issue(
         .parameters
         .get("triton_enable_empty_final_response")
         .is_some_and(|p| matches!(p, InferParameter { parameter_choice: Some(ParameterChoice::BoolParam(true)) }));
-    let (model, version) = (msg.model_name.clone(), msg.model_version.clone());
-    let who = Who { id: id.clone(), model: model.clone(), version: version.clone() };
+    let who = Who { id, model: msg.model_name.clone(), version: msg.model_version.clone() };
     let mut decoded = match convert::decode_infer_request_with(msg, Some(server.shm())) {
         Ok(d) => d,
         Err(e) => return Item::Done { who, outcome: Err(e), queued: false },
@@ -163,7 +174,7 @@ async fn issue(
     if server.is_decoupled(&decoded.model, decoded.version).unwrap_or(false) {
         // Routed, validated and queued before the next request is read.
         return match server.infer_decoupled(decoded) {
-            Ok(responses) => Item::Stream(DecoupledStream { id, model, version, empty_final, responses }),
+            Ok(responses) => Item::Stream(DecoupledStream { who, empty_final, responses }),
             Err(e) => Item::Done { who, outcome: Err(e), queued: false },
         };
     }
@@ -225,7 +236,7 @@ async fn write(
                 let _ = out.send(Err(to_status(e))).await;
                 return;
             }
-            Err(e) if queued => Ok(failed(who.id, &who.model, &who.version, &e, true)),
+            Err(e) if queued => Ok(failed(&who, &e, true)),
             Err(e) => Ok(convert::stream_error(who.id, &e)),
         };
         if out.send(answer).await.is_err() {
@@ -253,28 +264,20 @@ async fn forward(
             Streamed::Final if !stream.empty_final => return,
             Streamed::Final => Ok(ModelStreamInferResponse {
                 error_message: String::new(),
-                infer_response: Some(ModelInferResponse {
-                    model_name: stream.model.clone(),
-                    model_version: stream.version.clone(),
-                    id: stream.id.clone(),
-                    parameters: final_parameter(true),
-                    ..Default::default()
-                }),
+                infer_response: Some(stream.who.bare_response(true)),
             }),
             Streamed::Response { result: Ok(resp), last } => match convert::encode_infer_response(resp) {
                 Ok(mut resp) => {
                     resp.parameters.extend(final_parameter(last));
                     Ok(ModelStreamInferResponse { error_message: String::new(), infer_response: Some(resp) })
                 }
-                Err(e) => Ok(convert::stream_error(stream.id.clone(), &e)),
+                Err(e) => Ok(convert::stream_error(stream.who.id.clone(), &e)),
             },
             Streamed::Response { result: Err(e), .. } if grpc_error_mode => {
                 let _ = out.send(Err(to_status(e))).await;
                 return;
             }
-            Streamed::Response { result: Err(e), last } => {
-                Ok(failed(stream.id.clone(), &stream.model, &stream.version, &e, last))
-            }
+            Streamed::Response { result: Err(e), last } => Ok(failed(&stream.who, &e, last)),
         };
         if out.send(answer).await.is_err() || last {
             return;
@@ -282,19 +285,13 @@ async fn forward(
     }
     // The server never drops a stream without its final message; if it did, say so.
     let e = InferError::internal("the server dropped the request before its final response");
-    let _ = out.send(Ok(convert::stream_error(stream.id, &e))).await;
+    let _ = out.send(Ok(convert::stream_error(stream.who.id, &e))).await;
 }
 
 /// A failed response of a queued request, as Triton's stream handler writes it: the error, and
 /// the request's id, model and version (as the client named them) with `triton_final_response`.
-fn failed(id: String, model: &str, version: &str, e: &InferError, last: bool) -> ModelStreamInferResponse {
-    let mut answer = convert::stream_error(id, e);
-    if let Some(r) = answer.infer_response.as_mut() {
-        r.model_name = model.to_string();
-        r.model_version = version.to_string();
-        r.parameters = final_parameter(last);
-    }
-    answer
+fn failed(who: &Who, e: &InferError, last: bool) -> ModelStreamInferResponse {
+    ModelStreamInferResponse { error_message: e.message.clone(), infer_response: Some(who.bare_response(last)) }
 }
 
 /// The `triton_final_response` parameter Triton puts on each response of a stream.
@@ -313,7 +310,11 @@ mod tests {
         for m in messages {
             assert!(tx.send(m));
         }
-        DecoupledStream { id: "r".into(), model: "m".into(), version: String::new(), empty_final, responses }
+        DecoupledStream { who: who(), empty_final, responses }
+    }
+
+    fn who() -> Who {
+        Who { id: "r".into(), model: "m".into(), version: String::new() }
     }
 
     fn response(last: bool) -> Streamed {
@@ -359,8 +360,7 @@ mod tests {
         let (tx, responses) = tritium_server::response_stream();
         assert!(tx.send(response(false)));
         drop(tx);
-        let lost =
-            DecoupledStream { id: "r".into(), model: "m".into(), version: String::new(), empty_final: true, responses };
+        let lost = DecoupledStream { who: who(), empty_final: true, responses };
         assert_eq!(
             written(lost).await,
             [Ok(false), Err("the server dropped the request before its final response".to_string())]

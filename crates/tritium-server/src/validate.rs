@@ -41,7 +41,7 @@ pub(crate) fn dims(d: &[i64]) -> String {
     format!("[{}]", d.iter().map(i64::to_string).collect::<Vec<_>>().join(","))
 }
 
-pub(crate) fn quoted_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
+fn quoted_list<'a>(names: impl Iterator<Item = &'a str>) -> String {
     format!("[{}]", names.map(|n| format!("'{n}'")).collect::<Vec<_>>().join(","))
 }
 
@@ -256,23 +256,23 @@ fn check_input_names(cx: &Context<'_>, req: &InferRequest, config: &ModelConfig)
     if req.inputs.len() <= config.input.len() && req.inputs.len() >= required {
         return Ok(());
     }
-    let missing = quoted_list(
-        config.input.iter().filter(|i| !i.optional && !seen.contains(i.name.as_str())).map(|i| i.name.as_str()),
-    );
+    let given: Vec<&str> = req.inputs.iter().map(|i| i.name.as_str()).collect();
+    Err(input_count(cx.log(), cx.model(), config, &given).into())
+}
+
+/// Triton's text for inputs `given` (by name, in order) that are too few or too many for
+/// `config`: what it expects, what came and which required inputs are missing.
+pub(crate) fn input_count(log: String, model: String, config: &ModelConfig, given: &[&str]) -> Reason {
+    let required = config.input.iter().filter(|i| !i.optional).count();
     let expected = if required == config.input.len() {
         format!("expected {} inputs", config.input.len())
     } else {
         format!("expected number of inputs between {required} and {}", config.input.len())
     };
-    Err(Reason::InputCount {
-        log: cx.log(),
-        expected,
-        got: req.inputs.len(),
-        model: cx.model(),
-        names: quoted_list(req.inputs.iter().map(|i| i.name.as_str())),
-        missing,
-    }
-    .into())
+    let missing = quoted_list(
+        config.input.iter().filter(|i| !i.optional && !given.contains(&i.name.as_str())).map(|i| i.name.as_str()),
+    );
+    Reason::InputCount { log, expected, got: given.len(), model, names: quoted_list(given.iter().copied()), missing }
 }
 
 /// Step 3: every input is the model's, and for a batching model all share a first dimension

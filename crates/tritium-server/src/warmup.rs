@@ -112,38 +112,19 @@ pub(crate) fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<Samp
     Ok(out)
 }
 
-/// Random bytes (xorshift64*: warmup data needs no quality, only no dependency).
 /// A sample must give every required input of the model, as a request must: Triton refuses
 /// the model with its request validation's text (the sample's other inputs do not count).
 fn check_required(config: &ModelConfig, inputs: &[WarmupInput]) -> Result<(), String> {
     let given: Vec<&str> =
         inputs.iter().map(|i| i.name.as_str()).filter(|n| config.input.iter().any(|c| c.name == *n)).collect();
-    let required = config.input.iter().filter(|i| !i.optional).count();
-    let missing: Vec<&str> = config
-        .input
-        .iter()
-        .filter(|i| !i.optional && !given.contains(&i.name.as_str()))
-        .map(|i| i.name.as_str())
-        .collect();
-    if missing.is_empty() {
+    if config.input.iter().all(|i| i.optional || given.contains(&i.name.as_str())) {
         return Ok(());
     }
-    let expected = if required == config.input.len() {
-        format!("expected {} inputs", config.input.len())
-    } else {
-        format!("expected number of inputs between {required} and {}", config.input.len())
-    };
-    Err(crate::validate::Reason::InputCount {
-        log: "[request id: <id_unknown>] ".to_string(),
-        expected,
-        got: given.len(),
-        model: config.name.clone(),
-        names: crate::validate::quoted_list(given.iter().copied()),
-        missing: crate::validate::quoted_list(missing.into_iter()),
-    }
-    .to_string())
+    let log = "[request id: <id_unknown>] ".to_string();
+    Err(crate::validate::input_count(log, config.name.clone(), config, &given).to_string())
 }
 
+/// Random bytes (xorshift64*: warmup data needs no quality, only no dependency).
 fn random_bytes(len: usize, seed: &mut u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(len + 8);
     while out.len() < len {
