@@ -1,11 +1,9 @@
 """Bad input gets Triton's status codes and clear messages; broken models never stop good ones."""
 
-import json
-import urllib.request
-
 import numpy as np
 import pytest
 from conftest import write_model
+from test_warmup import index
 from tritonclient.utils import InferenceServerException
 
 
@@ -244,9 +242,8 @@ def test_a_model_file_that_does_not_import_is_reported_without_the_import_machin
     write_model(start.repo, "missing_dep", config, "import numpy\nimport tritium_no_such_package\n")
     write_model(start.repo, "fine", config, "class TritonPythonModel:\n    pass\n")
     srv = start(["fine"], ["--strict-readiness", "false"])
-    request = urllib.request.Request(f"http://{srv.http_url}/v2/repository/index", data=b"{}", method="POST")
-    with urllib.request.urlopen(request, timeout=30) as r:
-        reasons = {m["name"]: m.get("reason", "") for m in json.load(r)}
+    # The broken models may still be loading when "fine" is ready: read them once they settled.
+    reasons = {name: m.get("reason", "") for name, m in index(srv, settled=["unparsable", "missing_dep"]).items()}
     assert reasons["unparsable"].startswith("SyntaxError: ") and "(model.py, line 2)" in reasons["unparsable"], reasons
     assert "\nAt:" not in reasons["unparsable"], reasons
     missing = reasons["missing_dep"]
