@@ -25,16 +25,18 @@ def send_response(channel, request_id, requested, response, final, wake=True):
     outputs in `requested` (all when it is empty). `wake=False` leaves the server asleep until the
     next message that wakes it (the batch's `ExecuteDone`)."""
     error = None
-    if response.has_error():
-        err = response.error()
+    err = response._error
+    if err is not None:
         error = (err.message(), int(err.code()), None)
     outputs = []
-    for t in response.output_tensors():
-        if requested and t.name() not in requested:
+    for t in response._outputs:
+        name = t._name
+        if requested and name not in requested:
             continue
         wire, shape, data = t._wire_payload()
-        outputs.append((t.name(), wire, shape, data))
-    channel.send_response(request_id, outputs, error, list(response._parameters.items()), final, wake)
+        outputs.append((name, wire, shape, data))
+    parameters = response._parameters
+    channel.send_response(request_id, outputs, error, list(parameters.items()) if parameters else [], final, wake)
 
 
 def _on_event_loop():

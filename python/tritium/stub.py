@@ -325,22 +325,31 @@ class Stub:
 
     def execute(self, batch, wire_requests):
         """Runs `execute` on one batch: `wire_requests` is the `ExecuteMsg`'s list of `RequestMsg`."""
-        requests = [InferenceRequest._from_wire(w, self.model_name, self.model_version) for w in wire_requests]
+        from_wire, name, version = InferenceRequest._from_wire, self.model_name, self.model_version
+        requests = [from_wire(w, name, version) for w in wire_requests]
         # The message is still referenced by the caller: empty its list so that each input block
         # lives exactly as long as model code holds on to its tensor.
         wire_requests.clear()
-        _runtime.current_trace = next((c for c in (r._trace.get_context() for r in requests) if c), None)
+        # The first traced request's context (BLS calls made without `trace=` join its trace).
+        trace = None
+        for r in requests:
+            trace = r._trace._context
+            if trace:
+                break
+        _runtime.current_trace = trace or None
         try:
             if not hasattr(self.model, "execute"):
                 raise AttributeError("Python model does not implement `execute` method.")
             responses = self.model.execute(requests)
-            if _runtime.decoupled and asyncio.iscoroutine(responses):
-                # As Triton: not awaited; ExecuteDone goes now and the next batch may start.
-                self._run_in_background(responses, requests)
-                del requests, responses
-                self.channel.send_execute_done(batch)
-                return
-            responses = self._await(responses)
+            # A list (the usual answer) is no coroutine: the check is skipped for it.
+            if type(responses) is not list and asyncio.iscoroutine(responses):
+                if _runtime.decoupled:
+                    # As Triton: not awaited; ExecuteDone goes now and the next batch may start.
+                    self._run_in_background(responses, requests)
+                    del requests, responses
+                    self.channel.send_execute_done(batch)
+                    return
+                responses = self._await(responses)
             if _runtime.decoupled:
                 if responses is not None:
                     raise _BackendError(
@@ -372,7 +381,7 @@ class Stub:
         # The requests end here, after their responses (which need what the channel keeps per
         # request, such as the client regions their outputs go to): their cancellations are
         # forgotten.
-        _runtime.cancelled.difference_update(r._id for r in requests)
+        _runtime.cancelled.difference_update([r._id for r in requests])
         del requests, responses
         self.channel.send_execute_done(batch)
 

@@ -49,6 +49,9 @@ def _check_parameters(parameters):
 
 _GPU_AS_NUMPY = "Tensor is stored in GPU and cannot be converted to NumPy."
 
+# Builds the objects the stub hands to `execute` without running their __init__'s checks.
+_new_object = object.__new__
+
 
 def _check_preferred_memory(preferred_memory):
     from .bls import PreferredMemory  # bls imports this module
@@ -103,7 +106,15 @@ class Tensor:
             return cls(msg.name, deserialize_bytes_tensor(msg.array).reshape(msg.shape), wire, None)
         if wire == "BF16":
             return cls(msg.name, None, wire, msg.array)
-        return cls(msg.name, msg.array, wire, None)
+        # The hot path (every input of every request): the wire dtype is known, so nothing in
+        # __init__ needs checking.
+        t = _new_object(cls)
+        t._name = msg.name
+        t._array = msg.array
+        t._wire = wire
+        t._raw = None
+        t._gpu = None
+        return t
 
     def name(self):
         """The tensor's name."""
@@ -213,6 +224,10 @@ class InferenceTrace:
         return self._context or None
 
 
+# The trace of every untraced request handed to `execute` (it has no state to share).
+_NO_TRACE = InferenceTrace()
+
+
 class InferenceRequest:
     """One request of a batch handed to `execute`."""
 
@@ -271,7 +286,7 @@ class InferenceRequest:
     @classmethod
     def _from_wire(cls, msg, model_name, model_version):
         """A request handed to `execute`, from a native `RequestMsg`."""
-        req = cls.__new__(cls)
+        req = _new_object(cls)
         req._id = msg.id
         req._request_id = msg.request_id
         req._correlation_id = msg.correlation_id
@@ -284,7 +299,8 @@ class InferenceRequest:
         req._model_version = model_version
         req._state = _ResponseState(msg.id, req._requested, _runtime.decoupled)
         req._sender = None
-        req._trace = InferenceTrace(msg.trace or None)
+        trace = msg.trace
+        req._trace = InferenceTrace(trace) if trace else _NO_TRACE
         req._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         req._preferred_memory = None
         return req
