@@ -360,6 +360,10 @@ struct State {
     gathering: bool,
     /// Workers waiting for work (not gathering): while one is, nobody takes a batch ahead.
     idle_workers: usize,
+    /// Thread workers asleep on the queue's condvar (idle or gathering). std's `Condvar`
+    /// makes the futex system call on every notify, waiter or not, and workers on the async
+    /// runtime never sleep on it: the queue notifies it only while this is above zero.
+    sleepers: usize,
     /// Workers on the async runtime waiting for work, the longest idle first: a push wakes the
     /// first, so that idle instances take requests in turn.
     idle_lanes: VecDeque<Lane>,
@@ -441,6 +445,7 @@ impl Queue {
                 closed: false,
                 gathering: false,
                 idle_workers: 0,
+                sleepers: 0,
                 idle_lanes: VecDeque::new(),
             }),
             cv: Condvar::new(),
@@ -462,6 +467,23 @@ impl Queue {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A thread worker sleeps on the condvar for at most `timeout`, counted in `sleepers`.
+    fn sleep<'a>(&self, mut st: MutexGuard<'a, State>, timeout: Duration) -> MutexGuard<'a, State> {
+        st.sleepers += 1;
+        let mut st = self.cv.wait_timeout(st, timeout).unwrap_or_else(|p| p.into_inner()).0;
+        st.sleepers -= 1;
+        st
+    }
+
+    /// Releases the lock and wakes every thread worker asleep on the condvar, if any.
+    fn wake_sleepers(&self, st: MutexGuard<'_, State>) {
+        let sleepers = st.sleepers;
+        drop(st);
+        if sleepers > 0 {
+            self.cv.notify_all();
+        }
     }
 
     /// Queues a request at the level of its `priority`; returns its queue deadline, if it has
@@ -491,8 +513,11 @@ impl Queue {
         st.levels.entry(level).or_default().items.push_back(Queued { p, deadline });
         st.len += 1;
         let lane = st.idle_lanes.pop_front();
+        let sleepers = st.sleepers;
         drop(st);
-        self.cv.notify_one();
+        if sleepers > 0 {
+            self.cv.notify_one();
+        }
         if let Some(lane) = lane {
             lane.notify.notify_one();
         }
@@ -554,8 +579,7 @@ impl Queue {
         let mut st = self.lock();
         st.closed = true;
         st.wake_lanes();
-        drop(st);
-        self.cv.notify_all();
+        self.wake_sleepers(st);
         self.closing.notify_all();
     }
 
@@ -571,8 +595,7 @@ impl Queue {
             rest.extend(sequences.drain());
         }
         st.wake_lanes();
-        drop(st);
-        self.cv.notify_all();
+        self.wake_sleepers(st);
         self.closing.notify_all();
         rest
     }
@@ -591,7 +614,7 @@ impl Queue {
         }
         let st = self.lock();
         st.wake_lanes();
-        self.cv.notify_all();
+        self.wake_sleepers(st);
     }
 
     /// The next batch of instance `instance`: from its sequence slots for a sequence model,
@@ -648,7 +671,7 @@ impl Queue {
                 return Next::Idle;
             }
             st.idle_workers += 1;
-            st = self.cv.wait_timeout(st, idle_until - now).unwrap_or_else(|p| p.into_inner()).0;
+            st = self.sleep(st, idle_until - now);
             st.idle_workers -= 1;
         };
         let Some(b) = &self.batching else { return Next::Batch(vec![first]) };
@@ -673,13 +696,12 @@ impl Queue {
             if st.closed || b.ends_wait(size, st.front().is_some(), oldest, now) {
                 break;
             }
-            st = self.cv.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            st = self.sleep(st, deadline - now);
         }
         st.gathering = false;
         st.wake_lanes();
-        drop(st);
         // Another worker may start the next batch with what this one left behind.
-        self.cv.notify_all();
+        self.wake_sleepers(st);
         Next::Batch(batch)
     }
 
@@ -791,8 +813,7 @@ impl Queue {
             st.len += 1;
         }
         st.wake_lanes();
-        drop(st);
-        self.cv.notify_all();
+        self.wake_sleepers(st);
     }
 }
 
@@ -973,6 +994,34 @@ mod tests {
         assert_eq!(q.lock().idle_workers, 1);
         assert!(worker.join().expect("worker"), "no work came");
         assert_eq!(q.lock().idle_workers, 0);
+    }
+
+    #[test]
+    fn a_thread_worker_asleep_on_the_queue_is_counted_and_woken_by_a_push() {
+        let q = Arc::new(queue(Some(Batching {
+            max_batch_size: 2,
+            preferred: vec![],
+            max_delay: Duration::from_secs(30),
+        })));
+        // Without sleepers a push notifies no condvar (the runtime's lanes never sleep on it).
+        q.push(live_id("a")).expect("queued");
+        assert_eq!(q.lock().sleepers, 0);
+        let worker = {
+            let q = q.clone();
+            std::thread::spawn(move || {
+                q.next_batch().map(|b| ids(&b).into_iter().map(str::to_owned).collect::<Vec<_>>())
+            })
+        };
+        // The worker takes "a" and gathers, asleep until the batch fills.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while q.lock().sleepers == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(q.lock().sleepers, 1);
+        q.push(live_id("b")).expect("queued");
+        let taken = worker.join().expect("worker");
+        assert_eq!(taken.as_deref(), Some(&["a".to_owned(), "b".to_owned()][..]), "the push woke the gathering worker");
+        assert_eq!(q.lock().sleepers, 0);
     }
 
     fn batch_of(next: TryNext) -> Option<Vec<u64>> {

@@ -185,11 +185,12 @@ async fn serve_lane(
                 // A batch that gathers until `until` (its `max_queue_delay_microseconds`) is
                 // looked at again then, on the kernel's timer: tokio's ticks are 1 ms, which
                 // would make a 100 us delay 1-2 ms.
-                let gather = until.map(|t| t.saturating_duration_since(Instant::now()));
+                // Each request that joins the batch ends this wait with the same `until`: the
+                // timer stays armed for it rather than being armed again.
                 let idle = tokio::select! {
                     _ = lane.notify.notified() => Ok(()),
                     rung = bell.wait(stub, IDLE_POLL) => idle_messages(stub, rung),
-                    () = timer.sleep(gather.unwrap_or_default()), if gather.is_some() => Ok(()),
+                    () = timer.sleep_until(until.unwrap_or_else(Instant::now)), if until.is_some() => Ok(()),
                 };
                 if let Err(e) = idle {
                     let exit = off_runtime(|| stub.kill());
@@ -204,6 +205,8 @@ async fn serve_lane(
 /// batch delays of dynamic batching, which are often shorter than tokio's 1 ms timer tick.
 struct Timer {
     fd: AsyncFd<OwnedFd>,
+    /// The deadline the timerfd is armed for and has not yet been seen to pass.
+    armed: std::sync::Mutex<Option<Instant>>,
 }
 
 impl Timer {
@@ -218,15 +221,40 @@ impl Timer {
         // SAFETY: the AsyncFd owns `fd`, which stays open on the same timerfd until it drops it.
         let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
-        Ok(Self { fd })
+        Ok(Self { fd, armed: std::sync::Mutex::new(None) })
     }
 
-    /// Returns once `after` has passed. Arming it again (also after a sleep abandoned in a
-    /// `select!`) replaces the previous expiry and clears its count.
-    async fn sleep(&self, after: Duration) {
-        if after.is_zero() {
+    /// Returns once `deadline` has passed. A sleep until the deadline the timer is already armed
+    /// for (one abandoned in a `select!`) waits for that expiry without a system call; another
+    /// deadline arms it again, which replaces the previous expiry and clears its count.
+    async fn sleep_until(&self, deadline: Instant) {
+        let now = Instant::now();
+        if deadline <= now {
             return;
         }
+        let after = deadline - now;
+        let fell_back = {
+            let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+            if *armed == Some(deadline) {
+                false
+            } else if self.arm(after) {
+                *armed = Some(deadline);
+                false
+            } else {
+                *armed = None;
+                true
+            }
+        };
+        if fell_back {
+            tokio::time::sleep(after).await;
+            return;
+        }
+        self.expired().await;
+        *self.armed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Arms the timerfd to expire once, `after` from now; false if the kernel refused.
+    fn arm(&self, after: Duration) -> bool {
         let value = libc::timespec {
             tv_sec: after.as_secs().try_into().unwrap_or(libc::time_t::MAX),
             tv_nsec: after.subsec_nanos().into(),
@@ -234,13 +262,16 @@ impl Timer {
         let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         let spec = libc::itimerspec { it_interval: zero, it_value: value };
         // SAFETY: `spec` is a valid itimerspec and the fd is a timerfd this struct owns.
-        if unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } < 0 {
-            tokio::time::sleep(after).await;
-            return;
-        }
+        unsafe { libc::timerfd_settime(self.fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) == 0 }
+    }
+
+    /// Returns once the armed timerfd has expired (at once if it already has).
+    async fn expired(&self) {
         loop {
             let Ok(mut ready) = self.fd.readable().await else {
-                tokio::time::sleep(after).await;
+                // The runtime cannot poll the fd (not in practice): a short tokio sleep instead,
+                // never a spin; the caller looks at the queue again either way.
+                tokio::time::sleep(Duration::from_millis(1)).await;
                 return;
             };
             let mut expirations = [0u8; 8];
@@ -257,7 +288,7 @@ impl Timer {
             if let Ok(result) = read {
                 if result.is_err() {
                     // Not a timerfd read's failure in practice; never spin on one.
-                    tokio::time::sleep(after).await;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 return;
             }
@@ -471,16 +502,38 @@ mod tests {
     fn the_timer_ends_its_sleeps_also_after_one_was_abandoned() {
         runtime().block_on(async {
             let timer = Timer::new().expect("a timerfd");
-            timer.sleep(Duration::from_micros(100)).await;
-            timer.sleep(Duration::ZERO).await;
+            timer.sleep_until(Instant::now() + Duration::from_micros(100)).await;
+            timer.sleep_until(Instant::now()).await;
             // A sleep abandoned in a select! leaves the timer armed; the next one re-arms it.
             tokio::select! {
-                () = timer.sleep(Duration::from_secs(3600)) => panic!("an hour passed"),
+                () = timer.sleep_until(Instant::now() + Duration::from_secs(3600)) => panic!("an hour passed"),
                 () = tokio::task::yield_now() => {}
             }
             let started = Instant::now();
-            timer.sleep(Duration::from_millis(2)).await;
+            timer.sleep_until(started + Duration::from_millis(2)).await;
             assert!(started.elapsed() >= Duration::from_millis(2), "a sleep ends once its time has passed, not before");
+        });
+    }
+
+    #[test]
+    fn a_sleep_until_the_deadline_already_armed_waits_for_that_expiry() {
+        runtime().block_on(async {
+            let timer = Timer::new().expect("a timerfd");
+            let started = Instant::now();
+            let deadline = started + Duration::from_millis(3);
+            // Abandoned twice, as a gathering batch's wait is when requests join it.
+            for _ in 0..2 {
+                tokio::select! {
+                    () = timer.sleep_until(deadline) => panic!("the deadline passed at once"),
+                    () = tokio::task::yield_now() => {}
+                }
+            }
+            timer.sleep_until(deadline).await;
+            assert!(started.elapsed() >= Duration::from_millis(3), "the sleep ends at the armed deadline, not before");
+            // Once it has passed, a later deadline arms the timer again.
+            let again = Instant::now();
+            timer.sleep_until(again + Duration::from_millis(2)).await;
+            assert!(again.elapsed() >= Duration::from_millis(2), "a new deadline is armed");
         });
     }
 }
