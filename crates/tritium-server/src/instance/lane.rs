@@ -91,6 +91,10 @@ struct Bell {
     fd: AsyncFd<OwnedFd>,
     /// The eventfd itself, for resetting it.
     doorbell: Doorbell,
+    /// Ends waits that pass their limit. Not tokio's timer: registering a tokio timer that
+    /// expires sooner than the runtime's next wake-up makes the runtime wake itself (a write to
+    /// its eventfd and one more `epoll_wait`), which a timeout per wait did on every request.
+    watch: Timer,
 }
 
 impl Bell {
@@ -103,11 +107,14 @@ impl Bell {
         // until the AsyncFd drops it.
         let fd = unsafe { AsyncFd::register_with_interest(dup, tokio::io::Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
-        Ok(Self { fd, doorbell })
+        Ok(Self { fd, doorbell, watch: Timer::new()? })
     }
 
     /// Waits up to `limit` for the stub to send something (or for its channel to be
-    /// interrupted): true when there may be something to read, false when `limit` passed.
+    /// interrupted): true when there may be something to read, false when the wait's time
+    /// passed. That time is the watch timer's deadline when one within `limit` is armed already
+    /// (a wait may end sooner than `limit`, never later), so that waits in quick succession, one
+    /// or two per request, arm it once per slice rather than once each.
     async fn wait(&self, stub: &Stub, limit: Duration) -> bool {
         let Some(_armed) = Armed::arm(stub) else {
             // Something is there already; let the runtime's other tasks run first (a stub that
@@ -125,7 +132,12 @@ impl Bell {
                 }
             }
         };
-        tokio::time::timeout(limit, rung).await.is_ok()
+        let deadline = self.watch.armed_within(limit);
+        tokio::select! {
+            biased;
+            () = rung => true,
+            () = self.watch.sleep_until(deadline) => false,
+        }
     }
 }
 
@@ -251,6 +263,16 @@ impl Timer {
         }
         self.expired().await;
         *self.armed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// The deadline the timer is armed for if it is still ahead and at most `limit` away,
+    /// else `limit` from now.
+    fn armed_within(&self, limit: Duration) -> Instant {
+        let now = Instant::now();
+        match *self.armed.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(d) if d > now && d - now <= limit => d,
+            _ => now + limit,
+        }
     }
 
     /// Arms the timerfd to expire once, `after` from now; false if the kernel refused.
@@ -512,6 +534,23 @@ mod tests {
             let started = Instant::now();
             timer.sleep_until(started + Duration::from_millis(2)).await;
             assert!(started.elapsed() >= Duration::from_millis(2), "a sleep ends once its time has passed, not before");
+        });
+    }
+
+    #[test]
+    fn a_wait_takes_the_armed_deadline_only_when_it_is_within_its_limit() {
+        runtime().block_on(async {
+            let timer = Timer::new().expect("a timerfd");
+            let armed = Instant::now() + Duration::from_secs(30);
+            tokio::select! {
+                () = timer.sleep_until(armed) => panic!("the deadline passed at once"),
+                () = tokio::task::yield_now() => {}
+            }
+            assert_eq!(timer.armed_within(Duration::from_secs(60)), armed, "within the limit: the armed deadline");
+            let sooner = timer.armed_within(Duration::from_millis(5));
+            assert!(sooner < armed, "beyond the limit: the limit from now");
+            timer.sleep_until(sooner).await;
+            assert!(Instant::now() < armed, "the sooner deadline re-armed the timer");
         });
     }
 
