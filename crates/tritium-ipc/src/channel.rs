@@ -572,6 +572,11 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         lock(&self.rx).consumer.arm_doorbell()
     }
 
+    /// Whether a message (or the peer's close) is there to receive now, without taking it.
+    pub fn ready(&self) -> bool {
+        lock(&self.rx).consumer.ready()
+    }
+
     /// Withdraws [`Channel::arm_doorbell`]'s request once the receiver is awake.
     pub fn disarm_doorbell(&self) {
         lock(&self.rx).consumer.disarm_doorbell()

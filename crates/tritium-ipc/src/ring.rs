@@ -477,6 +477,12 @@ impl Consumer {
         self.read(buf).map(Some)
     }
 
+    /// Whether a message or the close is there to receive now (no wait, no spin).
+    pub fn ready(&self) -> bool {
+        let h = self.ring.header();
+        h.head.load(Ordering::Acquire) != self.tail || h.closed.load(Ordering::Acquire) != 0
+    }
+
     /// Asks the producer to ring its doorbell (not the futex) when it next publishes or closes,
     /// for a consumer about to wait on the doorbell's eventfd. False, with the request withdrawn,
     /// when a message or the close is already there: receive instead of waiting.

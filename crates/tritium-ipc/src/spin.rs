@@ -130,6 +130,23 @@ fn pin_to(cpu: usize) {
     }
 }
 
+/// The longest a runtime worker about to park spins for a stub's answer
+/// ([`runtime_budget_for`]).
+pub const RUNTIME_SPIN_MAX: Duration = Duration::from_micros(100);
+
+/// How long a runtime worker about to park spins for the stub executing a batch: the measured
+/// wake-up cost itself (ski rental), at most [`RUNTIME_SPIN_MAX`], where it is at least
+/// [`SPIN_THRESHOLD`]; none below. Unlike the stub's wait for its next request (unbounded: it
+/// depends on the client), this wait is the model's execute, which for small models takes less
+/// than a wake-up: so spinning as long as a sleep would cost catches it.
+pub fn runtime_budget_for(wake_cost: Duration) -> Duration {
+    if wake_cost >= SPIN_THRESHOLD {
+        wake_cost.min(RUNTIME_SPIN_MAX)
+    } else {
+        Duration::ZERO
+    }
+}
+
 /// The spin budget for a measured wake-up cost: [`SPIN_BUDGET`] from [`SPIN_THRESHOLD`] on,
 /// none below.
 pub fn budget_for(wake_cost: Duration) -> Duration {
@@ -143,6 +160,13 @@ pub fn budget_for(wake_cost: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_runtime_spins_as_long_as_a_wake_up_costs_and_never_long() {
+        assert_eq!(runtime_budget_for(Duration::from_micros(5)), Duration::ZERO);
+        assert_eq!(runtime_budget_for(Duration::from_micros(45)), Duration::from_micros(45));
+        assert_eq!(runtime_budget_for(Duration::from_millis(3)), RUNTIME_SPIN_MAX);
+    }
 
     #[test]
     fn waiters_spin_only_where_a_wake_up_is_dear() {

@@ -37,6 +37,8 @@ use crate::validate;
 
 mod lane;
 
+pub use lane::park_spin;
+
 /// Supervision limits: server-wide flags, overridable per model in `parameters`.
 #[derive(Debug, Clone)]
 pub struct Supervision {

@@ -26,7 +26,8 @@ mod warmup;
 pub use cache::CacheUsage;
 pub use envs::EnvOptions;
 pub use instance::{
-    Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES, DEFAULT_MAX_REQUEST_METADATA_BYTES,
+    park_spin, Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES,
+    DEFAULT_MAX_REQUEST_METADATA_BYTES,
 };
 pub use scrape::STUB_METRICS_TIMEOUT;
 pub use server::{parse_version, InferFuture, Server, ServerOptions, TraceSettingsView};

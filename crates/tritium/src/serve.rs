@@ -126,6 +126,13 @@ pub(crate) struct ServeArgs {
     /// spins).
     #[arg(long, env = "TRITIUM_STUB_SPIN_US", default_value = "auto", value_parser = parse_spin, help_heading = TRITIUM_OWN)]
     stub_spin_us: Spin,
+    /// Longest busy-poll, in microseconds, of an async runtime thread about to sleep while a
+    /// stub executes a batch for it, counted from the batch's start; `auto` (the default) takes
+    /// the wake-up cost measured at start-up (at most 100 us) where it is 20 us or more, and 0
+    /// (never) where it is less. A batch that ends within it is answered without the runtime
+    /// thread sleeping and being woken; a longer one is slept through.
+    #[arg(long, env = "TRITIUM_RUNTIME_SPIN_US", default_value = "auto", value_parser = parse_spin, help_heading = TRITIUM_OWN)]
+    runtime_spin_us: Spin,
     /// Threads of the async runtime that runs the HTTP, gRPC, OpenAI and metrics frontends; by
     /// default half the CPUs this process may use (at least one), leaving the rest to the model
     /// stubs: a request handed between two runtime threads costs a cross-CPU wake-up, so fewer
@@ -289,13 +296,16 @@ fn parse_spin(s: &str) -> Result<Spin, String> {
         .map_err(|_| format!("'{s}' is neither `auto` nor a number of microseconds (0 never spins)"))
 }
 
-/// The spin budget in microseconds: `auto` measures what waking a sleeping thread costs here
-/// (`tritium_host::spin`: the median of 30 wake-ups, each after 2 ms of idleness, about 70 ms).
-fn spin_budget(spin: Spin) -> u32 {
-    match spin {
-        Spin::Micros(us) => us,
-        Spin::Auto => {
-            let cost = tritium_host::spin::wake_cost(30, Duration::from_millis(2));
+/// The stub's and the runtime's spin budgets in microseconds: `auto` measures, once, what waking
+/// a sleeping thread costs here (`tritium_host::spin`: the median of 30 wake-ups, each after 2 ms
+/// of idleness, about 70 ms).
+fn spin_budgets(stub: Spin, runtime: Spin) -> (u32, u32) {
+    let cost = (stub == Spin::Auto || runtime == Spin::Auto)
+        .then(|| tritium_host::spin::wake_cost(30, Duration::from_millis(2)));
+    let stub = match (stub, cost) {
+        (Spin::Micros(us), _) => us,
+        (Spin::Auto, None) => 0,
+        (Spin::Auto, Some(cost)) => {
             let budget = tritium_host::spin::budget_for(cost);
             info!(
                 wake_cost_us = cost.as_micros() as u64,
@@ -306,9 +316,27 @@ fn spin_budget(spin: Spin) -> u32 {
                 tritium_host::spin::SPIN_THRESHOLD.as_micros(),
                 if budget.is_zero() { "never".to_string() } else { format!("up to {} us", budget.as_micros()) }
             );
-            budget.as_micros() as u32
+            micros(budget)
         }
-    }
+    };
+    let runtime = match (runtime, cost) {
+        (Spin::Micros(us), _) => us,
+        (Spin::Auto, None) => 0,
+        (Spin::Auto, Some(cost)) => {
+            let budget = tritium_host::spin::runtime_budget_for(cost);
+            info!(
+                runtime_spin_us = budget.as_micros() as u64,
+                "an async runtime thread spins {} for a stub executing a batch before it sleeps (--runtime-spin-us auto)",
+                if budget.is_zero() { "never".to_string() } else { format!("up to {} us", budget.as_micros()) }
+            );
+            micros(budget)
+        }
+    };
+    (stub, runtime)
+}
+
+fn micros(d: Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
 
 pub(crate) fn run(args: ServeArgs) -> Result<()> {
@@ -354,11 +382,12 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             many.len()
         ),
     };
+    let (stub_spin, runtime_spin) = spin_budgets(args.stub_spin_us, args.runtime_spin_us);
     let opts = ServerOptions {
         repository,
         stub: {
             info!(python = %python.display(), python_path = %python_path.display(), "stubs run on this interpreter unless a model has its own environment");
-            StubCommand { python, python_path, env: Vec::new(), spin: spin_budget(args.stub_spin_us) }
+            StubCommand { python, python_path, env: Vec::new(), spin: stub_spin }
         },
         supervision: Supervision {
             init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
@@ -403,8 +432,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     };
     let threads = async_threads(args.async_threads);
     info!(threads, "async runtime threads (--async-threads)");
+    let park_spin = Duration::from_micros(u64::from(runtime_spin));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads)
+        .on_thread_park(move || tritium_server::park_spin(park_spin))
         .enable_all()
         .build()
         .context("starting the async runtime")?;
@@ -762,6 +793,6 @@ mod tests {
         assert_eq!(parse_spin("250"), Ok(Spin::Micros(250)));
         let err = parse_spin("fast").expect_err("not a budget");
         assert!(err.contains("'fast'") && err.contains("auto"), "{err}");
-        assert_eq!(spin_budget(Spin::Micros(7)), 7);
+        assert_eq!(spin_budgets(Spin::Micros(7), Spin::Micros(3)), (7, 3));
     }
 }

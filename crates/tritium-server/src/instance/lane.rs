@@ -20,7 +20,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -110,6 +110,13 @@ impl Bell {
         Ok(Self { fd, doorbell, watch: Timer::new()? })
     }
 
+    /// [`Bell::wait`] for a stub that executes a batch: while it waits, the runtime's worker
+    /// about to park spins briefly on the stub's ring first ([`park_spin`]).
+    async fn wait_executing(&self, stub: &Stub, limit: Duration, since: Instant) -> bool {
+        let _listed = Executing::list(stub, since);
+        self.wait(stub, limit).await
+    }
+
     /// Waits up to `limit` for the stub to send something (or for its channel to be
     /// interrupted): true when there may be something to read, false when the wait's time
     /// passed. That time is the watch timer's deadline when one within `limit` is armed already
@@ -140,6 +147,87 @@ impl Bell {
         }
     }
 }
+
+/// The stubs executing a batch whose lane waits for it on its doorbell, each with the time its
+/// lane began to wait for that batch; `LISTED` counts them, for a look without the lock.
+static EXECUTING: std::sync::Mutex<Vec<(Arc<tritium_ipc::ServerChannel>, Instant)>> = std::sync::Mutex::new(Vec::new());
+static LISTED: AtomicUsize = AtomicUsize::new(0);
+/// Whether a worker is in [`park_spin`]'s loop: one spinner is enough for every listed stub.
+static SPINNING: AtomicBool = AtomicBool::new(false);
+
+/// A stub listed in [`EXECUTING`] while its lane waits; unlisted when dropped.
+struct Executing(Arc<tritium_ipc::ServerChannel>);
+
+impl Executing {
+    fn list(stub: &Stub, since: Instant) -> Self {
+        let channel = stub.channel().clone();
+        let mut listed = EXECUTING.lock().unwrap_or_else(|p| p.into_inner());
+        listed.push((channel.clone(), since));
+        LISTED.store(listed.len(), Ordering::Release);
+        Self(channel)
+    }
+}
+
+impl Drop for Executing {
+    fn drop(&mut self) {
+        let mut listed = EXECUTING.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = listed.iter().position(|(c, _)| Arc::ptr_eq(c, &self.0)) {
+            listed.swap_remove(i);
+        }
+        LISTED.store(listed.len(), Ordering::Release);
+    }
+}
+
+/// Called by a runtime worker about to park (sleep in `epoll_wait` until its next event): while
+/// a lane waits for a stub that executes a batch, the worker spins until one of those stubs has
+/// sent something, for at most `budget` after the latest of them began (ski rental: a batch
+/// that runs longer than a wake-up costs is slept through, however often the worker parks). The
+/// stub's doorbell is rung by then, so the park finds its eventfd readable and returns at once,
+/// without the sleep and the wake-up of a second CPU. One worker spins at a time, and it yields
+/// its CPU to any other runnable thread as it goes.
+pub fn park_spin(budget: Duration) {
+    if budget.is_zero() || LISTED.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    if SPINNING.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let mut yields = Instant::now();
+    loop {
+        let listed = EXECUTING.lock().unwrap_or_else(|p| p.into_inner());
+        let until = spin_until(listed.iter().map(|(c, since)| (c.ready(), *since)), budget);
+        drop(listed);
+        let Some(until) = until else { break };
+        let now = Instant::now();
+        if now >= until {
+            break;
+        }
+        if now.duration_since(yields) >= PARK_YIELD_EVERY {
+            std::thread::yield_now();
+            yields = now;
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    SPINNING.store(false, Ordering::Release);
+}
+
+/// Until when [`park_spin`] spins for the listed stubs, each `(whether it sent something, when
+/// its lane began to wait)`: `budget` after the latest began, or not at all once one has sent
+/// something (or none is listed).
+fn spin_until(listed: impl Iterator<Item = (bool, Instant)>, budget: Duration) -> Option<Instant> {
+    let mut latest = None;
+    for (ready, since) in listed {
+        if ready {
+            return None;
+        }
+        latest = latest.max(Some(since));
+    }
+    latest.map(|l| l + budget)
+}
+
+/// How often [`park_spin`] yields its CPU.
+const PARK_YIELD_EVERY: Duration = Duration::from_micros(10);
 
 /// The doorbell armed; disarmed when dropped (also when the wait is abandoned in a `select!`).
 struct Armed<'a>(&'a Stub);
@@ -462,7 +550,7 @@ async fn complete(ctx: &VersionContext, stub: &Stub, bell: &Bell, running: &mut 
             }
             limit = limit.min(left);
         }
-        if bell.wait(stub, limit).await {
+        if bell.wait_executing(stub, limit, start).await {
             continue;
         }
         for (id, p) in &running.placed.waiting {
@@ -535,6 +623,19 @@ mod tests {
             timer.sleep_until(started + Duration::from_millis(2)).await;
             assert!(started.elapsed() >= Duration::from_millis(2), "a sleep ends once its time has passed, not before");
         });
+    }
+
+    #[test]
+    fn the_runtime_spins_for_executing_stubs_until_one_answers_or_the_budget_from_the_latest_passes() {
+        let budget = Duration::from_micros(40);
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_micros(25);
+        assert_eq!(spin_until(std::iter::empty(), budget), None, "no stub executing: no spin");
+        assert_eq!(spin_until([(false, t0), (false, later)].into_iter(), budget), Some(later + budget));
+        assert_eq!(spin_until([(false, t0), (true, later)].into_iter(), budget), None, "one answered: stop");
+        // Nothing listed: a worker about to park returns at once, whatever its budget.
+        park_spin(Duration::from_secs(1));
+        park_spin(Duration::ZERO);
     }
 
     #[test]
