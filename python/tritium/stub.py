@@ -163,6 +163,24 @@ def _instance_device(args):
     return None
 
 
+def _first_trace(requests):
+    """The first traced request's context, or None (BLS calls made without `trace=` join its
+    trace). A function of its own: a loop variable left in `Stub.execute` would keep the last
+    request, and so its input blocks, alive after the requests are dropped."""
+    for r in requests:
+        context = r._trace._context
+        if context:
+            return context
+    return None
+
+
+def _close_senders(requests):
+    """Closes every request's sender (the batch failed: the server ends its requests). A function
+    of its own for the same reason as `_first_trace`."""
+    for r in requests:
+        r._state.close()
+
+
 def _log(level, message):
     """A log record of the stub itself, through the server's log."""
     frame = sys._getframe(1)
@@ -330,13 +348,7 @@ class Stub:
         # The message is still referenced by the caller: empty its list so that each input block
         # lives exactly as long as model code holds on to its tensor.
         wire_requests.clear()
-        # The first traced request's context (BLS calls made without `trace=` join its trace).
-        trace = None
-        for r in requests:
-            trace = r._trace._context
-            if trace:
-                break
-        _runtime.current_trace = trace or None
+        _runtime.current_trace = _first_trace(requests)
         try:
             if not hasattr(self.model, "execute"):
                 raise AttributeError("Python model does not implement `execute` method.")
@@ -362,12 +374,15 @@ class Stub:
         except Exception as exc:  # noqa: BLE001
             # As in Triton, the server ends every request of the batch with this error, so their
             # senders close: a later send raises instead of answering a finished request.
-            for r in requests:
-                r._state.close()
-            _runtime.cancelled.difference_update(r._id for r in requests)
-            del requests
-            prefix = self._failure_prefix()
-            self.channel.send_execute_done(batch, _error(exc, prefix))
+            _close_senders(requests)
+            _runtime.cancelled.difference_update([r._id for r in requests])
+            error = _error(exc, self._failure_prefix())
+            # The requests (and their input blocks) go before the batch ends, as a good batch's
+            # do: the exception's frames (model code's locals, `requests` among them) and what
+            # execute returned let go of them too.
+            traceback.clear_frames(exc.__traceback__)
+            requests = responses = None
+            self.channel.send_execute_done(batch, error)
             return
         if _runtime.decoupled:
             # The requests stay open until their final responses, sent from any thread; a request

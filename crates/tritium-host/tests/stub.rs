@@ -201,6 +201,12 @@ class TritonPythonModel:
     assert!(err.contains("model.py(6): helper"), "{err}");
     // The stub survives and serves the next batch.
     assert!(run_one(&stub, request(2, vec![])).is_err());
+    // A failed batch's inputs are released by the time it ends, as a good one's are (neither a
+    // variable of the stub's nor the exception's frames keep them).
+    let bytes = sample_bytes(DataType::Fp32, 4);
+    let req = request(3, vec![input(&stub, "IN", DataType::Fp32, &[4], &bytes, true)]);
+    assert!(run_one(&stub, req).is_err());
+    assert_eq!(stub.channel().live_blocks(), 0, "the failed batch's input block was released by the stub");
 }
 
 #[test]
