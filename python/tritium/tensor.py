@@ -83,15 +83,21 @@ class Tensor:
         self._gpu = None
 
     @classmethod
-    def _on_gpu(cls, name, wire, gpu):
-        """A tensor over device memory: `gpu` is a `dlpack.GpuData`."""
-        t = cls.__new__(cls)
+    def _bare(cls, name, wire, array, raw, gpu):
+        """A tensor from fields known to be good (the stub's inputs, GPU tensors), without
+        `__init__`'s checks."""
+        t = _new_object(cls)
         t._name = name
-        t._array = None
+        t._array = array
         t._wire = wire
-        t._raw = None
+        t._raw = raw
         t._gpu = gpu
         return t
+
+    @classmethod
+    def _on_gpu(cls, name, wire, gpu):
+        """A tensor over device memory: `gpu` is a `dlpack.GpuData`."""
+        return cls._bare(name, wire, None, None, gpu)
 
     @classmethod
     def _from_wire(cls, msg):
@@ -108,13 +114,7 @@ class Tensor:
             return cls(msg.name, None, wire, msg.array)
         # The hot path (every input of every request): the wire dtype is known, so nothing in
         # __init__ needs checking.
-        t = _new_object(cls)
-        t._name = msg.name
-        t._array = msg.array
-        t._wire = wire
-        t._raw = None
-        t._gpu = None
-        return t
+        return cls._bare(msg.name, wire, msg.array, None, None)
 
     def name(self):
         """The tensor's name."""
