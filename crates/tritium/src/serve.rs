@@ -300,39 +300,43 @@ fn parse_spin(s: &str) -> Result<Spin, String> {
 /// a sleeping thread costs here (`tritium_host::spin`: the median of 30 wake-ups, each after 2 ms
 /// of idleness, about 70 ms).
 fn spin_budgets(stub: Spin, runtime: Spin) -> (u32, u32) {
-    let cost = (stub == Spin::Auto || runtime == Spin::Auto)
-        .then(|| tritium_host::spin::wake_cost(30, Duration::from_millis(2)));
-    let stub = match (stub, cost) {
-        (Spin::Micros(us), _) => us,
-        (Spin::Auto, None) => 0,
-        (Spin::Auto, Some(cost)) => {
-            let budget = tritium_host::spin::budget_for(cost);
-            info!(
-                wake_cost_us = cost.as_micros() as u64,
-                spin_us = budget.as_micros() as u64,
-                "waking a sleeping thread takes {} us here ({} than {} us), so waiters spin {} before they sleep (--stub-spin-us auto)",
-                cost.as_micros(),
-                if budget.is_zero() { "less" } else { "no less" },
-                tritium_host::spin::SPIN_THRESHOLD.as_micros(),
-                if budget.is_zero() { "never".to_string() } else { format!("up to {} us", budget.as_micros()) }
-            );
-            micros(budget)
-        }
+    use tritium_host::spin;
+    let cost = (stub == Spin::Auto || runtime == Spin::Auto).then(|| spin::wake_cost(30, Duration::from_millis(2)));
+    // A number is the budget; `auto` is the flag's rule applied to the measured cost (measured
+    // whenever a flag is `auto`).
+    let budget = |flag, rule: fn(Duration) -> Duration| match flag {
+        Spin::Micros(us) => Duration::from_micros(u64::from(us)),
+        Spin::Auto => rule(cost.unwrap_or_default()),
     };
-    let runtime = match (runtime, cost) {
-        (Spin::Micros(us), _) => us,
-        (Spin::Auto, None) => 0,
-        (Spin::Auto, Some(cost)) => {
-            let budget = tritium_host::spin::runtime_budget_for(cost);
-            info!(
-                runtime_spin_us = budget.as_micros() as u64,
-                "an async runtime thread spins {} for a stub executing a batch before it sleeps (--runtime-spin-us auto)",
-                if budget.is_zero() { "never".to_string() } else { format!("up to {} us", budget.as_micros()) }
-            );
-            micros(budget)
-        }
-    };
-    (stub, runtime)
+    let (stub_budget, runtime_budget) = (budget(stub, spin::budget_for), budget(runtime, spin::runtime_budget_for));
+    if let (Spin::Auto, Some(cost)) = (stub, cost) {
+        info!(
+            wake_cost_us = cost.as_micros() as u64,
+            spin_us = stub_budget.as_micros() as u64,
+            "waking a sleeping thread takes {} us here ({} than {} us), so waiters spin {} before they sleep (--stub-spin-us auto)",
+            cost.as_micros(),
+            if stub_budget.is_zero() { "less" } else { "no less" },
+            spin::SPIN_THRESHOLD.as_micros(),
+            spin_words(stub_budget)
+        );
+    }
+    if runtime == Spin::Auto {
+        info!(
+            runtime_spin_us = runtime_budget.as_micros() as u64,
+            "an async runtime thread spins {} for a stub executing a batch before it sleeps (--runtime-spin-us auto)",
+            spin_words(runtime_budget)
+        );
+    }
+    (micros(stub_budget), micros(runtime_budget))
+}
+
+/// "never", or "up to N us", for the log.
+fn spin_words(budget: Duration) -> String {
+    if budget.is_zero() {
+        "never".to_string()
+    } else {
+        format!("up to {} us", budget.as_micros())
+    }
 }
 
 fn micros(d: Duration) -> u32 {
