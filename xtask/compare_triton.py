@@ -10,6 +10,7 @@ import urllib.request
 
 import numpy as np
 import tritonclient.grpc as g
+import tritonclient.http as h
 from tritonclient.utils import InferenceServerException
 
 MODELS = [
@@ -21,6 +22,8 @@ MODELS = [
     "preprocess",
     "reshaped",
     "misbehaving",
+    "introspect",
+    "outputs",
 ]
 
 
@@ -298,7 +301,154 @@ def main():
     }
     for name, call in gprobes.items():
         compare("grpc " + name, gerr(ga, call), gerr(gb, call))
-    print(f"{len(diffs)} differences in {len(probes) + len(gprobes)} requests and {len(MODELS)} configs")
+    introspect_probes = introspect(a, ga, gb)
+    for name, (ta, tb) in introspect_probes.items():
+        for path, va, vb in differences(ta, tb, name):
+            compare(path, va, vb)
+    output_probes = outputs(a, ga, gb)
+    for name, (ta, tb) in output_probes.items():
+        compare(name, ta, tb)
+    total = len(probes) + len(gprobes) + len(introspect_probes) + len(output_probes)
+    print(f"{len(diffs)} differences in {total} requests and {len(MODELS)} configs")
+
+
+def differences(a, b, path):
+    """(path, a's value, b's value) for every leaf where the two JSON values differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            yield from differences(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{path}.{k}")
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            yield from differences(x, y, f"{path}[{i}]")
+    elif a != b:
+        yield path, a, b
+
+
+def introspect(a, ga, gb):
+    """The `introspect` model's reports (what model code sees) for the same requests to each
+    server, over HTTP and gRPC: {probe: (Triton's, tritium's)}."""
+
+    def report(answer):
+        if isinstance(answer, dict) and "outputs" in answer:
+            out = {o["name"]: o for o in answer["outputs"]}
+            rep = json.loads(out["REPORT"]["data"][0]) if "REPORT" in out else None
+            return {
+                "report": rep,
+                "outputs": {
+                    k: {"shape": v["shape"], "datatype": v["datatype"], "data": v.get("data")}
+                    for k, v in out.items()
+                    if k != "REPORT"
+                },
+            }
+        return answer
+
+    def post(url, body):
+        status, text = http(url, "POST", "/v2/models/introspect/infer", json.dumps(body).encode())
+        try:
+            return [status, report(json.loads(text))]
+        except ValueError:
+            return [status, text]
+
+    inputs = [
+        {"name": "S", "shape": [1, 2], "datatype": "BYTES", "data": ["a", "bc"]},
+        {"name": "B", "shape": [1, 2], "datatype": "BOOL", "data": [True, False]},
+        # FP16 (input H) cannot travel as JSON; gRPC sends it.
+    ]
+    bodies = {
+        "http everything": {
+            "id": "r1",
+            "parameters": {"p": "x", "n": 3, "b": True, "f": 1.5},
+            "inputs": inputs,
+            "outputs": [{"name": "REPORT"}],
+        },
+        "http optional input": {
+            "inputs": inputs + [{"name": "OPT", "shape": [1, 1], "datatype": "INT64", "data": [7]}]
+        },
+        "http sequence flags on a plain model": {
+            "parameters": {"sequence_id": 9, "sequence_start": True},
+            "inputs": inputs,
+        },
+        "http timeout": {"parameters": {"timeout": 5000000}, "inputs": inputs},
+    }
+    found = {}
+    for name, body in bodies.items():
+        found[name] = (post(a.triton_http, body), post(a.tritium_http, body))
+
+    def ginfer(c, **kw):
+        s = g.InferInput("S", [1, 3], "BYTES")
+        s.set_data_from_numpy(np.array([[b"\xff\x00z", "é".encode(), b""]], dtype=np.object_))
+        b = g.InferInput("B", [1, 2], "BOOL")
+        b.set_data_from_numpy(np.array([[False, True]]))
+        h = g.InferInput("H", [1, 2], "FP16")
+        h.set_data_from_numpy(np.array([[0.25, 65504]], dtype=np.float16))
+        try:
+            r = c.infer("introspect", [s, b, h], **kw)
+        except InferenceServerException as e:
+            return [e.status(), e.message()]
+        echo = r.as_numpy("ECHO_S")
+        return [
+            "ok",
+            {
+                "report": json.loads(r.as_numpy("REPORT").reshape(-1)[0]),
+                "echo": [repr(x) for x in echo.reshape(-1)],
+                "echo_shape": list(echo.shape),
+                "parameters": {k: str(v) for k, v in r.get_response().parameters.items()},
+            },
+        ]
+
+    gcalls = {
+        "grpc everything": {"request_id": "g1", "parameters": {"p": "x", "n": 3, "b": True}},
+        "grpc requested output": {"outputs": [g.InferRequestedOutput("REPORT"), g.InferRequestedOutput("ECHO_S")]},
+        "grpc string sequence id on a plain model": {"sequence_id": "abc", "sequence_start": True},
+    }
+    for name, kw in gcalls.items():
+        found[name] = (ginfer(ga, **kw), ginfer(gb, **kw))
+    return found
+
+
+def outputs(a, ga, gb):
+    """The `outputs` model's answers in each MODE (dtypes, error codes, odd responses) as clients
+    see them: JSON over HTTP, tritonclient's binary HTTP, and gRPC with every output or FP32
+    alone. {probe: (Triton's, tritium's)}."""
+    mode_input = {"name": "MODE", "shape": [1], "datatype": "INT32"}
+
+    def json_call(url, mode):
+        body = json.dumps({"inputs": [dict(mode_input, data=[mode])]}).encode()
+        status, text = http(url, "POST", "/v2/models/outputs/infer", body)
+        return status, norm(text)
+
+    def binary_call(url, mode):
+        i = h.InferInput("MODE", [1], "INT32")
+        i.set_data_from_numpy(np.array([mode], dtype=np.int32), binary_data=True)
+        try:
+            r = h.InferenceServerClient(url).infer("outputs", [i])
+        except InferenceServerException as e:
+            return e.status(), e.message()
+        resp = r.get_response()
+        got = {o["name"]: (o["datatype"], o["shape"], repr(r.as_numpy(o["name"]).tolist())) for o in resp["outputs"]}
+        return got, resp.get("parameters")
+
+    def grpc_call(client, mode, only=None):
+        i = g.InferInput("MODE", [1], "INT32")
+        i.set_data_from_numpy(np.array([mode], dtype=np.int32))
+        try:
+            r = client.infer("outputs", [i], outputs=[g.InferRequestedOutput(o) for o in only] if only else None)
+        except InferenceServerException as e:
+            return e.status(), e.message()
+        resp = r.get_response()
+        got = {o.name: (o.datatype, list(o.shape), repr(r.as_numpy(o.name).tolist())) for o in resp.outputs}
+        return got, {k: str(v) for k, v in resp.parameters.items()}
+
+    found = {}
+    for mode in range(16):
+        found[f"outputs mode {mode} http json"] = (json_call(a.triton_http, mode), json_call(a.tritium_http, mode))
+        found[f"outputs mode {mode} http binary"] = (
+            binary_call(a.triton_http, mode),
+            binary_call(a.tritium_http, mode),
+        )
+        found[f"outputs mode {mode} grpc"] = (grpc_call(ga, mode), grpc_call(gb, mode))
+        found[f"outputs mode {mode} grpc FP32 only"] = (grpc_call(ga, mode, ["FP32"]), grpc_call(gb, mode, ["FP32"]))
+    return found
 
 
 if __name__ == "__main__":

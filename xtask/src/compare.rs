@@ -13,7 +13,7 @@ use crate::bench_serve::{free_ports, tritium_command, triton_command, triton_env
 use crate::{root, run, target_dir, venv_python};
 
 /// The models both servers load: (directory under the checkout, model).
-const MODELS: [(&str, &str); 12] = [
+const MODELS: [(&str, &str); 14] = [
     ("examples/models", "add_sub"),
     ("examples/models", "batched_scale"),
     ("examples/models", "stream_words"),
@@ -27,6 +27,10 @@ const MODELS: [(&str, &str); 12] = [
     // Behaviour no example shows: config reshapes, and the ways an `execute` fails.
     ("xtask/compare_models", "reshaped"),
     ("tests/models", "misbehaving"),
+    // What model code sees: initialize's args, the completed config, request metadata, inputs.
+    ("xtask/compare_models", "introspect"),
+    // What clients receive: every dtype, each error code, responses that break the config.
+    ("xtask/compare_models", "outputs"),
 ];
 
 /// Runs the comparison; `setup()` and `build()` have run.
