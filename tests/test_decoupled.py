@@ -105,6 +105,9 @@ class TritonPythonModel:
             elif mode == 9:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("bad item")))
                 sender.send(response(1, tag), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            elif mode == 10:
+                # A response without outputs, carrying the final flag: a response, not the flag alone.
+                sender.send(pb_utils.InferenceResponse([]), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             # mode 6: the request and its sender are dropped without the final flag.
         return None
 """
@@ -268,6 +271,17 @@ def test_the_final_flag_alone_is_dropped_unless_asked_for(stream):
         pass
     assert [s for s in seen if s[0] == "quiet"] == [("quiet", True, False)] * 3
     assert [s for s in seen if s[0] == "marker"] == [("marker", False, True)]
+
+
+def test_an_empty_response_with_the_final_flag_reaches_a_client_that_asked_for_no_empty_final(stream):
+    # As in Triton: only the final flag sent alone is dropped for such a client; a response the
+    # model sent, outputs or not, is written (it once was taken for the flag alone and lost, so
+    # the client never saw its request end).
+    stream.send("empty", empty_final=False, mode=10)
+    result, error = stream.next()
+    assert error is None, error
+    r = result.get_response()
+    assert (r.id, list(r.outputs), r.parameters["triton_final_response"].bool_param) == ("empty", [], True)
 
 
 def test_a_thousand_responses_keep_their_order(stream):

@@ -14,7 +14,8 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 
 class FakeChannel:
-    """Records `send_response` calls as (request, output names, error, final)."""
+    """Records `send_response` calls as (request, output names, error, final), and
+    `send_final_flag` calls (the flag without a response) as (request, None, None, True)."""
 
     def __init__(self):
         self.sent = []
@@ -24,6 +25,10 @@ class FakeChannel:
     def send_response(self, request, outputs, error=None, parameters=(), final_response=True, wake=True):
         with self.lock:
             self.sent.append((request, [o[0] for o in outputs], error, final_response))
+
+    def send_final_flag(self, request):
+        with self.lock:
+            self.sent.append((request, None, None, True))
 
     def wait_for_room(self, request, sent):
         self.waits.append((request, sent, len(self.sent)))
@@ -56,7 +61,14 @@ def test_decoupled_responses_then_a_flag_only_final(channel):
     s.send(response("A"))
     s.send(response("A"))
     s.send(flags=FINAL)
-    assert channel.sent == [(7, ["A"], None, False), (7, ["A"], None, False), (7, [], None, True)]
+    assert channel.sent == [(7, ["A"], None, False), (7, ["A"], None, False), (7, None, None, True)]
+
+
+def test_an_empty_response_with_the_final_flag_is_a_response_not_the_flag_alone(channel):
+    # Triton's gRPC stream writes an empty response always, the flag alone only when the client
+    # asked for an empty final response.
+    sender().send(pb_utils.InferenceResponse([]), flags=FINAL)
+    assert channel.sent == [(7, [], None, True)]
 
 
 def test_a_response_with_the_final_flag_is_final(channel):
@@ -133,7 +145,7 @@ def test_a_closed_or_non_decoupled_state_sends_nothing_when_dropped(channel):
     unused = sender(decoupled=False)
     del unused
     gc.collect()
-    assert channel.sent == [(7, [], None, True)]
+    assert channel.sent == [(7, None, None, True)]
 
 
 def test_sends_from_many_threads_are_each_one_frame(channel):

@@ -29,6 +29,11 @@ class FakeChannel:
             self.responses.append((request, error, final_response))
         self.event.set()
 
+    def send_final_flag(self, request):
+        with self.lock:
+            self.responses.append((request, None, True))
+        self.event.set()
+
     def wait_for_room(self, request, sent):
         pass
 

@@ -136,7 +136,7 @@ class InferenceResponseSender:
             if response is None:
                 # A non-decoupled model's one response already carried the final flag.
                 if st.decoupled:
-                    channel.send_response(st.id, [], None, [], True)
+                    channel.send_final_flag(st.id)
             else:
                 send_response(channel, st.id, st.requested, response, flags == _FINAL or not st.decoupled)
         if st.closed:

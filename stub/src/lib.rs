@@ -655,6 +655,13 @@ impl Channel {
     }
 
     /// [`Self::send`], leaving the server asleep when `wake` is false (`Channel::send_lazy`).
+    /// Forgets `request`, which ended: a cancellation or credit for it still on its way is
+    /// dropped when it comes. (A non-decoupled model's one response is final too.)
+    fn ended(&self, request: u64) {
+        guard(&self.router.requests).end(request);
+        guard(&self.router.output_regions).remove(&request);
+    }
+
     fn send_waking(&self, py: Python<'_>, msg: ToServer, wake: bool) -> PyResult<()> {
         let inner = self.inner.clone();
         py.detach(move || if wake { inner.send(&msg) } else { inner.send_lazy(&msg) }).map_err(ipc_err)
@@ -988,14 +995,27 @@ impl Channel {
             error = Some(StubError { message, code: 1, traceback: None });
         }
         let parameters = params_from_py(parameters)?;
-        let response = Response { request, outputs: tensors, error, parameters, final_response };
+        let response = Response { request, outputs: tensors, error, parameters, final_response, flag_only: false };
         self.send_waking(py, ToServer::Response(response), wake)?;
         if final_response {
-            // The request ended: a cancellation or credit for it that is still on its way is
-            // dropped when it comes. (A non-decoupled model's one response is final too.)
-            guard(&self.router.requests).end(request);
-            guard(&self.router.output_regions).remove(&request);
+            self.ended(request);
         }
+        Ok(())
+    }
+
+    /// Sends the final flag alone for `request`: a decoupled model's
+    /// `send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)` without a response.
+    fn send_final_flag(&self, py: Python<'_>, request: u64) -> PyResult<()> {
+        let response = Response {
+            request,
+            outputs: Vec::new(),
+            error: None,
+            parameters: Vec::new(),
+            final_response: true,
+            flag_only: true,
+        };
+        self.send(py, ToServer::Response(response))?;
+        self.ended(request);
         Ok(())
     }
 

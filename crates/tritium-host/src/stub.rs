@@ -583,6 +583,7 @@ impl Stub {
                     error: Some(error),
                     parameters: Vec::new(),
                     final_response: true,
+                    flag_only: false,
                 };
                 self.send(&ToStub::BlsResponse { call, response })?;
             }
@@ -908,7 +909,14 @@ mod tests {
     use super::*;
 
     fn response(request: u64) -> Response {
-        Response { request, outputs: Vec::new(), error: None, parameters: Vec::new(), final_response: true }
+        Response {
+            request,
+            outputs: Vec::new(),
+            error: None,
+            parameters: Vec::new(),
+            final_response: true,
+            flag_only: false,
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::arena::Descriptor;
 
 /// Version of this protocol; the stub's hello must carry the same number.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// A tensor element type, named as KServe v2 names it on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -238,6 +238,11 @@ pub struct Response {
     pub parameters: Vec<(String, Param)>,
     /// The last response for this request.
     pub final_response: bool,
+    /// The final flag alone, with no response (`send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`),
+    /// as opposed to a response that happens to be empty: Triton's gRPC stream writes nothing for
+    /// the flag alone unless the client asked for an empty final response, and writes the empty
+    /// response always.
+    pub flag_only: bool,
 }
 
 /// A log record from `pb_utils.Logger` or Python's `logging` module.
@@ -703,8 +708,14 @@ mod tests {
     #[test]
     fn bls_messages_round_trip_through_postcard() {
         let request = Request { id: 4, requested_outputs: vec!["OUT".into()], ..Default::default() };
-        let response =
-            Response { request: 0, outputs: Vec::new(), error: None, parameters: Vec::new(), final_response: true };
+        let response = Response {
+            request: 0,
+            outputs: Vec::new(),
+            error: None,
+            parameters: Vec::new(),
+            final_response: true,
+            flag_only: true,
+        };
         let up = [
             ToServer::BlsRequest { call: 7, model: "m".into(), version: -1, decoupled: true, request },
             ToServer::BlsCancel { call: 7 },

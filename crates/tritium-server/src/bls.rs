@@ -145,6 +145,7 @@ fn error_response(e: &InferError) -> Response {
         error: Some(StubError { message: e.message.clone(), code: triton_code(e.kind), traceback: None }),
         parameters: Vec::new(),
         final_response: true,
+        flag_only: false,
     }
 }
 
@@ -403,14 +404,19 @@ fn place(channel: &ServerChannel, outputs: Vec<crate::types::OutputTensor>) -> R
 /// One streamed answer as the stub's response.
 fn to_response(channel: &ServerChannel, message: Streamed) -> Response {
     match message {
-        Streamed::Final => {
-            Response { request: 0, outputs: Vec::new(), error: None, parameters: Vec::new(), final_response: true }
-        }
+        Streamed::Final => Response {
+            request: 0,
+            outputs: Vec::new(),
+            error: None,
+            parameters: Vec::new(),
+            final_response: true,
+            flag_only: true,
+        },
         Streamed::Response { result, last } => {
             let placed = result.and_then(|r| place(channel, r.outputs).map(|outputs| (outputs, r.parameters)));
             match placed {
                 Ok((outputs, parameters)) => {
-                    Response { request: 0, outputs, error: None, parameters, final_response: last }
+                    Response { request: 0, outputs, error: None, parameters, final_response: last, flag_only: false }
                 }
                 Err(e) => Response { final_response: last, ..error_response(&e) },
             }

@@ -863,8 +863,8 @@ impl Open {
         };
         let last = resp.final_response;
         let limit = ctx.supervision.max_output_bytes;
-        // A final flag alone comes as a final response with nothing in it.
-        let message = if last && resp.outputs.is_empty() && resp.error.is_none() && resp.parameters.is_empty() {
+        // The final flag alone is not a response; an empty response with the flag is one.
+        let message = if last && resp.flag_only && resp.outputs.is_empty() && resp.error.is_none() {
             Streamed::Final
         } else {
             let result = match &resp.error {
@@ -1864,7 +1864,14 @@ mod tests {
     }
 
     fn response(outputs: Vec<tritium_ipc::Tensor>) -> tritium_ipc::Response {
-        tritium_ipc::Response { request: 1, outputs, error: None, parameters: Vec::new(), final_response: true }
+        tritium_ipc::Response {
+            request: 1,
+            outputs,
+            error: None,
+            parameters: Vec::new(),
+            final_response: true,
+            flag_only: false,
+        }
     }
 
     fn shm(name: &str, dtype: tritium_ipc::DataType, shape: &[i64], len: u64) -> tritium_ipc::Tensor {
