@@ -4,6 +4,7 @@ their keys). A report for people: it exits 0 whatever it finds, with the number 
 
 import argparse
 import json
+import queue
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +25,8 @@ MODELS = [
     "misbehaving",
     "introspect",
     "outputs",
+    "bls_probe",
+    "sender_probe",
 ]
 
 
@@ -308,7 +311,11 @@ def main():
     output_probes = outputs(a, ga, gb)
     for name, (ta, tb) in output_probes.items():
         compare(name, ta, tb)
-    total = len(probes) + len(gprobes) + len(introspect_probes) + len(output_probes)
+    composed = bls_and_streams(a)
+    for name, (ta, tb) in composed.items():
+        for path, va, vb in differences(ta, tb, name):
+            compare(path, va, vb)
+    total = len(probes) + len(gprobes) + len(introspect_probes) + len(output_probes) + len(composed)
     print(f"{len(diffs)} differences in {total} requests and {len(MODELS)} configs")
 
 
@@ -448,6 +455,55 @@ def outputs(a, ga, gb):
         )
         found[f"outputs mode {mode} grpc"] = (grpc_call(ga, mode), grpc_call(gb, mode))
         found[f"outputs mode {mode} grpc FP32 only"] = (grpc_call(ga, mode, ["FP32"]), grpc_call(gb, mode, ["FP32"]))
+    return found
+
+
+def bls_and_streams(a):
+    """What BLS calls return to model code (`bls_probe`, each MODE) and what a gRPC stream
+    client receives from a decoupled model's response sender (`sender_probe`, each MODE, with
+    and without `enable_empty_final_response`). {probe: (Triton's, tritium's)}."""
+
+    def bls(url, mode):
+        body = json.dumps({"inputs": [{"name": "MODE", "shape": [1], "datatype": "INT32", "data": [mode]}]})
+        status, text = http(url, "POST", "/v2/models/bls_probe/infer", body.encode())
+        try:
+            return [status, json.loads(json.loads(text)["outputs"][0]["data"][0])]
+        except (ValueError, KeyError, IndexError):
+            return [status, norm(text)]
+
+    def stream(url, mode, empty_final):
+        client = g.InferenceServerClient(url)
+        answers = queue.Queue()
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        i = g.InferInput("MODE", [1], "INT32")
+        i.set_data_from_numpy(np.array([mode], dtype=np.int32))
+        client.async_stream_infer("sender_probe", [i], enable_empty_final_response=empty_final)
+        got = []
+        # Whatever comes within 3 s: a stream that never ends is a difference too.
+        deadline = time.time() + 3
+        while time.time() < deadline:
+            try:
+                result, error = answers.get(timeout=max(0.01, deadline - time.time()))
+            except queue.Empty:
+                break
+            if error is not None:
+                got.append(["error", error.status(), error.message()])
+                continue
+            resp = result.get_response()
+            params = {k: str(v).strip() for k, v in resp.parameters.items()}
+            got.append(["response", {o.name: result.as_numpy(o.name).tolist() for o in resp.outputs}, params])
+            if params.get("triton_final_response") == "bool_param: true":
+                break
+        client.stop_stream()
+        return got
+
+    found = {}
+    for mode in range(13):
+        found[f"bls mode {mode}"] = (bls(a.triton_http, mode), bls(a.tritium_http, mode))
+    for mode in range(11):
+        for empty_final in (True, False):
+            name = f"stream mode {mode} empty_final={empty_final}"
+            found[name] = (stream(a.triton_grpc, mode, empty_final), stream(a.tritium_grpc, mode, empty_final))
     return found
 
 

@@ -13,7 +13,7 @@ use crate::bench_serve::{free_ports, tritium_command, triton_command, triton_env
 use crate::{root, run, target_dir, venv_python};
 
 /// The models both servers load: (directory under the checkout, model).
-const MODELS: [(&str, &str); 14] = [
+const MODELS: [(&str, &str); 16] = [
     ("examples/models", "add_sub"),
     ("examples/models", "batched_scale"),
     ("examples/models", "stream_words"),
@@ -31,6 +31,9 @@ const MODELS: [(&str, &str); 14] = [
     ("xtask/compare_models", "introspect"),
     // What clients receive: every dtype, each error code, responses that break the config.
     ("xtask/compare_models", "outputs"),
+    // What BLS calls return to model code, and what a stream client gets from response senders.
+    ("xtask/compare_models", "bls_probe"),
+    ("xtask/compare_models", "sender_probe"),
 ];
 
 /// Runs the comparison; `setup()` and `build()` have run.
