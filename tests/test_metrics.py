@@ -4,6 +4,7 @@ loaded model reports its load duration and its series leave /metrics when it is 
 import os
 import re
 import shutil
+import time
 import urllib.request
 
 import numpy as np
@@ -233,5 +234,33 @@ def test_summary_latencies_give_quantiles_and_counter_latencies_can_be_turned_of
         assert value(text, "nv_inference_request_success", **labels) == 7
         # A model without the response cache has no cache summaries.
         assert "nv_cache_hit_summary_per_model" not in text
+    finally:
+        srv.stop()
+
+
+def test_host_gauges_are_tritons_and_go_with_allow_cpu_metrics_false(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(os.path.join(ROOT, "tests/models", "metered"), str(repo / "metered"))
+    srv = Server(str(repo), str(tmp_path / "on.log"), ["--metrics-interval-ms=100"])
+    try:
+        srv.wait_models(["metered"])
+        metrics(srv)
+        # Busy for more than half an interval, so that the next scrape takes a new sample.
+        end = time.monotonic() + 0.2
+        while time.monotonic() < end:
+            pass
+        text = metrics(srv)
+        assert "# HELP nv_cpu_utilization CPU utilization rate [0.0 - 1.0]\n" in text
+        assert 0 < value(text, "nv_cpu_utilization") <= 1
+        with open("/proc/meminfo") as f:
+            total = int(f.readline().split()[1]) * 1024
+        assert value(text, "nv_cpu_memory_total_bytes") == total
+        assert 0 < value(text, "nv_cpu_memory_used_bytes") < total
+    finally:
+        srv.stop()
+    srv = Server(str(repo), str(tmp_path / "off.log"), ["--allow-cpu-metrics=false"])
+    try:
+        srv.wait_models(["metered"])
+        assert "nv_cpu_" not in metrics(srv)
     finally:
         srv.stop()

@@ -1,5 +1,5 @@
 //! tritium's Prometheus `/metrics` text: Triton's `nv_inference_*` metrics with Triton's names,
-//! HELP texts and labels, tritium's own `tritium_stub_*` metrics, and the custom metrics that
+//! HELP texts and labels, its host gauges (`nv_cpu_*`, `host`), tritium's own `tritium_stub_*` metrics, and the custom metrics that
 //! model code creates with `pb_utils.MetricFamily` (with the rules and error texts of Triton's
 //! metrics API).
 //!
@@ -13,12 +13,14 @@
 
 mod client;
 mod custom;
+mod host;
 mod server;
 pub mod summary;
 mod text;
 
 pub use client::{ClientFamily, ClientKind, ClientSample, StubFamilies, MAX_SAMPLES, MAX_TEXT_BYTES};
 pub use custom::{CustomMetrics, MetricError, MetricKind, MetricOp, MetricsSession};
+pub use host::{HostSampler, HostSnapshot};
 pub use server::{
     CacheCounts, CacheSnapshot, FailureCounts, InstanceSnapshot, LatencySummaries, Metrics, MetricsOptions,
     ModelSnapshot, Snapshot, SERVER_METRIC_NAMES,

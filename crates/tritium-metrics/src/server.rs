@@ -5,8 +5,10 @@
 //! page.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::custom::{CustomMetrics, MetricKind};
+use crate::host::{HostSampler, HostSnapshot};
 use crate::summary::SummarySnapshot;
 use crate::text::{Family, Number, SeriesValue};
 
@@ -157,6 +159,12 @@ pub struct MetricsOptions {
     pub summary_latencies: bool,
     /// The summaries' `(quantile, error)` pairs (Triton's `summary_quantiles`).
     pub summary_quantiles: Vec<(f64, f64)>,
+    /// Export the host's CPU and memory gauges (`nv_cpu_*`; Triton's `--allow-cpu-metrics`,
+    /// default true).
+    pub cpu_metrics: bool,
+    /// How often the host gauges are sampled: at most twice per interval (Triton's
+    /// `--metrics-interval-ms`, default 2000 ms).
+    pub interval: Duration,
 }
 
 impl Default for MetricsOptions {
@@ -165,6 +173,8 @@ impl Default for MetricsOptions {
             counter_latencies: true,
             summary_latencies: false,
             summary_quantiles: crate::summary::DEFAULT_QUANTILES.to_vec(),
+            cpu_metrics: true,
+            interval: Duration::from_millis(2000),
         }
     }
 }
@@ -248,6 +258,9 @@ family!(
     "Total cache miss (insert+lookup) duration per model, in microseconds"
 );
 family!(LOAD_DURATION, "nv_model_load_duration_secs", Gauge, "Model load time in seconds");
+family!(CPU_UTILIZATION, "nv_cpu_utilization", Gauge, "CPU utilization rate [0.0 - 1.0]");
+family!(CPU_MEMORY_TOTAL, "nv_cpu_memory_total_bytes", Gauge, "CPU total memory (RAM), in bytes");
+family!(CPU_MEMORY_USED, "nv_cpu_memory_used_bytes", Gauge, "CPU used memory (RAM), in bytes");
 
 family!(
     REQUEST_SUMMARY,
@@ -351,7 +364,7 @@ family!(
 );
 
 /// The server's families in output order (Triton's registration order, then tritium's).
-const FAMILIES: [&FamilyDef; 25] = [
+const FAMILIES: [&FamilyDef; 28] = [
     &SUCCESS,
     &FAILURE,
     &COUNT,
@@ -367,6 +380,9 @@ const FAMILIES: [&FamilyDef; 25] = [
     &CACHE_MISS_DURATION,
     &PENDING,
     &LOAD_DURATION,
+    &CPU_UTILIZATION,
+    &CPU_MEMORY_TOTAL,
+    &CPU_MEMORY_USED,
     &CACHE_ENTRIES,
     &CACHE_USED,
     &CACHE_CAPACITY,
@@ -380,7 +396,7 @@ const FAMILIES: [&FamilyDef; 25] = [
 ];
 
 /// The names of the server's metric families; custom metrics may not use them.
-pub const SERVER_METRIC_NAMES: [&str; 32] = [
+pub const SERVER_METRIC_NAMES: [&str; 35] = [
     SUCCESS.name,
     FAILURE.name,
     COUNT.name,
@@ -396,6 +412,9 @@ pub const SERVER_METRIC_NAMES: [&str; 32] = [
     CACHE_MISS_DURATION.name,
     PENDING.name,
     LOAD_DURATION.name,
+    CPU_UTILIZATION.name,
+    CPU_MEMORY_TOTAL.name,
+    CPU_MEMORY_USED.name,
     CACHE_ENTRIES.name,
     CACHE_USED.name,
     CACHE_CAPACITY.name,
@@ -418,6 +437,8 @@ pub const SERVER_METRIC_NAMES: [&str; 32] = [
 struct Inner {
     options: MetricsOptions,
     custom: CustomMetrics,
+    /// The host gauges' sampler, when `options.cpu_metrics`.
+    host: Option<HostSampler>,
 }
 
 /// The `/metrics` registry of one server: its options and the custom metrics of its models; the
@@ -448,7 +469,9 @@ impl Metrics {
 
     /// A registry with the given options.
     pub fn with_options(options: MetricsOptions) -> Self {
-        Self { inner: Arc::new(Inner { options, custom: CustomMetrics::with_reserved_names(&SERVER_METRIC_NAMES) }) }
+        let host = options.cpu_metrics.then(|| HostSampler::new(options.interval));
+        let custom = CustomMetrics::with_reserved_names(&SERVER_METRIC_NAMES);
+        Self { inner: Arc::new(Inner { options, custom, host }) }
     }
 
     /// The options it was made with (`--metrics-config`).
@@ -472,7 +495,8 @@ impl Metrics {
     /// each stub something was left out of, and why.
     pub fn render_reporting(&self, snapshot: &Snapshot, ignored: &mut dyn FnMut(usize, String)) -> String {
         let mut out = String::with_capacity(256 * (snapshot.models.len() + snapshot.instances.len()) + 1024);
-        for family in server_families(snapshot, &self.inner.options) {
+        let host = self.inner.host.as_ref().map(HostSampler::sample);
+        for family in server_families(snapshot, &self.inner.options, host) {
             family.render(&mut out);
         }
         for family in summary_families(snapshot) {
@@ -507,9 +531,14 @@ fn summary_families(snapshot: &Snapshot) -> Vec<Family<'_>> {
     families
 }
 
-/// The server's families, in [`FAMILIES`] order, with the series of `snapshot`. Labels are
-/// Triton's: `model` and `version` (and `reason` on failures), `instance` on tritium's own.
-fn server_families<'a>(snapshot: &'a Snapshot, options: &MetricsOptions) -> Vec<Family<'a>> {
+/// The server's families, in [`FAMILIES`] order, with the series of `snapshot` and the host
+/// gauges. Labels are Triton's: `model` and `version` (and `reason` on failures), none on the
+/// host's, `instance` on tritium's own.
+fn server_families<'a>(
+    snapshot: &'a Snapshot,
+    options: &MetricsOptions,
+    host: Option<HostSnapshot>,
+) -> Vec<Family<'a>> {
     let mut families: Vec<Family<'a>> =
         FAMILIES.iter().map(|def| Family::typed(def.name, def.help, def.kind)).collect();
     let mut add = |def: &FamilyDef, labels: Vec<(&'static str, &'a str)>, value: Number| {
@@ -556,6 +585,11 @@ fn server_families<'a>(snapshot: &'a Snapshot, options: &MetricsOptions) -> Vec<
             add(&LOAD_DURATION, labels(), Number::Float(secs));
         }
     }
+    if let Some(host) = host {
+        add(&CPU_UTILIZATION, vec![], Number::Float(host.cpu_utilization));
+        add(&CPU_MEMORY_TOTAL, vec![], Number::Int(host.memory_total_bytes));
+        add(&CPU_MEMORY_USED, vec![], Number::Int(host.memory_used_bytes));
+    }
     if let Some(cache) = snapshot.cache {
         add(&CACHE_ENTRIES, vec![], Number::Int(cache.entries));
         add(&CACHE_USED, vec![], Number::Int(cache.used_bytes));
@@ -590,6 +624,24 @@ mod tests {
     use super::*;
     use crate::custom::{MetricError, MetricKind};
 
+    /// A registry without the host gauges, whose values depend on the machine.
+    fn quiet() -> Metrics {
+        Metrics::with_options(MetricsOptions { cpu_metrics: false, ..Default::default() })
+    }
+
+    #[test]
+    fn the_host_gauges_are_tritons_and_off_with_allow_cpu_metrics_false() {
+        let text = Metrics::new().render(&Snapshot::default());
+        for (name, help) in [
+            ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]"),
+            ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes"),
+            ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes"),
+        ] {
+            assert!(text.contains(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n{name} ")), "{name}: {text}");
+        }
+        assert_eq!(quiet().render(&Snapshot::default()), "");
+    }
+
     fn simple() -> ModelSnapshot {
         ModelSnapshot {
             name: "simple".into(),
@@ -616,7 +668,7 @@ mod tests {
 
     #[test]
     fn summaries_are_tritons_families_after_the_counters_and_cache_ones_only_with_the_cache() {
-        let metrics = Metrics::new();
+        let metrics = quiet();
         let summaries = LatencySummaries {
             request: summary(3, 30.0, 10.0),
             queue: summary(3, 6.0, 2.0),
@@ -659,7 +711,7 @@ mod tests {
 
     #[test]
     fn cache_families_are_tritons_and_only_for_models_with_the_cache() {
-        let metrics = Metrics::new();
+        let metrics = quiet();
         let cached = ModelSnapshot {
             name: "cached".into(),
             version: "1".into(),
@@ -695,7 +747,7 @@ mod tests {
 
     #[test]
     fn the_servers_cache_has_tritiums_families_when_there_is_one() {
-        let metrics = Metrics::new();
+        let metrics = quiet();
         let cache = CacheSnapshot { entries: 2, used_bytes: 300, capacity_bytes: 1000, evictions: 5 };
         let text = metrics.render(&Snapshot { models: vec![], instances: vec![], cache: Some(cache), client: vec![] });
         let got: Vec<&str> = text.lines().filter(|l| l.starts_with("tritium_cache_")).collect();
@@ -731,7 +783,7 @@ mod tests {
 
     #[test]
     fn renders_tritons_names_labels_and_help_exactly() {
-        let metrics = Metrics::new();
+        let metrics = quiet();
         let snapshot = Snapshot {
             models: vec![simple(), ModelSnapshot { name: "a_model".into(), version: "2".into(), ..Default::default() }],
             instances: vec![instance()],
@@ -819,12 +871,12 @@ mod tests {
 
     #[test]
     fn an_empty_server_renders_nothing() {
-        assert_eq!(Metrics::new().render(&Snapshot::default()), "");
+        assert_eq!(quiet().render(&Snapshot::default()), "");
     }
 
     #[test]
     fn counters_follow_the_snapshot_down_and_unloaded_series_go() {
-        let metrics = Metrics::new();
+        let metrics = quiet();
         let mut snapshot =
             Snapshot { models: vec![simple()], instances: vec![instance()], cache: None, client: vec![] };
         assert!(metrics
@@ -856,7 +908,7 @@ mod tests {
 
     #[test]
     fn impossible_transitions_are_a_counter_per_instance_even_at_zero() {
-        let metrics = Metrics::new();
+        let metrics = quiet();
         let mut snapshot = Snapshot { models: vec![], instances: vec![instance()], cache: None, client: vec![] };
         snapshot.instances[0].impossible_transitions = 0;
         let text = metrics.render(&snapshot);
@@ -879,7 +931,11 @@ mod tests {
 
     #[test]
     fn counter_latencies_can_be_turned_off() {
-        let metrics = Metrics::with_options(MetricsOptions { counter_latencies: false, ..Default::default() });
+        let metrics = Metrics::with_options(MetricsOptions {
+            counter_latencies: false,
+            cpu_metrics: false,
+            ..Default::default()
+        });
         let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None, client: vec![] });
         assert!(!text.contains("_duration_us"), "{text}");
         assert!(text.contains("nv_inference_count{model=\"simple\",version=\"1\"} 40\n"), "{text}");
@@ -887,7 +943,7 @@ mod tests {
 
     #[test]
     fn custom_metrics_follow_the_server_metrics() {
-        let metrics = Metrics::new();
+        let metrics = quiet();
         let custom = metrics.custom().clone();
         let family = custom
             .family("requests_process_latency_ns", "Cumulative time spent processing requests", MetricKind::Counter)
@@ -914,8 +970,8 @@ mod tests {
 
     #[test]
     fn metrics_instances_are_independent() {
-        let a = Metrics::new();
-        let b = Metrics::new();
+        let a = quiet();
+        let b = quiet();
         a.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None, client: vec![] });
         assert_eq!(b.render(&Snapshot::default()), "");
         a.custom().family("only_in_a", "d", MetricKind::Gauge).unwrap();
@@ -924,7 +980,7 @@ mod tests {
 
     #[test]
     fn concurrent_renders_are_consistent() {
-        let metrics = Metrics::new();
+        let metrics = quiet();
         let threads: Vec<_> = (0..4u64)
             .map(|i| {
                 let metrics = metrics.clone();
@@ -954,7 +1010,7 @@ mod tests {
 
     #[test]
     fn a_series_given_twice_keeps_its_last_value_and_versions_sort_as_text() {
-        let metrics = Metrics::new();
+        let metrics = quiet();
         let mut first = simple();
         first.success = 1;
         let second = simple();
@@ -977,7 +1033,7 @@ mod tests {
 
     #[test]
     fn counters_are_exact_integers_and_labels_are_escaped() {
-        let metrics = Metrics::new();
+        let metrics = quiet();
         let model = ModelSnapshot {
             name: "we\"ird\\name\n".into(),
             version: "1".into(),

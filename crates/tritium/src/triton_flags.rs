@@ -19,6 +19,8 @@
 //! Booleans take Triton's spellings (`true/false`, `on/off`, `1/0`, any case), and every flag
 //! takes `--flag=value` as well as `--flag value`.
 
+use std::time::Duration;
+
 use clap::Args;
 use tritium_server::forward::HeaderForward;
 use tritium_server::restricted::{ApiGroup, Restrictions, GRPC_HEADER_PREFIX};
@@ -219,10 +221,11 @@ pub(crate) struct TritonFlags {
     /// No effect: tritium has no GPU metrics.
     #[arg(long, value_parser = triton_bool, help_heading = "Metrics")]
     pub allow_gpu_metrics: Option<bool>,
-    /// No effect: tritium has no CPU metrics of Triton's kind.
+    /// Export the host's CPU utilization and memory (`nv_cpu_*`, default true).
     #[arg(long, value_parser = triton_bool, help_heading = "Metrics")]
     pub allow_cpu_metrics: Option<bool>,
-    /// No effect: tritium computes metrics when they are scraped.
+    /// How often the host gauges are sampled, in milliseconds (default 2000): a scrape takes a
+    /// new sample when the last one is half an interval old.
     #[arg(long, help_heading = "Metrics")]
     pub metrics_interval_ms: Option<f64>,
     /// Metrics settings, repeatable: `<setting>=<value>`: `counter_latencies=true|false` (the
@@ -343,6 +346,18 @@ impl TritonFlags {
     /// `--metrics-config` as the server's metrics options, and the settings that have no effect.
     pub(crate) fn metrics_options(&self) -> Result<(tritium_server::MetricsOptions, Vec<String>), Refused> {
         let mut options = tritium_server::MetricsOptions::default();
+        if let Some(allow) = self.allow_cpu_metrics {
+            options.cpu_metrics = allow;
+        }
+        if let Some(ms) = self.metrics_interval_ms {
+            if !ms.is_finite() || ms <= 0.0 {
+                return Err(refuse(
+                    format!("--metrics-interval-ms={ms}"),
+                    "the interval must be a positive number of milliseconds",
+                ));
+            }
+            options.interval = Duration::from_secs_f64(ms / 1000.0);
+        }
         let mut ignored = Vec::new();
         for arg in &self.metrics_config {
             let flag = || format!("--metrics-config={arg}");
@@ -521,8 +536,6 @@ impl TritonFlags {
             "tritium has no Vertex AI endpoint",
         );
         noop(self.allow_gpu_metrics.is_some(), "--allow-gpu-metrics", "tritium exports no GPU metrics");
-        noop(self.allow_cpu_metrics.is_some(), "--allow-cpu-metrics", "tritium exports no host CPU metrics");
-        noop(self.metrics_interval_ms.is_some(), "--metrics-interval-ms", "metrics are computed when scraped");
         for key in self.metrics_options()?.1 {
             let why = match key.as_str() {
                 "histogram_latencies" => "latency histograms are not exported yet (a setting of Triton after 2.51)",
@@ -687,7 +700,7 @@ mod tests {
             "--cuda-memory-pool-byte-size=0:67108864",
             "--backend-config=python,shm-default-byte-size=1048576",
             "--allow-sagemaker=false",
-            "--metrics-interval-ms=2000",
+            "--allow-gpu-metrics=false",
             "--trace-config=rate=100",
             "--enable-peer-access=false",
             "--grpc-infer-thread-count=4",
@@ -717,6 +730,18 @@ mod tests {
             assert_eq!(refused.flag, flag, "{args:?}");
             assert!(!refused.why.is_empty());
         }
+    }
+
+    #[test]
+    fn cpu_metrics_flags_switch_and_pace_the_host_gauges() {
+        let (options, _) = parse(&[]).metrics_options().expect("defaults");
+        assert!(options.cpu_metrics && options.interval == Duration::from_millis(2000));
+        let f = parse(&["--allow-cpu-metrics=false", "--metrics-interval-ms=500"]);
+        let (options, _) = f.metrics_options().expect("parsed");
+        assert!(!options.cpu_metrics && options.interval == Duration::from_millis(500));
+        assert!(f.review().expect("accepted").no_effect.is_empty());
+        let refused = parse(&["--metrics-interval-ms=0"]).review().expect_err("refused");
+        assert_eq!(refused.flag, "--metrics-interval-ms=0");
     }
 
     #[test]
