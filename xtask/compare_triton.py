@@ -5,6 +5,7 @@ their keys). A report for people: it exits 0 whatever it finds, with the number 
 import argparse
 import json
 import queue
+import re
 import time
 import urllib.error
 import urllib.request
@@ -27,6 +28,7 @@ MODELS = [
     "outputs",
     "bls_probe",
     "sender_probe",
+    "auto_probe",
 ]
 
 
@@ -57,7 +59,7 @@ def wait_models(url):
 
 def main():
     ap = argparse.ArgumentParser()
-    for name in ("triton-http", "triton-grpc", "tritium-http", "tritium-grpc"):
+    for name in ("triton-http", "triton-grpc", "tritium-http", "tritium-grpc", "triton-metrics", "tritium-metrics"):
         ap.add_argument("--" + name, required=True)
     a = ap.parse_args()
     wait_models(a.triton_http)
@@ -315,8 +317,27 @@ def main():
     for name, (ta, tb) in composed.items():
         for path, va, vb in differences(ta, tb, name):
             compare(path, va, vb)
+    # /metrics: the families each server exports, with their label names (values differ).
+    fa, fb = metric_families(a.triton_metrics), metric_families(a.tritium_metrics)
+    # tritium's own families (`tritium_*`) are not Triton's to have.
+    for name in sorted(n for n in set(fa) | set(fb) if not n.startswith("tritium_")):
+        compare(f"/metrics family {name}", fa.get(name, "<absent>"), fb.get(name, "<absent>"))
     total = len(probes) + len(gprobes) + len(introspect_probes) + len(output_probes) + len(composed)
     print(f"{len(diffs)} differences in {total} requests and {len(MODELS)} configs")
+
+
+def metric_families(url):
+    """{family: sorted label names of its series} from a /metrics page."""
+    with urllib.request.urlopen(f"http://{url}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    families = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        labels = sorted(re.findall(r'(\w+)="', line.split("}", 1)[0])) if "{" in line else []
+        families.setdefault(name, set()).add(",".join(labels))
+    return {name: sorted(sets) for name, sets in families.items()}
 
 
 def differences(a, b, path):

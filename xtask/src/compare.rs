@@ -13,7 +13,7 @@ use crate::bench_serve::{free_ports, tritium_command, triton_command, triton_env
 use crate::{root, run, target_dir, venv_python};
 
 /// The models both servers load: (directory under the checkout, model).
-const MODELS: [(&str, &str); 16] = [
+const MODELS: [(&str, &str); 17] = [
     ("examples/models", "add_sub"),
     ("examples/models", "batched_scale"),
     ("examples/models", "stream_words"),
@@ -34,6 +34,8 @@ const MODELS: [(&str, &str); 16] = [
     // What BLS calls return to model code, and what a stream client gets from response senders.
     ("xtask/compare_models", "bls_probe"),
     ("xtask/compare_models", "sender_probe"),
+    // A config that `auto_complete_config` completes: compared key by key with the others.
+    ("xtask/compare_models", "auto_probe"),
 ];
 
 /// Runs the comparison; `setup()` and `build()` have run.
@@ -65,7 +67,8 @@ pub(crate) fn compare() -> Result<()> {
         .current_dir(&root)
         .arg(root.join("xtask/compare_triton.py"))
         .args(["--triton-http", &url(n_http), "--triton-grpc", &url(n_grpc)])
-        .args(["--tritium-http", &url(t_http), "--tritium-grpc", &url(t_grpc)]))?;
+        .args(["--tritium-http", &url(t_http), "--tritium-grpc", &url(t_grpc)])
+        .args(["--triton-metrics", &url(n_metrics), "--tritium-metrics", &url(t_metrics)]))?;
     eprintln!("xtask: logs in {}", logs.display());
     Ok(())
 }
