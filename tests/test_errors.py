@@ -94,7 +94,9 @@ def test_broken_models_are_reported_and_others_serve(server, client, protocol):
     assert broken["state"] == "UNAVAILABLE"
     assert "broken_config/config.pbtxt:8" in broken["reason"] and "TYPE_NOT_A_TYPE" in broken["reason"], broken
     init = by_name["broken_init"]
-    assert init["state"] == "UNAVAILABLE"
+    # The version that failed is listed, as in Triton (a config error comes before versions).
+    assert init["state"] == "UNAVAILABLE" and init["version"] == "1", init
+    assert "version" not in broken or not broken["version"], broken
     assert "RuntimeError: the weights file is missing" in init["reason"], init
     assert "model.py(3): initialize" in init["reason"], init
     # As in Triton, the reason is the exception's rendering; its Python traceback is in the log.

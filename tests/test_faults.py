@@ -256,6 +256,9 @@ def test_explicit_load_and_unload(start):
     assert c.is_model_ready("other")
     c.unload_model("other")
     assert not c.is_model_ready("other")
+    # As in Triton, the index lists the unloaded version with its state and why.
+    unloaded = [m for m in c.get_model_repository_index() if m["name"] == "other"]
+    assert unloaded == [{"name": "other", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}], unloaded
     with pytest.raises(InferenceServerException):
         c.load_model("../escape")
     g = grpcclient.InferenceServerClient(srv.grpc_url)

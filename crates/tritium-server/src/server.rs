@@ -138,6 +138,9 @@ struct Entry {
     /// Whether the operator wants this model loaded (false after an unload).
     wanted: bool,
     versions: BTreeMap<i64, Arc<Version>>,
+    /// While no version is loaded: the versions last unloaded, or the one whose load failed;
+    /// the repository index lists them with the model's state, as Triton does.
+    gone: Vec<i64>,
 }
 
 pub(crate) struct Inner {
@@ -699,8 +702,19 @@ impl Server {
             if ready_only && entry.state != State::Ready {
                 continue;
             }
-            if entry.versions.is_empty() {
+            if entry.versions.is_empty() && entry.gone.is_empty() {
                 out.push(IndexEntry { name: name.clone(), state: state.into(), reason, ..IndexEntry::default() });
+            } else if entry.versions.is_empty() {
+                for v in &entry.gone {
+                    let (state, reason) = (state.into(), reason.clone());
+                    out.push(IndexEntry {
+                        name: name.clone(),
+                        version: v.to_string(),
+                        state,
+                        reason,
+                        ..IndexEntry::default()
+                    });
+                }
             } else {
                 for (v, ver) in &entry.versions {
                     let (state, reason) = match ver.failure() {
@@ -807,6 +821,7 @@ impl Server {
                 state: State::Loading,
                 wanted: true,
                 versions: BTreeMap::new(),
+                gone: Vec::new(),
             });
             entry.wanted = true;
             if entry.versions.is_empty() {
@@ -838,10 +853,14 @@ impl Server {
             match result {
                 Ok(versions) => {
                     entry.state = State::Ready;
+                    entry.gone.clear();
                     std::mem::replace(&mut entry.versions, versions)
                 }
                 Err(e) => {
                     let reason = e.to_string();
+                    if let (LoadError::Version { version, .. }, true) = (&e, entry.versions.is_empty()) {
+                        entry.gone = vec![*version];
+                    }
                     if matches!(e, LoadError::NoDirectory(_)) && entry.versions.is_empty() {
                         // No such model: nothing of it stays in the index (as in Triton), so
                         // a later unload of the name does not make it appear either.
@@ -872,6 +891,9 @@ impl Server {
             };
             entry.wanted = false;
             entry.state = State::Unloading;
+            if !entry.versions.is_empty() {
+                entry.gone = entry.versions.keys().copied().collect();
+            }
             std::mem::take(&mut entry.versions)
         };
         retire_all(old).await;
@@ -1189,6 +1211,14 @@ pub(crate) enum LoadError {
     /// The loader thread ended without an answer.
     #[error("the loader thread died")]
     LoaderDied,
+    /// A version failed to start (the index lists it as unavailable, with this reason).
+    #[error("{source}")]
+    Version {
+        /// The version.
+        version: i64,
+        /// Why it failed.
+        source: Box<LoadError>,
+    },
     /// An ensemble's step models are missing or not loaded (Triton's texts).
     #[error("{0}")]
     Ensemble(String),
@@ -1246,7 +1276,7 @@ fn load_versions(
             }
             Err(e) => {
                 rollback(loaded);
-                return Err(e);
+                return Err(LoadError::Version { version: v, source: Box::new(e) });
             }
         }
     }
