@@ -71,191 +71,214 @@ def main():
             diffs.append(name)
             print(f"--- {name}\n  triton : {triton}\n  tritium: {tritium}")
 
-    probes = [
-        ("GET", "/v2/models/add_sub", None),
-        ("GET", "/v2/models/add_sub/versions/1", None),
-        ("GET", "/v2/models/nope", None),
-        ("GET", "/v2/models/add_sub/versions/7", None),
-        ("GET", "/v2/models/broken_init/ready", None),
-        ("GET", "/v2/models/nope/ready", None),
-        ("GET", "/v2/health/ready", None),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[3],"datatype":"FP32","data":[1,2,3]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"INT32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUTX","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"NOPE"}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"OUTPUT1"}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":["a",2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        ("POST", "/v2/models/add_sub/infer", b'{"inputs":'),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"id":"my-id","parameters":{"x":1},"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[[1,2],[3,4]]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        ("POST", "/v2/models/nope/infer", b'{"inputs":[]}'),
-        ("POST", "/v2/models/stream_words/infer", b'{"inputs":[]}'),
-        (
-            "POST",
-            "/v2/models/batched_scale/infer",
-            b'{"inputs":[{"name":"X","shape":[100,4],"datatype":"FP32","data":[0]}]}',
-        ),
-        ("POST", "/v2/repository/models/add_sub/load", b""),
-        ("POST", "/v2/repository/models/add_sub/unload", b""),
-        ("GET", "/v2/models/add_sub/trace/setting", None),
-        ("GET", "/v2/logging", None),
-        ("GET", "/v2/systemsharedmemory/status", None),
-        ("GET", "/v2/cudasharedmemory/status", None),
-        ("POST", "/v2/systemsharedmemory/region/x/register", b'{"key":"/nope","byte_size":8}'),
-        ("GET", "/v2/models/stats", None),
-        ("GET", "/v2/nope", None),
-        ("GET", "/v2/models/nope/stats", None),
-        ("GET", "/v2/models/add_sub/versions/9/stats", None),
-        ("GET", "/v2/models/sequence_accumulate", None),
-        (
-            "POST",
-            "/v2/models/sequence_accumulate/infer",
-            b'{"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/sequence_accumulate/infer",
-            b'{"parameters":{"sequence_id":5,"sequence_end":true},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/sequence_accumulate/infer",
-            b'{"parameters":{"sequence_id":7,"sequence_start":true},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[3]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/sequence_accumulate/infer",
-            b'{"parameters":{"sequence_id":7},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[4]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/sequence_accumulate/infer",
-            b'{"parameters":{"sequence_id":7,"sequence_end":true},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[5]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/batched_scale/infer",
-            b'{"inputs":[{"name":"X","shape":[9,4],"datatype":"FP32","data":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/batched_scale/infer",
-            b'{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":[0,0,0,0]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"OUTPUT0","parameters":{"classification":2}}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]},{"name":"EXTRA","shape":[1],"datatype":"FP32","data":[1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4],"parameters":{"binary_data_size":16}},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP64","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[-4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"XYZ","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"parameters":{"priority":5}}',
-        ),
-        (
-            "POST",
-            "/v2/models/add_sub/infer",
-            b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"parameters":{"timeout":5}}',
-        ),
-        (
-            "POST",
-            "/v2/models/preprocess/infer",
-            b'{"inputs":[{"name":"IMAGE","shape":[1,1],"datatype":"BYTES","data":["not an image"]}]}',
-        ),
-        ("POST", "/v2/models/ensemble_pipeline/infer", b'{"inputs":[]}'),
-        ("GET", "/v2/models/ensemble_pipeline", None),
-        ("GET", "/v2/models/preprocess", None),
-        ("GET", "/v2/models/stream_words", None),
-        ("POST", "/v2/models/stream_words/generate", b'{"text":"a b c"}'),
-        ("POST", "/v2/models/add_sub/generate", b'{"INPUT0":[1,2,3,4],"INPUT1":[1,1,1,1]}'),
-        (
-            "POST",
-            "/v2/models/reshaped/infer",
-            b'{"inputs":[{"name":"X","shape":[2,4],"datatype":"FP32","data":[0,1,2,3,4,5,6,7]},'
-            b'{"name":"S","shape":[2,1],"datatype":"INT32","data":[1,2]}]}',
-        ),
-        ("POST", "/v2/models/reshaped/infer", b'{"id":5,"inputs":[]}'),
-        ("POST", "/v2/models/reshaped/versions/3/infer", b'{"id":5,"inputs":[]}'),
-    ] + [
-        (
-            "POST",
-            "/v2/models/misbehaving/infer",
-            b'{"inputs":[{"name":"MODE","shape":[1],"datatype":"INT32","data":[%d]}]}' % mode,
-        )
-        for mode in range(6)
-    ]
+    probes = (
+        [
+            ("GET", "/v2/models/add_sub", None),
+            ("GET", "/v2/models/add_sub/versions/1", None),
+            ("GET", "/v2/models/nope", None),
+            ("GET", "/v2/models/add_sub/versions/7", None),
+            ("GET", "/v2/models/broken_init/ready", None),
+            ("GET", "/v2/models/nope/ready", None),
+            ("GET", "/v2/health/ready", None),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[3],"datatype":"FP32","data":[1,2,3]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"INT32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUTX","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"NOPE"}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"OUTPUT1"}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":["a",2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            ("POST", "/v2/models/add_sub/infer", b'{"inputs":'),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"id":"my-id","parameters":{"x":1},"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[[1,2],[3,4]]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            ("POST", "/v2/models/nope/infer", b'{"inputs":[]}'),
+            ("POST", "/v2/models/stream_words/infer", b'{"inputs":[]}'),
+            (
+                "POST",
+                "/v2/models/batched_scale/infer",
+                b'{"inputs":[{"name":"X","shape":[100,4],"datatype":"FP32","data":[0]}]}',
+            ),
+            ("POST", "/v2/repository/models/add_sub/load", b""),
+            ("POST", "/v2/repository/models/add_sub/unload", b""),
+            ("GET", "/v2/models/add_sub/trace/setting", None),
+            ("GET", "/v2/logging", None),
+            ("GET", "/v2/systemsharedmemory/status", None),
+            ("GET", "/v2/cudasharedmemory/status", None),
+            ("POST", "/v2/systemsharedmemory/region/x/register", b'{"key":"/nope","byte_size":8}'),
+            ("GET", "/v2/models/stats", None),
+            ("GET", "/v2/nope", None),
+            ("GET", "/v2/models/nope/stats", None),
+            ("GET", "/v2/models/add_sub/versions/9/stats", None),
+            ("GET", "/v2/models/sequence_accumulate", None),
+            (
+                "POST",
+                "/v2/models/sequence_accumulate/infer",
+                b'{"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/sequence_accumulate/infer",
+                b'{"parameters":{"sequence_id":5,"sequence_end":true},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/sequence_accumulate/infer",
+                b'{"parameters":{"sequence_id":7,"sequence_start":true},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[3]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/sequence_accumulate/infer",
+                b'{"parameters":{"sequence_id":7},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[4]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/sequence_accumulate/infer",
+                b'{"parameters":{"sequence_id":7,"sequence_end":true},"inputs":[{"name":"INPUT","shape":[1,1],"datatype":"INT32","data":[5]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/batched_scale/infer",
+                b'{"inputs":[{"name":"X","shape":[9,4],"datatype":"FP32","data":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/batched_scale/infer",
+                b'{"inputs":[{"name":"X","shape":[4],"datatype":"FP32","data":[0,0,0,0]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"OUTPUT0","parameters":{"classification":2}}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]},{"name":"EXTRA","shape":[1],"datatype":"FP32","data":[1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4],"parameters":{"binary_data_size":16}},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP64","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[-4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"XYZ","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"parameters":{"priority":5}}',
+            ),
+            (
+                "POST",
+                "/v2/models/add_sub/infer",
+                b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[1,2,3,4]},{"name":"INPUT1","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"parameters":{"timeout":5}}',
+            ),
+            (
+                "POST",
+                "/v2/models/preprocess/infer",
+                b'{"inputs":[{"name":"IMAGE","shape":[1,1],"datatype":"BYTES","data":["not an image"]}]}',
+            ),
+            ("POST", "/v2/models/ensemble_pipeline/infer", b'{"inputs":[]}'),
+        ]
+        + [
+            # An ensemble: whole, one output asked for, a wrong dtype, a wrong shape, one input missing.
+            ("POST", "/v2/models/ensemble_pipeline/infer", body)
+            for body in (
+                b'{"id":"e1","inputs":[{"name":"A","shape":[4],"datatype":"FP32","data":[1,2,3,4]},'
+                b'{"name":"B","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+                b'{"inputs":[{"name":"A","shape":[4],"datatype":"FP32","data":[1,2,3,4]},'
+                b'{"name":"B","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"TWICE_B"}]}',
+                b'{"inputs":[{"name":"A","shape":[4],"datatype":"INT32","data":[1,2,3,4]},'
+                b'{"name":"B","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+                b'{"inputs":[{"name":"A","shape":[3],"datatype":"FP32","data":[1,2,3]},'
+                b'{"name":"B","shape":[4],"datatype":"FP32","data":[1,1,1,1]}]}',
+                b'{"inputs":[{"name":"A","shape":[4],"datatype":"FP32","data":[1,2,3,4]}]}',
+                b'{"inputs":[{"name":"A","shape":[4],"datatype":"FP32","data":[1,2,3,4]},'
+                b'{"name":"B","shape":[4],"datatype":"FP32","data":[1,1,1,1]}],"outputs":[{"name":"SUM"}]}',
+            )
+        ]
+        + [
+            ("GET", "/v2/models/ensemble_pipeline/stats", None),
+            ("GET", "/v2/models/ensemble_pipeline", None),
+            ("GET", "/v2/models/preprocess", None),
+            ("GET", "/v2/models/stream_words", None),
+            ("POST", "/v2/models/stream_words/generate", b'{"text":"a b c"}'),
+            ("POST", "/v2/models/add_sub/generate", b'{"INPUT0":[1,2,3,4],"INPUT1":[1,1,1,1]}'),
+            (
+                "POST",
+                "/v2/models/reshaped/infer",
+                b'{"inputs":[{"name":"X","shape":[2,4],"datatype":"FP32","data":[0,1,2,3,4,5,6,7]},'
+                b'{"name":"S","shape":[2,1],"datatype":"INT32","data":[1,2]}]}',
+            ),
+            ("POST", "/v2/models/reshaped/infer", b'{"id":5,"inputs":[]}'),
+            ("POST", "/v2/models/reshaped/versions/3/infer", b'{"id":5,"inputs":[]}'),
+        ]
+        + [
+            (
+                "POST",
+                "/v2/models/misbehaving/infer",
+                b'{"inputs":[{"name":"MODE","shape":[1],"datatype":"INT32","data":[%d]}]}' % mode,
+            )
+            for mode in range(6)
+        ]
+    )
     for method, path, body in probes:
         ta = http(a.triton_http, method, path, body)
         tb = http(a.tritium_http, method, path, body)
