@@ -523,3 +523,24 @@ def test_final_config_serializes_back_to_json():
     assert back["max_batch_size"] == 2
     assert back["input"][0]["data_type"] == "TYPE_STRING"
     assert back["dynamic_batching"] == {}
+
+
+def test_set_flags_sets_a_requests_flags_as_in_triton():
+    # Triton's InferenceRequest has set_flags (a model reaching for it got an AttributeError).
+    request = tensor.InferenceRequest(model_name="m", inputs=[], requested_output_names=[])
+    assert request.flags() == 0
+    request.set_flags(3)
+    assert request.flags() == 3
+    for bad in (-1, 2**32, "1", 1.0):
+        with pytest.raises(TypeError):
+            request.set_flags(bad)
+    assert request.flags() == 3
+
+
+def test_the_module_models_import_carries_tritons_own_imports():
+    # Triton's triton_python_backend_utils imports json, numpy (as np) and struct at its top, so
+    # `pb_utils.np` works in model code written against it.
+    import triton_python_backend_utils as pb_utils
+
+    assert (pb_utils.np, pb_utils.json, pb_utils.struct) == (np, json, struct)
+    assert pb_utils.InferenceRequest is tensor.InferenceRequest

@@ -325,6 +325,13 @@ class InferenceRequest:
         """Request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START/END)."""
         return self._flags
 
+    def set_flags(self, flags):
+        """Sets the request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START/END), as Triton's
+        `set_flags`: a BLS request carries them to the model it calls."""
+        if not isinstance(flags, int) or not 0 <= flags <= 0xFFFFFFFF:
+            raise TypeError(f"set_flags expects an unsigned 32-bit int, found {flags!r}.")
+        self._flags = int(flags)
+
     def parameters(self):
         """The request parameters as a compact JSON object string ("{}" when none)."""
         return json.dumps(self._parameters, separators=(",", ":"))

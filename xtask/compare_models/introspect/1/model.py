@@ -69,6 +69,21 @@ class TritonPythonModel:
                 }
             ),
         }
+        # The public API model code can reach, name by name (a name only one server has shows
+        # up as a difference).
+        self.init["api"] = {
+            owner: {name: True for name in dir(obj) if not name.startswith("_")}
+            for owner, obj in (
+                ("pb_utils", pb_utils),
+                ("Tensor", pb_utils.Tensor),
+                ("InferenceRequest", pb_utils.InferenceRequest),
+                ("InferenceResponse", pb_utils.InferenceResponse),
+                ("TritonError", pb_utils.TritonError),
+                ("Logger", pb_utils.Logger),
+                ("MetricFamily", pb_utils.MetricFamily),
+                ("ModelConfig", getattr(pb_utils, "ModelConfig", object)),
+            )
+        }
         self.reported = False
 
     def execute(self, requests):
