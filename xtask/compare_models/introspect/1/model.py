@@ -106,6 +106,17 @@ class TritonPythonModel:
                 "missing_input": attempt(lambda request=request: pb_utils.get_input_tensor_by_name(request, "OPT")),
             }
             if not self.reported:
+                family = pb_utils.MetricFamily("introspect_probe", "a probe", pb_utils.MetricFamily.COUNTER)
+                report["api"] = {
+                    owner: {name: True for name in dir(obj) if not name.startswith("_")}
+                    for owner, obj in (
+                        ("request", request),
+                        ("response sender", request.get_response_sender()),
+                        ("input tensor", request.inputs()[0]),
+                        ("metric family", family),
+                        ("metric", family.Metric(labels={"a": "b"})),
+                    )
+                }
                 report["init"] = self.init
                 self.reported = True
             s = pb_utils.get_input_tensor_by_name(request, "S").as_numpy()
