@@ -420,6 +420,10 @@ def introspect(a, ga, gb):
             "inputs": inputs,
         },
         "http timeout": {"parameters": {"timeout": 5000000}, "inputs": inputs},
+        "http object parameter": {"parameters": {"obj": {"a": 1}}, "inputs": inputs},
+        "http array parameter": {"parameters": {"arr": [1]}, "inputs": inputs},
+        "http null parameter": {"parameters": {"nil": None}, "inputs": inputs},
+        "http number parameters": {"parameters": {"neg": -5, "big": 18446744073709551615, "f": 2.5}, "inputs": inputs},
     }
     found = {}
     for name, body in bodies.items():
@@ -448,7 +452,7 @@ def introspect(a, ga, gb):
         ]
 
     gcalls = {
-        "grpc everything": {"request_id": "g1", "parameters": {"p": "x", "n": 3, "b": True}},
+        "grpc everything": {"request_id": "g1", "parameters": {"p": "x", "n": 3, "b": True, "f": 1.5}},
         "grpc requested output": {"outputs": [g.InferRequestedOutput("REPORT"), g.InferRequestedOutput("ECHO_S")]},
         "grpc string sequence id on a plain model": {"sequence_id": "abc", "sequence_start": True},
     }
