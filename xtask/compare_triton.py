@@ -545,7 +545,39 @@ def bls_and_streams(a):
         client.stop_stream()
         return got
 
+    def sequence(client, steps):
+        """Each step `(sequence_id, start, end, value)` on sequence_accumulate: its OUTPUT, or
+        its error."""
+        got = []
+        for seq, start, end, value in steps:
+            i = g.InferInput("INPUT", [1, 1], "INT32")
+            i.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+            try:
+                r = client.infer("sequence_accumulate", [i], sequence_id=seq, sequence_start=start, sequence_end=end)
+                got.append(r.as_numpy("OUTPUT").tolist())
+            except InferenceServerException as e:
+                got.append([e.status(), e.message()])
+        return got
+
     found = {}
+    sequences = {
+        "interleaved": [
+            (11, True, False, 1),
+            (12, True, False, 10),
+            (11, False, False, 2),
+            (12, False, True, 20),
+            (11, False, True, 3),
+        ],
+        "no start": [(21, False, False, 1)],
+        "end without start": [(22, False, True, 1)],
+        "started twice": [(23, True, False, 1), (23, True, False, 5), (23, False, True, 1)],
+        "after its end": [(24, True, True, 1), (24, False, False, 2)],
+        "string id on a numeric model": [("abc", True, True, 1)],
+        "id zero": [(0, True, True, 1)],
+    }
+    ga, gb = g.InferenceServerClient(a.triton_grpc), g.InferenceServerClient(a.tritium_grpc)
+    for name, steps in sequences.items():
+        found[f"sequence {name}"] = (sequence(ga, steps), sequence(gb, steps))
     for mode in range(13):
         found[f"bls mode {mode}"] = (bls(a.triton_http, mode), bls(a.tritium_http, mode))
     for mode in range(11):
