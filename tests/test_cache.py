@@ -205,11 +205,22 @@ def test_least_recently_used_entries_are_evicted_from_a_small_cache(start):
     infer(module, client, "cached", big)
     infer(module, client, "cached", big)
     assert executions(repo, "cached") == 6
-    # The server's cache on /metrics (tritium's own families; Triton 2.51 has none).
+    # The server's cache on /metrics, in tritium's own families and Triton's.
     lines = metrics(srv).splitlines()
     assert "tritium_cache_capacity_bytes 20000" in lines
     assert "tritium_cache_entries 2" in lines
     assert "tritium_cache_evictions_total 2" in lines, "b, then c to make room for b again"
+    # Lookups a, b, a (hit), c, a (hit), b, big, big: 8, of which 2 hits.
+    for line in (
+        "nv_cache_num_entries 2",
+        "nv_cache_num_evictions 2",
+        "nv_cache_num_lookups 8",
+        "nv_cache_num_hits 2",
+        "nv_cache_num_misses 6",
+    ):
+        assert line in lines, (line, [x for x in lines if x.startswith("nv_cache_")])
+    used = [float(x.split()[1]) for x in lines if x.startswith("nv_cache_util ")]
+    assert len(used) == 1 and 0 < used[0] <= 1, used
 
 
 def test_the_deprecated_byte_size_flag_makes_a_local_cache(start):

@@ -29,6 +29,7 @@ MODELS = [
     "bls_probe",
     "sender_probe",
     "auto_probe",
+    "cached",
 ]
 
 
@@ -345,8 +346,36 @@ def main():
     # tritium's own families (`tritium_*`) are not Triton's to have.
     for name in sorted(n for n in set(fa) | set(fb) if not n.startswith("tritium_")):
         compare(f"/metrics family {name}", fa.get(name, "<absent>"), fb.get(name, "<absent>"))
-    total = len(probes) + len(gprobes) + len(introspect_probes) + len(output_probes) + len(composed)
+    cached = cache_probes(a)
+    for name, (ta, tb) in cached.items():
+        for path, va, vb in differences(ta, tb, name):
+            compare(path, va, vb)
+    total = len(cached) + len(probes) + len(gprobes) + len(introspect_probes) + len(output_probes) + len(composed)
     print(f"{len(diffs)} differences in {total} requests and {len(MODELS)} configs")
+
+
+def cache_probes(a):
+    """The `cached` model (response cache on): the answers to a request, the same again (a hit),
+    another (a miss), then the model's statistics counts (durations left out)."""
+
+    def call(url, x):
+        body = json.dumps({"inputs": [{"name": "X", "shape": [2], "datatype": "INT32", "data": x}]}).encode()
+        status, text = http(url, "POST", "/v2/models/cached/infer", body)
+        return [status, norm(text)]
+
+    def counts(value):
+        if isinstance(value, dict):
+            return {k: counts(v) for k, v in value.items() if k not in ("ns", "last_inference")}
+        if isinstance(value, list):
+            return [counts(v) for v in value]
+        return value
+
+    found = {}
+    for step, x in enumerate(([1, 2], [1, 2], [3, 4])):
+        found[f"cached request {step}"] = (call(a.triton_http, x), call(a.tritium_http, x))
+    stats = [json.loads(http(url, "GET", "/v2/models/cached/stats")[1]) for url in (a.triton_http, a.tritium_http)]
+    found["cached statistics"] = tuple(counts(s) for s in stats)
+    return found
 
 
 def metric_families(url):

@@ -13,7 +13,7 @@ use crate::bench_serve::{free_ports, tritium_command, triton_command, triton_env
 use crate::{root, run, target_dir, venv_python};
 
 /// The models both servers load: (directory under the checkout, model).
-const MODELS: [(&str, &str); 17] = [
+const MODELS: [(&str, &str); 18] = [
     ("examples/models", "add_sub"),
     ("examples/models", "batched_scale"),
     ("examples/models", "stream_words"),
@@ -36,6 +36,8 @@ const MODELS: [(&str, &str); 17] = [
     ("xtask/compare_models", "sender_probe"),
     // A config that `auto_complete_config` completes: compared key by key with the others.
     ("xtask/compare_models", "auto_probe"),
+    // The response cache: hits, misses and what the statistics count.
+    ("xtask/compare_models", "cached"),
 ];
 
 /// Runs the comparison; `setup()` and `build()` have run.
@@ -52,9 +54,11 @@ pub(crate) fn compare() -> Result<()> {
     let [t_http, t_grpc, t_metrics, n_http, n_grpc, n_metrics] = free_ports::<6>()?;
     // Two models are broken on purpose: neither server may stop or stay unready for them.
     let mut tritium_cmd = tritium_command(&root, &target.join("release/tritium"), &repo.0, [t_http, t_grpc, t_metrics]);
-    tritium_cmd.arg("--strict-readiness=false");
+    // Both have a response cache, for the `cached` model.
+    let cache = "--cache-config=local,size=1048576";
+    tritium_cmd.args(["--strict-readiness=false", cache]);
     let mut triton_cmd = triton_command(&root, &triton, &repo.0, [n_http, n_grpc, n_metrics]);
-    triton_cmd.args(["--strict-readiness=false", "--exit-on-error=false"]);
+    triton_cmd.args(["--strict-readiness=false", "--exit-on-error=false", cache]);
     let mut servers = [
         Server::start("tritium", tritium_cmd, &logs.join("tritium.log"), t_http, t_grpc)?,
         Server::start("Triton", triton_cmd, &logs.join("triton.log"), n_http, n_grpc)?,

@@ -147,6 +147,14 @@ pub struct CacheSnapshot {
     pub capacity_bytes: u64,
     /// Responses evicted to make room, since the server started.
     pub evictions: u64,
+    /// Lookups made, since the server started.
+    pub lookups: u64,
+    /// Lookups that found a response.
+    pub hits: u64,
+    /// Time spent in lookups, hit or miss, in nanoseconds.
+    pub lookup_ns: u64,
+    /// Time spent inserting responses, in nanoseconds.
+    pub insertion_ns: u64,
 }
 
 /// Options matching Triton's `--metrics-config`.
@@ -315,7 +323,26 @@ const SUMMARIES: [&FamilyDef; 7] = [
     &CACHE_HIT_SUMMARY,
     &CACHE_MISS_SUMMARY,
 ];
-// tritium's own, for the server's response cache (Triton 2.51 exports none).
+// The server's response cache as Triton's local cache reports it (all gauges, no labels).
+family!(CACHE_UTIL, "nv_cache_util", Gauge, "Cache utilization [0.0 - 1.0]");
+family!(CACHE_NUM_ENTRIES, "nv_cache_num_entries", Gauge, "Number of responses stored in response cache");
+family!(CACHE_NUM_HITS, "nv_cache_num_hits", Gauge, "Number of cache hits in response cache");
+family!(CACHE_NUM_MISSES, "nv_cache_num_misses", Gauge, "Number of cache misses in response cache");
+family!(CACHE_NUM_LOOKUPS, "nv_cache_num_lookups", Gauge, "Number of cache lookups in response cache");
+family!(CACHE_NUM_EVICTIONS, "nv_cache_num_evictions", Gauge, "Number of cache evictions in response cache");
+family!(
+    CACHE_LOOKUP_DURATION,
+    "nv_cache_lookup_duration",
+    Gauge,
+    "Total cache lookup duration (hit and miss), in microseconds"
+);
+family!(
+    CACHE_INSERTION_DURATION,
+    "nv_cache_insertion_duration",
+    Gauge,
+    "Total cache insertion duration, in microseconds"
+);
+// tritium's own, for the server's response cache (bytes, and evictions as a counter).
 family!(CACHE_ENTRIES, "tritium_cache_entries", Gauge, "Number of responses held by the response cache");
 family!(CACHE_USED, "tritium_cache_used_bytes", Gauge, "Bytes held by the response cache");
 family!(
@@ -364,7 +391,7 @@ family!(
 );
 
 /// The server's families in output order (Triton's registration order, then tritium's).
-const FAMILIES: [&FamilyDef; 28] = [
+const FAMILIES: [&FamilyDef; 36] = [
     &SUCCESS,
     &FAILURE,
     &COUNT,
@@ -383,6 +410,14 @@ const FAMILIES: [&FamilyDef; 28] = [
     &CPU_UTILIZATION,
     &CPU_MEMORY_TOTAL,
     &CPU_MEMORY_USED,
+    &CACHE_UTIL,
+    &CACHE_NUM_ENTRIES,
+    &CACHE_NUM_HITS,
+    &CACHE_NUM_MISSES,
+    &CACHE_NUM_LOOKUPS,
+    &CACHE_NUM_EVICTIONS,
+    &CACHE_LOOKUP_DURATION,
+    &CACHE_INSERTION_DURATION,
     &CACHE_ENTRIES,
     &CACHE_USED,
     &CACHE_CAPACITY,
@@ -396,7 +431,7 @@ const FAMILIES: [&FamilyDef; 28] = [
 ];
 
 /// The names of the server's metric families; custom metrics may not use them.
-pub const SERVER_METRIC_NAMES: [&str; 35] = [
+pub const SERVER_METRIC_NAMES: [&str; 43] = [
     SUCCESS.name,
     FAILURE.name,
     COUNT.name,
@@ -415,6 +450,14 @@ pub const SERVER_METRIC_NAMES: [&str; 35] = [
     CPU_UTILIZATION.name,
     CPU_MEMORY_TOTAL.name,
     CPU_MEMORY_USED.name,
+    CACHE_UTIL.name,
+    CACHE_NUM_ENTRIES.name,
+    CACHE_NUM_HITS.name,
+    CACHE_NUM_MISSES.name,
+    CACHE_NUM_LOOKUPS.name,
+    CACHE_NUM_EVICTIONS.name,
+    CACHE_LOOKUP_DURATION.name,
+    CACHE_INSERTION_DURATION.name,
     CACHE_ENTRIES.name,
     CACHE_USED.name,
     CACHE_CAPACITY.name,
@@ -591,6 +634,15 @@ fn server_families<'a>(
         add(&CPU_MEMORY_USED, vec![], Number::Int(host.memory_used_bytes));
     }
     if let Some(cache) = snapshot.cache {
+        let util = if cache.capacity_bytes == 0 { 0.0 } else { cache.used_bytes as f64 / cache.capacity_bytes as f64 };
+        add(&CACHE_UTIL, vec![], Number::Float(util));
+        add(&CACHE_NUM_ENTRIES, vec![], Number::Int(cache.entries));
+        add(&CACHE_NUM_HITS, vec![], Number::Int(cache.hits));
+        add(&CACHE_NUM_MISSES, vec![], Number::Int(cache.lookups.saturating_sub(cache.hits)));
+        add(&CACHE_NUM_LOOKUPS, vec![], Number::Int(cache.lookups));
+        add(&CACHE_NUM_EVICTIONS, vec![], Number::Int(cache.evictions));
+        add(&CACHE_LOOKUP_DURATION, vec![], Number::Int(cache.lookup_ns / 1000));
+        add(&CACHE_INSERTION_DURATION, vec![], Number::Int(cache.insertion_ns / 1000));
         add(&CACHE_ENTRIES, vec![], Number::Int(cache.entries));
         add(&CACHE_USED, vec![], Number::Int(cache.used_bytes));
         add(&CACHE_CAPACITY, vec![], Number::Int(cache.capacity_bytes));
@@ -748,7 +800,16 @@ mod tests {
     #[test]
     fn the_servers_cache_has_tritiums_families_when_there_is_one() {
         let metrics = quiet();
-        let cache = CacheSnapshot { entries: 2, used_bytes: 300, capacity_bytes: 1000, evictions: 5 };
+        let cache = CacheSnapshot {
+            entries: 2,
+            used_bytes: 300,
+            capacity_bytes: 1000,
+            evictions: 5,
+            lookups: 3,
+            hits: 1,
+            lookup_ns: 20_500,
+            insertion_ns: 44_000,
+        };
         let text = metrics.render(&Snapshot { models: vec![], instances: vec![], cache: Some(cache), client: vec![] });
         let got: Vec<&str> = text.lines().filter(|l| l.starts_with("tritium_cache_")).collect();
         assert_eq!(
@@ -760,7 +821,24 @@ mod tests {
                 "tritium_cache_evictions_total 5"
             ]
         );
+        // Triton's own names for the same cache, as its local cache reports them.
+        let got: Vec<&str> = text.lines().filter(|l| l.starts_with("nv_cache_")).collect();
+        assert_eq!(
+            got,
+            [
+                "nv_cache_util 0.3",
+                "nv_cache_num_entries 2",
+                "nv_cache_num_hits 1",
+                "nv_cache_num_misses 2",
+                "nv_cache_num_lookups 3",
+                "nv_cache_num_evictions 5",
+                "nv_cache_lookup_duration 20",
+                "nv_cache_insertion_duration 44"
+            ]
+        );
+        assert!(text.contains("# HELP nv_cache_util Cache utilization [0.0 - 1.0]\n# TYPE nv_cache_util gauge\n"));
         assert!(!metrics.render(&Snapshot::default()).contains("tritium_cache_"));
+        assert!(!metrics.render(&Snapshot::default()).contains("nv_cache_"));
     }
 
     fn instance() -> InstanceSnapshot {

@@ -47,6 +47,12 @@ struct Lru {
     tick: u64,
     used: u64,
     evictions: u64,
+    /// Lookups, and how many found their key (Triton's `nv_cache_num_*`).
+    lookups: u64,
+    hits: u64,
+    /// Time spent looking up and inserting, in nanoseconds.
+    lookup_ns: u64,
+    insertion_ns: u64,
 }
 
 /// What the cache holds now, for statistics.
@@ -60,6 +66,14 @@ pub struct CacheUsage {
     pub capacity_bytes: u64,
     /// Entries evicted to make room.
     pub evictions: u64,
+    /// Lookups made.
+    pub lookups: u64,
+    /// Lookups that found their key.
+    pub hits: u64,
+    /// Time spent in lookups, hit or miss, in nanoseconds.
+    pub lookup_ns: u64,
+    /// Time spent inserting, in nanoseconds.
+    pub insertion_ns: u64,
 }
 
 /// The server's one response cache, shared by every model that enables it.
@@ -87,20 +101,27 @@ impl ResponseCache {
 
     /// The cached answer for `key`, which becomes the most recently used.
     pub(crate) fn lookup(&self, key: Key) -> Option<Arc<InferResponse>> {
+        let start = Instant::now();
         let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
         let lru = &mut *lru;
         lru.tick += 1;
+        lru.lookups += 1;
         let tick = lru.tick;
-        let slot = lru.entries.get_mut(&key)?;
-        lru.order.remove(&slot.tick);
-        slot.tick = tick;
-        lru.order.insert(tick, key);
-        Some(slot.response.clone())
+        let found = lru.entries.get_mut(&key).map(|slot| {
+            lru.order.remove(&slot.tick);
+            slot.tick = tick;
+            lru.order.insert(tick, key);
+            slot.response.clone()
+        });
+        lru.hits += u64::from(found.is_some());
+        lru.lookup_ns += nanos(start.elapsed());
+        found
     }
 
     /// Keeps `response` under `key`, evicting the least recently used entries until it fits.
     /// An entry larger than the whole cache is not kept (returns false).
     pub(crate) fn insert(&self, key: Key, response: Arc<InferResponse>) -> bool {
+        let start = Instant::now();
         let bytes = entry_bytes(&response);
         if bytes > self.capacity {
             return false;
@@ -123,6 +144,7 @@ impl ResponseCache {
         lru.order.insert(tick, key);
         lru.entries.insert(key, Slot { response, bytes, tick });
         lru.used += bytes;
+        lru.insertion_ns += nanos(start.elapsed());
         true
     }
 
@@ -134,8 +156,16 @@ impl ResponseCache {
             used_bytes: lru.used,
             capacity_bytes: self.capacity,
             evictions: lru.evictions,
+            lookups: lru.lookups,
+            hits: lru.hits,
+            lookup_ns: lru.lookup_ns,
+            insertion_ns: lru.insertion_ns,
         }
     }
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The bytes an entry costs: its outputs' bytes, names and shapes, its parameters, and
@@ -362,5 +392,18 @@ mod tests {
         let usage = cache.usage();
         assert_eq!((usage.entries, usage.used_bytes), (1, entry_bytes(&response(20))));
         assert_eq!(cache.lookup(k).unwrap().outputs[0].data.len(), 20);
+    }
+
+    #[test]
+    fn lookups_hits_and_their_time_are_counted_for_tritons_cache_metrics() {
+        let cache = ResponseCache::new(1 << 20);
+        let (a, b) = (cache.key(&request(b"a"), 1), cache.key(&request(b"b"), 1));
+        assert!(cache.lookup(a).is_none());
+        assert!(cache.insert(a, response(10)));
+        assert!(cache.lookup(a).is_some());
+        assert!(cache.lookup(b).is_none());
+        let usage = cache.usage();
+        assert_eq!((usage.lookups, usage.hits), (3, 1));
+        assert!(usage.lookup_ns > 0 && usage.insertion_ns > 0, "{usage:?}");
     }
 }

@@ -1015,6 +1015,10 @@ impl Server {
             used_bytes: u.used_bytes,
             capacity_bytes: u.capacity_bytes,
             evictions: u.evictions,
+            lookups: u.lookups,
+            hits: u.hits,
+            lookup_ns: u.lookup_ns,
+            insertion_ns: u.insertion_ns,
         });
         let probes: Vec<_> = answered.iter().map(|(_, p)| p.clone()).collect();
         snapshot.client = answered.into_iter().map(|(families, _)| families).collect();
