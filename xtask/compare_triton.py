@@ -299,6 +299,20 @@ def main():
 
     ga, gb = g.InferenceServerClient(a.triton_grpc), g.InferenceServerClient(a.tritium_grpc)
 
+    # The same configs and metadata over gRPC (the protobuf messages as dicts).
+    for m in MODELS:
+        for what, call in (
+            ("config", lambda c, m=m: c.get_model_config(m, as_json=True)),
+            ("metadata", lambda c, m=m: c.get_model_metadata(m, as_json=True)),
+        ):
+            try:
+                va, vb = call(ga), call(gb)
+            except InferenceServerException as e:
+                compare(f"grpc {what} of {m} raised", "", e.message())
+                continue
+            for path, x, y in differences(va, vb, f"grpc {what} of {m}"):
+                compare(path, x, y)
+
     def gerr(c, call):
         try:
             return ("ok", str(call(c))[:300])
