@@ -249,6 +249,10 @@ def test_model_reloaded_under_load_without_failures(start):
 def test_explicit_load_and_unload(start):
     sleepy(start.repo)
     sleepy(start.repo, name="other")
+    config = 'backend: "python"\ninput [ { name: "X" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    config += 'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+    model = "class TritonPythonModel:\n    def initialize(self, args):\n        raise ValueError('no weights')\n"
+    write_model(start.repo, "broken", model, config)
     srv = start(["sleepy"], ["--model-control-mode", "explicit", "--load-model", "sleepy"])
     c = httpclient.InferenceServerClient(srv.http_url)
     assert not c.is_model_ready("other")
@@ -259,6 +263,18 @@ def test_explicit_load_and_unload(start):
     # As in Triton, the index lists the unloaded version with its state and why.
     unloaded = [m for m in c.get_model_repository_index() if m["name"] == "other"]
     assert unloaded == [{"name": "other", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}], unloaded
+    # A version that fails to start: Triton's text and index entry.
+    with pytest.raises(InferenceServerException) as info:
+        c.load_model("broken")
+    message = info.value.message()
+    prefix = "load failed for model 'broken': version 1 is at UNAVAILABLE state: Internal: ValueError: no weights"
+    assert message.startswith(prefix) and message.endswith(";\n"), message
+    (broken,) = [m for m in c.get_model_repository_index() if m["name"] == "broken"]
+    assert (broken["version"], broken["state"]) == ("1", "UNAVAILABLE"), broken
+    assert broken["reason"].startswith("Internal: ValueError: no weights"), broken
+    with pytest.raises(InferenceServerException) as info:
+        c.load_model("nope")
+    assert info.value.message().startswith("failed to load 'nope', failed to poll from model repository"), info.value
     with pytest.raises(InferenceServerException):
         c.load_model("../escape")
     g = grpcclient.InferenceServerClient(srv.grpc_url)

@@ -857,7 +857,27 @@ impl Server {
                     std::mem::replace(&mut entry.versions, versions)
                 }
                 Err(e) => {
-                    let reason = e.to_string();
+                    // Triton's texts: a version that failed is at UNAVAILABLE state with an
+                    // `Internal:` reason; a name the repository lacks failed to poll.
+                    let (reason, message) = match &e {
+                        LoadError::Version { version, source } => {
+                            // Instances that failed to start (their `initialize`) are Triton's
+                            // INTERNAL errors; other failures keep their own texts.
+                            let reason = match **source {
+                                LoadError::Instances(_) | LoadError::Thread(_) => format!("Internal: {source}"),
+                                _ => source.to_string(),
+                            };
+                            let message = format!(
+                                "load failed for model '{name}': version {version} is at UNAVAILABLE state: {reason};\n"
+                            );
+                            (reason, message)
+                        }
+                        LoadError::NoDirectory(_) => (
+                            e.to_string(),
+                            format!("failed to load '{name}', failed to poll from model repository: {e}"),
+                        ),
+                        _ => (e.to_string(), format!("failed to load '{name}': {e}")),
+                    };
                     if let (LoadError::Version { version, .. }, true) = (&e, entry.versions.is_empty()) {
                         entry.gone = vec![*version];
                     }
@@ -870,7 +890,7 @@ impl Server {
                     } else {
                         error!(model = %name, "reload failed, the previous versions keep serving: {reason}");
                     }
-                    return Err(InferError::invalid(format!("failed to load '{name}': {reason}")));
+                    return Err(InferError::invalid(message));
                 }
             }
         };
