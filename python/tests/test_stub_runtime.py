@@ -135,6 +135,24 @@ def test_a_coupled_coroutine_is_awaited_before_the_batch_is_done(channel, monkey
     s.finalize()
 
 
+def test_a_coroutine_that_raises_is_rendered_with_the_models_frames_alone(channel, monkeypatch):
+    # The stub waits for a coupled coroutine through a concurrent.futures Future, whose re-raise
+    # once added its own frames to the "At:" lines; Triton's show the model's alone.
+    class Model:
+        async def execute(self, requests):
+            await asyncio.sleep(0)
+            raise ValueError("async boom")
+
+    s = make_stub(channel, Model(), False, monkeypatch)
+    s.execute(4, [Wire(40)])
+    ((batch, error),) = channel.done
+    message = error[0]
+    assert batch == 4 and "message: ValueError: async boom\n\nAt:\n" in message, message
+    at = message.split("At:\n", 1)[1].splitlines()
+    assert len(at) == 1 and at[0].endswith("): execute"), at
+    s.finalize()
+
+
 def test_a_finalize_exception_is_logged_in_tritons_rendering_and_finalize_succeeds(channel, monkeypatch):
     class Model:
         async def finalize(self):

@@ -25,6 +25,7 @@ batch may start while earlier coroutines still run; every other coroutine is awa
 
 import argparse
 import asyncio
+import concurrent.futures
 import importlib
 import json
 import os
@@ -60,11 +61,19 @@ _RESCHEDULE_REFUSED = (
 # of an exception's rendering, where Triton's C++ stub and pb_utils have none.
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _IMPORTLIB = importlib.__file__
+# The Future through which the stub waits for a coroutine's result re-raises its exception.
+_FUTURES_DIR = os.path.dirname(os.path.abspath(concurrent.futures.__file__)) + os.sep
 
 
 def _not_the_models(filename):
-    """Frames of tritium's own code and of the import machinery that loads model.py."""
-    return filename.startswith(_PACKAGE_DIR) or filename.startswith("<frozen importlib") or filename == _IMPORTLIB
+    """Frames of tritium's own code, of the import machinery that loads model.py, and of the
+    Future that carries an `async def execute`'s exception back to the stub."""
+    return (
+        filename.startswith(_PACKAGE_DIR)
+        or filename.startswith("<frozen importlib")
+        or filename == _IMPORTLIB
+        or filename.startswith(_FUTURES_DIR)
+    )
 
 
 def _format_exception(exc):
