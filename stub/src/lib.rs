@@ -1006,15 +1006,7 @@ impl Channel {
     /// Sends the final flag alone for `request`: a decoupled model's
     /// `send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)` without a response.
     fn send_final_flag(&self, py: Python<'_>, request: u64) -> PyResult<()> {
-        let response = Response {
-            request,
-            outputs: Vec::new(),
-            error: None,
-            parameters: Vec::new(),
-            final_response: true,
-            flag_only: true,
-        };
-        self.send(py, ToServer::Response(response))?;
+        self.send(py, ToServer::Response(Response::final_flag(request)))?;
         self.ended(request);
         Ok(())
     }

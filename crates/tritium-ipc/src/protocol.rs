@@ -245,6 +245,21 @@ pub struct Response {
     pub flag_only: bool,
 }
 
+impl Response {
+    /// The final flag alone for `request` (`send(flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`
+    /// without a response): final, [`flag_only`](Self::flag_only), nothing in it.
+    pub fn final_flag(request: u64) -> Self {
+        Self {
+            request,
+            outputs: Vec::new(),
+            error: None,
+            parameters: Vec::new(),
+            final_response: true,
+            flag_only: true,
+        }
+    }
+}
+
 /// A log record from `pb_utils.Logger` or Python's `logging` module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LogRecord {
@@ -708,14 +723,7 @@ mod tests {
     #[test]
     fn bls_messages_round_trip_through_postcard() {
         let request = Request { id: 4, requested_outputs: vec!["OUT".into()], ..Default::default() };
-        let response = Response {
-            request: 0,
-            outputs: Vec::new(),
-            error: None,
-            parameters: Vec::new(),
-            final_response: true,
-            flag_only: true,
-        };
+        let response = Response::final_flag(0);
         let up = [
             ToServer::BlsRequest { call: 7, model: "m".into(), version: -1, decoupled: true, request },
             ToServer::BlsCancel { call: 7 },

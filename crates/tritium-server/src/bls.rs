@@ -404,14 +404,7 @@ fn place(channel: &ServerChannel, outputs: Vec<crate::types::OutputTensor>) -> R
 /// One streamed answer as the stub's response.
 fn to_response(channel: &ServerChannel, message: Streamed) -> Response {
     match message {
-        Streamed::Final => Response {
-            request: 0,
-            outputs: Vec::new(),
-            error: None,
-            parameters: Vec::new(),
-            final_response: true,
-            flag_only: true,
-        },
+        Streamed::Final => Response::final_flag(0),
         Streamed::Response { result, last } => {
             let placed = result.and_then(|r| place(channel, r.outputs).map(|outputs| (outputs, r.parameters)));
             match placed {
