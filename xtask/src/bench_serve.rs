@@ -5,7 +5,9 @@
 //! `max_queue_delay_microseconds: 2000`, two instances). Triton 2.51 with its Python backend comes
 //! from the `nvidia-pytriton` wheel, installed on demand into `.venv-triton` (the wheel bundles
 //! `tritonserver` and its Python backend: the only Triton that installs from a package registry,
-//! without Docker). Both run for the whole benchmark, with their default flags.
+//! without Docker). Both run for the whole benchmark, with their default flags unless
+//! `cargo xtask bench serve FLAGS` gives tritium some (e.g. `--stub-spin-us 0 --runtime-spin-us 0`,
+//! to see what tritium does where nothing spins).
 //!
 //! For each case (add_sub at concurrency 1, 2, 4, 8, batched_scale at 16 and 64, and at 1 a copy
 //! of it whose batch delay is 100 us, over gRPC and HTTP) perf_analyzer measures the two servers
@@ -77,8 +79,9 @@ const MEASUREMENT_MS: u32 = 2000;
 const STABILITY_PERCENT: u32 = 1000;
 const READY_TIMEOUT: Duration = Duration::from_secs(180);
 
-/// Runs the benchmark; `setup()` and `build()` have run.
-pub(crate) fn bench_serve() -> Result<()> {
+/// Runs the benchmark; `setup()` and `build()` have run. `flags` are added to `tritium serve`'s
+/// command line (Triton always runs with its defaults).
+pub(crate) fn bench_serve(flags: &[String]) -> Result<()> {
     let started = Instant::now();
     let root = root();
     let target = target_dir();
@@ -109,7 +112,8 @@ pub(crate) fn bench_serve() -> Result<()> {
     std::fs::create_dir_all(&logs)?;
 
     let [t_http, t_grpc, t_metrics, n_http, n_grpc, n_metrics] = free_ports::<6>()?;
-    let tritium_cmd = tritium_command(&root, &tritium, &repo.0, [t_http, t_grpc, t_metrics]);
+    let mut tritium_cmd = tritium_command(&root, &tritium, &repo.0, [t_http, t_grpc, t_metrics]);
+    tritium_cmd.args(flags);
     let triton_cmd = triton_command(&root, &triton, &repo.0, [n_http, n_grpc, n_metrics]);
 
     // Both start before either is measured; the idle one sleeps in its event loop meanwhile.
@@ -160,6 +164,9 @@ pub(crate) fn bench_serve() -> Result<()> {
     }
     drop(servers);
 
+    if !flags.is_empty() {
+        println!("tritium ran with {}", flags.join(" "));
+    }
     println!("{}", table(&rows));
     let missed: Vec<String> = rows.iter().flat_map(Row::missed).collect();
     if missed.is_empty() {

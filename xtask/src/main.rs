@@ -12,7 +12,8 @@
 //!   `ruff format --check`.
 //! - `cargo xtask test`: setup, lint, build, `cargo test --workspace`, then the Python tests.
 //! - `cargo xtask bench ipc`: the IPC benchmark (floor, stub round trips, memcpy).
-//! - `cargo xtask bench serve`: perf_analyzer against tritium and Triton 2.51 serving add_sub.
+//! - `cargo xtask bench serve [FLAGS]`: perf_analyzer against tritium and Triton 2.51 serving add_sub
+//!   (FLAGS go to `tritium serve`, e.g. `--stub-spin-us 0 --runtime-spin-us 0`).
 //! - `cargo xtask bench stream`: decoupled streams of 1,000 responses, tritium against Triton 2.51.
 //! - `cargo xtask bench shm`: perf_analyzer `--shared-memory system` with two 4 MiB inputs and
 //!   outputs, tritium against Triton 2.51.
@@ -274,7 +275,11 @@ fn test() -> Result<()> {
     Ok(())
 }
 
-fn bench(what: &str) -> Result<()> {
+/// Runs benchmark `what`; `flags` go to `tritium serve` (bench serve only).
+fn bench(what: &str, flags: &[String]) -> Result<()> {
+    if !flags.is_empty() && what != "serve" {
+        bail!("only `bench serve` takes tritium flags (got {flags:?} for bench {what})");
+    }
     setup()?;
     build()?;
     match what {
@@ -285,7 +290,7 @@ fn bench(what: &str) -> Result<()> {
             "--bench",
             "ipc",
         ])),
-        "serve" => bench_serve::bench_serve(),
+        "serve" => bench_serve::bench_serve(flags),
         "stream" => bench_stream::bench_stream(),
         "shm" => bench_shm::bench_shm(),
         "openai" => run(Command::new(venv_python()).current_dir(root()).args(["examples/clients/openai_bench.py"])),
@@ -301,13 +306,13 @@ fn main() -> Result<()> {
         ["dist"] => dist(),
         ["lint"] => setup().and_then(|()| lint()),
         ["test"] => test(),
-        ["bench", what] => bench(what),
-        ["bench"] => bench("ipc"),
+        ["bench", what, flags @ ..] => bench(what, &flags.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        ["bench"] => bench("ipc", &[]),
         ["compare"] => setup().and_then(|()| build()).and_then(|()| compare::compare()),
         ["gpu-check", rest @ ..] => gpu_check::gpu_check(&rest.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
         _ => bail!(
-            "usage: cargo xtask setup | build | dist | lint | serve [FLAGS] | test | bench ipc | bench serve | bench stream \
+            "usage: cargo xtask setup | build | dist | lint | serve [FLAGS] | test | bench ipc | bench serve [FLAGS] | bench stream \
              | bench shm | bench openai | compare | gpu-check [--bundle]"
         ),
     }

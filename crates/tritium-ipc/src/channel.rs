@@ -535,17 +535,26 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// `Ok(None)` if nothing arrived within `timeout`. Never waits for a sender of this side.
     pub fn recv(&self, timeout: Duration) -> Result<Option<R>, IpcError> {
         self.try_flush_releases()?;
-        let deadline = Instant::now() + timeout;
+        let started = Instant::now();
+        let deadline = started + timeout;
         let mut rx = lock(&self.rx);
+        // Whether this wait spins depends on how long the last wait for an application message
+        // took, not on the control frames taken on the way: the peer's releases come right after
+        // each answer, and counting them made a model that gets a request every few milliseconds
+        // spin its whole budget after each one.
+        let hot = rx.consumer.hot();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let Rx { consumer, buf } = &mut *rx;
+            consumer.set_hot(hot);
             let kind = match consumer.recv(buf, left) {
                 Ok(kind) => kind,
                 Err(IpcError::Timeout(_)) => return Ok(None),
                 Err(e) => return Err(e),
             };
             if let Some(msg) = self.frame(kind, buf)? {
+                let within = started.elapsed() <= consumer.spin_budget();
+                consumer.set_hot(within);
                 return Ok(Some(msg));
             }
         }
@@ -888,6 +897,47 @@ mod tests {
         assert_eq!(server.live_blocks(), 1);
         assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::ExecuteDone { batch: 1, error: None })));
         assert_eq!(server.live_blocks(), 0, "the release arrived before the message");
+    }
+
+    #[test]
+    fn only_the_wait_for_messages_decides_whether_a_receiver_spins() {
+        // A model that gets a request every few milliseconds: after each answer the server's
+        // releases reach the stub at once, and the next request comes much later than the spin
+        // budget. The release must not make the stub spin through its budget waiting for it.
+        let policy = WaitPolicy { spin: Duration::from_millis(20), slice: Duration::from_millis(100) };
+        let config = ChannelConfig { arena_segment: 2 << 20, ..ChannelConfig::default() };
+        let (server, fds) = ServerChannel::create("test", config).expect("create");
+        let stub = StubChannel::connect(fds.control, fds.socket, policy, 2 << 20).expect("connect");
+        let ping_after = |gap: Duration| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    std::thread::sleep(gap);
+                    server.send(&ToStub::Ping { seq: 1 }).expect("ping");
+                });
+                assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 1 })));
+            });
+        };
+        let spun = || lock(&stub.rx).consumer.spun;
+
+        // A wait longer than the budget leaves the stub cold.
+        ping_after(Duration::from_millis(60));
+        // An answer's block, read by the server, whose release the server sends at its next
+        // receive: it is in the stub's ring before the stub waits.
+        let block = stub.alloc(64).expect("alloc");
+        stub.send(&ToServer::Pong { seq: 1 }).expect("pong");
+        assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::Pong { seq: 1 })));
+        server.release(block.desc);
+        assert!(server.recv(Duration::from_millis(1)).expect("flush").is_none());
+        let before = spun();
+        ping_after(Duration::from_millis(60));
+        assert_eq!(stub.live_blocks(), 0, "the release was taken on the way");
+        assert_eq!(spun(), before, "a release taken at once made the wait for the next message spin");
+
+        // A message that was there at once makes the next wait spin.
+        server.send(&ToStub::Ping { seq: 1 }).expect("ping");
+        assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 1 })));
+        ping_after(Duration::from_millis(200));
+        assert_eq!(spun(), before + 1, "a hot receiver waited without spinning");
     }
 
     /// A plain (unsealable) file of `len` bytes, like a client's `/dev/shm` object.

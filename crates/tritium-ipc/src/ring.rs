@@ -211,6 +211,9 @@ pub struct Consumer {
     tail: u32,
     policy: WaitPolicy,
     hot: bool,
+    /// Waits that began with the ring empty and spinning allowed (tests check who spins).
+    #[cfg(test)]
+    pub(crate) spun: u32,
 }
 
 /// Initialises a ring header in fresh (zeroed) shared memory.
@@ -239,7 +242,14 @@ pub(crate) unsafe fn attach(
     let tail = h.tail.load(Ordering::Acquire);
     (
         Producer { ring, head, seq: 0, policy, hot: true, unwoken: false, doorbell: None },
-        Consumer { ring, tail, policy, hot: true },
+        Consumer {
+            ring,
+            tail,
+            policy,
+            hot: true,
+            #[cfg(test)]
+            spun: 0,
+        },
     )
 }
 
@@ -453,6 +463,10 @@ impl Consumer {
     pub fn recv(&mut self, buf: &mut Vec<u8>, timeout: Duration) -> Result<u16, IpcError> {
         let h = self.ring.header();
         let tail = self.tail;
+        #[cfg(test)]
+        if self.hot && !self.policy.spin.is_zero() && h.head.load(Ordering::Acquire) == tail {
+            self.spun += 1;
+        }
         match wait_for(&h.head, &h.consumer_waiting, &h.closed, self.policy, timeout, &mut self.hot, || {
             h.head.load(Ordering::Acquire) != tail
         }) {
@@ -462,6 +476,21 @@ impl Consumer {
             Err(e) => return Err(e),
         }
         self.read(buf)
+    }
+
+    /// Whether the next wait spins: its last wait ended within the spin budget.
+    pub(crate) fn hot(&self) -> bool {
+        self.hot
+    }
+
+    /// Overrides [`Consumer::hot`], for a caller whose wait spans several messages.
+    pub(crate) fn set_hot(&mut self, hot: bool) {
+        self.hot = hot;
+    }
+
+    /// The longest a wait spins.
+    pub(crate) fn spin_budget(&self) -> Duration {
+        self.policy.spin
     }
 
     /// Receives the next message if one is published now, never waiting or spinning: `None`
