@@ -32,7 +32,7 @@ mod cuda;
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -206,7 +206,7 @@ struct Channel {
     inner: Arc<StubChannel>,
     router: Arc<Router>,
     /// `initialize` returned and `finalize` has not begun: the only time BLS is allowed.
-    executing: std::sync::atomic::AtomicBool,
+    executing: AtomicBool,
 }
 
 /// Routes the server's replies and BLS responses to the threads waiting for them, and records
@@ -234,6 +234,11 @@ struct Router {
     /// Metrics requests (`CollectMetrics` seqs) for the Python thread that answers them.
     metrics: Mutex<VecDeque<u64>>,
     metrics_asked: Condvar,
+    /// The heartbeat thread sleeps its long beat (another thread was receiving, so nothing
+    /// needed pumping); whoever stops receiving wakes it ([`Router::quicken_beat`]).
+    beat_slow: AtomicBool,
+    beat_lock: Mutex<()>,
+    beat_woken: Condvar,
 }
 
 /// Most metrics requests kept for the answering thread; older ones are dropped (the server
@@ -299,6 +304,13 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Most messages the heartbeat thread takes off the ring per beat.
 const PUMP_CHUNK: usize = 64;
+/// The heartbeat thread's pace while nobody else receives (model code runs): it pumps the ring,
+/// so a cancellation or a credit is seen within this.
+const BEAT: Duration = Duration::from_millis(20);
+/// Its pace while another thread receives (an idle stub waits for its next request): it only
+/// beats, well within the shortest heartbeat timeout (1 s), and an idle stub wakes up a few times
+/// a second instead of fifty.
+const IDLE_BEAT: Duration = Duration::from_millis(250);
 
 impl Router {
     fn wake(&self) {
@@ -367,9 +379,9 @@ impl Router {
         None
     }
 
-    /// Takes what is on the ring without waiting, unless another thread is receiving.
-    fn pump(&self, channel: &StubChannel) -> Result<(), IpcError> {
-        let Ok(_receiving) = self.receiving.try_lock() else { return Ok(()) };
+    /// Takes what is on the ring without waiting, unless another thread is receiving (false then).
+    fn pump(&self, channel: &StubChannel) -> Result<bool, IpcError> {
+        let Ok(_receiving) = self.receiving.try_lock() else { return Ok(false) };
         for _ in 0..PUMP_CHUNK {
             match channel.recv(Duration::ZERO)? {
                 Some(m) => {
@@ -380,7 +392,32 @@ impl Router {
                 None => break,
             }
         }
-        Ok(())
+        Ok(true)
+    }
+
+    /// The heartbeat thread's sleep between beats: [`BEAT`] while it pumped the ring; while
+    /// another thread was receiving, [`IDLE_BEAT`] or until [`Router::quicken_beat`].
+    fn sleep_between_beats(&self, pumped: bool) {
+        if pumped {
+            std::thread::sleep(BEAT);
+            return;
+        }
+        let lock = guard(&self.beat_lock);
+        self.beat_slow.store(true, Ordering::Release);
+        let (_lock, _) = self
+            .beat_woken
+            .wait_timeout_while(lock, IDLE_BEAT, |_| self.beat_slow.load(Ordering::Acquire))
+            .unwrap_or_else(|p| p.into_inner());
+        self.beat_slow.store(false, Ordering::Release);
+    }
+
+    /// Called by a receiver going back to model code: a heartbeat thread asleep for its long
+    /// beat returns to pumping at once (one load when it is not).
+    fn quicken_beat(&self) {
+        if self.beat_slow.swap(false, Ordering::AcqRel) {
+            let _lock = guard(&self.beat_lock);
+            self.beat_woken.notify_one();
+        }
     }
 
     /// Waits until `done` holds or `deadline` passes (false then), pumping the ring when no
@@ -393,9 +430,11 @@ impl Router {
     ) -> Result<bool, IpcError> {
         loop {
             if done() {
+                self.quicken_beat();
                 return Ok(true);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
+                self.quicken_beat();
                 return Ok(false);
             }
             match self.receiving.try_lock() {
@@ -422,12 +461,14 @@ impl Router {
         let _receiving = guard(&self.receiving);
         loop {
             if let Some(m) = guard(&self.pending).pop_front() {
+                self.quicken_beat();
                 return Ok(Some(m));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match channel.recv(left)? {
                 Some(m) => {
                     if let Some(m) = self.dispatch(channel, m) {
+                        self.quicken_beat();
                         return Ok(Some(m));
                     }
                 }
@@ -831,7 +872,8 @@ impl Channel {
         // busy in Python or C code still beats, and only a frozen process stops.
         // It also pumps the ring when nobody else does (the main thread inside `execute`), so
         // cancellations and BLS responses are taken while model code runs; it only tries the
-        // receive lock and never waits for a message.
+        // receive lock and never waits for a message. While another thread receives (an idle
+        // stub waiting for work) it only beats, at a slower pace.
         let weak = Arc::downgrade(&inner);
         let router: Arc<Router> = Arc::default();
         let pumped = router.clone();
@@ -841,13 +883,13 @@ impl Channel {
                 while let Some(channel) = weak.upgrade() {
                     channel.beat();
                     // A failed ring is reported to whoever receives next.
-                    let _ = pumped.pump(&channel);
+                    let pumping = pumped.pump(&channel).unwrap_or(true);
                     drop(channel);
-                    std::thread::sleep(Duration::from_millis(20));
+                    pumped.sleep_between_beats(pumping);
                 }
             })
             .map_err(|e| ChannelError::new_err(format!("cannot start the heartbeat thread: {e}")))?;
-        Ok(Self { inner, router, executing: std::sync::atomic::AtomicBool::new(false) })
+        Ok(Self { inner, router, executing: AtomicBool::new(false) })
     }
 
     /// The pid of the server process that created the channel.
