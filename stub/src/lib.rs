@@ -414,7 +414,7 @@ impl Router {
     /// Called by a receiver going back to model code: a heartbeat thread asleep for its long
     /// beat returns to pumping at once (one load when it is not).
     fn quicken_beat(&self) {
-        if self.beat_slow.swap(false, Ordering::AcqRel) {
+        if self.beat_slow.load(Ordering::Acquire) && self.beat_slow.swap(false, Ordering::AcqRel) {
             let _lock = guard(&self.beat_lock);
             self.beat_woken.notify_one();
         }
