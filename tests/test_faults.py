@@ -341,31 +341,38 @@ def test_a_frozen_stub_is_found_by_its_heartbeat(start, rtc):
     assert "heartbeat lost" in srv.log_text()
 
 
-def heartbeat_sleeps(pid):
-    """How many times the stub's heartbeat thread has slept (its voluntary context switches)."""
+def sleeps(pid, thread):
+    """How many times the threads of process `pid` named `thread` have slept (their voluntary
+    context switches)."""
+    total, found = 0, False
     for tid in os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{tid}/comm") as f:
-            if not f.read().startswith("tritium-heartbe"):
+            if not f.read().startswith(thread):
                 continue
         with open(f"/proc/{pid}/task/{tid}/status") as f:
             for line in f:
                 if line.startswith("voluntary_ctxt_switches:"):
-                    return int(line.split()[1])
-    raise AssertionError(f"stub {pid} has no heartbeat thread")
+                    total, found = total + int(line.split()[1]), True
+    assert found, f"process {pid} has no thread {thread}"
+    return total
 
 
-def test_an_idle_stub_beats_a_few_times_a_second(start):
-    # While the main thread waits for work it takes whatever comes, so the heartbeat thread
+def test_an_idle_instance_wakes_a_few_times_a_second(start):
+    # While the stub's main thread waits for work it takes whatever comes, so the heartbeat thread
     # only beats, every 250 ms instead of every 20 (a server with hundreds of idle instances
     # woke each fifty times a second), and a 1 s heartbeat timeout still never fires.
     sleepy(start.repo)
     srv = start(["sleepy"], ["--stub-heartbeat-timeout-secs", "1"])
     first, _ = call(srv.grpc_url)
     (stub,) = children(srv.proc.pid)
-    before = heartbeat_sleeps(stub)
+    before = sleeps(stub, "tritium-heartbe"), sleeps(srv.proc.pid, "tokio-rt-worker")
     time.sleep(2)
-    slept = heartbeat_sleeps(stub) - before
+    slept = sleeps(stub, "tritium-heartbe") - before[0]
     assert slept <= 16, f"the heartbeat thread of an idle stub slept {slept} times in 2 s"
+    # Nor does the server's runtime wake for it: the idle instance's lane checks on its stub
+    # every 250 ms (it woke every 50 ms), its stub's messages and exit ring its doorbell.
+    woke = sleeps(srv.proc.pid, "tokio-rt-worker") - before[1]
+    assert woke <= 20, f"the server's runtime woke {woke} times in 2 s with one idle instance"
     second, _ = call(srv.grpc_url, ms=1500)
     assert second == first, "the stub was replaced"
     assert "heartbeat lost" not in srv.log_text()

@@ -31,7 +31,7 @@ use tritium_ipc::{Doorbell, ToServer, ToStub};
 
 use super::{
     answer_batch, died_idle, fail_waiting, panic_message, prepare_batch, requeue_unstarted, unwind_to_error, Instance,
-    Running, Served, Stamps, VersionContext, IDLE_POLL,
+    Running, Served, Stamps, VersionContext,
 };
 use crate::off_runtime;
 use crate::scheduler::{Lane, TryNext};
@@ -289,7 +289,7 @@ async fn serve_lane(
                 // timer stays armed for it rather than being armed again.
                 let idle = tokio::select! {
                     _ = lane.notify.notified() => Ok(()),
-                    rung = bell.wait(stub, IDLE_POLL) => idle_messages(stub, rung),
+                    rung = bell.wait(stub, IDLE_CHECK) => idle_messages(stub, rung),
                     () = timer.sleep_until(until.unwrap_or_else(Instant::now)), if until.is_some() => Ok(()),
                 };
                 if let Err(e) = idle {
@@ -300,6 +300,13 @@ async fn serve_lane(
         }
     }
 }
+
+/// How often an idle lane checks on its stub unasked. What the stub sends for it to handle (logs,
+/// calls from model threads) rings the doorbell, and so does its exit (the watch thread's
+/// interrupter), so this only takes the releases sent meanwhile, which wake nobody, and notices
+/// the exit of a stub whose process could not be watched. Every 50 ms woke each idle instance of
+/// the server twenty times a second.
+const IDLE_CHECK: Duration = Duration::from_millis(250);
 
 /// A one-shot timer with the kernel's precision (a timerfd polled by the runtime), for the
 /// batch delays of dynamic batching, which are often shorter than tokio's 1 ms timer tick.
