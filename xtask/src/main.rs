@@ -298,6 +298,11 @@ fn bench(what: &str, flags: &[String]) -> Result<()> {
     }
 }
 
+/// The command line's words after a subcommand, for the functions that take them.
+fn owned(words: &[&str]) -> Vec<String> {
+    words.iter().map(|s| s.to_string()).collect()
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
@@ -306,11 +311,11 @@ fn main() -> Result<()> {
         ["dist"] => dist(),
         ["lint"] => setup().and_then(|()| lint()),
         ["test"] => test(),
-        ["bench", what, flags @ ..] => bench(what, &flags.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        ["bench", what, flags @ ..] => bench(what, &owned(flags)),
         ["bench"] => bench("ipc", &[]),
         ["compare"] => setup().and_then(|()| build()).and_then(|()| compare::compare()),
-        ["gpu-check", rest @ ..] => gpu_check::gpu_check(&rest.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
-        ["serve", extra @ ..] => serve(&extra.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+        ["gpu-check", rest @ ..] => gpu_check::gpu_check(&owned(rest)),
+        ["serve", extra @ ..] => serve(&owned(extra)),
         _ => bail!(
             "usage: cargo xtask setup | build | dist | lint | serve [FLAGS] | test | bench ipc | bench serve [FLAGS] | bench stream \
              | bench shm | bench openai | compare | gpu-check [--bundle]"
