@@ -5,10 +5,14 @@ import json
 import os
 import re
 import time
+import urllib.error
+import urllib.request
 
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 
 def say(server, marker, model="chatty"):
@@ -86,6 +90,37 @@ def test_logging_extension_over_http_and_grpc(server):
     except Exception as e:  # noqa: BLE001
         bad = str(e)
     assert bad and "invalid log format 'xml'" in bad
+
+
+def test_no_client_can_choose_the_log_file(server, tmp_path):
+    """CVE-2024-0087 in Triton: a client that names `log_file` could make the server append its
+    log (with text the client controls) to any file. Refused on both protocols with Triton's text,
+    nothing is written, and the other settings of the same request are not applied either."""
+    h = httpclient.InferenceServerClient(server.http_url)
+    g = grpcclient.InferenceServerClient(server.grpc_url)
+    target = tmp_path / "bashrc"
+    for update in (
+        lambda: h.update_log_settings({"log_file": str(target), "log_info": False}),
+        lambda: g.update_log_settings({"log_file": str(target), "log_info": False}),
+        lambda: h.update_log_settings({"log_file": ""}),
+    ):
+        with pytest.raises(
+            InferenceServerException, match="log file location can not be updated through network protocol"
+        ):
+            update()
+    # A request naming an unknown model puts client text into the log; it must not reach the file.
+    with pytest.raises(InferenceServerException):
+        h.get_model_metadata("x;touch pwned;")
+    assert not target.exists()
+    assert h.get_log_settings()["log_file"] == "" and h.get_log_settings()["log_info"] is True
+    assert h.is_server_live()
+    raw = urllib.request.Request(
+        f"http://{server.http_url}/v2/logging", data=json.dumps({"log_file": str(target)}).encode(), method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(raw, timeout=10)
+    assert refused.value.code == 501
+    assert "log file location" in json.loads(refused.value.read())["error"]
 
 
 def test_log_format_and_switches_take_effect_at_once_and_back(server):

@@ -314,6 +314,8 @@ mod tests {
             envs: tritium_server::EnvOptions::default(),
             config_name: None,
             gpus: Vec::new(),
+            paths: Default::default(),
+            limits: Default::default(),
             metrics: tritium_server::MetricsOptions::default(),
             max_queue_size: 0,
             server_id: "tritium".into(),

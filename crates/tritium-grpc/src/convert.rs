@@ -675,13 +675,13 @@ pub fn log_update(
         let bad = |want: &str| InferError::invalid(format!("expect {want} for '{key}'"));
         let choice = value.parameter_choice.as_ref();
         match (key.as_str(), choice) {
-            ("log_file", Some(P::StringParam(v))) => u.log_file = Some(v.clone()),
+            ("log_file", _) => return Err(tritium_server::log_file_refused()),
             ("log_format", Some(P::StringParam(v))) => u.log_format = Some(v.clone()),
             ("log_info", Some(P::BoolParam(v))) => u.log_info = Some(*v),
             ("log_warning", Some(P::BoolParam(v))) => u.log_warning = Some(*v),
             ("log_error", Some(P::BoolParam(v))) => u.log_error = Some(*v),
             ("log_verbose_level", Some(P::Uint32Param(v))) => u.log_verbose_level = Some(*v),
-            ("log_file" | "log_format", _) => return Err(bad("string")),
+            ("log_format", _) => return Err(bad("string")),
             ("log_info" | "log_warning" | "log_error", _) => return Err(bad("boolean")),
             ("log_verbose_level", _) => return Err(bad("unsigned integer")),
             (other, _) => return Err(InferError::invalid(format!("Logging setting '{other}' is unknown"))),

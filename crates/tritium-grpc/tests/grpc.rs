@@ -76,6 +76,8 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
         config_name: None,
         metrics: tritium_server::MetricsOptions::default(),
         gpus: Vec::new(),
+        paths: Default::default(),
+        limits: Default::default(),
     }
 }
 

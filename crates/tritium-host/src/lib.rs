@@ -10,7 +10,7 @@ pub mod output;
 pub mod process;
 pub mod stub;
 
-pub use process::{run_tool, OnLine, StubCommand, StubExit, ToolOutcome};
+pub use process::{hide_from_same_user, run_tool, OnLine, StubCommand, StubExit, ToolOutcome};
 pub use stub::{
     BlsEvent, BlsHandler, CallHandler, ClientMetrics, Executed, HostError, MetricsProbe, OnResponse, Stub, StubInfo,
     Submitted, LIVENESS_SLICE, POLL_CHUNK, WATCH_SLICE,

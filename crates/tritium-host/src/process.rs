@@ -5,6 +5,11 @@
 //! (`PR_SET_PDEATHSIG`; the stub also checks its parent pid on every wait timeout). Its stdout and
 //! stderr are read line by line into the server's log; the last lines of stderr are kept for
 //! error messages. [`ChildGuard`] kills and reaps the process when dropped.
+//!
+//! Every child (a stub, an installer, an interpreter probe) gets the server's environment
+//! without the server's own settings: no `TRITIUM_*` variable reaches it unless the server sets
+//! it for that child. Among those settings are secrets (`TRITIUM_ADMIN_TOKEN`) and paths a model
+//! has no business with (TLS keys); model code and the packages an installer runs are untrusted.
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -224,6 +229,29 @@ pub fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
     Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
+/// The prefix of the server's own environment variables, none of which a child inherits.
+const SERVER_SETTINGS_PREFIX: &str = "TRITIUM_";
+
+/// Removes the server's own settings (`TRITIUM_*`) from what `command` inherits; what the caller
+/// sets explicitly afterwards (`.env`) still reaches the child.
+fn without_server_settings(command: &mut Command) -> &mut Command {
+    for (key, _) in std::env::vars_os() {
+        if key.as_encoded_bytes().starts_with(SERVER_SETTINGS_PREFIX.as_bytes()) {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
+/// Makes the calling process (the server) non-dumpable: its `/proc/<pid>` entries (`environ`,
+/// `mem`, `fd`) become unreadable to other processes of the same user that lack
+/// `CAP_SYS_PTRACE`, models among them, and it writes no core dump. The server does this when it
+/// holds a secret (an admin token); `/proc/<pid>/cmdline` stays readable, so a secret belongs in
+/// the environment, never on the command line.
+pub fn hide_from_same_user() -> std::io::Result<()> {
+    nix::sys::prctl::set_dumpable(false).map_err(std::io::Error::from)
+}
+
 /// Starts `python -m tritium.stub` with the channel's fds as 3 and 4.
 pub(crate) fn spawn(
     cmd: &StubCommand,
@@ -237,7 +265,7 @@ pub(crate) fn spawn(
         pythonpath.push(existing);
     }
     let mut command = Command::new(&cmd.python);
-    command
+    without_server_settings(&mut command)
         .args(["-m", "tritium.stub", "--control-fd", "3", "--socket-fd", "4", "--spin-us"])
         .arg(cmd.spin.to_string())
         .env("PYTHONPATH", pythonpath)
@@ -320,7 +348,7 @@ pub fn run_tool(
     on_line: Option<OnLine>,
 ) -> std::io::Result<ToolOutcome> {
     let mut command = Command::new(program);
-    command
+    without_server_settings(&mut command)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env("PYTHONUNBUFFERED", "1")
@@ -437,6 +465,20 @@ mod tests {
                 .expect("sh");
         assert!(slow.timed_out);
         assert_eq!(slow.exit, StubExit::signal(libc::SIGKILL));
+    }
+
+    #[test]
+    fn children_inherit_no_server_setting_unless_it_is_set_for_them() {
+        // A name no other test uses: the variable stays set for the rest of the test process.
+        std::env::set_var("TRITIUM_SCRUB_PROBE_SECRET", "hunter2");
+        std::env::set_var("SCRUB_PROBE_OTHER", "kept");
+        let sh = std::path::Path::new("/bin/sh");
+        let script =
+            "echo \"${TRITIUM_SCRUB_PROBE_SECRET-unset} ${SCRUB_PROBE_OTHER-unset} ${TRITIUM_SCRUB_PROBE_MINE-unset}\"";
+        let args = vec![OsString::from("-c"), OsString::from(script)];
+        let env = [(OsString::from("TRITIUM_SCRUB_PROBE_MINE"), OsString::from("given"))];
+        let done = run_tool(sh, &args, &env, std::time::Duration::from_secs(60), 1, Span::none(), None).expect("sh");
+        assert_eq!(done.tail, ["unset kept given"]);
     }
 
     #[test]

@@ -808,7 +808,7 @@ pub(crate) fn parse_log_update(body: &Value) -> Result<LogSettingsUpdate, HttpEr
     let mut u = LogSettingsUpdate::default();
     for (key, value) in obj {
         match key.as_str() {
-            "log_file" => u.log_file = Some(value.as_str().ok_or_else(|| bad(key, "string"))?.to_string()),
+            "log_file" => return Err(tritium_server::log_file_refused().into()),
             "log_info" => u.log_info = Some(value.as_bool().ok_or_else(|| bad(key, "boolean"))?),
             "log_warning" => u.log_warning = Some(value.as_bool().ok_or_else(|| bad(key, "boolean"))?),
             "log_error" => u.log_error = Some(value.as_bool().ok_or_else(|| bad(key, "boolean"))?),

@@ -13,6 +13,7 @@ use std::path::Path;
 
 use tritium_config::ModelConfig;
 
+use crate::confine::PathPolicy;
 use crate::types::{DataType, ErrorKind, InferError, OutputTensor, MAX_CLASSIFICATION_ELEMENTS};
 
 /// Why an output cannot be answered as classes.
@@ -46,13 +47,16 @@ impl From<ClassifyError> for InferError {
 
 /// Why a model's label files cannot be read.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot read the label file {path} of output '{output}': {source}")]
+#[error("cannot read the label file {path} of output '{output}': {reason}")]
 pub(crate) struct LabelError {
     output: String,
     path: String,
-    #[source]
-    source: std::io::Error,
+    reason: String,
 }
+
+/// The largest label file read: labels are a line per class, and a config (perhaps a client's
+/// load override) must not make the server read an endless file into memory.
+const MAX_LABEL_FILE_BYTES: u64 = 64 << 20;
 
 /// What a version needs to answer classifications: whether its first dimension is the batch,
 /// and each output's labels (from its `label_filename`).
@@ -67,15 +71,27 @@ pub(crate) struct Classes {
 impl Classes {
     /// Reads the label files `config` names, relative to the model directory, as Triton's
     /// `LabelProvider` does (one label per line; a missing file fails the load).
-    pub(crate) fn load(model_dir: &Path, config: &ModelConfig) -> Result<Self, LabelError> {
+    pub(crate) fn load(model_dir: &Path, config: &ModelConfig, paths: &PathPolicy) -> Result<Self, LabelError> {
         let mut labels = HashMap::new();
         for o in config.output.iter().filter(|o| !o.label_filename.is_empty()) {
-            let path = model_dir.join(&o.label_filename);
-            let text = std::fs::read(&path).map_err(|source| LabelError {
+            let failed = |reason: String| LabelError {
                 output: o.name.clone(),
-                path: path.display().to_string(),
-                source,
-            })?;
+                path: model_dir.join(&o.label_filename).display().to_string(),
+                reason,
+            };
+            let what = format!("label_filename of output '{}'", o.name);
+            let path =
+                paths.resolve(&what, &o.label_filename, model_dir, model_dir).map_err(|e| failed(e.to_string()))?;
+            let file = std::fs::File::open(&path).map_err(|e| failed(e.to_string()))?;
+            if !file.metadata().map_err(|e| failed(e.to_string()))?.is_file() {
+                return Err(failed("not a regular file".into()));
+            }
+            let mut text = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_LABEL_FILE_BYTES + 1), &mut text)
+                .map_err(|e| failed(e.to_string()))?;
+            if text.len() as u64 > MAX_LABEL_FILE_BYTES {
+                return Err(failed(format!("larger than {MAX_LABEL_FILE_BYTES} bytes")));
+            }
             labels.insert(o.name.clone(), parse_labels(&String::from_utf8_lossy(&text)));
         }
         Ok(Self { batching: config.max_batch_size > 0, labels })
@@ -367,12 +383,17 @@ mod tests {
             label_filename: "labels.txt".into(),
             ..Default::default()
         });
-        let classes = Classes::load(&dir, &config).expect("load");
+        let classes = Classes::load(&dir, &config, &PathPolicy::default()).expect("load");
         assert!(classes.batching);
         assert_eq!(classes.labels["P"], ["zero", "one"]);
         config.output[0].label_filename = "missing.txt".into();
-        let e = Classes::load(&dir, &config).expect_err("missing file");
+        let e = Classes::load(&dir, &config, &PathPolicy::default()).expect_err("missing file");
         assert!(e.to_string().starts_with("cannot read the label file"), "{e}");
+        for outside in ["/etc/passwd", "../labels.txt", "/proc/self/environ"] {
+            config.output[0].label_filename = outside.into();
+            let e = Classes::load(&dir, &config, &PathPolicy::default()).expect_err(outside).to_string();
+            assert!(e.contains("is outside the model's directory") && !e.contains("root:"), "{e}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

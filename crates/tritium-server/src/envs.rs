@@ -4,7 +4,8 @@
 //!
 //! - `parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }`
 //!   (Triton's parameter; `$$TRITON_MODEL_DIRECTORY` is the model's directory, and a relative
-//!   path is taken from there too): a packed environment (a conda-pack or venv tarball,
+//!   path is taken from there too; the path must stay inside the model directory unless
+//!   `--allow-config-path` allows more, see `confine.rs`): a packed environment (a conda-pack or venv tarball,
 //!   `.tar.gz`), unpacked once into `<cache>/packed/<sha256 of the archive>`, or a directory
 //!   used as it is. Its `bin/python` runs the stub.
 //! - `requirements.txt` in the model directory (or a `requirements` parameter naming a file):
@@ -37,10 +38,10 @@ use sha2::{Digest, Sha256};
 use tritium_config::ModelConfig;
 use tritium_host::StubCommand;
 
+use crate::confine::{PathError, PathPolicy};
+
 /// Triton's parameter naming a packed environment.
 pub const EXECUTION_ENV_PATH: &str = "EXECUTION_ENV_PATH";
-/// What `$$TRITON_MODEL_DIRECTORY` in `EXECUTION_ENV_PATH` stands for: the model's directory.
-const MODEL_DIRECTORY: &str = "$$TRITON_MODEL_DIRECTORY";
 /// The parameter naming a requirements file (default: `requirements.txt` in the model directory).
 pub const REQUIREMENTS: &str = "requirements";
 /// Present in a cache entry once it is complete.
@@ -76,8 +77,8 @@ impl Default for EnvOptions {
     }
 }
 
-/// Takes `(model, line)` for each step and installer line of an environment being prepared;
-/// the default drops them.
+/// Takes `(model, line)` for each step of an environment being prepared (the installer's own
+/// output goes to the log only); the default drops them.
 #[derive(Clone, Default)]
 pub struct Progress(Option<Arc<ProgressSink>>);
 
@@ -94,13 +95,6 @@ impl Progress {
         if let Some(sink) = &self.0 {
             sink(model, line);
         }
-    }
-
-    /// A per-line callback for the installer of `model`'s environment, each line prefixed.
-    fn for_lines(&self, model: &str, prefix: String) -> Option<tritium_host::OnLine> {
-        let sink = self.0.clone()?;
-        let model = model.to_string();
-        Some(Arc::new(move |line: &str| sink(&model, &format!("{prefix}{line}"))))
     }
 }
 
@@ -167,7 +161,10 @@ pub enum EnvError {
         reason: String,
     },
     /// Building the requirements' environment failed.
-    #[error("cannot build the Python environment for {requirements}: {step} failed ({exit}):\n{tail}")]
+    #[error(
+        "cannot build the Python environment for {requirements}: {step} failed ({exit}); the installer's output is \
+         in the server log"
+    )]
     Build {
         /// The requirements file.
         requirements: String,
@@ -175,9 +172,13 @@ pub enum EnvError {
         step: String,
         /// How it ended.
         exit: String,
-        /// The installer's last lines.
+        /// The installer's last lines: for the server log only, never for a client (they can
+        /// quote the files the installer read).
         tail: String,
     },
+    /// A path the config names leaves the model's directory, or names nothing.
+    #[error(transparent)]
+    Path(#[from] PathError),
     /// The cache cannot be written or locked.
     #[error("the Python environment cache {dir}: {source}")]
     Cache {
@@ -194,20 +195,29 @@ pub enum EnvError {
 pub(crate) fn stub_for(
     base: &StubCommand,
     opts: &EnvOptions,
+    paths: &PathPolicy,
     model: &str,
     model_dir: &Path,
     config: &ModelConfig,
 ) -> Result<StubCommand, EnvError> {
-    let packed = parameter(config, EXECUTION_ENV_PATH).map(|p| expand(&p, model_dir));
+    let confined = |parameter: &'static str, value: &str| {
+        paths.resolve(&format!("parameter {parameter}"), value, model_dir, model_dir).map_err(EnvError::Path)
+    };
+    let packed = parameter(config, EXECUTION_ENV_PATH).map(|p| confined(EXECUTION_ENV_PATH, &p)).transpose()?;
     let requirements = match parameter(config, REQUIREMENTS) {
         Some(p) => {
-            let path = expand(&p, model_dir);
+            let path = confined(REQUIREMENTS, &p)?;
             if !path.is_file() {
-                return Err(EnvError::Missing { parameter: REQUIREMENTS, path: path.display().to_string() });
+                return Err(EnvError::Missing { parameter: REQUIREMENTS, path: p });
             }
             Some(path)
         }
-        None => Some(model_dir.join("requirements.txt")).filter(|p| p.is_file()),
+        // The default file, when it is there: a symlink out of the model directory is refused.
+        None => match confined(REQUIREMENTS, "requirements.txt") {
+            Ok(path) => Some(path).filter(|p| p.is_file()),
+            Err(EnvError::Path(PathError::Missing { .. })) => None,
+            Err(e) => return Err(e),
+        },
     };
     if packed.is_none() && requirements.is_none() {
         return Ok(base.clone());
@@ -236,17 +246,6 @@ pub(crate) fn stub_for(
 /// A string parameter of the config, if set and not blank.
 fn parameter(config: &ModelConfig, key: &str) -> Option<String> {
     config.parameters.get(key).map(|p| p.string_value.trim().to_string()).filter(|s| !s.is_empty())
-}
-
-/// `$$TRITON_MODEL_DIRECTORY` replaced by the model's directory; a relative path is taken from
-/// the model's directory.
-fn expand(value: &str, model_dir: &Path) -> PathBuf {
-    let path = PathBuf::from(value.replace(MODEL_DIRECTORY, &model_dir.display().to_string()));
-    if path.is_absolute() {
-        path
-    } else {
-        model_dir.join(path)
-    }
 }
 
 /// The environment's interpreter.
@@ -491,11 +490,15 @@ fn build_venv(
             exit,
             tail: tail.join("\n"),
         };
-        let what = format!("building the Python environment of {}: ", file.display());
-        opts.progress.report(model, &format!("{what}{step}"));
-        let on_line = opts.progress.for_lines(model, what);
-        let outcome = tritium_host::run_tool(&program, &args, &stub.env, left, ERROR_TAIL, span.clone(), on_line)
+        // The installer's lines go to the log only: the index and load errors are read by clients.
+        opts.progress.report(model, &format!("building the Python environment of {}: {step}", file.display()));
+        let outcome = tritium_host::run_tool(&program, &args, &stub.env, left, ERROR_TAIL, span.clone(), None)
             .map_err(|e| failed(format!("cannot start it: {e}"), Vec::new()))?;
+        if !outcome.success() {
+            span.in_scope(|| {
+                tracing::error!(step = %step, exit = %outcome.exit, output = %outcome.tail.join("\n"), "building a Python environment failed")
+            });
+        }
         if outcome.timed_out {
             let limit = opts.build_timeout.as_secs();
             return Err(failed(
@@ -514,14 +517,6 @@ fn build_venv(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_expand_the_model_directory() {
-        let dir = Path::new("/repo/m");
-        assert_eq!(expand("$$TRITON_MODEL_DIRECTORY/env.tar.gz", dir), PathBuf::from("/repo/m/env.tar.gz"));
-        assert_eq!(expand("env.tar.gz", dir), PathBuf::from("/repo/m/env.tar.gz"));
-        assert_eq!(expand("/opt/env.tar.gz", dir), PathBuf::from("/opt/env.tar.gz"));
-    }
 
     #[test]
     fn numpy_is_seen_however_it_is_pinned() {

@@ -5,6 +5,8 @@
 mod bls;
 mod cache;
 mod classify;
+pub mod config_limits;
+pub mod confine;
 pub mod envs;
 pub mod forward;
 mod instance;
@@ -24,6 +26,8 @@ mod validate;
 mod warmup;
 
 pub use cache::CacheUsage;
+pub use config_limits::ConfigLimits;
+pub use confine::PathPolicy;
 pub use envs::EnvOptions;
 pub use instance::{
     park_spin, Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES,

@@ -66,6 +66,12 @@ pub struct ServerOptions {
     /// The CUDA devices `KIND_GPU` (and, where there are any, `KIND_AUTO`) instance groups are
     /// placed on; empty on a machine without a usable CUDA driver.
     pub gpus: Vec<i32>,
+    /// Directories outside model directories that paths in a config may name
+    /// (`--allow-config-path`); every other path stays inside its model's directory.
+    pub paths: crate::confine::PathPolicy,
+    /// What a config may make the server allocate (`--max-warmup-bytes`,
+    /// `--max-model-instances`, `--max-sequence-slots`).
+    pub limits: crate::config_limits::ConfigLimits,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1252,6 +1258,9 @@ pub(crate) enum LoadError {
     /// A `model_warmup` sample is malformed (Triton's texts).
     #[error("{0}")]
     Warmup(String),
+    /// The config asks for more than the server's limits allow.
+    #[error(transparent)]
+    Limit(#[from] crate::config_limits::LimitError),
 }
 
 /// A model's config, read and completed, and what loading its versions needs from it.
@@ -1270,6 +1279,8 @@ struct Resolved {
     stub: StubCommand,
     /// The response cache, when the model enables it and the server has one.
     cache: Option<ModelCache>,
+    /// The warmup samples every instance runs before it is ready.
+    warmup: Arc<Vec<crate::warmup::Sample>>,
 }
 
 /// Reads, completes and checks a model's config, then starts every instance of every version;
@@ -1388,7 +1399,7 @@ fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Res
     let stub = if config.platform == "ensemble" {
         opts.stub.clone()
     } else {
-        crate::envs::stub_for(&opts.stub, &opts.envs, name, &dir, &config)?
+        crate::envs::stub_for(&opts.stub, &opts.envs, &opts.paths, name, &dir, &config)?
     };
     if opts.auto_complete {
         let file = match &backend_model {
@@ -1408,13 +1419,27 @@ fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Res
         stub.env.push(("TRITIUM_CUDA_BIND".into(), "1".into()));
     }
     tritium_config::resolve_instance_groups(&mut config, &opts.gpus)?;
+    // Before anything is sized by the config: it may be a client's load override.
+    opts.limits.check(&config)?;
+    if !config.default_model_filename.is_empty() && !crate::confine::is_plain_name(&config.default_model_filename) {
+        return Err(LoadError::Parameter(format!(
+            "default_model_filename '{}' of model '{name}' is not a file name: it names the model file inside each \
+             version directory (such as model.py), without any directory",
+            config.default_model_filename
+        )));
+    }
     let policy = config.version_policy.clone().unwrap_or_default();
     let versions = tritium_config::model_versions(&dir, &policy)?;
     if versions.is_empty() {
         return Err(LoadError::NoVersions(dir.display().to_string()));
     }
     let supervision = supervision_for(&opts.supervision, &config)?;
-    let classes = Classes::load(&dir, &config)?;
+    let classes = Classes::load(&dir, &config, &opts.paths)?;
+    let warmup = if tritium_config::is_ensemble(&config) {
+        Vec::new()
+    } else {
+        crate::warmup::samples(&config, &dir, &opts.paths, opts.limits.max_warmup_bytes).map_err(LoadError::Warmup)?
+    };
     let batching = batching_for(&config);
     let priorities = Priorities::for_config(&config, opts.max_queue_size);
     let config_json = tritium_config::to_json(&config).to_string();
@@ -1430,6 +1455,7 @@ fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Res
         versions,
         stub,
         cache: None,
+        warmup: Arc::new(warmup),
     })
 }
 
@@ -1525,7 +1551,6 @@ fn start_version(
         return Err(LoadError::NoModelFile(model_file.display().to_string()));
     }
     let stats = Arc::new(Stats::for_metrics(name, v, metric_options));
-    let warmup = Arc::new(crate::warmup::samples(&r.config, &r.dir).map_err(LoadError::Warmup)?);
     let specs = instance_specs(&r.config);
     let names = specs.iter().map(|s| s.name.clone()).collect();
     let queue = match crate::sequence::Sequences::for_config(name, &r.config, names, stats.clone())? {
@@ -1550,7 +1575,7 @@ fn start_version(
         gpu_inputs: gpu_inputs(&r.config),
         decoupled: is_decoupled(&r.config),
         bls: bls.clone(),
-        warmup,
+        warmup: r.warmup.clone(),
     });
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut workers = Vec::new();
@@ -1648,6 +1673,8 @@ mod tests {
                 config_name: None,
                 metrics: tritium_metrics::MetricsOptions::default(),
                 gpus: Vec::new(),
+                paths: Default::default(),
+                limits: Default::default(),
             }
         }
     }

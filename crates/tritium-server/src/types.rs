@@ -522,11 +522,11 @@ pub struct LogSettings {
     pub log_format: String,
 }
 
-/// A change of some log settings; `None` keeps the current value.
+/// A change of some log settings; `None` keeps the current value. The log file is not among
+/// them: it is set at start (`--log-file`) only, so no client can make the server write where it
+/// chooses (CVE-2024-0087 in Triton); a request that names it gets [`log_file_refused`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogSettingsUpdate {
-    /// See [`LogSettings::log_file`].
-    pub log_file: Option<String>,
     /// See [`LogSettings::log_info`].
     pub log_info: Option<bool>,
     /// See [`LogSettings::log_warning`].
@@ -537,6 +537,11 @@ pub struct LogSettingsUpdate {
     pub log_verbose_level: Option<u32>,
     /// See [`LogSettings::log_format`].
     pub log_format: Option<String>,
+}
+
+/// Triton's answer to a logging request that names `log_file`, on both protocols.
+pub fn log_file_refused() -> InferError {
+    InferError::new(ErrorKind::Unsupported, "log file location can not be updated through network protocol")
 }
 
 /// The process's logging, which the binary owns and the frontends change through [`crate::Server`].

@@ -20,6 +20,7 @@ use tritium_config::ModelConfig;
 use tritium_host::Stub;
 use tritium_ipc::{DataType, Request, TensorData};
 
+use crate::confine::PathPolicy;
 use crate::validate::wire_type;
 
 /// Triton's `kWarmupDataFolder`.
@@ -44,8 +45,15 @@ pub(crate) struct Sample {
 }
 
 /// The warmup samples of a model, with their data; an error names what is wrong (Triton's
-/// texts).
-pub(crate) fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<Sample>, String> {
+/// texts). The config's sizes were checked against the server's limits before
+/// ([`crate::config_limits`]); an `input_data_file` must be a regular file inside
+/// `<model directory>/warmup` (or a directory `paths` allows) of at most `max_bytes`.
+pub(crate) fn samples(
+    config: &ModelConfig,
+    model_dir: &Path,
+    paths: &PathPolicy,
+    max_bytes: u64,
+) -> Result<Vec<Sample>, String> {
     let mut out = Vec::new();
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     // A sample is normalized as a client's request is: its inputs reach the model reshaped.
@@ -67,18 +75,25 @@ pub(crate) fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<Samp
                     "warmup setting expects all variable-size dimensions are specified for input '{name}'"
                 ));
             }
-            let elements: i64 = meta.dims.iter().product();
-            let elements = elements.max(0) as usize;
             // TYPE_STRING elements are serialized: 4 length bytes each (zero: empty strings).
-            let byte_size = elements * dtype.element_size().unwrap_or(4);
+            let byte_size = meta
+                .dims
+                .iter()
+                .try_fold(dtype.element_size().unwrap_or(4) as u64, |n, &d| n.checked_mul(d as u64))
+                .filter(|&n| n <= max_bytes)
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| {
+                    format!(
+                        "warmup sample '{}' input '{name}' is larger than --max-warmup-bytes ({max_bytes})",
+                        setting.name
+                    )
+                })?;
             let data = match &meta.input_data_type {
                 Some(InputDataType::ZeroData(_)) => Bytes::from(vec![0u8; byte_size]),
                 Some(InputDataType::RandomData(_)) if dtype == DataType::Bytes => Bytes::from(vec![0u8; byte_size]),
                 Some(InputDataType::RandomData(_)) => Bytes::from(random_bytes(byte_size, &mut seed)),
                 Some(InputDataType::InputDataFile(file)) => {
-                    let path = model_dir.join(WARMUP_DATA_FOLDER).join(file);
-                    let mut data = std::fs::read(&path)
-                        .map_err(|e| format!("failed to open text file for read {}: {e}", path.display()))?;
+                    let mut data = read_data_file(model_dir, file, paths, max_bytes)?;
                     if dtype != DataType::Bytes {
                         if byte_size > data.len() {
                             return Err(format!(
@@ -110,6 +125,33 @@ pub(crate) fn samples(config: &ModelConfig, model_dir: &Path) -> Result<Vec<Samp
         });
     }
     Ok(out)
+}
+
+/// The bytes of a warmup data file: `<model directory>/warmup/<file>`, which must stay inside
+/// the model directory, be a regular file (not a device or a fifo that never ends) and hold at
+/// most `max_bytes`.
+fn read_data_file(model_dir: &Path, file: &str, paths: &PathPolicy, max_bytes: u64) -> Result<Vec<u8>, String> {
+    let shown = model_dir.join(WARMUP_DATA_FOLDER).join(file);
+    let failed = |why: String| format!("failed to open text file for read {}: {why}", shown.display());
+    let path = paths
+        .resolve("warmup input_data_file", file, model_dir, &model_dir.join(WARMUP_DATA_FOLDER))
+        .map_err(|e| failed(e.to_string()))?;
+    let file = std::fs::File::open(&path).map_err(|e| failed(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| failed(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(failed("not a regular file".into()));
+    }
+    if meta.len() > max_bytes {
+        return Err(failed(format!("{} bytes, more than --max-warmup-bytes ({max_bytes})", meta.len())));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    // The file may grow after the check: never read past the limit.
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, max_bytes + 1), &mut data)
+        .map_err(|e| failed(e.to_string()))?;
+    if data.len() as u64 > max_bytes {
+        return Err(failed(format!("more than --max-warmup-bytes ({max_bytes})")));
+    }
+    Ok(data)
 }
 
 /// A sample must give every required input of the model, as a request must: Triton refuses
@@ -250,8 +292,41 @@ fn execute_decoupled(stub: &Stub, requests: Vec<Request>, timeout: Option<Durati
 mod tests {
     use super::*;
 
+    const LIMIT: u64 = crate::config_limits::DEFAULT_MAX_WARMUP_BYTES;
+
     fn config(text: &str) -> ModelConfig {
         tritium_config::parse_config(text, Path::new("config.pbtxt")).unwrap()
+    }
+
+    #[test]
+    fn data_files_stay_inside_the_model_directory_and_their_limit() {
+        let dir = std::env::temp_dir().join(format!("tritium-warmup-files-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("m/warmup")).unwrap();
+        std::fs::write(dir.join("secret"), "root:x:0:0").unwrap();
+        std::fs::write(dir.join("m/warmup/big.bin"), [7u8; 64]).unwrap();
+        let _ = std::os::unix::fs::symlink(dir.join("secret"), dir.join("m/warmup/link.bin"));
+        let model = dir.join("m");
+        let with_file = |file: &str| {
+            config(&format!(
+                r#"name: "m" max_batch_size: 0 input [ {{ name: "A" data_type: TYPE_UINT8 dims: [ 4 ] }} ]
+                model_warmup [ {{ name: "s" batch_size: 1 inputs {{ key: "A" value: {{ data_type: TYPE_UINT8 dims: [ 4 ] input_data_file: "{file}" }} }} }} ]"#
+            ))
+        };
+        for file in ["../../secret", "/etc/passwd", "/dev/zero", "link.bin", "/proc/self/environ"] {
+            let e = samples(&with_file(file), &model, &PathPolicy::default(), LIMIT).unwrap_err();
+            assert!(e.contains("is outside the model's directory") && !e.contains("root:x"), "{file}: {e}");
+        }
+        let e = samples(&with_file("big.bin"), &model, &PathPolicy::default(), 16).unwrap_err();
+        assert!(e.contains("64 bytes, more than --max-warmup-bytes (16)"), "{e}");
+        let s = samples(&with_file("big.bin"), &model, &PathPolicy::default(), LIMIT).unwrap();
+        assert_eq!(s[0].inputs[0].data.as_ref(), &[7u8; 4]);
+        let huge = config(
+            r#"name: "m" max_batch_size: 0 input [ { name: "A" data_type: TYPE_UINT8 dims: [ 35184372088832 ] } ]
+            model_warmup [ { name: "s" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_UINT8 dims: [ 35184372088832 ] zero_data: true } } } ]"#,
+        );
+        let e = samples(&huge, &model, &PathPolicy::default(), LIMIT).unwrap_err();
+        assert!(e.contains("larger than --max-warmup-bytes"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -272,7 +347,7 @@ mod tests {
                 inputs { key: "B" value: { data_type: TYPE_STRING dims: [ 3 ] zero_data: true } } }
             ]"#,
         );
-        let s = samples(&c, &dir).unwrap();
+        let s = samples(&c, &dir, &PathPolicy::default(), LIMIT).unwrap();
         assert_eq!(s.len(), 2, "batch size 0 is skipped");
         assert_eq!((s[0].count, s[0].batch_size), (3, 2));
         assert_eq!(s[0].inputs[0].shape, vec![1, 2]);
@@ -291,20 +366,22 @@ mod tests {
             model_warmup [ { name: "s" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [ -1 ] zero_data: true } } } ]"#,
         );
         assert_eq!(
-            samples(&var, &dir).unwrap_err(),
+            samples(&var, &dir, &PathPolicy::default(), LIMIT).unwrap_err(),
             "warmup setting expects all variable-size dimensions are specified for input 'A'"
         );
         let missing = config(
             r#"name: "m" max_batch_size: 0 input [ { name: "A" data_type: TYPE_FP32 dims: [ 1 ] } ]
             model_warmup [ { name: "s" batch_size: 1 inputs { key: "A" value: { data_type: TYPE_FP32 dims: [ 1 ] input_data_file: "nope.bin" } } } ]"#,
         );
-        assert!(samples(&missing, &dir).unwrap_err().starts_with("failed to open text file for read "));
+        assert!(samples(&missing, &dir, &PathPolicy::default(), LIMIT)
+            .unwrap_err()
+            .starts_with("failed to open text file for read "));
         let unknown = config(
             r#"name: "m" max_batch_size: 0 input [ { name: "A" data_type: TYPE_FP32 dims: [ 1 ] } ]
             model_warmup [ { name: "s" batch_size: 1 inputs { key: "NOPE" value: { data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]"#,
         );
         assert_eq!(
-            samples(&unknown, &dir).unwrap_err(),
+            samples(&unknown, &dir, &PathPolicy::default(), LIMIT).unwrap_err(),
             "[request id: <id_unknown>] expected 1 inputs but got 0 inputs for model 'm'. Got input(s) [], but \
              missing required input(s) ['A']. Please provide all required input(s)."
         );

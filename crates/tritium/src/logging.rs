@@ -1,6 +1,8 @@
 //! Process logging: Triton's switches (`--log-info`, `--log-warning`, `--log-error`,
-//! `--log-verbose`), formats (`default`, `ISO8601`, `json`) and `--log-file`, all changeable at
-//! run time through the logging extension (`/v2/logging`, gRPC `LogSettings`).
+//! `--log-verbose`) and formats (`default`, `ISO8601`, `json`), changeable at run time through the
+//! logging extension (`/v2/logging`, gRPC `LogSettings`), and `--log-file`, which only the command
+//! line sets: a client that could name the file could make the server append to any file it can
+//! write (Triton's CVE-2024-0087).
 
 use std::fs::File;
 use std::io::Write;
@@ -88,8 +90,18 @@ pub(crate) struct Logging {
 
 impl Logging {
     fn new(settings: LogSettings) -> Result<Arc<Self>, InferError> {
-        let logging =
-            Arc::new(Self { switches: Arc::default(), sink: Sink::default(), settings: Mutex::new(settings.clone()) });
+        let file = if settings.log_file.is_empty() {
+            None
+        } else {
+            Some(File::options().create(true).append(true).open(&settings.log_file).map_err(|e| {
+                InferError::new(ErrorKind::InvalidArg, format!("cannot open log file '{}': {e}", settings.log_file))
+            })?)
+        };
+        let logging = Arc::new(Self {
+            switches: Arc::default(),
+            sink: Sink(Arc::new(Mutex::new(file))),
+            settings: Mutex::new(settings.clone()),
+        });
         logging.apply(&settings)?;
         Ok(logging)
     }
@@ -129,14 +141,6 @@ impl Logging {
                 format!("invalid log format '{}': use default, ISO8601 or json", s.log_format),
             )
         })?;
-        let file = if s.log_file.is_empty() {
-            None
-        } else {
-            Some(File::options().create(true).append(true).open(&s.log_file).map_err(|e| {
-                InferError::new(ErrorKind::InvalidArg, format!("cannot open log file '{}': {e}", s.log_file))
-            })?)
-        };
-        *self.sink.0.lock().unwrap_or_else(|p| p.into_inner()) = file;
         let sw = &self.switches;
         sw.info.store(s.log_info, Ordering::Relaxed);
         sw.warning.store(s.log_warning, Ordering::Relaxed);
@@ -157,9 +161,6 @@ impl LogControl for Logging {
     fn update(&self, u: LogSettingsUpdate) -> Result<LogSettings, InferError> {
         let mut current = self.settings.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = current.clone();
-        if let Some(v) = u.log_file {
-            next.log_file = v;
-        }
         if let Some(v) = u.log_info {
             next.log_info = v;
         }
@@ -220,11 +221,16 @@ mod tests {
         });
         assert!(err.expect_err("bad format").message.contains("invalid log format 'xml'"));
         assert_eq!(logging.get(), after, "a refused update changes nothing");
+    }
+
+    #[test]
+    fn the_log_file_is_set_at_start_and_kept_by_updates() {
         let dir = tempfile_dir();
         let file = dir.join("t.log");
-        logging
-            .update(LogSettingsUpdate { log_file: Some(file.display().to_string()), ..Default::default() })
-            .expect("file");
+        let logging =
+            Logging::new(LogSettings { log_file: file.display().to_string(), ..settings() }).expect("new with a file");
+        let after = logging.update(LogSettingsUpdate { log_info: Some(false), ..Default::default() }).expect("update");
+        assert_eq!(after.log_file, file.display().to_string());
         let mut w = logging.sink.make_writer();
         w.write_all(b"hello\n").expect("write");
         assert_eq!(std::fs::read_to_string(&file).expect("read"), "hello\n");

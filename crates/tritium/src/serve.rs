@@ -183,6 +183,25 @@ pub(crate) struct ServeArgs {
     /// with UNAVAILABLE ("Exceeds maximum queue size"). 0: unbounded, Triton's behaviour.
     #[arg(long, env = "TRITIUM_MAX_QUEUE_SIZE", default_value_t = 0, help_heading = TRITIUM_OWN)]
     max_queue_size: usize,
+    // Config limits (hardening: a config may be a client's load override).
+    /// A directory outside the model directories that paths in a model config
+    /// (`EXECUTION_ENV_PATH`, `requirements`, `label_filename`, warmup `input_data_file`) may
+    /// name, such as a shared directory of packed environments; repeat for several. Without
+    /// one, every such path must stay inside its model's directory.
+    #[arg(long = "allow-config-path", value_name = "DIR", env = "TRITIUM_ALLOW_CONFIG_PATH", value_delimiter = ':', help_heading = TRITIUM_OWN)]
+    allow_config_paths: Vec<PathBuf>,
+    /// Most bytes of one `model_warmup` sample's data (its inputs times its `batch_size`); a
+    /// config asking for more fails its load.
+    #[arg(long, env = "TRITIUM_MAX_WARMUP_BYTES", default_value_t = tritium_server::config_limits::DEFAULT_MAX_WARMUP_BYTES, help_heading = TRITIUM_OWN)]
+    max_warmup_bytes: u64,
+    /// Most instances (stub processes) of one model version, over all of its instance groups;
+    /// a config asking for more fails its load.
+    #[arg(long, env = "TRITIUM_MAX_MODEL_INSTANCES", default_value_t = tritium_server::config_limits::DEFAULT_MAX_MODEL_INSTANCES, help_heading = TRITIUM_OWN)]
+    max_model_instances: u64,
+    /// Most sequence slots of one instance (`max_candidate_sequences`, or `max_batch_size` of a
+    /// sequence-batched model); a config asking for more fails its load.
+    #[arg(long, env = "TRITIUM_MAX_SEQUENCE_SLOTS", default_value_t = tritium_server::config_limits::DEFAULT_MAX_SEQUENCE_SLOTS, help_heading = TRITIUM_OWN)]
+    max_sequence_slots: u64,
     // Client request limits (frontend-limits work).
     /// The largest HTTP request body, in bytes: the JSON and any binary tensor data together,
     /// counted after decompression (Triton's flag and default, 64 MiB).
@@ -387,6 +406,11 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         ),
     };
     let (stub_spin, runtime_spin) = spin_budgets(args.stub_spin_us, args.runtime_spin_us);
+    if args.admin_token.is_some() {
+        // Models run as the server's user: keep the token out of their reach in /proc. (Children
+        // never inherit TRITIUM_* variables; see tritium-host's process.rs.)
+        tritium_host::hide_from_same_user().context("making the server non-dumpable to protect --admin-token")?;
+    }
     let opts = ServerOptions {
         repository,
         stub: {
@@ -433,6 +457,12 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         config_name: args.model_config_name.clone(),
         metrics: args.triton.metrics_options().context("refusing to start")?.0,
         gpus: cuda_devices(),
+        paths: tritium_server::PathPolicy { allowed: args.allow_config_paths.clone() },
+        limits: tritium_server::ConfigLimits {
+            max_warmup_bytes: args.max_warmup_bytes,
+            max_model_instances: args.max_model_instances,
+            max_sequence_slots: args.max_sequence_slots,
+        },
     };
     let threads = async_threads(args.async_threads);
     info!(threads, "async runtime threads (--async-threads)");
