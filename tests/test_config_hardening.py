@@ -203,3 +203,24 @@ def test_no_child_sees_the_servers_secrets(start, monkeypatch):
     if os.geteuid() != 0:
         # Root's models have CAP_SYS_PTRACE and can read anything; others cannot read the server.
         assert seen["parent_environ_has_token"] is False, seen
+
+
+def test_an_environment_cache_others_can_write_is_refused(start, tmp_path):
+    """A cache anyone can write (the temp-dir fallback of old) could hold a "complete" environment
+    that runs someone else's code in every model: tritium refuses to use it."""
+    cache = tmp_path / "shared-cache"
+    cache.mkdir()
+    os.chmod(cache, 0o777)
+    packed = CONFIG.format(name="packed") + (
+        'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }\n'
+    )
+    write_model(start.repo, "packed", packed, MODEL)
+    with open(os.path.join(start.repo, "packed", "env.tar.gz"), "wb") as f:
+        f.write(b"not even gzip")
+    write_model(start.repo, "plain", CONFIG.format(name="plain"), MODEL)
+    srv = start(["plain"], ["--env-cache-dir", str(cache)])
+    reason = httpclient.InferenceServerClient(srv.http_url).get_model_repository_index()
+    reason = next(m for m in reason if m["name"] == "packed").get("reason", "")
+    assert "others may write to it (mode 777)" in reason and "--env-cache-dir" in reason, reason
+    assert os.listdir(cache) == []
+    assert ask(srv, "plain")["env"] == []

@@ -104,14 +104,58 @@ impl std::fmt::Debug for Progress {
     }
 }
 
-/// `$XDG_CACHE_HOME/tritium/envs`, else `~/.cache/tritium/envs`, else under the temp dir.
+/// `$XDG_CACHE_HOME/tritium/envs`, else `~/.cache/tritium/envs`, else
+/// `<temp dir>/tritium-<uid>/envs` (made private by [`ensure_private`] before use).
 pub fn default_cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    let home = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
-        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("tritium").join("envs")
+        .or_else(|| std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".cache")));
+    match home {
+        Some(base) => base.join("tritium").join("envs"),
+        None => {
+            let uid = effective_uid().map_or_else(|| "unknown".to_string(), |u| u.to_string());
+            std::env::temp_dir().join(format!("tritium-{uid}")).join("envs")
+        }
+    }
+}
+
+/// The process's effective uid (the second field of `Uid:` in `/proc/self/status`).
+fn effective_uid() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Makes sure the cache root `dir` is the server's own: created with mode 0700 when missing,
+/// else owned by the server's user and writable by nobody else. A cache anyone else can write
+/// could hold an environment with a completion marker that runs their code in every model.
+fn ensure_private(dir: &Path) -> Result<(), EnvError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let refuse = |why: String| EnvError::Cache {
+        dir: dir.display().to_string(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!("{why}; choose a private directory with --env-cache-dir"),
+        ),
+    };
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|source| EnvError::Cache { dir: dir.display().to_string(), source })?;
+    }
+    let meta = std::fs::metadata(dir).map_err(|source| EnvError::Cache { dir: dir.display().to_string(), source })?;
+    if let Some(uid) = effective_uid() {
+        if meta.uid() != uid {
+            return Err(refuse(format!("it is owned by uid {}, not by the server's user (uid {uid})", meta.uid())));
+        }
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(refuse(format!("others may write to it (mode {:o})", meta.mode() & 0o7777)));
+    }
+    Ok(())
 }
 
 /// Why a model's environment cannot be had.
@@ -315,6 +359,7 @@ fn packed_env(opts: &EnvOptions, path: &Path) -> Result<PathBuf, EnvError> {
     let mut hasher = Sha256::new();
     let mut file = File::open(path).map_err(unreadable)?;
     std::io::copy(&mut file, &mut hasher).map_err(unreadable)?;
+    ensure_private(&opts.cache_dir)?;
     let entry = opts.cache_dir.join("packed").join(hex(&hasher.finalize()));
     once(&entry, |dir| {
         tracing::info!(archive = %path.display(), into = %dir.display(), "unpacking a Python environment");
@@ -421,6 +466,7 @@ fn requirements_env(opts: &EnvOptions, stub: &StubCommand, file: &Path, model: &
         hasher.update((part.len() as u64).to_le_bytes());
         hasher.update(part);
     }
+    ensure_private(&opts.cache_dir)?;
     let entry = opts.cache_dir.join("venvs").join(hex(&hasher.finalize()));
     once(&entry, |dir| build_venv(opts, stub, file, &text, dir, model))?;
     Ok(entry)
@@ -517,6 +563,21 @@ fn build_venv(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_root_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = Tmp::new("private");
+        let fresh = tmp.0.join("a/b/envs");
+        ensure_private(&fresh).expect("created");
+        assert_eq!(std::fs::metadata(&fresh).expect("meta").permissions().mode() & 0o777, 0o700);
+        let open = tmp.0.join("open");
+        std::fs::create_dir_all(&open).expect("mkdir");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let e = ensure_private(&open).expect_err("world-writable").to_string();
+        assert!(e.contains("others may write to it (mode 777)") && e.contains("--env-cache-dir"), "{e}");
+        assert!(effective_uid().is_some());
+    }
 
     #[test]
     fn numpy_is_seen_however_it_is_pinned() {
