@@ -2,7 +2,8 @@
 //! the whole test suite, and the benchmarks.
 //!
 //! - `cargo xtask setup`: creates `.venv` (from `$TRITIUM_BASE_PYTHON` or `python3`) with the
-//!   packages in `python/requirements-dev.txt`, and perf_analyzer (for `test` and `bench`).
+//!   packages in `python/requirements-dev.txt` and `python/requirements-frameworks.txt` (onnx,
+//!   onnxruntime, torch), and perf_analyzer (for `test` and `bench`).
 //! - `cargo xtask build`: builds the `tritium` binary and `tritium._native` (release), placing the
 //!   native module into `python/tritium/`.
 //! - `cargo xtask serve [FLAGS]`: `.venv` with what serving needs (`python/requirements-serve.txt`:
@@ -96,12 +97,13 @@ fn setup_serve() -> Result<()> {
     install_requirements(&py, "requirements-serve.txt", ".tritium-requirements-serve")
 }
 
-/// Everything the tests and benchmarks need: `.venv` with `python/requirements-dev.txt`, and
-/// perf_analyzer.
+/// Everything the tests and benchmarks need: `.venv` with `python/requirements-dev.txt` and
+/// `python/requirements-frameworks.txt`, and perf_analyzer.
 fn setup() -> Result<()> {
     let py = venv()?;
     install_requirements(&py, "requirements-dev.txt", ".tritium-requirements")?;
     install_requirements(&py, "requirements-nodeps.txt", ".tritium-requirements-nodeps")?;
+    install_requirements(&py, "requirements-frameworks.txt", ".tritium-requirements-frameworks")?;
     setup_perf_analyzer(&py)
 }
 
