@@ -36,7 +36,7 @@ import traceback
 import numpy as np
 
 from . import _native, _runtime, promclient, pylogging
-from .backends import BUILTIN_BACKENDS
+from .backends import BUILTIN_BACKENDS, BackendError
 from .config import ModelConfig, using_decoupled_model_transaction_policy
 from .errors import (
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
@@ -95,7 +95,10 @@ class _BackendError(Exception):
 
 
 def _error(exc, prefix=""):
-    """(message, code, traceback) for the channel."""
+    """(message, code, traceback) for the channel. A built-in backend's BackendError says what is
+    wrong and what to do in its text alone: it goes without a traceback."""
+    if isinstance(exc, BackendError):
+        return (prefix + str(exc), int(ErrorCode.INTERNAL), None)
     text = str(exc) if isinstance(exc, _BackendError) else _format_exception(exc)
     return (prefix + text, int(ErrorCode.INTERNAL), traceback.format_exc())
 

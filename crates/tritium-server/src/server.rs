@@ -1228,7 +1228,8 @@ pub(crate) enum LoadError {
     /// `backend` names neither "python" nor a Python-based backend in the backend directory.
     #[error(
         "unable to find backend library for backend '{backend}', try specifying runtime on the model configuration. \
-         ({}; it looked for '{searched}': set the backend directory with --backend-directory)", tritium_config::SERVED
+         ({}; it looked for '{searched}': set the backend directory with --backend-directory)",
+        tritium_config::SERVED
     )]
     UnknownBackend {
         /// The config's `backend`.
@@ -1413,6 +1414,10 @@ fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Res
             (None, None) => auto_complete_file(&dir, &config, has_file),
         };
         if let Some(file) = file {
+            // As Triton, auto-complete sees the model's name (normalize would fill it in next).
+            if config.name.is_empty() {
+                config.name = name.to_string();
+            }
             if let Some(framework) = framework {
                 // The stub's built-in backend module is chosen by the config's backend.
                 config.backend = framework.backend().to_owned();
@@ -1476,7 +1481,9 @@ fn detect_framework(dir: &Path) -> Option<Framework> {
         return None;
     }
     Framework::ALL.into_iter().find(|f| {
-        std::iter::once(f.default_filename()).chain(f.alternative_filenames().iter().copied()).any(|n| version.join(n).exists())
+        std::iter::once(f.default_filename())
+            .chain(f.alternative_filenames().iter().copied())
+            .any(|n| version.join(n).exists())
     })
 }
 

@@ -22,7 +22,7 @@ from .. import _runtime
 from ..dtypes import TRITON_STRING_TO_NUMPY
 from ..errors import TritonError
 
-__all__ = ["BUILTIN_BACKENDS", "FrameworkModel", "require", "backend_setting", "model_file"]
+__all__ = ["BUILTIN_BACKENDS", "BackendError", "FrameworkModel", "require", "backend_setting", "model_file"]
 
 # The backend names the stub serves with a module of this package.
 BUILTIN_BACKENDS = frozenset({"onnxruntime", "pytorch"})
