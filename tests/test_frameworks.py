@@ -150,14 +150,14 @@ instance_group [ { kind: KIND_CPU count: 2 } ]
 BATCHING_CONFIG = """
 backend: "onnxruntime"
 max_batch_size: 16
-dynamic_batching { max_queue_delay_microseconds: 200000 preferred_batch_size: [ 16 ] }
+dynamic_batching { max_queue_delay_microseconds: 500000 preferred_batch_size: [ 16 ] }
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 
 GATHER_CONFIG = """
 backend: "onnxruntime"
 max_batch_size: 16
-dynamic_batching { max_queue_delay_microseconds: 200000 preferred_batch_size: [ 16 ] }
+dynamic_batching { max_queue_delay_microseconds: 500000 preferred_batch_size: [ 16 ] }
 instance_group [ { kind: KIND_CPU count: 1 } ]
 """
 

@@ -24,6 +24,9 @@
 //!   bundle to run it on one without cargo (`gpu_check.rs`, `xtask/gpu_check.sh`).
 //! - `cargo xtask bench openai`: time to first token and tokens/s of the OpenAI frontend
 //!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams).
+//! - `cargo xtask bench frameworks`: an ONNX MLP (512 -> 2048 -> 512) served by tritium's
+//!   onnxruntime backend over gRPC at concurrency 1 and 16, against the same session in a loop
+//!   (`xtask/bench_frameworks.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -296,7 +299,8 @@ fn bench(what: &str, flags: &[String]) -> Result<()> {
         "stream" => bench_stream::bench_stream(),
         "shm" => bench_shm::bench_shm(),
         "openai" => run(Command::new(venv_python()).current_dir(root()).args(["examples/clients/openai_bench.py"])),
-        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream, shm, openai"),
+        "frameworks" => run(Command::new(venv_python()).current_dir(root()).args(["xtask/bench_frameworks.py"])),
+        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream, shm, openai, frameworks"),
     }
 }
 
