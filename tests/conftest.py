@@ -29,6 +29,7 @@ GOOD_MODELS = [
     "metered",
     "stream_words",
     "ensemble_pipeline",
+    "image_pipeline",
     "bls_add_sub",
     "tiny_llm",
     "sequence_accumulate",

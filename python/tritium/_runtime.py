@@ -9,6 +9,8 @@ decoupled = False
 instance_name = ""
 # The model's version directory (`pb_utils.get_model_dir()`), set at auto-complete and initialize.
 model_dir = None
+# A built-in backend's model file (`model.onnx`, `model.pt`), set at auto-complete and initialize.
+model_file = None
 # The thread of the stub's asyncio event loop (`async def` methods), once started.
 loop_thread = None
 # The trace context of the batch `execute` runs now (its first traced request's), for BLS

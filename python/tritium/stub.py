@@ -36,6 +36,7 @@ import traceback
 import numpy as np
 
 from . import _native, _runtime, promclient, pylogging
+from .backends import BUILTIN_BACKENDS, BackendError
 from .config import ModelConfig, using_decoupled_model_transaction_policy
 from .errors import (
     TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
@@ -94,7 +95,10 @@ class _BackendError(Exception):
 
 
 def _error(exc, prefix=""):
-    """(message, code, traceback) for the channel."""
+    """(message, code, traceback) for the channel. A built-in backend's BackendError says what is
+    wrong and what to do in its text alone: it goes without a traceback."""
+    if isinstance(exc, BackendError):
+        return (prefix + str(exc), int(ErrorCode.INTERNAL), None)
     text = str(exc) if isinstance(exc, _BackendError) else _format_exception(exc)
     return (prefix + text, int(ErrorCode.INTERNAL), traceback.format_exc())
 
@@ -113,6 +117,15 @@ def _backend_of(config_json):
         return json.loads(config_json).get("backend") or "python"
     except (ValueError, TypeError, AttributeError):
         return "python"
+
+
+def _model_class(model_file, backend):
+    """The TritonPythonModel class that serves a model of `backend`: a built-in backend's
+    (`tritium.backends.<name>`, which reads its model from `model_file`), else the model file's."""
+    if backend in BUILTIN_BACKENDS:
+        _runtime.model_file = model_file
+        return importlib.import_module(f"tritium.backends.{backend}").TritonPythonModel
+    return _import_model(model_file, backend != "python")
 
 
 def _import_model(model_file, python_based_backend=False):
@@ -247,10 +260,10 @@ class Stub:
 
     def auto_complete(self, model_file, config_json):
         try:
-            python_based_backend = _backend_of(config_json) != "python"
-            if not python_based_backend:
+            backend = _backend_of(config_json)
+            if backend == "python" or backend in BUILTIN_BACKENDS:
                 _runtime.model_dir = os.path.dirname(os.path.abspath(model_file))
-            cls = _import_model(model_file, python_based_backend)
+            cls = _model_class(model_file, backend)
             config = ModelConfig(config_json)
             if hasattr(cls, "auto_complete_config"):
                 result = cls.auto_complete_config(config)
@@ -282,7 +295,7 @@ class Stub:
             self.cuda_device = _instance_device(args)
             if self.cuda_device is not None:
                 _native.cuda_bind(self.cuda_device)
-            cls = _import_model(model_file, _backend_of(args.get("model_config", "{}")) != "python")
+            cls = _model_class(model_file, _backend_of(args.get("model_config", "{}")))
             self.model = cls()
             if hasattr(self.model, "initialize"):
                 self._await(self.model.initialize(args))

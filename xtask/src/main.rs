@@ -2,7 +2,8 @@
 //! the whole test suite, and the benchmarks.
 //!
 //! - `cargo xtask setup`: creates `.venv` (from `$TRITIUM_BASE_PYTHON` or `python3`) with the
-//!   packages in `python/requirements-dev.txt`, and perf_analyzer (for `test` and `bench`).
+//!   packages in `python/requirements-dev.txt` and `python/requirements-frameworks.txt` (onnx,
+//!   onnxruntime, torch), and perf_analyzer (for `test` and `bench`).
 //! - `cargo xtask build`: builds the `tritium` binary and `tritium._native` (release), placing the
 //!   native module into `python/tritium/`.
 //! - `cargo xtask serve [FLAGS]`: `.venv` with what serving needs (`python/requirements-serve.txt`:
@@ -23,6 +24,9 @@
 //!   bundle to run it on one without cargo (`gpu_check.rs`, `xtask/gpu_check.sh`).
 //! - `cargo xtask bench openai`: time to first token and tokens/s of the OpenAI frontend
 //!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams).
+//! - `cargo xtask bench frameworks`: an ONNX MLP (512 -> 2048 -> 512) served by tritium's
+//!   onnxruntime backend over gRPC at concurrency 1 and 16, against the same session in a loop
+//!   (`xtask/bench_frameworks.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -96,12 +100,13 @@ fn setup_serve() -> Result<()> {
     install_requirements(&py, "requirements-serve.txt", ".tritium-requirements-serve")
 }
 
-/// Everything the tests and benchmarks need: `.venv` with `python/requirements-dev.txt`, and
-/// perf_analyzer.
+/// Everything the tests and benchmarks need: `.venv` with `python/requirements-dev.txt` and
+/// `python/requirements-frameworks.txt`, and perf_analyzer.
 fn setup() -> Result<()> {
     let py = venv()?;
     install_requirements(&py, "requirements-dev.txt", ".tritium-requirements")?;
     install_requirements(&py, "requirements-nodeps.txt", ".tritium-requirements-nodeps")?;
+    install_requirements(&py, "requirements-frameworks.txt", ".tritium-requirements-frameworks")?;
     setup_perf_analyzer(&py)
 }
 
@@ -294,7 +299,8 @@ fn bench(what: &str, flags: &[String]) -> Result<()> {
         "stream" => bench_stream::bench_stream(),
         "shm" => bench_shm::bench_shm(),
         "openai" => run(Command::new(venv_python()).current_dir(root()).args(["examples/clients/openai_bench.py"])),
-        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream, shm, openai"),
+        "frameworks" => run(Command::new(venv_python()).current_dir(root()).args(["xtask/bench_frameworks.py"])),
+        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream, shm, openai, frameworks"),
     }
 }
 

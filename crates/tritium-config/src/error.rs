@@ -29,8 +29,8 @@ pub enum ConfigError {
     /// A JSON model configuration does not match `inference.ModelConfig`.
     #[error("invalid JSON model configuration: {0}")]
     Json(String),
-    /// The model asks for something other than the Python backend.
-    #[error("tritium serves only the python backend; model '{model}' asks for {requested}")]
+    /// The model asks for a platform or backend tritium does not serve.
+    #[error("model '{model}' asks for {requested}, which tritium does not serve; {}", crate::SERVED)]
     UnsupportedBackend {
         /// The model.
         model: String,

@@ -12,6 +12,7 @@
 
 mod ensemble;
 mod error;
+mod framework;
 mod json;
 mod normalize;
 mod parse;
@@ -25,6 +26,7 @@ use prost_reflect::{DescriptorPool, MessageDescriptor};
 
 pub use ensemble::{check_steps, ensemble_scheduling, is_ensemble, ENSEMBLE_PLATFORM};
 pub use error::ConfigError;
+pub use framework::{Framework, SERVED};
 pub use json::{from_json, from_json_str, to_json};
 pub use normalize::{normalize, resolve_instance_groups};
 pub use parse::{config_path, load_config, load_config_named, parse_config, CONFIG_FILE};

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 
 use crate::{
+    framework::Framework,
     proto::{
         model_config::SchedulingChoice,
         model_input::Format,
@@ -181,8 +182,10 @@ fn is_ensemble_config(config: &ModelConfig) -> bool {
     config.platform == ENSEMBLE_PLATFORM
 }
 
-/// Fills in the python backend and refuses platforms; returns whether this is an ensemble. A
-/// `backend` other than "python" passes: the server looks for it among its Python-based backends.
+/// Fills in the backend a platform stands for (and the platform a built-in backend stands for,
+/// as Triton's AutoCompleteBackendFields does) and refuses platforms tritium does not serve;
+/// returns whether this is an ensemble. A `backend` other than a built-in one passes: the server
+/// looks for it among its Python-based backends.
 fn check_backend(config: &mut ModelConfig) -> Result<bool, ConfigError> {
     let unsupported = |requested: String| ConfigError::UnsupportedBackend { model: config.name.clone(), requested };
     if is_ensemble_config(config) {
@@ -194,11 +197,31 @@ fn check_backend(config: &mut ModelConfig) -> Result<bool, ConfigError> {
         }
         return Ok(true);
     }
-    if config.backend.is_empty() {
-        if !config.platform.is_empty() {
-            return Err(unsupported(format!("platform '{}'", config.platform)));
+    if !config.platform.is_empty() {
+        match Framework::of_platform(&config.platform) {
+            Some(framework) if config.backend.is_empty() => config.backend = framework.backend().to_owned(),
+            Some(framework) if config.backend != framework.backend() => {
+                return Err(ConfigError::Invalid(format!(
+                    "unexpected 'platform' and 'backend' pair, got:{}, {}",
+                    config.platform, config.backend
+                )));
+            }
+            Some(_) => {}
+            None if config.backend.is_empty() => return Err(unsupported(format!("platform '{}'", config.platform))),
+            // A platform beside an explicit backend is the backend's business (as before).
+            None => {}
         }
+    }
+    if config.backend.is_empty() {
         config.backend = PYTHON_BACKEND.to_owned();
+    }
+    if let Some(framework) = Framework::of_backend(&config.backend) {
+        if config.platform.is_empty() {
+            config.platform = framework.platform().to_owned();
+        }
+        if config.default_model_filename.is_empty() {
+            config.default_model_filename = framework.default_filename().to_owned();
+        }
     }
     Ok(false)
 }

@@ -57,6 +57,28 @@ fn defaults_for_a_minimal_python_model() {
 }
 
 #[test]
+fn onnx_and_pytorch_platforms_and_backends_fill_each_other() {
+    for (text, backend, platform, file) in [
+        ("platform: \"onnxruntime_onnx\"", "onnxruntime", "onnxruntime_onnx", "model.onnx"),
+        ("backend: \"onnxruntime\"", "onnxruntime", "onnxruntime_onnx", "model.onnx"),
+        ("platform: \"pytorch_libtorch\"", "pytorch", "pytorch_libtorch", "model.pt"),
+        ("backend: \"pytorch\" default_model_filename: \"net.pt2\"", "pytorch", "pytorch_libtorch", "net.pt2"),
+    ] {
+        let config = normalized(&format!("{text} {IO}"), "m").unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(
+            (config.backend.as_str(), config.platform.as_str(), config.default_model_filename.as_str()),
+            (backend, platform, file),
+            "{text}"
+        );
+    }
+    let mismatch = normalized(&format!("platform: \"onnxruntime_onnx\" backend: \"pytorch\" {IO}"), "m");
+    assert_eq!(
+        mismatch.map_err(|e| e.to_string()).err().as_deref(),
+        Some("unexpected 'platform' and 'backend' pair, got:onnxruntime_onnx, pytorch")
+    );
+}
+
+#[test]
 fn written_values_are_kept() {
     let mut config = fixture("batched_gpu");
     normalize(&mut config, "batched_gpu").expect("valid");
@@ -141,7 +163,11 @@ fn refusals_with_triton_texts() {
         (
             "m",
             format!("platform: \"tensorrt_plan\" {io}"),
-            "tritium serves only the python backend; model 'm' asks for platform 'tensorrt_plan'",
+            "model 'm' asks for platform 'tensorrt_plan', which tritium does not serve; tritium serves the python \
+             backend (model.py), Python-based backends (<backend-directory>/<name>/model.py), ensembles, ONNX \
+             Runtime models (platform 'onnxruntime_onnx' or backend 'onnxruntime', model.onnx) and PyTorch \
+             models (platform 'pytorch_libtorch' or backend 'pytorch', a TorchScript model.pt or a \
+             torch.export model.pt2)",
         ),
         (
             "m",

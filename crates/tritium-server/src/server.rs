@@ -11,7 +11,7 @@ use tokio::sync::{oneshot, watch};
 use tracing::{error, info, warn};
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::model_instance_group::Kind;
-use tritium_config::ModelConfig;
+use tritium_config::{Framework, ModelConfig};
 use tritium_host::{HostError, Stub, StubCommand};
 use tritium_ipc::StubError;
 
@@ -1220,11 +1220,22 @@ pub(crate) enum LoadError {
     /// A version directory lacks the model file.
     #[error("Python model file not found in '{0}'")]
     NoModelFile(String),
+    /// A version directory lacks an ONNX or PyTorch model's file.
+    #[error(
+        "model file not found: '{path}' (a '{platform}' model's version directory holds model.onnx, model.pt or \
+         model.pt2, or the file the config's default_model_filename names)"
+    )]
+    NoFrameworkModelFile {
+        /// The model's platform.
+        platform: &'static str,
+        /// The file looked for.
+        path: String,
+    },
     /// `backend` names neither "python" nor a Python-based backend in the backend directory.
     #[error(
         "unable to find backend library for backend '{backend}', try specifying runtime on the model configuration. \
-         (tritium serves the python backend and Python-based backends; it looked for '{searched}': set the backend \
-         directory with --backend-directory)"
+         ({}; it looked for '{searched}': set the backend directory with --backend-directory)",
+        tritium_config::SERVED
     )]
     UnknownBackend {
         /// The config's `backend`.
@@ -1389,11 +1400,12 @@ fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Res
         None => tritium_config::load_config_named(&dir, opts.config_name.as_deref())?,
     };
     let has_file = from_file.is_some();
-    let mut config = from_file.unwrap_or_else(|| ModelConfig {
-        name: name.to_string(),
-        backend: "python".into(),
-        ..Default::default()
-    });
+    let mut config = from_file.unwrap_or_else(|| ModelConfig { name: name.to_string(), ..Default::default() });
+    if config.backend.is_empty() && config.platform.is_empty() {
+        // As Triton's AutoCompleteBackendFields: the model file says which backend runs it.
+        config.backend = detect_framework(&dir).map_or("python", Framework::backend).to_owned();
+    }
+    let framework = Framework::of_backend(&config.backend).or_else(|| Framework::of_platform(&config.platform));
     let backend_model = python_based_backend(opts, &config)?;
     // The model's own Python environment (envs.rs), made ready before any of its stubs starts.
     let stub = if config.platform == "ensemble" {
@@ -1402,11 +1414,25 @@ fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Res
         crate::envs::stub_for(&opts.stub, &opts.envs, &opts.paths, name, &dir, &config)?
     };
     if opts.auto_complete {
-        let file = match &backend_model {
-            Some(file) => mentions_auto_complete(file, has_file).then(|| file.clone()),
-            None => auto_complete_file(&dir, &config, has_file),
+        let file = match (&backend_model, framework) {
+            (Some(file), _) => mentions_auto_complete(file, has_file).then(|| file.clone()),
+            // A built-in backend completes from the model file itself (the stub picks the
+            // backend module from the config's backend or platform).
+            (None, Some(framework)) => (framework.completes_config() || !has_file)
+                .then(|| newest_version_dir(&dir))
+                .flatten()
+                .map(|v| framework_model_file(&dir.join(v.to_string()), &config, framework)),
+            (None, None) => auto_complete_file(&dir, &config, has_file),
         };
         if let Some(file) = file {
+            // As Triton, auto-complete sees the model's name (normalize would fill it in next).
+            if config.name.is_empty() {
+                config.name = name.to_string();
+            }
+            if let Some(framework) = framework {
+                // The stub's built-in backend module is chosen by the config's backend.
+                config.backend = framework.backend().to_owned();
+            }
             config = auto_complete(opts, &stub, name, &file, &config)?;
         }
     }
@@ -1473,12 +1499,42 @@ fn mentions_auto_complete(file: &Path, has_file: bool) -> bool {
     !has_file || std::fs::read_to_string(file).map(|s| s.contains("auto_complete_config")).unwrap_or(false)
 }
 
+/// The framework of a config-less model (or one whose config names neither backend nor
+/// platform), from the files of its newest version directory: none when it has a `model.py`.
+fn detect_framework(dir: &Path) -> Option<Framework> {
+    let version = dir.join(newest_version_dir(dir)?.to_string());
+    if version.join("model.py").exists() {
+        return None;
+    }
+    Framework::ALL.into_iter().find(|f| {
+        std::iter::once(f.default_filename())
+            .chain(f.alternative_filenames().iter().copied())
+            .any(|n| version.join(n).exists())
+    })
+}
+
+/// The model file of a built-in backend's model in `version_dir`: the config's
+/// `default_model_filename`, else the framework's default file (`model.onnx`, `model.pt`), else
+/// an alternative one that is there (`model.pt2`). The path may not exist; the caller says so.
+fn framework_model_file(version_dir: &Path, config: &ModelConfig, framework: Framework) -> PathBuf {
+    let named = config.default_model_filename.as_str();
+    if !named.is_empty() && named != framework.default_filename() {
+        return version_dir.join(named);
+    }
+    let default = version_dir.join(framework.default_filename());
+    if default.exists() {
+        return default;
+    }
+    framework.alternative_filenames().iter().map(|n| version_dir.join(n)).find(|p| p.exists()).unwrap_or(default)
+}
+
 /// A Python-based backend (Triton's layout): `backend: "<name>"` other than "python" runs
 /// `<backend directory>/<name>/model.py` for every version of the model. None for the python
-/// backend and ensembles; an error naming the file looked for when the backend has none.
+/// backend, the built-in backends (onnxruntime, pytorch) and ensembles; an error naming the file
+/// looked for when the backend has none.
 fn python_based_backend(opts: &ServerOptions, config: &ModelConfig) -> Result<Option<PathBuf>, LoadError> {
     let backend = config.backend.as_str();
-    if backend.is_empty() || backend == "python" {
+    if backend.is_empty() || backend == "python" || Framework::of_backend(backend).is_some() {
         return Ok(None);
     }
     let file = opts.backend_directory.join(backend).join("model.py");
@@ -1543,12 +1599,23 @@ fn start_version(
     prepared: Duration,
 ) -> Result<Arc<Version>, LoadError> {
     let version_start = Instant::now();
-    let model_file = match &r.backend_model {
-        Some(file) => file.clone(),
-        None => r.dir.join(v.to_string()).join(&r.config.default_model_filename),
+    let version_dir = r.dir.join(v.to_string());
+    let framework = Framework::of_backend(&r.config.backend);
+    let model_file = match (&r.backend_model, framework) {
+        (Some(file), _) => file.clone(),
+        (None, Some(framework)) => framework_model_file(&version_dir, &r.config, framework),
+        (None, None) => version_dir.join(&r.config.default_model_filename),
     };
-    if !model_file.is_file() {
-        return Err(LoadError::NoModelFile(model_file.display().to_string()));
+    match framework {
+        // An ONNX model with external data may be a directory.
+        Some(framework) if !model_file.exists() => {
+            return Err(LoadError::NoFrameworkModelFile {
+                platform: framework.platform(),
+                path: model_file.display().to_string(),
+            });
+        }
+        None if !model_file.is_file() => return Err(LoadError::NoModelFile(model_file.display().to_string())),
+        _ => {}
     }
     let stats = Arc::new(Stats::for_metrics(name, v, metric_options));
     let specs = instance_specs(&r.config);

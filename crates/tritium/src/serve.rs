@@ -415,7 +415,20 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         repository,
         stub: {
             info!(python = %python.display(), python_path = %python_path.display(), "stubs run on this interpreter unless a model has its own environment");
-            StubCommand { python, python_path, env: Vec::new(), spin: stub_spin }
+            // The backend settings the stubs' built-in backends read (triton_flags.rs says which).
+            let settings: Vec<&str> = args
+                .triton
+                .backend_config
+                .iter()
+                .filter(|s| crate::triton_flags::backend_config_applies(s))
+                .map(String::as_str)
+                .collect();
+            let env = if settings.is_empty() {
+                Vec::new()
+            } else {
+                vec![("TRITIUM_BACKEND_CONFIG".into(), settings.join("\n").into())]
+            };
+            StubCommand { python, python_path, env, spin: stub_spin }
         },
         supervision: Supervision {
             init_timeout: Duration::from_secs(args.stub_init_timeout_secs),

@@ -259,8 +259,9 @@ pub(crate) struct TritonFlags {
     pub trace_log_frequency: Option<i64>,
 
     // Backend, Repository Agent
-    /// Backend settings (`python,<setting>=<value>`); the Python backend's shared-memory sizes
-    /// have no effect here (memfd regions grow as needed).
+    /// Backend settings (`<backend>,<setting>=<value>`): `onnxruntime,default-max-batch-size=N`
+    /// (the max_batch_size ONNX auto-complete gives a model that batches; 4 by default); the
+    /// Python backend's shared-memory sizes have no effect here (memfd regions grow as needed).
     #[arg(long, help_heading = "Backend")]
     pub backend_config: Vec<String>,
     /// No effect: tritium runs no repository agents.
@@ -543,7 +544,7 @@ impl TritonFlags {
             };
             noop(true, &format!("--metrics-config {key}"), why);
         }
-        for setting in &self.backend_config {
+        for setting in self.backend_config.iter().filter(|s| !backend_config_applies(s)) {
             noop(true, &format!("--backend-config={setting}"), backend_config_why(setting));
         }
         noop(self.repoagent_directory.is_some(), "--repoagent-directory", "tritium runs no repository agents");
@@ -638,6 +639,15 @@ impl TritonFlags {
     }
 }
 
+/// Whether a `--backend-config` setting has an effect: `default-max-batch-size`, for the
+/// onnxruntime backend or for every backend (no backend name), which the stubs read from
+/// `TRITIUM_BACKEND_CONFIG` when they auto-complete an ONNX model's config.
+pub(crate) fn backend_config_applies(setting: &str) -> bool {
+    let (backend, key_value) = setting.split_once(',').unwrap_or(("", setting));
+    let key = key_value.split('=').next().unwrap_or("");
+    matches!(backend, "" | "onnxruntime") && key == "default-max-batch-size"
+}
+
 /// What a `--backend-config` setting means to tritium.
 fn backend_config_why(setting: &str) -> &'static str {
     let key = setting.split_once(',').map(|(_, kv)| kv.split('=').next().unwrap_or("")).unwrap_or("");
@@ -646,7 +656,7 @@ fn backend_config_why(setting: &str) -> &'static str {
             "stubs use memfd regions that grow as needed"
         }
         "default-max-batch-size" => "the Python backend's auto-complete sets max_batch_size from model.py",
-        _ => "tritium runs Python models only",
+        _ => "tritium reads no such backend setting",
     }
 }
 

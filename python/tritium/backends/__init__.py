@@ -1,0 +1,270 @@
+"""tritium's built-in backends: ONNX Runtime (`onnxruntime.py`) and PyTorch (`pytorch.py`) models,
+served inside a stub like a Python model.
+
+Each module defines a `TritonPythonModel` (auto_complete_config, initialize, execute, finalize) that
+the stub uses instead of a model.py when the config's backend is `onnxruntime` or `pytorch` (the
+server fills the backend in from `platform: "onnxruntime_onnx"` / `"pytorch_libtorch"`). The model
+file (`model.onnx`, `model.pt`, `model.pt2`) is `tritium._runtime.model_file`.
+
+`FrameworkModel` holds what both share: reading the config, the thread counts, and batching: the
+requests of a batch whose inputs agree in everything but the first dimension are joined along it,
+run once, and each request gets its rows of every output back as a view, not a copy. When a joined
+run fails, each of its requests is run alone, so a request that the runtime rejects fails alone.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+from .. import _runtime
+from ..dtypes import TRITON_STRING_TO_NUMPY
+from ..errors import TritonError
+
+__all__ = ["BUILTIN_BACKENDS", "BackendError", "FrameworkModel", "require", "backend_setting", "model_file"]
+
+# The backend names the stub serves with a module of this package.
+BUILTIN_BACKENDS = frozenset({"onnxruntime", "pytorch"})
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+class BackendError(Exception):
+    """A model of a built-in backend cannot be loaded or run; the text says why and what to do."""
+
+
+def log(level, message):
+    """A log record of a built-in backend, through the server's log."""
+    frame = sys._getframe(1)
+    _runtime.log(level, os.path.basename(frame.f_code.co_filename), frame.f_lineno, message)
+
+
+def require(package, model_name):
+    """Imports `package` or raises a BackendError naming it and this stub's Python environment."""
+    try:
+        return __import__(package)
+    except ImportError as exc:
+        raise BackendError(
+            f"model '{model_name}' needs the Python package '{package}', which the model's Python environment "
+            f"cannot import (interpreter {sys.executable}, prefix {sys.prefix}): {exc}. Install it there "
+            f"({sys.executable} -m pip install {package}), or give the model an environment that has it "
+            "(the EXECUTION_ENV_PATH parameter, or a requirements.txt in the model directory)"
+        ) from exc
+
+
+def model_file():
+    """The model file the server gave this stub."""
+    if not _runtime.model_file:
+        raise BackendError("the server gave this stub no model file")
+    return _runtime.model_file
+
+
+def backend_setting(backend, key):
+    """A `--backend-config` setting for `backend` (`<backend>,<key>=<value>`, or `<key>=<value>` for
+    every backend), which the server passes in TRITIUM_BACKEND_CONFIG, one per line; None if unset."""
+    found = None
+    for line in os.environ.get("TRITIUM_BACKEND_CONFIG", "").splitlines():
+        name, _, key_value = line.rpartition(",")
+        k, sep, value = key_value.partition("=")
+        if sep and k.strip() == key and name.strip() in ("", backend):
+            found = value.strip()
+    return found
+
+
+def config_dims(tensor):
+    """A config tensor's dims as ints (the JSON form may print 64-bit integers as strings)."""
+    return [int(d) for d in tensor.get("dims", [])]
+
+
+def parameter(config, key):
+    """A config `parameters` entry's string_value, or None."""
+    value = config.get("parameters", {}).get(key)
+    if value is None:
+        return None
+    return str(value.get("string_value", "") if isinstance(value, dict) else value).strip()
+
+
+def parameter_bool(config, key, default):
+    """A boolean `parameters` entry (true/false, 1/0, yes/no, on/off), or `default`."""
+    value = parameter(config, key)
+    if value is None or value == "":
+        return default
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    raise BackendError(f"parameter '{key}' of model '{config.get('name', '')}' must be true or false, got {value!r}")
+
+
+def parameter_int(config, key):
+    """An integer `parameters` entry, or None."""
+    value = parameter(config, key)
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise BackendError(
+            f"parameter '{key}' of model '{config.get('name', '')}' must be an integer, got {value!r}"
+        ) from None
+
+
+def instance_count(config):
+    """How many instances of this model run at once (every group's count, per GPU for KIND_GPU)."""
+    total = 0
+    for group in config.get("instance_group", []):
+        count = max(int(group.get("count", 1) or 1), 1)
+        gpus = group.get("gpus", []) if group.get("kind") == "KIND_GPU" else []
+        total += count * max(len(gpus), 1)
+    return max(total, 1)
+
+
+def usable_cpus():
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_threads(config):
+    """Intra-op threads for one instance when the config sets none: the usable CPUs shared out
+    among the model's instances, so that they do not oversubscribe the CPUs, and the reason."""
+    cpus, instances = usable_cpus(), instance_count(config)
+    threads = max(cpus // instances, 1)
+    return threads, f"{cpus} usable CPUs shared by {instances} instance(s) of the model"
+
+
+class FrameworkModel:
+    """What the ONNX Runtime and PyTorch backends share; a subclass loads its model in `_load` and
+    runs one joined batch in `_run` (a dict of input name to array in, of output name to array out)."""
+
+    backend = ""
+
+    def initialize(self, args):
+        self.config = json.loads(args["model_config"])
+        self.model_name = args.get("model_name", self.config.get("name", ""))
+        self.instance_name = args.get("model_instance_name", "")
+        self.kind = args.get("model_instance_kind", "CPU")
+        self.device_id = int(args.get("model_instance_device_id", "0") or 0)
+        self.max_batch_size = int(self.config.get("max_batch_size", 0))
+        self.inputs = {t["name"]: t for t in self.config.get("input", [])}
+        self.outputs = [t["name"] for t in self.config.get("output", [])]
+        self.output_dtypes = {
+            t["name"]: np.dtype(TRITON_STRING_TO_NUMPY[t["data_type"]])
+            for t in self.config.get("output", [])
+            if t.get("data_type") in TRITON_STRING_TO_NUMPY
+        }
+        self._load(model_file())
+
+    def _load(self, path):
+        raise NotImplementedError
+
+    def _run(self, feed):
+        raise NotImplementedError
+
+    def execute(self, requests):
+        responses = [None] * len(requests)
+        feeds = []
+        for i, request in enumerate(requests):
+            try:
+                feeds.append((i, self._feed(request)))
+            except Exception as exc:  # noqa: BLE001 - the request fails, not the batch
+                responses[i] = _error_response(exc)
+        for group in self._groups(feeds):
+            self._run_group(requests, group, responses)
+        return responses
+
+    def _feed(self, request):
+        """The request's inputs by name, as numpy arrays over the request's memory."""
+        feed = {}
+        for tensor in request.inputs():
+            array = tensor.as_numpy()
+            if array.dtype == np.object_:
+                array = self._bytes_input(array)
+            feed[tensor.name()] = array
+        return feed
+
+    def _bytes_input(self, array):
+        """A BYTES input as the runtime wants it (ONNX Runtime: str)."""
+        return array
+
+    def _groups(self, feeds):
+        """Lists of (index, feed) that can run as one: for a batching model, those whose inputs
+        agree in names, dtypes and every dimension after the first; otherwise one per request."""
+        if self.max_batch_size == 0:
+            return [[item] for item in feeds]
+        groups = {}
+        for item in feeds:
+            key = tuple(sorted((name, a.dtype.str, a.shape[1:]) for name, a in item[1].items()))
+            groups.setdefault(key, []).append(item)
+        return list(groups.values())
+
+    def _run_group(self, requests, group, responses):
+        if len(group) == 1:
+            index, feed = group[0]
+            try:
+                responses[index] = self._respond(requests[index], self._run(feed), 0, None)
+            except Exception as exc:  # noqa: BLE001 - the runtime refused this request
+                responses[index] = _error_response(exc)
+            return
+        names = group[0][1].keys()
+        joined = {name: np.concatenate([feed[name] for _, feed in group]) for name in names}
+        try:
+            outputs = self._run(joined)
+        except Exception:  # noqa: BLE001 - run each request alone, so that only the bad ones fail
+            for item in group:
+                self._run_group(requests, [item], responses)
+            return
+        start = 0
+        for index, feed in group:
+            rows = _batch_rows(feed)
+            try:
+                responses[index] = self._respond(requests[index], outputs, start, start + rows)
+            except Exception as exc:  # noqa: BLE001
+                responses[index] = _error_response(exc)
+            start += rows
+
+    def _respond(self, request, outputs, start, end):
+        """The response of one request: its rows [start, end) of each output (all rows when end is
+        None), for the outputs it asked for (every output when it asked for none)."""
+        from ..tensor import InferenceResponse, Tensor
+
+        wanted = request.requested_output_names() or self.outputs
+        tensors = []
+        for name in wanted:
+            if name not in outputs:
+                raise BackendError(f"model '{self.model_name}' produced no output '{name}'")
+            array = outputs[name]
+            if end is not None:
+                array = array[start:end]
+            expected = self.output_dtypes.get(name)
+            if expected is not None and array.dtype != expected and expected != np.object_:
+                raise BackendError(
+                    f"model '{self.model_name}': output '{name}' is {array.dtype}, but the model configuration "
+                    f"says {_config_type(expected)}"
+                )
+            tensors.append(Tensor(name, array))
+        return InferenceResponse(output_tensors=tensors)
+
+
+def _batch_rows(feed):
+    """How many rows (the first dimension) a request's inputs have."""
+    for array in feed.values():
+        return array.shape[0] if array.ndim else 1
+    return 0
+
+
+def _config_type(dtype):
+    for name, np_type in TRITON_STRING_TO_NUMPY.items():
+        if np.dtype(np_type) == dtype:
+            return name
+    return str(dtype)
+
+
+def _error_response(exc):
+    from ..tensor import InferenceResponse
+
+    return InferenceResponse(error=TritonError(f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)))
