@@ -1406,6 +1406,8 @@ fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Res
         config.backend = detect_framework(&dir).map_or("python", Framework::backend).to_owned();
     }
     let framework = Framework::of_backend(&config.backend).or_else(|| Framework::of_platform(&config.platform));
+    // Before any file is looked for: the config may be a client's load override.
+    check_model_filename(&config, name)?;
     let backend_model = python_based_backend(opts, &config)?;
     // The model's own Python environment (envs.rs), made ready before any of its stubs starts.
     let stub = if config.platform == "ensemble" {
@@ -1447,13 +1449,7 @@ fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Res
     tritium_config::resolve_instance_groups(&mut config, &opts.gpus)?;
     // Before anything is sized by the config: it may be a client's load override.
     opts.limits.check(&config)?;
-    if !config.default_model_filename.is_empty() && !crate::confine::is_plain_name(&config.default_model_filename) {
-        return Err(LoadError::Parameter(format!(
-            "default_model_filename '{}' of model '{name}' is not a file name: it names the model file inside each \
-             version directory (such as model.py), without any directory",
-            config.default_model_filename
-        )));
-    }
+    check_model_filename(&config, name)?;
     let policy = config.version_policy.clone().unwrap_or_default();
     let versions = tritium_config::model_versions(&dir, &policy)?;
     if versions.is_empty() {
@@ -1497,6 +1493,18 @@ fn auto_complete_file(dir: &Path, config: &ModelConfig, has_file: bool) -> Optio
 /// otherwise when the file mentions it.
 fn mentions_auto_complete(file: &Path, has_file: bool) -> bool {
     !has_file || std::fs::read_to_string(file).map(|s| s.contains("auto_complete_config")).unwrap_or(false)
+}
+
+/// `default_model_filename` names a file inside each version directory, nothing else.
+fn check_model_filename(config: &ModelConfig, name: &str) -> Result<(), LoadError> {
+    let file = &config.default_model_filename;
+    if file.is_empty() || crate::confine::is_plain_name(file) {
+        return Ok(());
+    }
+    Err(LoadError::Parameter(format!(
+        "default_model_filename '{file}' of model '{name}' is not a file name: it names the model file inside each \
+         version directory (such as model.py or model.onnx), without any directory"
+    )))
 }
 
 /// The framework of a config-less model (or one whose config names neither backend nor
