@@ -65,9 +65,11 @@ impl Segment {
     }
 
     /// Maps `len` bytes from `offset` of a client's registered shared-memory file (the system
-    /// shared memory extension; `shm_open`ed by the server). Such a file is the client's and
-    /// cannot be sealed: the size is checked now, and a client that truncates it later makes
-    /// accesses past the new end fault in the process that touches them (as in Triton).
+    /// shared memory extension; `shm_open`ed by the server), read-only: the server sends a
+    /// read-only descriptor and writes clients' regions itself. Such a file is the client's and
+    /// cannot be sealed: the size is checked now (and by the server right before each request
+    /// that uses it), and a client that truncates it while a model reads it still makes the
+    /// reads past the new end fault in the stub.
     pub fn open_region(fd: OwnedFd, offset: u64, len: u64) -> Result<Self, IpcError> {
         if len == 0 {
             return Err(IpcError::Protocol("a shared memory region cannot be empty".into()));
@@ -85,7 +87,7 @@ impl Segment {
         let map = MmapOptions::new()
             .offset(offset)
             .len(len_usize)
-            .map_raw(&fd)
+            .map_raw_read_only(&fd)
             .map_err(|e| IpcError::Io("mmap of a shared memory region".into(), e))?;
         Ok(Self { fd, map })
     }

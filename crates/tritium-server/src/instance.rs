@@ -69,6 +69,9 @@ pub struct Supervision {
     /// client; the model's next `send` waits for the client (`--max-inflight-responses`; 0: no
     /// limit).
     pub max_inflight_responses: u32,
+    /// Requests of sequences waiting for a free sequence slot that one model version holds at
+    /// most (`--max-sequence-backlog`); a request past it is refused.
+    pub max_sequence_backlog: usize,
     /// What a stub may make the server map, and how much the server's arena for one stub may
     /// hold (`--max-stub-segments`, `--max-stub-shm-bytes`, `--max-server-shm-bytes-per-stub`).
     pub channel: ChannelLimits,
@@ -86,6 +89,11 @@ pub const DEFAULT_MAX_REQUEST_METADATA_BYTES: usize = 64 << 10;
 /// (its `max_send_message_length` is `INT32_MAX`); a larger response could not reach a gRPC
 /// client anyway, and the server must hold a copy of it in memory.
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 2 << 30;
+
+/// Default of `--max-sequence-backlog`: Triton's backlog is unbounded; 4096 waiting requests
+/// per model version leaves room for bursts while bounding what one client can make the server
+/// hold.
+pub const DEFAULT_MAX_SEQUENCE_BACKLOG: usize = 4096;
 
 /// Default of `--max-inflight-responses`: a decoupled model runs at most 64 responses ahead of
 /// a slow client (Triton has no such bound: its gRPC frontend queues every response).
@@ -105,6 +113,7 @@ impl Default for Supervision {
             max_request_metadata_bytes: DEFAULT_MAX_REQUEST_METADATA_BYTES,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             max_inflight_responses: DEFAULT_MAX_INFLIGHT_RESPONSES,
+            max_sequence_backlog: DEFAULT_MAX_SEQUENCE_BACKLOG,
             channel: ChannelLimits::default(),
             run_to_completion: true,
         }
@@ -870,7 +879,7 @@ impl Open {
             let result = match &resp.error {
                 Some(e) => Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())),
                 None if bytes > limit => Err(RequestError::OutputTooLarge { bytes, limit }.into()),
-                None => read_outputs(stub, &resp, &open.p.outputs)
+                None => read_outputs(stub, &resp)
                     .and_then(|outputs| shape_outputs(outputs, &open.p.outputs, &ctx.reshapes, &ctx.classes))
                     .map(|outputs| InferResponse {
                         model: ctx.model.clone(),
@@ -1060,6 +1069,9 @@ enum RequestError {
     /// An output's descriptor from the stub could not be read.
     #[error("{0}")]
     Output(#[source] Box<HostError>),
+    /// A client's region the request uses is no longer valid (the client shrank its file).
+    #[error("{0}")]
+    Region(InferError),
     /// An output asked for as classes could not be classified.
     #[error(transparent)]
     Classify(#[from] ClassifyError),
@@ -1079,6 +1091,7 @@ impl From<RequestError> for InferError {
     fn from(e: RequestError) -> Self {
         match e {
             RequestError::Classify(c) => c.into(),
+            RequestError::Region(e) => e,
             other => InferError::internal(other.to_string()),
         }
     }
@@ -1381,15 +1394,6 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
                 continue;
             }
         };
-        let output_regions = match output_regions(stub, &p.outputs) {
-            Ok(regions) => regions,
-            Err(source) => {
-                let e = RequestError::Placement { input: "(an output's shared memory region)".into(), source };
-                free_inputs(stub, &inputs);
-                finish(ctx, p, Err(e.into()), None);
-                continue;
-            }
-        };
         let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
         placed.batch_size += p.batch_size.max(1);
         placed.requests.push(Request {
@@ -1402,7 +1406,11 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
             inputs,
             requested_outputs: p.outputs.iter().map(|o| o.name.clone()).collect(),
             trace: p.trace.as_ref().and_then(|t| t.model_context()).unwrap_or_default(),
-            output_regions,
+            // Stubs never write clients' regions (they map them read-only, so model code can
+            // neither write nor truncate a client's file under another model's stub): outputs
+            // asked for in shared memory come back through the stub's arena and the server
+            // writes them (`shm::place_outputs`, with `pwrite`).
+            output_regions: Vec::new(),
         });
         placed.waiting.insert(id, p);
     }
@@ -1413,6 +1421,12 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
 fn place_request(ctx: &VersionContext, stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, RequestError> {
     let mut inputs = Vec::with_capacity(p.req.inputs.len());
     for t in &p.req.inputs {
+        // The client may have shrunk its region while the request was queued: the request fails
+        // alone, and the stub never maps a file shorter than the registration.
+        if let Err(e) = crate::shm::check_input_region(&t.data) {
+            free_inputs(stub, &inputs);
+            return Err(RequestError::Region(e));
+        }
         match place_input(ctx, stub, &t.data) {
             Ok(data) => inputs.push(tritium_ipc::Tensor {
                 name: t.name.clone(),
@@ -1465,7 +1479,7 @@ fn map_region(stub: &Stub, region: &crate::shm::Region) -> Result<(), Box<HostEr
         return Ok(());
     }
     channel
-        .add_region(region.id(), region.fd(), region.file_offset(), region.byte_size())
+        .add_region(region.id(), region.read_only_fd(), region.file_offset(), region.byte_size())
         .map_err(|source| Box::new(HostError::Ipc { instance: stub.instance().to_string(), source }))
 }
 
@@ -1478,19 +1492,6 @@ fn forget_dead_regions(stub: &Stub) {
             let _ = channel.remove_region(id);
         }
     }
-}
-
-/// The outputs a request wants written into client regions, as descriptors for the stub.
-fn output_regions(stub: &Stub, outputs: &[RequestedOutput]) -> Result<Vec<(String, Descriptor)>, Box<HostError>> {
-    let mut regions = Vec::new();
-    // Outputs in CUDA regions come back through the arena: the server copies them to the device.
-    for o in outputs {
-        if let Some((region, desc)) = o.shm.as_ref().and_then(|target| target.system()) {
-            map_region(stub, region)?;
-            regions.push((o.name.clone(), desc));
-        }
-    }
-    Ok(regions)
 }
 
 /// A batch whose `Execute` message does not fit the ring, as its clients see it.
@@ -1553,7 +1554,7 @@ fn collect_responses(
         let (result, served) = match &resp.error {
             Some(e) => (Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())), false),
             None if bytes > limit => (Err(RequestError::OutputTooLarge { bytes, limit }.into()), false),
-            None => match read_outputs(stub, resp, &p.outputs) {
+            None => match read_outputs(stub, resp) {
                 Err(e) => (Err(e.into()), false),
                 Ok(outputs) => {
                     let response =
@@ -1610,38 +1611,21 @@ fn output_bytes(resp: &tritium_ipc::Response) -> Result<u64, String> {
     Ok(total)
 }
 
-/// A response's output tensors, copied out of the stub's shared memory. An output the stub
-/// wrote into the client's region comes back without bytes, after checking that it lies in the
-/// range the request gave for it.
-fn read_outputs(
-    stub: &Stub,
-    resp: &tritium_ipc::Response,
-    requested: &[RequestedOutput],
-) -> Result<Vec<OutputTensor>, RequestError> {
+/// A response's output tensors, copied out of the stub's shared memory. An output in a client's
+/// region is a protocol error: the server gives stubs no output ranges there.
+fn read_outputs(stub: &Stub, resp: &tritium_ipc::Response) -> Result<Vec<OutputTensor>, RequestError> {
     resp.outputs
         .iter()
         .map(|t| {
             if let TensorData::Shm { desc, .. } = &t.data {
                 if desc.in_client_region() {
-                    let target = requested.iter().find(|r| r.name == t.name).and_then(|r| r.shm.as_ref());
-                    let fits = target.and_then(|target| target.system()).is_some_and(|(_, want)| {
-                        want.segment == desc.segment && want.offset == desc.offset && desc.len <= want.len
-                    });
-                    if !fits {
-                        return Err(RequestError::Output(Box::new(HostError::Protocol {
-                            instance: stub.instance().to_string(),
-                            message: format!(
-                                "output '{}' names a client shared memory range the request did not give it",
-                                t.name
-                            ),
-                        })));
-                    }
-                    return Ok(OutputTensor {
-                        name: t.name.clone(),
-                        datatype: t.dtype,
-                        shape: t.shape.clone(),
-                        data: Vec::new(),
-                    });
+                    return Err(RequestError::Output(Box::new(HostError::Protocol {
+                        instance: stub.instance().to_string(),
+                        message: format!(
+                            "output '{}' names a client shared memory range the request did not give it",
+                            t.name
+                        ),
+                    })));
                 }
             }
             let view = stub.output(&t.data).map_err(|e| RequestError::Output(Box::new(e)))?;
