@@ -5,7 +5,6 @@ other models' stubs keep their pids (no stub died, no restart was counted)."""
 
 import json
 import os
-import shutil
 import subprocess
 import textwrap
 import threading
@@ -126,7 +125,7 @@ instance_group [ {{ kind: KIND_CPU, count: 1 }} ]
 """
 
 
-MODELS = ["slow", "other", "truncator", "seq_batch", "seq_one"]
+MODELS = ["slow", "other", "victim", "truncator", "seq_batch", "seq_one"]
 
 
 def write_model(repo, name, config, model):
@@ -142,6 +141,7 @@ def srv(tmp_path_factory):
     repo = str(tmp_path_factory.mktemp("shm-hardening-repo"))
     write_model(repo, "slow", SLOW_CONFIG.format(name="slow"), SLOW_MODEL)
     write_model(repo, "other", SLOW_CONFIG.format(name="other"), SLOW_MODEL)
+    write_model(repo, "victim", SLOW_CONFIG.format(name="victim"), SLOW_MODEL)
     write_model(repo, "truncator", TRUNCATOR_CONFIG, TRUNCATOR_MODEL)
     model_py = open(os.path.join(SEQ_MODEL_DIR, "1", "model.py")).read()
     # A batching sequence model that waits for both of its slots (so two clients share a batch),
@@ -151,7 +151,8 @@ def srv(tmp_path_factory):
     server = Server(
         repo,
         str(tmp_path_factory.mktemp("shm-hardening-log") / "tritium.log"),
-        ["--max-shm-regions", "8", "--max-sequence-backlog", "2"],
+        # No crash of a model is forgiven here: one counted crash marks its instance failed.
+        ["--max-shm-regions", "8", "--max-sequence-backlog", "2", "--stub-restart-limit", "0"],
     )
     try:
         server.wait_models(MODELS)
@@ -277,7 +278,7 @@ def test_regions_registered_used_and_dropped_concurrently_never_hang_the_server(
     def worker(n):
         client = grpcclient.InferenceServerClient(srv.grpc_url)
         key = keys[n][0]
-        for i in range(25):
+        for _ in range(25):
             name = f"churn{n}"
             try:
                 client.register_system_shared_memory(name, f"/{key}", 64)
@@ -339,23 +340,64 @@ def test_a_region_shrunk_while_its_request_is_queued_fails_that_request_alone(sr
     assert np.array_equal(r.as_numpy("OUT"), [2, 2])
 
 
-# Item 4: an output region shrunk while the model runs: the server's write fails the request.
-def test_an_output_region_shrunk_during_execute_fails_that_request_alone(srv, regions):
+# Item 4: a client that shrinks its region while the model reads it kills that stub (the gap
+# left), but the crash is the client's: it does not count against the model's restart limit.
+def test_a_stub_killed_by_a_clients_shrink_is_restarted_without_counting_it(srv, regions):
+    before = stubs(srv)
+    key, handle = regions.create(1 << 20)
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    client.register_system_shared_memory("shrinks_late", f"/{key}", 1 << 20)
+
+    def call():
+        inputs = slow_inputs(grpcclient, np.zeros(1 << 18, dtype=np.float32), 0.6)
+        inputs[0].set_shared_memory("shrinks_late", 1 << 20)
+        return grpcclient.InferenceServerClient(srv.grpc_url).infer("victim", inputs)
+
+    t, out = in_thread(call)
+    time.sleep(0.3)
+    os.truncate(f"/dev/shm/{key}", 0)
+    t.join(60)
+    assert "e" in out, out
+    assert "SIGBUS" in out["e"].message(), out["e"]
+    # With --stub-restart-limit 0, a counted crash would have marked the instance failed.
+    deadline = time.time() + 60
+    while srv.get("/v2/models/victim/ready") != 200 and time.time() < deadline:
+        time.sleep(0.1)
+    assert srv.get("/v2/models/victim/ready") == 200, srv.log_text()[-3000:]
+    assert "not counted against the restart limit" in srv.log_text()
+    after = stubs(srv)
+    assert after["victim"][0] != before["victim"][0]
+    assert {m: v for m, v in after.items() if m != "victim"} == {m: v for m, v in before.items() if m != "victim"}
+    r = client.infer("victim", slow_inputs(grpcclient, np.ones(2, dtype=np.float32), 0.0))
+    assert np.array_equal(r.as_numpy("OUT"), [2, 2])
+    assert live(srv)
+
+
+# Item 4: an output region shrunk while its request is queued fails that request alone.
+def test_an_output_region_shrunk_while_queued_fails_that_request_alone(srv, regions):
     before = stubs(srv)
     key, handle = regions.create(64)
     client = httpclient.InferenceServerClient(srv.http_url)
     client.register_system_shared_memory("out_shrinks", f"/{key}", 64)
+    busy, busy_out = in_thread(
+        lambda: httpclient.InferenceServerClient(srv.http_url).infer(
+            "slow", slow_inputs(httpclient, np.ones(4, dtype=np.float32), 1.0)
+        )
+    )
+    time.sleep(0.3)
 
     def call():
-        inputs = slow_inputs(httpclient, np.ones(16, dtype=np.float32), 1.0)
+        inputs = slow_inputs(httpclient, np.ones(16, dtype=np.float32), 0.0)
         out = httpclient.InferRequestedOutput("OUT", binary_data=True)
         out.set_shared_memory("out_shrinks", 64)
         return httpclient.InferenceServerClient(srv.http_url).infer("slow", inputs, outputs=[out])
 
     t, out = in_thread(call)
-    time.sleep(0.4)
+    time.sleep(0.3)
     os.truncate(f"/dev/shm/{key}", 8)
+    busy.join(60)
     t.join(60)
+    assert "r" in busy_out, busy_out
     assert "e" in out, out
     assert "is no longer valid: its file has 8 bytes" in out["e"].message(), out["e"]
     assert stubs(srv) == before
@@ -404,8 +446,9 @@ def test_a_huge_string_sequence_id_counts_against_the_metadata_limit(srv, module
     kwargs = {"network_timeout": 60} if module is httpclient else {}
     huge = "s" * (300 * 1024)
     with pytest.raises(InferenceServerException) as e:
-        seq_infer(module, module.InferenceServerClient(url, **kwargs), "seq_batch", 1, sequence_id=huge,
-                  sequence_start=True)
+        seq_infer(
+            module, module.InferenceServerClient(url, **kwargs), "seq_batch", 1, sequence_id=huge, sequence_start=True
+        )
     message = e.value.message()
     assert "bytes of request id, sequence id and parameters" in message, message
     assert "(server flag --max-request-metadata-bytes)" in message, message
@@ -416,8 +459,9 @@ def test_a_huge_string_sequence_id_counts_against_the_metadata_limit(srv, module
 
     def run(n):
         c = module.InferenceServerClient(url, **kwargs)
-        results[n] = seq_infer(module, c, "seq_batch", n, sequence_id=f"{tag}-{n}", sequence_start=True,
-                               sequence_end=True)
+        results[n] = seq_infer(
+            module, c, "seq_batch", n, sequence_id=f"{tag}-{n}", sequence_start=True, sequence_end=True
+        )
 
     threads = [threading.Thread(target=run, args=(n,)) for n in (1, 2)]
     for t in threads:
@@ -440,8 +484,13 @@ def test_the_sequence_backlog_is_bounded(srv):
     for n in (1, 2):
         t, out = in_thread(
             lambda n=n: seq_infer(
-                grpcclient, grpcclient.InferenceServerClient(srv.grpc_url), "seq_one", 10 * n,
-                sequence_id=base + n, sequence_start=True, sequence_end=True,
+                grpcclient,
+                grpcclient.InferenceServerClient(srv.grpc_url),
+                "seq_one",
+                10 * n,
+                sequence_id=base + n,
+                sequence_start=True,
+                sequence_end=True,
             )
         )
         waiting.append((t, out))

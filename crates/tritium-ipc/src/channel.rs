@@ -976,8 +976,28 @@ mod tests {
         assert_eq!(view.to_vec(), b"region bytes");
         // Bounds are the registered range, not the file.
         assert!(stub.view(Descriptor { segment: id, offset: 4090, len: 7 }).is_err());
-        // The stub maps it read-only: model code can read a client's region, never write it.
-        let addr = view.as_ptr() as usize;
+        // The stub writes an output straight into a region it got read-write.
+        stub.view(Descriptor { segment: id, offset: 0, len: 3 }).expect("view").copy_from(b"out");
+        let mut back = [0u8; 3];
+        nix::sys::uio::pread(&fd, &mut back, 100).expect("pread");
+        assert_eq!(&back, b"out");
+        // A region sent as a read-only descriptor is mapped read-only: model code can read it,
+        // never write it.
+        let read_only = nix::fcntl::open(
+            format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .expect("reopen");
+        // SAFETY: `open` just returned this descriptor, and nothing else owns it.
+        let read_only = unsafe { OwnedFd::from_raw_fd(read_only) };
+        let ro_id = REGION_BIT | 4;
+        server.add_region(ro_id, std::os::fd::AsFd::as_fd(&read_only), 100, 4096).expect("add");
+        server.send(&ToStub::Ping { seq: 9 }).expect("ping");
+        assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 9 })));
+        let ro_view = stub.view(Descriptor { segment: ro_id, offset: 0, len: 3 }).expect("view");
+        assert_eq!(ro_view.to_vec(), b"out");
+        let addr = ro_view.as_ptr() as usize;
         let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
         let perms = maps
             .lines()

@@ -646,7 +646,7 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
                     return;
                 }
                 instance.on(Event::Died(why, exit));
-                if !back_off(ctx, instance, &mut crashes, &mut backoff) {
+                if !back_off(ctx, instance, &mut crashes, &mut backoff, true) {
                     return;
                 }
                 continue;
@@ -703,12 +703,25 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
                 }
             }
             Served::Died(why, exit) => {
+                // A stub killed by SIGBUS while a client's region it had mapped is shorter than
+                // registered died of the client's truncation, not of the model's code: the crash
+                // is not counted against the restart limit.
+                let client_fault = matches!(exit, StubExit::Signal { signal: libc::SIGBUS, .. })
+                    .then(|| crate::shm::shrunk_region(&stub.channel().region_ids()))
+                    .flatten();
                 drop(stub);
+                let why = match &client_fault {
+                    Some(key) => format!(
+                        "{why} (the client shrank shared memory region '{key}' while the model used it; \
+                         not counted against the restart limit)"
+                    ),
+                    None => why,
+                };
                 instance.on(Event::Died(why, exit));
                 if ready_at.elapsed() >= sup.healthy_after {
                     backoff = sup.backoff_initial;
                 }
-                if !back_off(ctx, instance, &mut crashes, &mut backoff) {
+                if !back_off(ctx, instance, &mut crashes, &mut backoff, client_fault.is_none()) {
                     return;
                 }
             }
@@ -731,12 +744,18 @@ impl Crashes {
     }
 }
 
-/// Records a crash, then either gives up (too many crashes) or enters backing off and sleeps
-/// the delay. False when the instance gives up or the queue closes meanwhile (the instance then
-/// stops).
-fn back_off(ctx: &VersionContext, instance: &Instance, crashes: &mut Crashes, backoff: &mut Duration) -> bool {
+/// Records a crash (when `counted`: a client's fault is not), then either gives up (too many
+/// crashes) or enters backing off and sleeps the delay. False when the instance gives up or the
+/// queue closes meanwhile (the instance then stops).
+fn back_off(
+    ctx: &VersionContext,
+    instance: &Instance,
+    crashes: &mut Crashes,
+    backoff: &mut Duration,
+    counted: bool,
+) -> bool {
     let sup = &ctx.supervision;
-    let recent = crashes.record(Instant::now(), sup.restart_window);
+    let recent = if counted { crashes.record(Instant::now(), sup.restart_window) } else { 0 };
     if recent as u64 > u64::from(sup.restart_limit) {
         instance.on(Event::GaveUp(format!(
             "crashed {recent} times within {}s; marked failed (limits: --stub-restart-limit, --stub-restart-window-secs). Last: {}",
@@ -879,7 +898,7 @@ impl Open {
             let result = match &resp.error {
                 Some(e) => Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())),
                 None if bytes > limit => Err(RequestError::OutputTooLarge { bytes, limit }.into()),
-                None => read_outputs(stub, &resp)
+                None => read_outputs(stub, &resp, &open.p.outputs)
                     .and_then(|outputs| shape_outputs(outputs, &open.p.outputs, &ctx.reshapes, &ctx.classes))
                     .map(|outputs| InferResponse {
                         model: ctx.model.clone(),
@@ -1394,6 +1413,22 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
                 continue;
             }
         };
+        if let Some(Err(e)) =
+            p.outputs.iter().filter_map(|o| o.shm.as_ref()).map(|t| t.check_size()).find(Result::is_err)
+        {
+            free_inputs(stub, &inputs);
+            finish(ctx, p, Err(e), None);
+            continue;
+        }
+        let output_regions = match output_regions(stub, &p.outputs) {
+            Ok(regions) => regions,
+            Err(source) => {
+                let e = RequestError::Placement { input: "(an output's shared memory region)".into(), source };
+                free_inputs(stub, &inputs);
+                finish(ctx, p, Err(e.into()), None);
+                continue;
+            }
+        };
         let id = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
         placed.batch_size += p.batch_size.max(1);
         placed.requests.push(Request {
@@ -1406,11 +1441,7 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
             inputs,
             requested_outputs: p.outputs.iter().map(|o| o.name.clone()).collect(),
             trace: p.trace.as_ref().and_then(|t| t.model_context()).unwrap_or_default(),
-            // Stubs never write clients' regions (they map them read-only, so model code can
-            // neither write nor truncate a client's file under another model's stub): outputs
-            // asked for in shared memory come back through the stub's arena and the server
-            // writes them (`shm::place_outputs`, with `pwrite`).
-            output_regions: Vec::new(),
+            output_regions,
         });
         placed.waiting.insert(id, p);
     }
@@ -1450,7 +1481,7 @@ fn place_request(ctx: &VersionContext, stub: &Stub, p: &Pending) -> Result<Vec<t
 /// stub's arena that belongs to this request alone.
 fn place_input(ctx: &VersionContext, stub: &Stub, data: &[u8]) -> Result<TensorData, Box<HostError>> {
     if let Some((region, offset)) = crate::shm::lookup(data.as_ptr(), data.len()) {
-        map_region(stub, &region)?;
+        map_region(stub, &region, false)?;
         let desc = Descriptor { segment: region.id(), offset, len: data.len() as u64 };
         return Ok(TensorData::Shm { desc, writable: false });
     }
@@ -1472,15 +1503,32 @@ fn free_inputs(stub: &Stub, inputs: &[tritium_ipc::Tensor]) {
     }
 }
 
-/// Maps a client's region into the stub, once per stub (system shared memory).
-fn map_region(stub: &Stub, region: &crate::shm::Region) -> Result<(), Box<HostError>> {
+/// Maps a client's region into the stub, once per stub and use (system shared memory): for
+/// inputs read-only, under the region's id, from a read-only descriptor (model code can neither
+/// write nor truncate the client's file); for outputs the stub writes there, read-write, under
+/// the region's output id.
+fn map_region(stub: &Stub, region: &crate::shm::Region, output: bool) -> Result<(), Box<HostError>> {
     let channel = stub.channel();
-    if channel.has_region(region.id()) {
+    let (id, fd) = if output { (region.output_id(), region.fd()) } else { (region.id(), region.read_only_fd()) };
+    if channel.has_region(id) {
         return Ok(());
     }
     channel
-        .add_region(region.id(), region.read_only_fd(), region.file_offset(), region.byte_size())
+        .add_region(id, fd, region.file_offset(), region.byte_size())
         .map_err(|source| Box::new(HostError::Ipc { instance: stub.instance().to_string(), source }))
+}
+
+/// The outputs a request wants written into client regions, as descriptors for the stub.
+fn output_regions(stub: &Stub, outputs: &[RequestedOutput]) -> Result<Vec<(String, Descriptor)>, Box<HostError>> {
+    let mut regions = Vec::new();
+    // Outputs in CUDA regions come back through the arena: the server copies them to the device.
+    for o in outputs {
+        if let Some((region, desc)) = o.shm.as_ref().and_then(|target| target.system()) {
+            map_region(stub, region, true)?;
+            regions.push((o.name.clone(), desc));
+        }
+    }
+    Ok(regions)
 }
 
 /// Unmaps from the stub the client regions that are gone from the server (unregistered, and
@@ -1554,7 +1602,7 @@ fn collect_responses(
         let (result, served) = match &resp.error {
             Some(e) => (Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())), false),
             None if bytes > limit => (Err(RequestError::OutputTooLarge { bytes, limit }.into()), false),
-            None => match read_outputs(stub, resp) {
+            None => match read_outputs(stub, resp, &p.outputs) {
                 Err(e) => (Err(e.into()), false),
                 Ok(outputs) => {
                     let response =
@@ -1611,21 +1659,38 @@ fn output_bytes(resp: &tritium_ipc::Response) -> Result<u64, String> {
     Ok(total)
 }
 
-/// A response's output tensors, copied out of the stub's shared memory. An output in a client's
-/// region is a protocol error: the server gives stubs no output ranges there.
-fn read_outputs(stub: &Stub, resp: &tritium_ipc::Response) -> Result<Vec<OutputTensor>, RequestError> {
+/// A response's output tensors, copied out of the stub's shared memory. An output the stub
+/// wrote into the client's region comes back without bytes, after checking that it lies in the
+/// range the request gave for it.
+fn read_outputs(
+    stub: &Stub,
+    resp: &tritium_ipc::Response,
+    requested: &[RequestedOutput],
+) -> Result<Vec<OutputTensor>, RequestError> {
     resp.outputs
         .iter()
         .map(|t| {
             if let TensorData::Shm { desc, .. } = &t.data {
                 if desc.in_client_region() {
-                    return Err(RequestError::Output(Box::new(HostError::Protocol {
-                        instance: stub.instance().to_string(),
-                        message: format!(
-                            "output '{}' names a client shared memory range the request did not give it",
-                            t.name
-                        ),
-                    })));
+                    let target = requested.iter().find(|r| r.name == t.name).and_then(|r| r.shm.as_ref());
+                    let fits = target.and_then(|target| target.system()).is_some_and(|(_, want)| {
+                        want.segment == desc.segment && want.offset == desc.offset && desc.len <= want.len
+                    });
+                    if !fits {
+                        return Err(RequestError::Output(Box::new(HostError::Protocol {
+                            instance: stub.instance().to_string(),
+                            message: format!(
+                                "output '{}' names a client shared memory range the request did not give it",
+                                t.name
+                            ),
+                        })));
+                    }
+                    return Ok(OutputTensor {
+                        name: t.name.clone(),
+                        datatype: t.dtype,
+                        shape: t.shape.clone(),
+                        data: Vec::new(),
+                    });
                 }
             }
             let view = stub.output(&t.data).map_err(|e| RequestError::Output(Box::new(e)))?;

@@ -311,8 +311,8 @@ impl Server {
         if targets.is_empty() {
             return Ok(answer);
         }
-        // Outputs asked for in shared memory: the server writes every answer's there (stubs
-        // never write clients' regions: see `shm.rs`, Trust).
+        // Outputs asked for in shared memory: a stub wrote them there already (they come back
+        // without bytes); any other answer (an ensemble's, a cached one) is copied there now.
         Ok(Box::pin(async move {
             let mut response = answer.await?;
             crate::shm::place_outputs(&targets, &mut response)?;
@@ -348,10 +348,7 @@ impl Server {
         if let Some(version) = self.ensemble_of(&req) {
             return ensemble::infer_decoupled(self, version, req);
         }
-        let targets: Vec<(String, crate::shm::ShmTarget)> =
-            req.outputs.iter().filter_map(|o| Some((o.name.clone(), o.shm.clone()?))).collect();
         let (tx, rx) = crate::types::response_stream();
-        let rx = rx.with_shm_outputs(targets);
         let (version, deadline) = self.enqueue(req, Reply::Stream(tx), true)?;
         if let Some(deadline) = deadline {
             // The queue timeout applies even while every instance is busy.
@@ -1537,7 +1534,13 @@ fn start_version(
     let warmup = Arc::new(crate::warmup::samples(&r.config, &r.dir).map_err(LoadError::Warmup)?);
     let specs = instance_specs(&r.config);
     let names = specs.iter().map(|s| s.name.clone()).collect();
-    let queue = match crate::sequence::Sequences::for_config(name, &r.config, names, r.supervision.max_sequence_backlog, stats.clone())? {
+    let queue = match crate::sequence::Sequences::for_config(
+        name,
+        &r.config,
+        names,
+        r.supervision.max_sequence_backlog,
+        stats.clone(),
+    )? {
         Some(sequences) => Queue::sequenced(sequences, r.priorities.clone(), stats.clone()),
         None => Queue::new(r.batching.clone(), r.priorities.clone(), stats.clone()),
     };

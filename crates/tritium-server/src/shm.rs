@@ -28,9 +28,10 @@
 //! ([`copy_read_inputs`]), and outputs are written with `pwrite` ([`ShmTarget::write`]); a shrunk
 //! file fails the request. The size is checked at registration, when a request names the
 //! region, and right before a request's inputs are handed to a stub ([`check_input_region`]).
-//! Stubs get a read-only descriptor (reopened through `/proc/self/fd`) and map it read-only, so
-//! model code cannot truncate a client's file under another model's stub; they never write
-//! outputs into regions. Registrations of one range of one file (by device and inode) share
+//! Stubs get a region they read inputs from as a read-only descriptor (reopened through
+//! `/proc/self/fd`) mapped read-only under the region's id, so model code cannot truncate a
+//! client's file under another model's stub through it; a region a stub writes outputs into is
+//! mapped read-write under a second id ([`Region::output_id`]). Registrations of one range of one file (by device and inode) share
 //! one mapping, and at most `--max-shm-regions` names are registered at once.
 
 use std::collections::{BTreeMap, HashMap};
@@ -68,7 +69,10 @@ pub struct RegionStatus {
 /// One mapping of a client's file over a registered range, shared by every name registered
 /// over the same range of the same file (the same key, offset and size).
 pub struct Region {
+    /// The segment id stubs map it by for inputs (read-only).
     id: u32,
+    /// The segment id stubs map it by for outputs they write (read-write).
+    output_id: u32,
     /// The key it was first opened by (for messages).
     key: String,
     offset: u64,
@@ -97,7 +101,17 @@ impl Region {
         self.id
     }
 
-    /// The client's file, opened read-only: what a stub gets.
+    /// The segment id stubs map it by read-write, to write outputs (has [`REGION_BIT`]).
+    pub(crate) fn output_id(&self) -> u32 {
+        self.output_id
+    }
+
+    /// The client's file, read-write: what a stub that writes an output there gets.
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The client's file, opened read-only: what a stub that reads an input there gets.
     pub(crate) fn read_only_fd(&self) -> BorrowedFd<'_> {
         self.read_only.as_fd()
     }
@@ -215,6 +229,7 @@ impl Drop for Region {
 /// takes the lock), and the region.
 struct LiveEntry {
     id: u32,
+    output_id: u32,
     region: Weak<Region>,
 }
 
@@ -249,7 +264,19 @@ fn containing<V>(table: &BTreeMap<usize, (usize, V)>, ptr: *const u8, len: usize
 /// still used by a request). Compares ids without upgrading: a temporary `Arc` dropped under
 /// the lock could be the last one, and `Region::drop` locks [`LIVE`] again.
 pub(crate) fn is_live(id: u32) -> bool {
-    lock(&LIVE).values().any(|(_, e)| e.id == id && e.region.strong_count() > 0)
+    lock(&LIVE).values().any(|(_, e)| (e.id == id || e.output_id == id) && e.region.strong_count() > 0)
+}
+
+/// The key of a region among segment ids `ids` (a dead stub's) whose client has shrunk its file
+/// below the registered range, if any: that stub's `SIGBUS` was the client's doing.
+pub(crate) fn shrunk_region(ids: &[u32]) -> Option<String> {
+    let regions: Vec<Arc<Region>> = lock(&LIVE)
+        .values()
+        .filter(|(_, e)| ids.contains(&e.id) || ids.contains(&e.output_id))
+        .filter_map(|(_, e)| e.region.upgrade())
+        .collect();
+    // Checked, and the references dropped, after `LIVE` is unlocked (see `is_live`).
+    regions.iter().find(|r| r.check_size().is_err()).map(|r| r.key.clone())
 }
 
 /// A region's bytes as the owner of a [`Bytes`]: the request that holds them holds the region.
@@ -399,19 +426,28 @@ impl ShmTarget {
         self.byte_size
     }
 
-    /// The system region and the target's descriptor in it; `None` for a CUDA region.
-    #[cfg(test)]
-    fn system(&self) -> Option<(&Arc<Region>, Descriptor)> {
+    /// The system region and the descriptor a stub writes the output through (under the
+    /// region's output id, mapped read-write); `None` for a CUDA region, which the server writes.
+    pub(crate) fn system(&self) -> Option<(&Arc<Region>, Descriptor)> {
         match &self.region {
             TargetRegion::System(r) => {
-                Some((r, Descriptor { segment: r.id, offset: self.offset, len: self.byte_size }))
+                Some((r, Descriptor { segment: r.output_id, offset: self.offset, len: self.byte_size }))
             }
             TargetRegion::Cuda(_) => None,
         }
     }
 
-    /// Copies an output the server holds into the target (every system region's output: stubs
-    /// never write clients' regions), with Triton's error when it does not fit.
+    /// Checks, right before a stub is given the target, that the client has not shrunk a system
+    /// region's file (a request queued before the shrink fails alone).
+    pub(crate) fn check_size(&self) -> Result<(), InferError> {
+        match &self.region {
+            TargetRegion::System(region) => region.check_file(&self.name),
+            TargetRegion::Cuda(_) => Ok(()),
+        }
+    }
+
+    /// Copies an output the server holds into the target (ensembles, cached responses: where no
+    /// stub wrote it), with `pwrite`, and Triton's error when it does not fit.
     pub fn write(&self, output: &str, data: &[u8]) -> Result<(), InferError> {
         check_fits(output, self.byte_size, data.len() as u64)?;
         let region = match &self.region {
@@ -605,12 +641,22 @@ impl ShmRegistry {
             ))
         })?;
         let read_only = reopen_read_only(&fd).map_err(|e| {
-            InferError::internal(format!("failed to register shared memory region '{name}': reopening it read-only: {e}"))
+            InferError::internal(format!(
+                "failed to register shared memory region '{name}': reopening it read-only: {e}"
+            ))
         })?;
-        let region =
-            Arc::new(Region { id: next_id(), key: key.to_string(), offset, byte_size, fd, read_only, map });
+        let region = Arc::new(Region {
+            id: next_id(),
+            output_id: next_id(),
+            key: key.to_string(),
+            offset,
+            byte_size,
+            fd,
+            read_only,
+            map,
+        });
         if byte_size > 0 {
-            let entry = LiveEntry { id: region.id, region: Arc::downgrade(&region) };
+            let entry = LiveEntry { id: region.id, output_id: region.output_id, region: Arc::downgrade(&region) };
             lock(&LIVE).insert(region.base(), (byte_size as usize, entry));
         }
         regions.mappings.retain(|_, w| w.strong_count() > 0);
@@ -1001,6 +1047,23 @@ mod tests {
         drop((a, b, c));
         shm.unregister_all();
         assert!(!is_live(shared), "unmapped with its last name and user");
+    }
+
+    #[test]
+    fn a_shrunk_region_of_a_dead_stub_is_found_by_its_ids() {
+        let obj = Object::new("shrunk", 4096);
+        let shm = ShmRegistry::default();
+        shm.register("r", &obj.0, 0, 4096).expect("register");
+        let target = shm.output("r", 0, 8).expect("target");
+        let (region, desc) = target.system().expect("system");
+        let (id, output_id) = (region.id(), desc.segment);
+        assert_ne!(id, output_id, "inputs and outputs are mapped under ids of their own");
+        assert_eq!(shrunk_region(&[id, output_id]), None, "intact");
+        obj.truncate(100);
+        assert_eq!(shrunk_region(&[id]), Some(obj.0.clone()));
+        assert_eq!(shrunk_region(&[output_id]), Some(obj.0.clone()));
+        assert_eq!(shrunk_region(&[REGION_BIT | 0x3fff_fff0]), None, "another stub's regions");
+        assert!(message(target.write("OUT", b"12345678")).1.contains("is no longer valid: its file has 100 bytes"));
     }
 
     #[test]

@@ -210,9 +210,6 @@ impl Streamed {
 pub struct ResponseStream {
     rx: tokio::sync::mpsc::UnboundedReceiver<Streamed>,
     taken: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// Outputs the request asked for in shared memory: the server writes each response's
-    /// into its region as the consumer takes it (stubs never write clients' regions).
-    targets: Vec<(String, crate::shm::ShmTarget)>,
 }
 
 /// The sending end of a [`ResponseStream`], held by the request while it is queued or open (a
@@ -227,45 +224,36 @@ pub struct StreamTx {
 pub fn response_stream() -> (StreamTx, ResponseStream) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let taken = std::sync::Arc::default();
-    (StreamTx { tx, taken: std::sync::Arc::clone(&taken) }, ResponseStream { rx, taken, targets: Vec::new() })
+    (StreamTx { tx, taken: std::sync::Arc::clone(&taken) }, ResponseStream { rx, taken })
 }
 
 impl ResponseStream {
-    /// The stream with outputs to write into shared-memory `targets` as responses are taken.
-    pub(crate) fn with_shm_outputs(mut self, targets: Vec<(String, crate::shm::ShmTarget)>) -> Self {
-        self.targets = targets;
-        self
-    }
-
-    /// A taken message, its outputs written into their shared-memory targets (a failed write
-    /// turns the response into that error).
-    fn taken_message(&self, message: Streamed) -> Streamed {
-        self.taken.fetch_add(1, std::sync::atomic::Ordering::Release);
-        match message {
-            Streamed::Response { result: Ok(mut response), last } if !self.targets.is_empty() => {
-                let result = crate::shm::place_outputs(&self.targets, &mut response).map(|()| response);
-                Streamed::Response { result, last }
-            }
-            other => other,
-        }
-    }
-
     /// The next message, waiting for it; None once the stream ended (after the final message,
     /// or when the server dropped the request).
     pub async fn recv(&mut self) -> Option<Streamed> {
-        let message = self.rx.recv().await?;
-        Some(self.taken_message(message))
+        let message = self.rx.recv().await;
+        if message.is_some() {
+            self.taken.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+        message
     }
 
     /// Polls for the next message (as [`ResponseStream::recv`], for hand-written futures and bodies).
     pub fn poll_recv(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Streamed>> {
-        self.rx.poll_recv(cx).map(|m| m.map(|m| self.taken_message(m)))
+        let polled = self.rx.poll_recv(cx);
+        if let std::task::Poll::Ready(Some(_)) = &polled {
+            self.taken.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+        polled
     }
 
     /// The next message if one is there, without waiting.
     pub fn try_recv(&mut self) -> Result<Streamed, tokio::sync::mpsc::error::TryRecvError> {
-        let message = self.rx.try_recv()?;
-        Ok(self.taken_message(message))
+        let message = self.rx.try_recv();
+        if message.is_ok() {
+            self.taken.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }
+        message
     }
 
     /// How many messages the consumer has taken.
