@@ -31,8 +31,11 @@
 //! Stubs get a region they read inputs from as a read-only descriptor (reopened through
 //! `/proc/self/fd`) mapped read-only under the region's id, so model code cannot truncate a
 //! client's file under another model's stub through it; a region a stub writes outputs into is
-//! mapped read-write under a second id ([`Region::output_id`]). Registrations of one range of one file (by device and inode) share
-//! one mapping, and at most `--max-shm-regions` names are registered at once.
+//! mapped read-write under a second id ([`Region::output_id`]). A stub killed by `SIGBUS` while
+//! a region it mapped is short died of the client's truncation: [`shrunk_region`] tells the
+//! supervisor, which does not count that crash. Registrations of one range of one file (by
+//! device and inode) share one mapping, and at most `--max-shm-regions` names are registered at
+//! once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -1097,7 +1100,9 @@ mod tests {
     fn is_live_never_drops_the_last_reference_under_the_lock() {
         // A region whose last request ends while another thread asks whether it is live: the old
         // `is_live` upgraded under `LIVE` and could drop the last `Arc` there, and `Region::drop`
-        // locks `LIVE` again (a self-deadlock). Raced here many times, under a watchdog.
+        // locks `LIVE` again (a self-deadlock). The window is a few instructions wide and cannot
+        // be forced from outside `is_live`, so this races it many times under a watchdog (a
+        // guard, not a reproduction: the old code passed it in the runs made).
         let obj = Object::new("race", 4096);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         let key = obj.0.clone();
