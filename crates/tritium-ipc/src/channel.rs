@@ -976,11 +976,39 @@ mod tests {
         assert_eq!(view.to_vec(), b"region bytes");
         // Bounds are the registered range, not the file.
         assert!(stub.view(Descriptor { segment: id, offset: 4090, len: 7 }).is_err());
-        // The stub writes an output straight into the region.
+        // The stub writes an output straight into a region it got read-write.
         stub.view(Descriptor { segment: id, offset: 0, len: 3 }).expect("view").copy_from(b"out");
         let mut back = [0u8; 3];
         nix::sys::uio::pread(&fd, &mut back, 100).expect("pread");
         assert_eq!(&back, b"out");
+        // A region sent as a read-only descriptor is mapped read-only: model code can read it,
+        // never write it.
+        let read_only = nix::fcntl::open(
+            format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .expect("reopen");
+        // SAFETY: `open` just returned this descriptor, and nothing else owns it.
+        let read_only = unsafe { OwnedFd::from_raw_fd(read_only) };
+        let ro_id = REGION_BIT | 4;
+        server.add_region(ro_id, std::os::fd::AsFd::as_fd(&read_only), 100, 4096).expect("add");
+        server.send(&ToStub::Ping { seq: 9 }).expect("ping");
+        assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 9 })));
+        let ro_view = stub.view(Descriptor { segment: ro_id, offset: 0, len: 3 }).expect("view");
+        assert_eq!(ro_view.to_vec(), b"out");
+        let addr = ro_view.as_ptr() as usize;
+        let maps = std::fs::read_to_string("/proc/self/maps").expect("maps");
+        let perms = maps
+            .lines()
+            .find_map(|line| {
+                let (range, rest) = line.split_once(' ')?;
+                let (start, end) = range.split_once('-')?;
+                let (start, end) = (usize::from_str_radix(start, 16).ok()?, usize::from_str_radix(end, 16).ok()?);
+                (start <= addr && addr < end).then(|| rest[..4].to_string())
+            })
+            .expect("mapped");
+        assert_eq!(perms, "r--s", "a read-only shared mapping");
         // A region block is not released (no arena owns it), and one a peer releases anyway is
         // ignored, not a protocol error.
         stub.release(view.desc);

@@ -65,9 +65,12 @@ impl Segment {
     }
 
     /// Maps `len` bytes from `offset` of a client's registered shared-memory file (the system
-    /// shared memory extension; `shm_open`ed by the server). Such a file is the client's and
-    /// cannot be sealed: the size is checked now, and a client that truncates it later makes
-    /// accesses past the new end fault in the process that touches them (as in Triton).
+    /// shared memory extension; `shm_open`ed by the server), read-write if `fd` was opened so
+    /// (a region outputs are written into), read-only otherwise (the server sends inputs'
+    /// regions as read-only descriptors). Such a file is the client's and cannot be sealed: the
+    /// size is checked now (and by the server right before each request that uses it), and a
+    /// client that truncates it while a model reads it still makes the reads past the new end
+    /// fault in the stub.
     pub fn open_region(fd: OwnedFd, offset: u64, len: u64) -> Result<Self, IpcError> {
         if len == 0 {
             return Err(IpcError::Protocol("a shared memory region cannot be empty".into()));
@@ -81,12 +84,17 @@ impl Segment {
             )));
         }
         let len_usize = usize::try_from(len).map_err(|_| IpcError::Protocol("region too large".into()))?;
+        // SAFETY: plain fcntl on an fd we own.
+        let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+        if flags == -1 {
+            return Err(IpcError::Io("fcntl of a shared memory region".into(), std::io::Error::last_os_error()));
+        }
+        let mut options = MmapOptions::new();
         // memmap2 aligns the file offset down to a page and returns the pointer to `offset`.
-        let map = MmapOptions::new()
-            .offset(offset)
-            .len(len_usize)
-            .map_raw(&fd)
-            .map_err(|e| IpcError::Io("mmap of a shared memory region".into(), e))?;
+        options.offset(offset).len(len_usize);
+        let map =
+            if flags & libc::O_ACCMODE == libc::O_RDWR { options.map_raw(&fd) } else { options.map_raw_read_only(&fd) };
+        let map = map.map_err(|e| IpcError::Io("mmap of a shared memory region".into(), e))?;
         Ok(Self { fd, map })
     }
 

@@ -69,6 +69,9 @@ pub struct Supervision {
     /// client; the model's next `send` waits for the client (`--max-inflight-responses`; 0: no
     /// limit).
     pub max_inflight_responses: u32,
+    /// Requests of sequences waiting for a free sequence slot that one model version holds at
+    /// most (`--max-sequence-backlog`); a request past it is refused.
+    pub max_sequence_backlog: usize,
     /// What a stub may make the server map, and how much the server's arena for one stub may
     /// hold (`--max-stub-segments`, `--max-stub-shm-bytes`, `--max-server-shm-bytes-per-stub`).
     pub channel: ChannelLimits,
@@ -86,6 +89,11 @@ pub const DEFAULT_MAX_REQUEST_METADATA_BYTES: usize = 64 << 10;
 /// (its `max_send_message_length` is `INT32_MAX`); a larger response could not reach a gRPC
 /// client anyway, and the server must hold a copy of it in memory.
 pub const DEFAULT_MAX_OUTPUT_BYTES: u64 = 2 << 30;
+
+/// Default of `--max-sequence-backlog`: Triton's backlog is unbounded; 4096 waiting requests
+/// per model version leaves room for bursts while bounding what one client can make the server
+/// hold.
+pub const DEFAULT_MAX_SEQUENCE_BACKLOG: usize = 4096;
 
 /// Default of `--max-inflight-responses`: a decoupled model runs at most 64 responses ahead of
 /// a slow client (Triton has no such bound: its gRPC frontend queues every response).
@@ -105,6 +113,7 @@ impl Default for Supervision {
             max_request_metadata_bytes: DEFAULT_MAX_REQUEST_METADATA_BYTES,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             max_inflight_responses: DEFAULT_MAX_INFLIGHT_RESPONSES,
+            max_sequence_backlog: DEFAULT_MAX_SEQUENCE_BACKLOG,
             channel: ChannelLimits::default(),
             run_to_completion: true,
         }
@@ -637,7 +646,7 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
                     return;
                 }
                 instance.on(Event::Died(why, exit));
-                if !back_off(ctx, instance, &mut crashes, &mut backoff) {
+                if !back_off(ctx, instance, &mut crashes, &mut backoff, true) {
                     return;
                 }
                 continue;
@@ -694,12 +703,25 @@ fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::S
                 }
             }
             Served::Died(why, exit) => {
+                // A stub killed by SIGBUS while a client's region it had mapped is shorter than
+                // registered died of the client's truncation, not of the model's code: the crash
+                // is not counted against the restart limit.
+                let client_fault = matches!(exit, StubExit::Signal { signal: libc::SIGBUS, .. })
+                    .then(|| crate::shm::shrunk_region(&stub.channel().region_ids()))
+                    .flatten();
                 drop(stub);
+                let why = match &client_fault {
+                    Some(key) => format!(
+                        "{why} (the client shrank shared memory region '{key}' while the model used it; \
+                         not counted against the restart limit)"
+                    ),
+                    None => why,
+                };
                 instance.on(Event::Died(why, exit));
                 if ready_at.elapsed() >= sup.healthy_after {
                     backoff = sup.backoff_initial;
                 }
-                if !back_off(ctx, instance, &mut crashes, &mut backoff) {
+                if !back_off(ctx, instance, &mut crashes, &mut backoff, client_fault.is_none()) {
                     return;
                 }
             }
@@ -722,12 +744,18 @@ impl Crashes {
     }
 }
 
-/// Records a crash, then either gives up (too many crashes) or enters backing off and sleeps
-/// the delay. False when the instance gives up or the queue closes meanwhile (the instance then
-/// stops).
-fn back_off(ctx: &VersionContext, instance: &Instance, crashes: &mut Crashes, backoff: &mut Duration) -> bool {
+/// Records a crash (when `counted`: a client's fault is not), then either gives up (too many
+/// crashes) or enters backing off and sleeps the delay. False when the instance gives up or the
+/// queue closes meanwhile (the instance then stops).
+fn back_off(
+    ctx: &VersionContext,
+    instance: &Instance,
+    crashes: &mut Crashes,
+    backoff: &mut Duration,
+    counted: bool,
+) -> bool {
     let sup = &ctx.supervision;
-    let recent = crashes.record(Instant::now(), sup.restart_window);
+    let recent = if counted { crashes.record(Instant::now(), sup.restart_window) } else { 0 };
     if recent as u64 > u64::from(sup.restart_limit) {
         instance.on(Event::GaveUp(format!(
             "crashed {recent} times within {}s; marked failed (limits: --stub-restart-limit, --stub-restart-window-secs). Last: {}",
@@ -1060,6 +1088,9 @@ enum RequestError {
     /// An output's descriptor from the stub could not be read.
     #[error("{0}")]
     Output(#[source] Box<HostError>),
+    /// A client's region the request uses is no longer valid (the client shrank its file).
+    #[error("{0}")]
+    Region(InferError),
     /// An output asked for as classes could not be classified.
     #[error(transparent)]
     Classify(#[from] ClassifyError),
@@ -1079,6 +1110,7 @@ impl From<RequestError> for InferError {
     fn from(e: RequestError) -> Self {
         match e {
             RequestError::Classify(c) => c.into(),
+            RequestError::Region(e) => e,
             other => InferError::internal(other.to_string()),
         }
     }
@@ -1381,6 +1413,13 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
                 continue;
             }
         };
+        if let Some(Err(e)) =
+            p.outputs.iter().filter_map(|o| o.shm.as_ref()).map(|t| t.check_size()).find(Result::is_err)
+        {
+            free_inputs(stub, &inputs);
+            finish(ctx, p, Err(e), None);
+            continue;
+        }
         let output_regions = match output_regions(stub, &p.outputs) {
             Ok(regions) => regions,
             Err(source) => {
@@ -1413,6 +1452,12 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
 fn place_request(ctx: &VersionContext, stub: &Stub, p: &Pending) -> Result<Vec<tritium_ipc::Tensor>, RequestError> {
     let mut inputs = Vec::with_capacity(p.req.inputs.len());
     for t in &p.req.inputs {
+        // The client may have shrunk its region while the request was queued: the request fails
+        // alone, and the stub never maps a file shorter than the registration.
+        if let Err(e) = crate::shm::check_input_region(&t.data) {
+            free_inputs(stub, &inputs);
+            return Err(RequestError::Region(e));
+        }
         match place_input(ctx, stub, &t.data) {
             Ok(data) => inputs.push(tritium_ipc::Tensor {
                 name: t.name.clone(),
@@ -1436,7 +1481,7 @@ fn place_request(ctx: &VersionContext, stub: &Stub, p: &Pending) -> Result<Vec<t
 /// stub's arena that belongs to this request alone.
 fn place_input(ctx: &VersionContext, stub: &Stub, data: &[u8]) -> Result<TensorData, Box<HostError>> {
     if let Some((region, offset)) = crate::shm::lookup(data.as_ptr(), data.len()) {
-        map_region(stub, &region)?;
+        map_region(stub, &region, false)?;
         let desc = Descriptor { segment: region.id(), offset, len: data.len() as u64 };
         return Ok(TensorData::Shm { desc, writable: false });
     }
@@ -1458,15 +1503,32 @@ fn free_inputs(stub: &Stub, inputs: &[tritium_ipc::Tensor]) {
     }
 }
 
-/// Maps a client's region into the stub, once per stub (system shared memory).
-fn map_region(stub: &Stub, region: &crate::shm::Region) -> Result<(), Box<HostError>> {
+/// Maps a client's region into the stub, once per stub and use (system shared memory): for
+/// inputs read-only, under the region's id, from a read-only descriptor (model code can neither
+/// write nor truncate the client's file); for outputs the stub writes there, read-write, under
+/// the region's output id.
+fn map_region(stub: &Stub, region: &crate::shm::Region, output: bool) -> Result<(), Box<HostError>> {
     let channel = stub.channel();
-    if channel.has_region(region.id()) {
+    let (id, fd) = if output { (region.output_id(), region.fd()) } else { (region.id(), region.read_only_fd()) };
+    if channel.has_region(id) {
         return Ok(());
     }
     channel
-        .add_region(region.id(), region.fd(), region.file_offset(), region.byte_size())
+        .add_region(id, fd, region.file_offset(), region.byte_size())
         .map_err(|source| Box::new(HostError::Ipc { instance: stub.instance().to_string(), source }))
+}
+
+/// The outputs a request wants written into client regions, as descriptors for the stub.
+fn output_regions(stub: &Stub, outputs: &[RequestedOutput]) -> Result<Vec<(String, Descriptor)>, Box<HostError>> {
+    let mut regions = Vec::new();
+    // Outputs in CUDA regions come back through the arena: the server copies them to the device.
+    for o in outputs {
+        if let Some((region, desc)) = o.shm.as_ref().and_then(|target| target.system()) {
+            map_region(stub, region, true)?;
+            regions.push((o.name.clone(), desc));
+        }
+    }
+    Ok(regions)
 }
 
 /// Unmaps from the stub the client regions that are gone from the server (unregistered, and
@@ -1478,19 +1540,6 @@ fn forget_dead_regions(stub: &Stub) {
             let _ = channel.remove_region(id);
         }
     }
-}
-
-/// The outputs a request wants written into client regions, as descriptors for the stub.
-fn output_regions(stub: &Stub, outputs: &[RequestedOutput]) -> Result<Vec<(String, Descriptor)>, Box<HostError>> {
-    let mut regions = Vec::new();
-    // Outputs in CUDA regions come back through the arena: the server copies them to the device.
-    for o in outputs {
-        if let Some((region, desc)) = o.shm.as_ref().and_then(|target| target.system()) {
-            map_region(stub, region)?;
-            regions.push((o.name.clone(), desc));
-        }
-    }
-    Ok(regions)
 }
 
 /// A batch whose `Execute` message does not fit the ring, as its clients see it.

@@ -31,7 +31,7 @@ pub use confine::PathPolicy;
 pub use envs::EnvOptions;
 pub use instance::{
     park_spin, Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES,
-    DEFAULT_MAX_REQUEST_METADATA_BYTES,
+    DEFAULT_MAX_REQUEST_METADATA_BYTES, DEFAULT_MAX_SEQUENCE_BACKLOG,
 };
 pub use scrape::STUB_METRICS_TIMEOUT;
 pub use server::{parse_version, InferFuture, Server, ServerOptions, TraceSettingsView};

@@ -10,7 +10,9 @@
 //! `max_sequence_idle_microseconds` (measured from its last request, as Triton does, or from when
 //! it got its slot out of the backlog; the release is logged). A sequence that finds no free slot
 //! waits in the backlog (Triton's) until one is released; its requests expire there only by their
-//! own `timeout`.
+//! own `timeout`. Unlike Triton's, the backlog is bounded (`--max-sequence-backlog` requests per
+//! model version; a request past it is refused) and indexed by correlation id and by expiry, so
+//! a push, a release and a reap cost a logarithm, not a scan of the backlog.
 //!
 //! A worker takes a batch from its own instance's slots only, at most one request per sequence:
 //! - `direct`: slot `i` is batch index `i`. The batch runs from slot 0 to the highest slot with
@@ -24,7 +26,7 @@
 //! The control tensors have shape `[1]` (`[1, 1]` for a batching model); START, END and READY
 //! take the config's `*_false_true` values, CORRID the request's id in its `data_type`.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -81,6 +83,8 @@ struct Layout {
     idle: Duration,
     /// The model batches (`max_batch_size` > 0).
     batching: bool,
+    /// Requests the backlog holds at most (`--max-sequence-backlog`).
+    max_backlog: usize,
 }
 
 /// A boolean control input, with its two values as one element's bytes.
@@ -149,13 +153,119 @@ struct SlotRef {
 }
 
 /// A sequence waiting for a slot.
-struct Backlog {
+struct Waiting {
     key: Key,
     /// Its END has not come yet: later requests of the sequence join it.
     open: bool,
     requests: VecDeque<Pending>,
     /// The earliest `timeout` of its requests.
     expires: Option<Instant>,
+}
+
+/// The sequences waiting for a slot, oldest first, indexed by correlation id (the open ones)
+/// and by expiry.
+#[derive(Default)]
+struct Backlog {
+    /// The next arrival number.
+    next: u64,
+    /// By arrival.
+    waiting: BTreeMap<u64, Waiting>,
+    /// The open sequence of each key (at most one: a new START joins it).
+    open: HashMap<Key, u64>,
+    /// Sequences with a deadline, soonest first.
+    expiries: BTreeSet<(Instant, u64)>,
+    /// Requests in `waiting`.
+    requests: usize,
+}
+
+impl Backlog {
+    /// Sequences waiting.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// The open sequence `key`, if it is waiting here.
+    fn open_of(&self, key: &Key) -> Option<u64> {
+        self.open.get(key).copied()
+    }
+
+    /// A new sequence, oldest-last.
+    fn push(&mut self, key: Key, open: bool, p: Pending, expires: Option<Instant>) {
+        let n = self.next;
+        self.next += 1;
+        if open {
+            self.open.insert(key.clone(), n);
+        }
+        if let Some(e) = expires {
+            self.expiries.insert((e, n));
+        }
+        self.requests += 1;
+        self.waiting.insert(n, Waiting { key, open, requests: VecDeque::from([p]), expires });
+    }
+
+    /// A later request of waiting sequence `n`; `end` closes it.
+    fn join(&mut self, n: u64, p: Pending, end: bool, expires: Option<Instant>) {
+        let Some(w) = self.waiting.get_mut(&n) else { return };
+        let earliest = match (w.expires, expires) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if earliest != w.expires {
+            if let Some(old) = w.expires {
+                self.expiries.remove(&(old, n));
+            }
+            if let Some(e) = earliest {
+                self.expiries.insert((e, n));
+            }
+            w.expires = earliest;
+        }
+        w.requests.push_back(p);
+        self.requests += 1;
+        if end && w.open {
+            w.open = false;
+            self.open.remove(&w.key);
+        }
+    }
+
+    /// Removes waiting sequence `n` from every index.
+    fn remove(&mut self, n: u64) -> Option<Waiting> {
+        let w = self.waiting.remove(&n)?;
+        if w.open && self.open.get(&w.key) == Some(&n) {
+            self.open.remove(&w.key);
+        }
+        if let Some(e) = w.expires {
+            self.expiries.remove(&(e, n));
+        }
+        self.requests -= w.requests.len();
+        Some(w)
+    }
+
+    /// The oldest waiting sequence.
+    fn pop_front(&mut self) -> Option<Waiting> {
+        let (&n, _) = self.waiting.first_key_value()?;
+        self.remove(n)
+    }
+
+    /// The sequences one of whose requests' `timeout` passed by `now`.
+    fn take_expired(&mut self, now: Instant) -> Vec<Waiting> {
+        let mut expired = Vec::new();
+        while let Some(&(e, n)) = self.expiries.first() {
+            if e > now {
+                break;
+            }
+            self.expiries.remove(&(e, n));
+            expired.extend(self.remove(n));
+        }
+        expired
+    }
+
+    /// Every waiting sequence, oldest first; the backlog is empty after.
+    fn drain(&mut self) -> Vec<Waiting> {
+        let all = std::mem::take(&mut self.waiting).into_values().collect();
+        *self = Backlog { next: self.next, ..Backlog::default() };
+        all
+    }
 }
 
 struct State {
@@ -168,7 +278,7 @@ struct State {
     last_seen: HashMap<Key, Instant>,
     /// No sequence can be idle before this.
     next_reap: Option<Instant>,
-    backlog: VecDeque<Backlog>,
+    backlog: Backlog,
     /// Requests waiting (in slots and in the backlog).
     len: usize,
 }
@@ -191,6 +301,8 @@ pub(crate) struct Sequences {
     batching: bool,
     /// Requests per batch at most (`max_batch_size`, at least 1).
     max_batch_size: usize,
+    /// Requests the backlog holds at most (`--max-sequence-backlog`).
+    max_backlog: usize,
     start: Option<Control>,
     end: Option<Control>,
     ready: Option<Control>,
@@ -203,11 +315,13 @@ pub(crate) struct Sequences {
 
 impl Sequences {
     /// The sequence batcher of a model whose config has `sequence_batching` (None otherwise),
-    /// over its `instances` (names, one lane each).
+    /// over its `instances` (names, one lane each), with a backlog of at most `max_backlog`
+    /// requests.
     pub(crate) fn for_config(
         model: &str,
         config: &ModelConfig,
         instances: Vec<String>,
+        max_backlog: usize,
         stats: Arc<Stats>,
     ) -> Result<Option<Self>, ConfigError> {
         let Some(SchedulingChoice::SequenceBatching(sb)) = &config.scheduling_choice else { return Ok(None) };
@@ -239,6 +353,7 @@ impl Sequences {
             max_batch_size,
             idle: Duration::from_micros(sb.max_sequence_idle_microseconds),
             batching: config.max_batch_size > 0,
+            max_backlog,
         };
         Ok(Some(Self::new(
             model,
@@ -258,7 +373,7 @@ impl Sequences {
         corrid: Option<(String, DataType)>,
         stats: Arc<Stats>,
     ) -> Self {
-        let Layout { strategy, slots, max_batch_size, idle, batching } = layout;
+        let Layout { strategy, slots, max_batch_size, idle, batching, max_backlog } = layout;
         let lanes: Vec<Lane> = instances
             .iter()
             .map(|_| Lane { slots: (0..slots).map(|_| Slot::default()).collect(), gone: false })
@@ -271,6 +386,7 @@ impl Sequences {
             idle,
             batching,
             max_batch_size,
+            max_backlog,
             start,
             end,
             ready,
@@ -282,7 +398,7 @@ impl Sequences {
                 assigned: HashMap::new(),
                 last_seen: HashMap::new(),
                 next_reap: None,
-                backlog: VecDeque::new(),
+                backlog: Backlog::default(),
                 len: 0,
             }),
             cv: Condvar::new(),
@@ -327,12 +443,23 @@ impl Sequences {
         }
         self.reap(&mut st, now);
         let assigned = st.assigned.get(&key).copied();
-        let backlogged = st.backlog.iter().position(|b| b.open && b.key == key);
+        let backlogged = st.backlog.open_of(&key);
         if !start && assigned.is_none() && backlogged.is_none() {
             return Err(Refused::Invalid(InferError::invalid(format!(
                 "inference request for sequence {key} to model '{model}' must specify the START flag on the first \
                  request of the sequence"
             ))));
+        }
+        let to_backlog = assigned.is_none() && (backlogged.is_some() || st.free.is_empty());
+        if to_backlog && st.backlog.requests >= self.max_backlog {
+            return Err(Refused::Full(InferError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "the sequence backlog of model '{model}' is full: {} requests of sequences wait for a free \
+                     sequence slot, the limit (server flag --max-sequence-backlog); try again later",
+                    st.backlog.requests
+                ),
+            )));
         }
         if start && (assigned.is_some() || backlogged.is_some()) {
             warn!(
@@ -340,7 +467,8 @@ impl Sequences {
                  sequence start. Previous sequence will be terminated early."
             );
         }
-        if end {
+        // A backlogged sequence's idle time counts from when it gets a slot (`release`).
+        if end || to_backlog {
             st.last_seen.remove(&key);
         } else {
             st.last_seen.insert(key.clone(), now);
@@ -354,14 +482,8 @@ impl Sequences {
             if end {
                 st.assigned.remove(&key);
             }
-        } else if let Some(i) = backlogged {
-            let b = &mut st.backlog[i];
-            b.expires = match (b.expires, expires) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            b.requests.push_back(p);
-            b.open = !end;
+        } else if let Some(n) = backlogged {
+            st.backlog.join(n, p, end, expires);
         } else if let Some(at) = st.free.pop_first() {
             let slot = &mut st.lanes[at.lane].slots[at.slot];
             slot.key = Some(key.clone());
@@ -370,7 +492,7 @@ impl Sequences {
                 st.assigned.insert(key, at);
             }
         } else {
-            st.backlog.push_back(Backlog { key, open: !end, requests: VecDeque::from([p]), expires });
+            st.backlog.push(key, !end, p, expires);
         }
         drop(st);
         self.cv.notify_all();
@@ -594,28 +716,18 @@ impl Sequences {
                         self.idle.as_micros(),
                         self.instances[at.lane]
                     );
-                } else if st.backlog.iter().any(|b| b.open && b.key == key) {
-                    // Triton keeps a backlogged sequence and looks at it again once it has a slot.
-                    let due = now + Duration::from_millis(50);
-                    next = Some(next.map_or(due, |n| n.min(due)));
                 } else {
+                    // A backlogged sequence is not in `last_seen`: it is kept, as Triton keeps
+                    // it, and its idle time starts once it has a slot.
                     st.last_seen.remove(&key);
                 }
             }
             st.next_reap = next;
         }
-        if st.backlog.iter().any(|b| b.expires.is_some_and(|e| now >= e)) {
-            let (expired, kept): (VecDeque<Backlog>, VecDeque<Backlog>) =
-                std::mem::take(&mut st.backlog).into_iter().partition(|b| b.expires.is_some_and(|e| now >= e));
-            st.backlog = kept;
-            for b in expired {
-                if b.open {
-                    st.last_seen.remove(&b.key);
-                }
-                for p in b.requests {
-                    st.len -= 1;
-                    self.answer(p, ErrorKind::Unavailable, BACKLOG_TIMEOUT);
-                }
+        for b in st.backlog.take_expired(now) {
+            for p in b.requests {
+                st.len -= 1;
+                self.answer(p, ErrorKind::Unavailable, BACKLOG_TIMEOUT);
             }
         }
     }
@@ -696,7 +808,7 @@ impl Sequences {
                 }));
             }
         }
-        for b in std::mem::take(&mut st.backlog) {
+        for b in st.backlog.drain() {
             rest.extend(b.requests);
         }
         st.assigned.clear();
@@ -797,7 +909,7 @@ mod tests {
         Sequences::new(
             "m",
             names,
-            Layout { strategy, slots, max_batch_size: slots, idle, batching: true },
+            Layout { strategy, slots, max_batch_size: slots, idle, batching: true, max_backlog: 1000 },
             [control("START"), control("END"), control("READY")],
             Some(("CORRID".into(), DataType::Uint64)),
             Arc::new(Stats::new("m", 1)),
@@ -968,6 +1080,64 @@ mod tests {
         assert_eq!(batch(&s, "m_0").iter().map(value).collect::<Vec<_>>(), [2.5]);
         assert_eq!(s.len(), 0);
         assert_eq!(s.lock().free.len(), 1);
+    }
+
+    #[test]
+    fn the_backlog_is_bounded_and_indexed_by_correlation_id() {
+        let s = Sequences { max_backlog: 3, ..direct(1, 1) };
+        assert!(push(&s, 1, S, 1.0).is_ok(), "takes the only slot");
+        assert!(push(&s, 2, S, 2.0).is_ok());
+        assert!(push(&s, 3, S, 3.0).is_ok());
+        assert!(push(&s, 3, 0, 3.5).is_ok());
+        {
+            let st = s.lock();
+            assert_eq!((st.backlog.len(), st.backlog.requests), (2, 3));
+            assert_eq!(st.backlog.open_of(&Key::U64(3)), Some(1));
+            // Backlogged sequences are not watched for idleness until they have a slot.
+            assert!(!st.last_seen.contains_key(&Key::U64(2)) && !st.last_seen.contains_key(&Key::U64(3)));
+        }
+        let full = |r: Result<(), Refused>| match r {
+            Err(Refused::Full(e)) => (e.kind, e.message),
+            Err(Refused::Invalid(e)) => panic!("invalid: {e}"),
+            Err(Refused::Closed) => panic!("closed"),
+            Ok(()) => panic!("queued"),
+        };
+        let (kind, message) = full(push(&s, 4, S, 4.0));
+        assert_eq!(kind, ErrorKind::Unavailable);
+        assert_eq!(
+            message,
+            "the sequence backlog of model 'm' is full: 3 requests of sequences wait for a free sequence slot, the \
+             limit (server flag --max-sequence-backlog); try again later"
+        );
+        assert!(full(push(&s, 3, E, 3.75)).1.contains("--max-sequence-backlog"), "joining counts too");
+        // The sequence with the slot is not held back by a full backlog.
+        assert!(push(&s, 1, E, 1.5).is_ok());
+        assert_eq!(batch(&s, "m_0").iter().map(value).collect::<Vec<_>>(), [1.0]);
+        assert_eq!(batch(&s, "m_0").iter().map(value).collect::<Vec<_>>(), [1.5]);
+        // Sequence 1 ended; sequence 2 left the backlog for its slot, so there is room again.
+        assert_eq!(s.lock().backlog.requests, 2);
+        assert!(s.lock().last_seen.contains_key(&Key::U64(2)), "its idle time starts with the slot");
+        assert!(push(&s, 4, S, 4.0).is_ok());
+        assert_eq!(s.len(), 4);
+    }
+
+    #[test]
+    fn backlogged_sequences_expire_by_their_requests_timeouts() {
+        let s = direct(1, 1);
+        assert!(push(&s, 1, S, 1.0).is_ok());
+        let (mut p, mut rx) = request(2, S, 2.0);
+        p.req.timeout_us = 1_000;
+        assert!(s.push(p).is_ok());
+        let (p, mut later) = request(3, S, 3.0);
+        assert!(s.push(p).is_ok());
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(push(&s, 1, 0, 1.5).is_ok(), "a push reaps the expired sequence");
+        let e = rx.try_recv().expect("answered").expect_err("expired");
+        assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Unavailable, BACKLOG_TIMEOUT));
+        assert!(later.try_recv().is_err(), "sequence 3 has no timeout and still waits");
+        let st = s.lock();
+        assert_eq!((st.backlog.len(), st.backlog.requests, st.backlog.expiries.len()), (1, 1, 0));
+        assert_eq!(st.backlog.open_of(&Key::U64(2)), None);
     }
 
     #[test]

@@ -318,7 +318,7 @@ impl Server {
             return Ok(answer);
         }
         // Outputs asked for in shared memory: a stub wrote them there already (they come back
-        // without bytes); any other answer (an ensemble's) is copied there now.
+        // without bytes); any other answer (an ensemble's, a cached one) is copied there now.
         Ok(Box::pin(async move {
             let mut response = answer.await?;
             crate::shm::place_outputs(&targets, &mut response)?;
@@ -381,7 +381,13 @@ impl Server {
             return Err(transaction_mismatch(&req.model, decoupled));
         }
         let limit = version.ctx.supervision.max_request_metadata_bytes;
-        let checked = match check_metadata(&req, &req.model, limit).and_then(|()| validate(&req, &version.config)) {
+        // The server reads a client region's bytes itself (BYTES validation, cache keys) only
+        // from a copy taken with `pread`, so a client shrinking its file fails this request alone.
+        let copied = crate::shm::copy_read_inputs(&mut req, version.cache.is_some());
+        let checked = match copied
+            .and_then(|()| check_metadata(&req, &req.model, limit))
+            .and_then(|()| validate(&req, &version.config))
+        {
             Ok(v) => v,
             Err(e) => {
                 version.ctx.stats.failure(start.elapsed(), e.kind, false);
@@ -1628,7 +1634,13 @@ fn start_version(
     let stats = Arc::new(Stats::for_metrics(name, v, metric_options));
     let specs = instance_specs(&r.config);
     let names = specs.iter().map(|s| s.name.clone()).collect();
-    let queue = match crate::sequence::Sequences::for_config(name, &r.config, names, stats.clone())? {
+    let queue = match crate::sequence::Sequences::for_config(
+        name,
+        &r.config,
+        names,
+        r.supervision.max_sequence_backlog,
+        stats.clone(),
+    )? {
         Some(sequences) => Queue::sequenced(sequences, r.priorities.clone(), stats.clone()),
         None => Queue::new(r.batching.clone(), r.priorities.clone(), stats.clone()),
     };

@@ -22,14 +22,24 @@
 //! a descriptor into it instead of copying the bytes.
 //!
 //! Trust: a client's file cannot be sealed, so a client that truncates it under a registration
-//! would make accesses past the new end fault. The size is checked at registration and again
-//! each time a request uses the region; the server itself reads or writes a region only where no
-//! stub can (response-cache keys, ensembles, outputs a stub did not write), as Triton does on
-//! every request.
+//! would make accesses past the new end fault. So the server never touches a region through its
+//! mapping (which is read-only, and serves only to find which region an input's bytes lie in):
+//! what it reads itself (BYTES inputs, cache keys) is copied out with `pread`
+//! ([`copy_read_inputs`]), and outputs are written with `pwrite` ([`ShmTarget::write`]); a shrunk
+//! file fails the request. The size is checked at registration, when a request names the
+//! region, and right before a request's inputs are handed to a stub ([`check_input_region`]).
+//! Stubs get a region they read inputs from as a read-only descriptor (reopened through
+//! `/proc/self/fd`) mapped read-only under the region's id, so model code cannot truncate a
+//! client's file under another model's stub through it; a region a stub writes outputs into is
+//! mapped read-write under a second id ([`Region::output_id`]). A stub killed by `SIGBUS` while
+//! a region it mapped is short died of the client's truncation: [`shrunk_region`] tells the
+//! supervisor, which does not count that crash. Registrations of one range of one file (by
+//! device and inode) share one mapping, and at most `--max-shm-regions` names are registered at
+//! once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use bytes::Bytes;
@@ -59,17 +69,32 @@ pub struct RegionStatus {
     pub byte_size: u64,
 }
 
-/// One registration: the client's file, mapped over the registered range.
+/// One mapping of a client's file over a registered range, shared by every name registered
+/// over the same range of the same file (the same key, offset and size).
 pub struct Region {
+    /// The segment id stubs map it by for inputs (read-only).
     id: u32,
-    status: RegionStatus,
+    /// The segment id stubs map it by for outputs they write (read-write).
+    output_id: u32,
+    /// The key it was first opened by (for messages).
+    key: String,
+    offset: u64,
+    byte_size: u64,
     fd: OwnedFd,
+    /// The same file opened read-only (through `/proc/self/fd`): the descriptor stubs get, so
+    /// model code can map and read the region but not truncate or write the client's file.
+    read_only: OwnedFd,
     map: MmapRaw,
 }
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Region").field("id", &self.id).field("status", &self.status).finish()
+        f.debug_struct("Region")
+            .field("id", &self.id)
+            .field("key", &self.key)
+            .field("offset", &self.offset)
+            .field("byte_size", &self.byte_size)
+            .finish()
     }
 }
 
@@ -79,41 +104,114 @@ impl Region {
         self.id
     }
 
-    /// The client's file.
+    /// The segment id stubs map it by read-write, to write outputs (has [`REGION_BIT`]).
+    pub(crate) fn output_id(&self) -> u32 {
+        self.output_id
+    }
+
+    /// The client's file, read-write: what a stub that writes an output there gets.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
 
+    /// The client's file, opened read-only: what a stub that reads an input there gets.
+    pub(crate) fn read_only_fd(&self) -> BorrowedFd<'_> {
+        self.read_only.as_fd()
+    }
+
     /// Offset of the registered range in the file.
     pub(crate) fn file_offset(&self) -> u64 {
-        self.status.offset
+        self.offset
     }
 
     /// Length of the registered range.
     pub(crate) fn byte_size(&self) -> u64 {
-        self.status.byte_size
+        self.byte_size
     }
 
     fn base(&self) -> usize {
         self.map.as_ptr() as usize
     }
 
-    /// Checks, on every use, that the client has not shrunk its file under the registration.
-    fn check_file(&self) -> Result<(), InferError> {
+    /// Checks, on every use, that the client has not shrunk its file under the registration
+    /// `name` (one of the names sharing this mapping).
+    fn check_file(&self, name: &str) -> Result<(), InferError> {
         let size = nix::sys::stat::fstat(self.fd.as_raw_fd()).map(|s| s.st_size.max(0) as u64).unwrap_or(0);
-        if size < self.status.offset.saturating_add(self.status.byte_size) {
+        if size < self.offset.saturating_add(self.byte_size) {
             return Err(InferError::invalid(format!(
-                "shared memory region '{}' (key '{}') is no longer valid: its file has {size} bytes, fewer than the \
+                "shared memory region '{name}' (key '{}') is no longer valid: its file has {size} bytes, fewer than the \
                  {} bytes registered at offset {}; unregister it and register it again",
-                self.status.name, self.status.key, self.status.byte_size, self.status.offset
+                self.key, self.byte_size, self.offset
             )));
         }
         Ok(())
     }
 
+    /// Checks, right before a stub is given the region, that the client has not shrunk its file
+    /// (a request queued before the shrink fails alone, and the stub never maps a short file).
+    pub(crate) fn check_size(&self) -> Result<(), InferError> {
+        self.check_file(&self.key)
+    }
+
+    /// `[offset, offset + len)` of the registered range, read with `pread`: a client that
+    /// shrinks its file makes this fail (a short read), never fault.
+    fn pread(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, InferError> {
+        self.check_file(name)?;
+        let len = usize::try_from(len).map_err(|_| InferError::invalid("input too large"))?;
+        let mut data = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            let at = self.offset.saturating_add(offset).saturating_add(done as u64);
+            let at = libc::off_t::try_from(at).map_err(|_| InferError::invalid("offset too large"))?;
+            match nix::sys::uio::pread(&self.fd, &mut data[done..], at) {
+                Ok(0) => return Err(self.check_file(name).err().unwrap_or_else(|| self.short(name))),
+                Ok(n) => done += n,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    return Err(InferError::internal(format!(
+                        "failed to read shared memory region '{name}' (key '{}'): {e}",
+                        self.key
+                    )))
+                }
+            }
+        }
+        Ok(data)
+    }
+
+    /// Writes `data` at `offset` of the registered range with `pwrite` (a shrunk file makes
+    /// it fail or grow the file again, never fault).
+    fn pwrite(&self, name: &str, offset: u64, data: &[u8]) -> Result<(), InferError> {
+        self.check_file(name)?;
+        let mut done = 0;
+        while done < data.len() {
+            let at = self.offset.saturating_add(offset).saturating_add(done as u64);
+            let at = libc::off_t::try_from(at).map_err(|_| InferError::invalid("offset too large"))?;
+            match nix::sys::uio::pwrite(&self.fd, &data[done..], at) {
+                Ok(0) => return Err(self.short(name)),
+                Ok(n) => done += n,
+                Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => {
+                    return Err(InferError::internal(format!(
+                        "failed to write shared memory region '{name}' (key '{}'): {e}",
+                        self.key
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn short(&self, name: &str) -> InferError {
+        InferError::invalid(format!(
+            "shared memory region '{name}' (key '{}') is no longer valid: its file shrank while it was used; \
+             unregister it and register it again",
+            self.key
+        ))
+    }
+
     /// The live mapping of `[offset, offset + len)` of the registered range; callers checked the bounds.
     fn slice(&self, offset: u64, len: u64) -> &[u8] {
-        debug_assert!(offset.saturating_add(len) <= self.status.byte_size);
+        debug_assert!(offset.saturating_add(len) <= self.byte_size);
         // SAFETY: the range lies inside the mapping (checked by `resolve` against byte_size, the
         // mapping's length), which lives as long as `self`.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(offset as usize), len as usize) }
@@ -123,14 +221,23 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         let mut live = lock(&LIVE);
-        if live.get(&self.base()).is_some_and(|(_, w)| std::ptr::eq(w.as_ptr(), self)) {
+        if live.get(&self.base()).is_some_and(|(_, e)| std::ptr::eq(e.region.as_ptr(), self)) {
             live.remove(&self.base());
         }
     }
 }
 
+/// What [`LIVE`] knows of one mapping: its segment id, readable without upgrading (an upgrade
+/// under the lock could end up dropping the last reference there, and [`Region`]'s `Drop`
+/// takes the lock), and the region.
+struct LiveEntry {
+    id: u32,
+    output_id: u32,
+    region: Weak<Region>,
+}
+
 /// Every live region mapping in this process by start address, for [`lookup`].
-static LIVE: Mutex<BTreeMap<usize, (usize, Weak<Region>)>> = Mutex::new(BTreeMap::new());
+static LIVE: Mutex<BTreeMap<usize, (usize, LiveEntry)>> = Mutex::new(BTreeMap::new());
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -139,8 +246,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The region whose mapping holds `[ptr, ptr + len)`, and the offset of `ptr` in it.
 pub(crate) fn lookup(ptr: *const u8, len: usize) -> Option<(Arc<Region>, u64)> {
     let live = lock(&LIVE);
-    let (region, offset) = containing(&live, ptr, len)?;
-    Some((region.upgrade()?, offset))
+    let (entry, offset) = containing(&live, ptr, len)?;
+    let region = entry.region.upgrade()?;
+    // Returned, never dropped, under the lock.
+    Some((region, offset))
 }
 
 /// The entry of an address table (start address -> length and value: [`LIVE`], [`STAGED`])
@@ -155,9 +264,22 @@ fn containing<V>(table: &BTreeMap<usize, (usize, V)>, ptr: *const u8, len: usize
 }
 
 /// Whether the region with segment id `id` is still mapped in this process (registered, or
-/// still used by a request).
+/// still used by a request). Compares ids without upgrading: a temporary `Arc` dropped under
+/// the lock could be the last one, and `Region::drop` locks [`LIVE`] again.
 pub(crate) fn is_live(id: u32) -> bool {
-    lock(&LIVE).values().any(|(_, r)| r.upgrade().is_some_and(|r| r.id == id))
+    lock(&LIVE).values().any(|(_, e)| (e.id == id || e.output_id == id) && e.region.strong_count() > 0)
+}
+
+/// The key of a region among segment ids `ids` (a dead stub's) whose client has shrunk its file
+/// below the registered range, if any: that stub's `SIGBUS` was the client's doing.
+pub(crate) fn shrunk_region(ids: &[u32]) -> Option<String> {
+    let regions: Vec<Arc<Region>> = lock(&LIVE)
+        .values()
+        .filter(|(_, e)| ids.contains(&e.id) || ids.contains(&e.output_id))
+        .filter_map(|(_, e)| e.region.upgrade())
+        .collect();
+    // Checked, and the references dropped, after `LIVE` is unlocked (see `is_live`).
+    regions.iter().find(|r| r.check_size().is_err()).map(|r| r.key.clone())
 }
 
 /// A region's bytes as the owner of a [`Bytes`]: the request that holds them holds the region.
@@ -272,6 +394,8 @@ pub(crate) fn lookup_cuda(ptr: *const u8, len: usize) -> Option<TensorData> {
 #[derive(Debug, Clone)]
 pub struct ShmTarget {
     region: TargetRegion,
+    /// The name the request gave (several names may share one system region's mapping).
+    name: Arc<str>,
     offset: u64,
     byte_size: u64,
 }
@@ -292,10 +416,7 @@ impl Eq for ShmTarget {}
 impl ShmTarget {
     /// The region's name.
     pub fn region_name(&self) -> &str {
-        match &self.region {
-            TargetRegion::System(r) => &r.status.name,
-            TargetRegion::Cuda(r) => &r.status.name,
-        }
+        &self.name
     }
 
     /// Offset in the registered range.
@@ -308,19 +429,28 @@ impl ShmTarget {
         self.byte_size
     }
 
-    /// The system region and the descriptor a stub writes the output through; `None` for a
-    /// CUDA region, which the server writes.
+    /// The system region and the descriptor a stub writes the output through (under the
+    /// region's output id, mapped read-write); `None` for a CUDA region, which the server writes.
     pub(crate) fn system(&self) -> Option<(&Arc<Region>, Descriptor)> {
         match &self.region {
             TargetRegion::System(r) => {
-                Some((r, Descriptor { segment: r.id, offset: self.offset, len: self.byte_size }))
+                Some((r, Descriptor { segment: r.output_id, offset: self.offset, len: self.byte_size }))
             }
             TargetRegion::Cuda(_) => None,
         }
     }
 
+    /// Checks, right before a stub is given the target, that the client has not shrunk a system
+    /// region's file (a request queued before the shrink fails alone).
+    pub(crate) fn check_size(&self) -> Result<(), InferError> {
+        match &self.region {
+            TargetRegion::System(region) => region.check_file(&self.name),
+            TargetRegion::Cuda(_) => Ok(()),
+        }
+    }
+
     /// Copies an output the server holds into the target (ensembles, cached responses: where no
-    /// stub wrote it), with Triton's error when it does not fit.
+    /// stub wrote it), with `pwrite`, and Triton's error when it does not fit.
     pub fn write(&self, output: &str, data: &[u8]) -> Result<(), InferError> {
         check_fits(output, self.byte_size, data.len() as u64)?;
         let region = match &self.region {
@@ -334,18 +464,35 @@ impl ShmTarget {
                 });
             }
         };
-        region.check_file()?;
-        // SAFETY: `data.len() <= byte_size` and `offset + byte_size` lies inside the mapping
-        // (checked by `resolve`), which the Arc keeps alive.
-        unsafe {
-            tritium_ipc::copy::copy_for_peer_raw(
-                data.as_ptr(),
-                region.map.as_mut_ptr().add(self.offset as usize),
-                data.len(),
-            );
-        }
-        Ok(())
+        region.pwrite(&self.name, self.offset, data)
     }
+}
+
+/// Checks, right before an input is handed to a stub, that the region its bytes lie in (if
+/// any) still has the registered size: a client that shrank its file while the request was
+/// queued fails that request alone.
+pub(crate) fn check_input_region(data: &[u8]) -> Result<(), InferError> {
+    match lookup(data.as_ptr(), data.len()) {
+        Some((region, _)) => region.check_size(),
+        None => Ok(()),
+    }
+}
+
+/// Replaces the bytes of `req`'s inputs that lie in a system region with a copy read by
+/// `pread`, for the inputs the server itself reads: BYTES inputs (validated element by element),
+/// or every input when `all` (response-cache keys). The server never reads a client's mapping,
+/// so a client that shrinks its file fails its own request, not the server.
+pub(crate) fn copy_read_inputs(req: &mut crate::types::InferRequest, all: bool) -> Result<(), InferError> {
+    for input in &mut req.inputs {
+        if input.data.is_empty() || !(all || input.datatype == crate::types::DataType::Bytes) {
+            continue;
+        }
+        if let Some((region, offset)) = lookup(input.data.as_ptr(), input.data.len()) {
+            let copy = region.pread(&region.key, offset, input.data.len() as u64)?;
+            input.data = Bytes::from(copy);
+        }
+    }
+    Ok(())
 }
 
 /// Writes the outputs that still hold bytes into their shared-memory targets and drops the
@@ -377,27 +524,64 @@ pub fn check_fits(output: &str, available: u64, needed: u64) -> Result<(), Infer
 pub const CLIENT_SHM_DISABLED: &str =
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable.";
 
+/// The default of `--max-shm-regions`: registered regions of both kinds at once. Each distinct
+/// range of a file holds a descriptor and a mapping in the server (and in every stub that reads
+/// it), and each one is scanned before every batch, so the count must stay well below the
+/// process's descriptor limit (often 1024).
+pub const DEFAULT_MAX_SHM_REGIONS: usize = 256;
+
 /// The registered shared-memory regions of both kinds, by name.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ShmRegistry {
     regions: Mutex<Regions>,
     /// `--allow-client-shm=false`: registrations are refused (status and unregister still answer).
     disabled: AtomicBool,
+    /// `--max-shm-regions`: registered names of both kinds at once.
+    max_regions: AtomicUsize,
+}
+
+impl Default for ShmRegistry {
+    fn default() -> Self {
+        Self {
+            regions: Mutex::default(),
+            disabled: AtomicBool::new(false),
+            max_regions: AtomicUsize::new(DEFAULT_MAX_SHM_REGIONS),
+        }
+    }
+}
+
+/// One registered system region: the key it was registered with, and the (shared) mapping.
+#[derive(Debug)]
+struct Named {
+    key: String,
+    region: Arc<Region>,
 }
 
 /// The two kinds' names, under one lock: a name is registered as one kind at a time.
 #[derive(Debug, Default)]
 struct Regions {
-    system: BTreeMap<String, Arc<Region>>,
+    system: BTreeMap<String, Named>,
     cuda: BTreeMap<String, Arc<CudaRegion>>,
+    /// The system mappings by file identity and range, so registrations of one range of one
+    /// file share a descriptor and a mapping (entries whose region is gone are replaced).
+    mappings: HashMap<((u64, u64), u64, u64), Weak<Region>>,
 }
 
 impl Regions {
-    fn check_free(&self, name: &str) -> Result<(), InferError> {
+    fn check_free(&self, name: &str, max: usize) -> Result<(), InferError> {
         if self.system.contains_key(name) || self.cuda.contains_key(name) {
             return Err(InferError::new(
                 ErrorKind::AlreadyExists,
                 format!("shared memory region '{name}' already in manager"),
+            ));
+        }
+        if self.system.len() + self.cuda.len() >= max {
+            return Err(InferError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "cannot register shared memory region '{name}': {max} regions are registered, the limit \
+                     (server flag --max-shm-regions); unregister regions that are no longer used"
+                ),
             ));
         }
         Ok(())
@@ -409,6 +593,11 @@ impl ShmRegistry {
     /// Triton 2.51; later Triton releases turn it off by default).
     pub fn set_allowed(&self, allowed: bool) {
         self.disabled.store(!allowed, Ordering::Relaxed);
+    }
+
+    /// At most `max` regions (of both kinds) registered at once (`--max-shm-regions`).
+    pub fn set_max_regions(&self, max: usize) {
+        self.max_regions.store(max, Ordering::Relaxed);
     }
 
     /// Checks that clients may register regions, before anything else about a registration (as
@@ -426,20 +615,26 @@ impl ShmRegistry {
         self.check_allowed()?;
         validate_key(name, key)?;
         let mut regions = lock(&self.regions);
-        regions.check_free(name)?;
+        regions.check_free(name, self.max_regions.load(Ordering::Relaxed))?;
         let fd = nix::sys::mman::shm_open(key, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::S_IRUSR | Mode::S_IWUSR)
             .map_err(|_| InferError::internal(format!("Unable to open shared memory region: '{key}'")))?;
-        let size = nix::sys::stat::fstat(fd.as_raw_fd())
-            .map_err(|_| InferError::internal(format!("Invalid shared memory region: '{key}'")))?
-            .st_size;
-        let size =
-            u64::try_from(size).map_err(|_| InferError::internal(format!("Invalid shared memory region: '{key}'")))?;
+        let stat = nix::sys::stat::fstat(fd.as_raw_fd())
+            .map_err(|_| InferError::internal(format!("Invalid shared memory region: '{key}'")))?;
+        let size = u64::try_from(stat.st_size)
+            .map_err(|_| InferError::internal(format!("Invalid shared memory region: '{key}'")))?;
         if offset.checked_add(byte_size).is_none_or(|end| end > size) {
             return Err(InferError::invalid(format!("failed to register shared memory region '{name}': invalid args")));
         }
+        // The same range of the same file (not merely the same key: a client may have replaced
+        // the object under it) shares the mapping already open; the new descriptor is closed.
+        let share_key = ((stat.st_dev as u64, stat.st_ino as u64), offset, byte_size);
+        if let Some(region) = regions.mappings.get(&share_key).and_then(Weak::upgrade) {
+            regions.system.insert(name.to_string(), Named { key: key.to_string(), region });
+            return Ok(());
+        }
         let mapped = usize::try_from(byte_size)
             .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-            .and_then(|len| MmapOptions::new().offset(offset).len(len).map_raw(&fd));
+            .and_then(|len| MmapOptions::new().offset(offset).len(len).map_raw_read_only(&fd));
         let map = mapped.map_err(|e| {
             // Triton's text, which glues strerror to "address space" without a space.
             let errno = e.raw_os_error().unwrap_or(libc::EINVAL);
@@ -448,12 +643,28 @@ impl ShmRegistry {
                 nix::errno::Errno::from_raw(errno).desc()
             ))
         })?;
-        let status = RegionStatus { name: name.to_string(), key: key.to_string(), offset, byte_size };
-        let region = Arc::new(Region { id: next_id(), status, fd, map });
+        let read_only = reopen_read_only(&fd).map_err(|e| {
+            InferError::internal(format!(
+                "failed to register shared memory region '{name}': reopening it read-only: {e}"
+            ))
+        })?;
+        let region = Arc::new(Region {
+            id: next_id(),
+            output_id: next_id(),
+            key: key.to_string(),
+            offset,
+            byte_size,
+            fd,
+            read_only,
+            map,
+        });
         if byte_size > 0 {
-            lock(&LIVE).insert(region.base(), (byte_size as usize, Arc::downgrade(&region)));
+            let entry = LiveEntry { id: region.id, output_id: region.output_id, region: Arc::downgrade(&region) };
+            lock(&LIVE).insert(region.base(), (byte_size as usize, entry));
         }
-        regions.system.insert(name.to_string(), region);
+        regions.mappings.retain(|_, w| w.strong_count() > 0);
+        regions.mappings.insert(share_key, Arc::downgrade(&region));
+        regions.system.insert(name.to_string(), Named { key: key.to_string(), region });
         Ok(())
     }
 
@@ -469,7 +680,7 @@ impl ShmRegistry {
     ) -> Result<(), InferError> {
         self.check_allowed()?;
         let mut regions = lock(&self.regions);
-        regions.check_free(name)?;
+        regions.check_free(name, self.max_regions.load(Ordering::Relaxed))?;
         if raw_handle.len() != tritium_cuda::IPC_HANDLE_BYTES {
             return Err(InferError::invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"));
         }
@@ -522,11 +733,17 @@ impl ShmRegistry {
     /// The status of system region `name`, or of every one (by name) when `name` is empty.
     pub fn status(&self, name: &str) -> Result<Vec<RegionStatus>, InferError> {
         let regions = lock(&self.regions);
+        let status = |(name, n): (&String, &Named)| RegionStatus {
+            name: name.clone(),
+            key: n.key.clone(),
+            offset: n.region.offset,
+            byte_size: n.region.byte_size,
+        };
         if name.is_empty() {
-            return Ok(regions.system.values().map(|r| r.status.clone()).collect());
+            return Ok(regions.system.iter().map(status).collect());
         }
-        match regions.system.get(name) {
-            Some(r) => Ok(vec![r.status.clone()]),
+        match regions.system.get_key_value(name) {
+            Some(r) => Ok(vec![status(r)]),
             None if regions.cuda.contains_key(name) => Err(InferError::not_found(format!(
                 "The region named '{name}' is registered as CUDA shared memory, not system shared memory"
             ))),
@@ -565,7 +782,7 @@ impl ShmRegistry {
     /// Where an output asked for in region `name` goes.
     pub fn output(&self, name: &str, offset: u64, byte_size: u64) -> Result<ShmTarget, InferError> {
         let (region, offset) = self.resolve(name, offset, byte_size)?;
-        Ok(ShmTarget { region, offset, byte_size })
+        Ok(ShmTarget { region, name: name.into(), offset, byte_size })
     }
 
     /// Triton's `GetMemoryInfo` checks, in its order and with its texts, and the file check.
@@ -573,7 +790,7 @@ impl ShmRegistry {
         let found = {
             let regions = lock(&self.regions);
             match (regions.system.get(name), regions.cuda.get(name)) {
-                (Some(r), _) => TargetRegion::System(r.clone()),
+                (Some(r), _) => TargetRegion::System(r.region.clone()),
                 (None, Some(r)) => TargetRegion::Cuda(r.clone()),
                 (None, None) => {
                     return Err(InferError::not_found(format!("Unable to find shared memory region: '{name}'")));
@@ -582,13 +799,22 @@ impl ShmRegistry {
         };
         match &found {
             TargetRegion::System(region) => {
-                check_range(name, region.status.byte_size, offset, byte_size)?;
-                region.check_file()?;
+                check_range(name, region.byte_size, offset, byte_size)?;
+                region.check_file(name)?;
             }
             TargetRegion::Cuda(region) => check_range(name, region.status.byte_size, offset, byte_size)?,
         }
         Ok((found, offset))
     }
+}
+
+/// The file behind `fd` opened anew, read-only (`/proc/self/fd/N`): unlike a `dup`, the new
+/// descriptor cannot be used to write or truncate the file.
+fn reopen_read_only(fd: &OwnedFd) -> nix::Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let raw = nix::fcntl::open(path.as_str(), OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?;
+    // SAFETY: `open` just returned this descriptor, and nothing else owns it.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
 }
 
 fn next_id() -> u32 {
@@ -797,6 +1023,116 @@ mod tests {
         assert!(shm.output("sys", 0, 8).expect("target").system().is_some(), "still the system region");
         shm.set_allowed(false);
         assert_eq!(message(shm.register_cuda("g", &[0; 64], 0, 64)).1, CLIENT_SHM_DISABLED);
+    }
+
+    #[test]
+    fn registrations_of_one_range_of_one_file_share_a_mapping() {
+        let obj = Object::new("share", 8192);
+        let shm = ShmRegistry::default();
+        for i in 0..50 {
+            shm.register(&format!("r{i}"), &obj.0, 0, 4096).expect("register");
+        }
+        shm.register("other", &obj.0, 4096, 4096).expect("another range");
+        let a = shm.output("r0", 0, 8).expect("r0");
+        let b = shm.output("r49", 0, 8).expect("r49");
+        let c = shm.output("other", 0, 8).expect("other");
+        let id = |t: &ShmTarget| t.system().expect("system").0.id();
+        assert_eq!(id(&a), id(&b), "one mapping for one range");
+        assert_ne!(id(&a), id(&c));
+        assert_eq!((a.region_name(), b.region_name()), ("r0", "r49"), "each keeps its own name");
+        let status = shm.status("r49").expect("status");
+        assert_eq!(status, [RegionStatus { name: "r49".into(), key: obj.0.clone(), offset: 0, byte_size: 4096 }]);
+        // Unregistering one name leaves the others' shared mapping alone.
+        shm.unregister("r0");
+        assert_eq!(&shm.input("r1", 0, 3).expect("still mapped")[..], &[0, 0, 0]);
+        let shared = id(&a);
+        assert!(is_live(shared));
+        drop((a, b, c));
+        shm.unregister_all();
+        assert!(!is_live(shared), "unmapped with its last name and user");
+    }
+
+    #[test]
+    fn a_shrunk_region_of_a_dead_stub_is_found_by_its_ids() {
+        let obj = Object::new("shrunk", 4096);
+        let shm = ShmRegistry::default();
+        shm.register("r", &obj.0, 0, 4096).expect("register");
+        let target = shm.output("r", 0, 8).expect("target");
+        let (region, desc) = target.system().expect("system");
+        let (id, output_id) = (region.id(), desc.segment);
+        assert_ne!(id, output_id, "inputs and outputs are mapped under ids of their own");
+        assert_eq!(shrunk_region(&[id, output_id]), None, "intact");
+        obj.truncate(100);
+        assert_eq!(shrunk_region(&[id]), Some(obj.0.clone()));
+        assert_eq!(shrunk_region(&[output_id]), Some(obj.0.clone()));
+        assert_eq!(shrunk_region(&[REGION_BIT | 0x3fff_fff0]), None, "another stub's regions");
+        assert!(message(target.write("OUT", b"12345678")).1.contains("is no longer valid: its file has 100 bytes"));
+    }
+
+    #[test]
+    fn registrations_past_the_limit_are_refused_naming_the_flag() {
+        let obj = Object::new("cap", 4096);
+        let shm = ShmRegistry::default();
+        shm.set_max_regions(3);
+        for i in 0..3 {
+            shm.register(&format!("r{i}"), &obj.0, i * 64, 64).expect("under the limit");
+        }
+        assert_eq!(
+            message(shm.register("r3", &obj.0, 0, 64)),
+            (
+                ErrorKind::Unavailable,
+                "cannot register shared memory region 'r3': 3 regions are registered, the limit (server flag \
+                 --max-shm-regions); unregister regions that are no longer used"
+                    .into()
+            )
+        );
+        assert!(message(shm.register_cuda("g", &[0; 64], 0, 64)).1.contains("--max-shm-regions"), "both kinds");
+        assert_eq!(
+            message(shm.register("r0", &obj.0, 0, 64)).0,
+            ErrorKind::AlreadyExists,
+            "a taken name is still reported as taken"
+        );
+        shm.unregister("r1");
+        shm.register("r3", &obj.0, 0, 64).expect("room again");
+    }
+
+    #[test]
+    fn is_live_never_drops_the_last_reference_under_the_lock() {
+        // A region whose last request ends while another thread asks whether it is live: the old
+        // `is_live` upgraded under `LIVE` and could drop the last `Arc` there, and `Region::drop`
+        // locks `LIVE` again (a self-deadlock). The window is a few instructions wide and cannot
+        // be forced from outside `is_live`, so this races it many times under a watchdog (a
+        // guard, not a reproduction: the old code passed it in the runs made).
+        let obj = Object::new("race", 4096);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let key = obj.0.clone();
+        std::thread::spawn(move || {
+            let shm = ShmRegistry::default();
+            let stop = Arc::new(AtomicBool::new(false));
+            let current = Arc::new(AtomicU32::new(0));
+            let asker = {
+                let (stop, current) = (stop.clone(), current.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let _ = is_live(current.load(Ordering::Relaxed));
+                    }
+                })
+            };
+            for i in 0..3000u64 {
+                shm.register("r", &key, i % 64, 64).expect("register");
+                let input = shm.input("r", 0, 8).expect("input");
+                let (region, _) = lookup(input.as_ptr(), 8).expect("live");
+                current.store(region.id(), Ordering::Relaxed);
+                drop(region);
+                shm.unregister("r");
+                assert!(is_live(current.load(Ordering::Relaxed)), "the request still holds it");
+                drop(input); // the last reference, raced against the asker
+            }
+            stop.store(true, Ordering::Relaxed);
+            asker.join().expect("asker");
+            let _ = done_tx.send(());
+        });
+        done_rx.recv_timeout(std::time::Duration::from_secs(60)).expect("is_live and Region::drop deadlocked");
     }
 
     #[test]

@@ -186,10 +186,14 @@ fn check_bytes(cx: &Context<'_>, input: &str, data: &[u8], expected: u64) -> Res
     Ok(())
 }
 
-/// The bytes of a request's metadata that travel to the stub besides its tensors: its id, and
-/// its parameters' keys and string values (other values count 8 bytes).
+/// The bytes of a request's metadata that travel to the stub besides its tensors: its id, a
+/// string sequence id, and its parameters' keys and string values (other values count 8 bytes).
 pub(crate) fn metadata_bytes(req: &InferRequest) -> usize {
-    req.parameters.iter().fold(req.id.len(), |acc, (k, v)| {
+    let sequence_id = match &req.correlation_id {
+        crate::types::CorrelationId::Str(s) => s.len(),
+        _ => 0,
+    };
+    req.parameters.iter().fold(req.id.len().saturating_add(sequence_id), |acc, (k, v)| {
         let value = match v {
             crate::types::ParamValue::Str(s) => s.len(),
             _ => 8,
@@ -198,13 +202,14 @@ pub(crate) fn metadata_bytes(req: &InferRequest) -> usize {
     })
 }
 
-/// tritium's own check, made before Triton's: a request's id and parameters must fit in
-/// `limit` bytes (`--max-request-metadata-bytes`). The id is not quoted: it may be the problem.
+/// tritium's own check, made before Triton's: a request's id, string sequence id and parameters
+/// must fit in `limit` bytes (`--max-request-metadata-bytes`). The ids are not quoted: they may be
+/// the problem.
 pub(crate) fn check_metadata(req: &InferRequest, model: &str, limit: usize) -> Result<(), InferError> {
     let bytes = metadata_bytes(req);
     if bytes > limit {
         return Err(InferError::invalid(format!(
-            "request for model '{model}' carries {bytes} bytes of request id and parameters, more than the limit of \
+            "request for model '{model}' carries {bytes} bytes of request id, sequence id and parameters, more than the limit of \
              {limit} bytes (server flag --max-request-metadata-bytes)"
         )));
     }
@@ -498,8 +503,21 @@ mod tests {
         assert_eq!(e.kind, crate::types::ErrorKind::InvalidArg);
         assert_eq!(
             e.message,
-            "request for model 'm' carries 1112 bytes of request id and parameters, more than the limit of 1111 bytes (server flag --max-request-metadata-bytes)"
+            "request for model 'm' carries 1112 bytes of request id, sequence id and parameters, more than the limit of 1111 bytes (server flag --max-request-metadata-bytes)"
         );
+    }
+
+    #[test]
+    fn a_string_sequence_id_counts_against_the_metadata_limit() {
+        let mut r = req(vec![]);
+        r.id = "id".into();
+        r.correlation_id = crate::types::CorrelationId::Str("s".repeat(300 * 1024));
+        assert_eq!(metadata_bytes(&r), 2 + 300 * 1024);
+        let e = check_metadata(&r, "m", 64 * 1024).expect_err("a 300 KiB sequence id is over a 64 KiB limit");
+        assert!(e.message.contains("307202 bytes of request id, sequence id and parameters"), "{}", e.message);
+        assert!(!e.message.contains("sss"), "the id is not quoted: {}", e.message);
+        r.correlation_id = crate::types::CorrelationId::U64(u64::MAX);
+        assert_eq!(metadata_bytes(&r), 2, "an integer id is fixed-size");
     }
 
     #[test]

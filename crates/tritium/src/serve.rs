@@ -177,6 +177,16 @@ pub(crate) struct ServeArgs {
     /// whose inputs do not fit fails alone.
     #[arg(long, env = "TRITIUM_MAX_SERVER_SHM_BYTES_PER_STUB", default_value_t = tritium_host::ChannelLimits::default().max_own_bytes, help_heading = TRITIUM_OWN)]
     max_server_shm_bytes_per_stub: u64,
+    // Shared memory and sequence limits (issue 37).
+    /// Most shared memory regions (system and CUDA) registered at once; a registration past it
+    /// is refused. Each distinct range of a file holds a descriptor and a mapping, so keep this
+    /// well below the process's descriptor limit (`ulimit -n`).
+    #[arg(long, env = "TRITIUM_MAX_SHM_REGIONS", default_value_t = tritium_server::shm::DEFAULT_MAX_SHM_REGIONS, help_heading = TRITIUM_OWN)]
+    max_shm_regions: usize,
+    /// Most requests of sequences waiting for a free sequence slot (the sequence batcher's
+    /// backlog) per model version; a request past it is refused with UNAVAILABLE.
+    #[arg(long, env = "TRITIUM_MAX_SEQUENCE_BACKLOG", default_value_t = tritium_server::DEFAULT_MAX_SEQUENCE_BACKLOG, help_heading = TRITIUM_OWN)]
+    max_sequence_backlog: usize,
     // Queue limits (queue-policy work).
     /// Requests a model version queues at most (per priority level) when its config sets no
     /// `max_queue_size` of its own, with or without dynamic batching; the overflow is rejected
@@ -441,6 +451,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             max_request_metadata_bytes: args.max_request_metadata_bytes,
             max_output_bytes: args.max_output_bytes,
             max_inflight_responses: args.max_inflight_responses,
+            max_sequence_backlog: args.max_sequence_backlog,
             run_to_completion: args.run_to_completion,
             channel: tritium_host::ChannelLimits {
                 max_peer_segments: args.max_stub_segments,
@@ -596,6 +607,7 @@ async fn serve(
     let opts_repository = opts.repository.clone();
     let server = Server::new(opts);
     server.shm().set_allowed(args.triton.allow_client_shm);
+    server.shm().set_max_regions(args.max_shm_regions);
     server.set_log_control(logging);
     // Tracing (issue 16): `--trace-config`, checked by the review in `run`; the exporter task
     // of opentelemetry mode runs on this runtime.
