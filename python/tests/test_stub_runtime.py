@@ -233,3 +233,34 @@ def test_the_stub_gives_model_code_an_argv_of_one_empty_string(monkeypatch):
     with pytest.raises(SystemExit):
         stub.main(["--control-fd", "3", "--socket-fd", "4"])
     assert sys.argv == [""]
+
+
+def test_a_non_decoupled_batch_ends_once_its_senders_answered_after_execute(channel, monkeypatch):
+    """Triton 24.06+: a model that is not decoupled may return None and answer each request from
+    its own thread; the batch's ExecuteDone follows the last response, never precedes it."""
+
+    class Model:
+        def execute(self, requests):
+            def later():
+                for r in reversed(requests):
+                    r.get_response_sender().send(
+                        pb_utils.InferenceResponse(), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                    )
+
+            threading.Timer(0.05, later).start()
+            return None
+
+    s = make_stub(channel, Model(), False, monkeypatch)
+    s.execute(6, [Wire(60), Wire(61)])
+    assert [r[0] for r in channel.responses] == [61, 60]
+    assert channel.done == [(6, None)]
+
+
+def test_a_non_decoupled_request_dropped_unanswered_ends_its_batch(channel, monkeypatch):
+    class Model:
+        def execute(self, requests):
+            return None
+
+    s = make_stub(channel, Model(), False, monkeypatch)
+    s.execute(7, [Wire(70)])
+    assert channel.responses == [] and channel.done == [(7, None)]

@@ -49,7 +49,7 @@ class _ResponseState:
     """One request's response bookkeeping: its wire id, the outputs asked for, whether the model
     is decoupled, and (under `lock`) how many responses went out and whether the final did."""
 
-    __slots__ = ("id", "requested", "decoupled", "lock", "closed", "sent")
+    __slots__ = ("id", "requested", "decoupled", "lock", "closed", "sent", "on_answer")
 
     def __init__(self, request_id, requested, decoupled):
         self.id = request_id
@@ -58,6 +58,22 @@ class _ResponseState:
         self.lock = threading.Lock()
         self.closed = False
         self.sent = 0
+        # Called once (without `lock`) when a non-decoupled request that `execute` returned
+        # unanswered gets its response, or is dropped without one: the stub ends its batch then.
+        self.on_answer = None
+
+    def answered(self):
+        """Whether the server has this request's response (or will get none from the model)."""
+        return self.sent > 0 or self.closed
+
+    def take_on_answer(self):
+        """The pending `on_answer` callback once the request is answered, else None (the caller
+        holds `lock`)."""
+        callback = self.on_answer
+        if callback is None or not self.answered():
+            return None
+        self.on_answer = None
+        return callback
 
     def account(self, response, flags):
         """Triton's `UpdateStateAndCounters`: raises its errors, else counts the response (the
@@ -81,8 +97,17 @@ class _ResponseState:
         """Closes the sender without sending anything (execute failed: the server ends the request)."""
         with self.lock:
             self.closed = True
+            callback = self.take_on_answer()
+        if callback is not None:
+            callback()
 
     def __del__(self):
+        callback = self.on_answer
+        if callback is not None:
+            # A non-decoupled request dropped unanswered: its batch ends, and the server answers
+            # it with "the model sent no response for this request".
+            self.on_answer = None
+            callback()
         if not self.decoupled or self.closed:
             return
         channel = _runtime.channel
@@ -100,7 +125,9 @@ class _ResponseState:
 
 class InferenceResponseSender:
     """`request.get_response_sender()`: sends the request's responses, from any thread, during or
-    after `execute`, until the one sent with `TRITONSERVER_RESPONSE_COMPLETE_FINAL`."""
+    after `execute`, until the one sent with `TRITONSERVER_RESPONSE_COMPLETE_FINAL`. A model that
+    is not decoupled sends exactly one response this way (Triton 24.06 and later), and may send
+    it after `execute` returned None: its batch ends once every request is answered."""
 
     __slots__ = ("_state",)
 
@@ -139,6 +166,9 @@ class InferenceResponseSender:
                     channel.send_final_flag(st.id)
             else:
                 send_response(channel, st.id, st.requested, response, flags == _FINAL or not st.decoupled)
+            callback = st.take_on_answer()
+        if callback is not None:
+            callback()
         if st.closed:
             _runtime.cancelled.discard(st.id)
 

@@ -26,6 +26,7 @@ batch may start while earlier coroutines still run; every other coroutine is awa
 import argparse
 import asyncio
 import concurrent.futures
+import gc
 import importlib
 import json
 import os
@@ -207,6 +208,53 @@ def _log(level, message):
     """A log record of the stub itself, through the server's log."""
     frame = sys._getframe(1)
     _runtime.log(level, os.path.basename(frame.f_code.co_filename), frame.f_lineno, message)
+
+
+class _Unanswered:
+    """The requests of a non-decoupled batch that `execute` returned without a response: each
+    is counted until its sender sends one (or closes, or is dropped unanswered)."""
+
+    def __init__(self):
+        # One for `wait` itself, so that answers arriving while requests are still being
+        # watched cannot end the wait early.
+        self.left = 1
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def watch(self, requests):
+        """Watches each of `requests` still unanswered (no reference to them is kept: a request
+        the model drops unanswered ends its count from its state's `__del__`)."""
+        for request in requests:
+            state = request._state
+            with self.lock:
+                self.left += 1
+            with state.lock:
+                if not state.answered():
+                    state.on_answer = self._one_answered
+                    continue
+            self._one_answered()
+
+    def _one_answered(self):
+        with self.lock:
+            self.left -= 1
+            if self.left == 0:
+                self.done.set()
+
+    def wait(self, server_pid):
+        """Waits until every watched request is answered, checking meanwhile that the server
+        (`server_pid()`) lives."""
+        self._one_answered()
+        collected = False
+        while not self.done.wait(_WAIT_MS / 1000):
+            if not collected:
+                # A request the model dropped inside a reference cycle ends its count only when
+                # the cycle is collected.
+                gc.collect()
+                collected = True
+            parent = server_pid()
+            if os.getppid() != parent:
+                sys.stderr.write(f"tritium stub: the server (pid {parent}) is gone; exiting\n")
+                os._exit(1)
 
 
 class Stub:
@@ -399,6 +447,10 @@ class Stub:
             _close_senders(requests)
             _runtime.cancelled.difference_update([r._id for r in requests])
             error = _error(exc, self._failure_prefix())
+            if not _runtime.decoupled and any(r._state.sent for r in requests):
+                # A response already went out through a sender: the request fails all the same
+                # (as Triton), and the log says why.
+                _log(LogLevel.ERROR, error[0])
             # The requests (and their input blocks) go before the batch ends, as a good batch's
             # do: the exception's frames (model code's locals, `requests` among them) and what
             # execute returned let go of them too.
@@ -415,11 +467,18 @@ class Stub:
         if responses is not None:
             self._send_all(requests, responses)
         self._end_rescheduled(requests)
+        ids = [r._id for r in requests]
+        waiter = _Unanswered()
+        waiter.watch(requests)
+        del requests, responses
+        # Requests execute left unanswered get their response from the model's own thread
+        # (request.get_response_sender(), Triton 24.06 and later): the batch lasts until then,
+        # as a batch that is still executing, so the server gets the responses before its end.
+        waiter.wait(lambda: self.channel.server_pid)
         # The requests end here, after their responses (which need what the channel keeps per
         # request, such as the client regions their outputs go to): their cancellations are
         # forgotten.
-        _runtime.cancelled.difference_update([r._id for r in requests])
-        del requests, responses
+        _runtime.cancelled.difference_update(ids)
         self.channel.send_execute_done(batch)
 
     def _end_rescheduled(self, requests):
