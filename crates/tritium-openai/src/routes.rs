@@ -1,5 +1,6 @@
 //! The axum routes: model discovery, and the two generation endpoints driving the model's
-//! response stream into a whole answer or server-sent events.
+//! response stream into a whole answer or server-sent events; restricted API groups are
+//! checked before routing.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,12 +9,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{header, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use tritium_server::restricted::{ApiGroup, Restrictions};
 use tritium_server::ResponseStream;
 use tritium_server::{ErrorKind, ModelMetadata, Server, Streamed};
 
@@ -22,14 +25,21 @@ use crate::metrics::{Metrics, Tracker};
 use crate::request::{parse, Endpoint, Generate};
 use crate::shape::{build, read, Shape};
 use crate::sse::{error_end, Completion};
-use crate::{template, Options};
+use crate::template::{self, Templates};
+use crate::Options;
 
 /// The largest request body (a long chat history fits; a flood does not).
 const MAX_BODY_BYTES: usize = 16 << 20;
 
+/// Bodies larger than this are parsed on a blocking thread: a 10 MB `messages` list of small
+/// messages takes the best part of a second to parse, and the async runtime (every frontend's
+/// health checks) must not wait for it.
+const PARSE_INLINE_BYTES: usize = 256 << 10;
+
 struct Frontend {
     server: Server,
     options: Options,
+    templates: Arc<Templates>,
     metrics: Arc<Metrics>,
     created: u64,
     next_id: AtomicU64,
@@ -41,9 +51,12 @@ fn now_secs() -> u64 {
 
 pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::default());
+    let templates = Arc::new(Templates::new(options.chat_template.as_ref(), options.template_limits));
+    let restrictions = options.restrictions.clone();
     let f = Arc::new(Frontend {
         server,
         options,
+        templates,
         metrics: metrics.clone(),
         created: now_secs(),
         next_id: AtomicU64::new(0),
@@ -56,7 +69,35 @@ pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Met
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(f);
-    (router, metrics)
+    if restrictions.is_empty() {
+        return (router, metrics);
+    }
+    (router.layer(axum::middleware::from_fn_with_state(restrictions, restrict)), metrics)
+}
+
+/// The API group of an OpenAI path (`--http-restricted-api`), or `None` for an unknown one.
+fn group_of(path: &str) -> Option<ApiGroup> {
+    match path {
+        "/v1/models" => Some(ApiGroup::Metadata),
+        "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" => Some(ApiGroup::Inference),
+        p if p.starts_with("/v1/models/") => Some(ApiGroup::Metadata),
+        _ => None,
+    }
+}
+
+/// Refuses a request of a restricted group whose header is missing or wrong, with Triton's
+/// text in an OpenAI error (403).
+async fn restrict(State(restrictions): State<Arc<Restrictions>>, req: Request, next: Next) -> Response {
+    if let Some(group) = group_of(req.uri().path()) {
+        if let Err(header) = restrictions.check_headers(group, |h| req.headers().get(h).map(|v| v.as_bytes())) {
+            tracing::debug!(path = req.uri().path(), "refused: {group} is restricted");
+            let mut e = ApiError::invalid(None, format!("This API is restricted, expecting header '{header}'"));
+            e.status = StatusCode::FORBIDDEN;
+            e.kind = "permission_error";
+            return e.into_response();
+        }
+    }
+    next.run(req).await
 }
 
 async fn not_found() -> Response {
@@ -88,13 +129,14 @@ impl Frontend {
         json!({"id": name, "object": "model", "created": self.created, "owned_by": "tritium", "tritium_shape": shape.name()})
     }
 
-    fn prompt(&self, g: &Generate, meta: &ModelMetadata) -> Result<String, ApiError> {
+    /// The prompt: a completion's own, or the chat messages rendered with the model's template
+    /// (off the async runtime; the messages are taken out of `g`).
+    async fn prompt(&self, g: &mut Generate, meta: &ModelMetadata) -> Result<String, ApiError> {
         match g.endpoint {
-            Endpoint::Completion => Ok(g.prompt.clone()),
+            Endpoint::Completion => Ok(std::mem::take(&mut g.prompt)),
             Endpoint::Chat => {
                 let places = template::candidates(&self.options.repository.join(&meta.name), &meta.versions);
-                let t = template::find(self.options.chat_template.as_ref(), &meta.name, &places)?;
-                template::render(&t, &g.messages)
+                self.templates.render(&meta.name, places, std::mem::take(&mut g.messages)).await
             }
         }
     }
@@ -156,13 +198,26 @@ async fn completions(State(f): State<Arc<Frontend>>, body: Result<Bytes, BytesRe
     }
 }
 
+/// A whole answer that grew past `--max-output-bytes`.
+fn too_long(model: &str, limit: u64) -> ApiError {
+    ApiError::internal(format!(
+        "model '{model}' answered with more than the limit of {limit} bytes of text for one whole answer (server flag --max-output-bytes); ask for fewer tokens (max_tokens), or stream the answer (\"stream\": true), which has no such limit"
+    ))
+}
+
 fn lost() -> ApiError {
     ApiError::internal("the server lost the request's responses; retry it")
 }
 
 async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<Response, ApiError> {
     let start = Instant::now();
-    let g = parse(endpoint, &body)?;
+    let mut g = if body.len() > PARSE_INLINE_BYTES {
+        tokio::task::spawn_blocking(move || parse(endpoint, &body))
+            .await
+            .map_err(|e| ApiError::internal(format!("parsing the request failed: {e}")))??
+    } else {
+        parse(endpoint, &body)?
+    };
     let (meta, shape) = f.resolve(&g.model)?;
     let label = match endpoint {
         Endpoint::Chat => "chat",
@@ -170,7 +225,7 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
     };
     let mut tracker = Tracker::new(f.metrics.clone(), &meta.name, label, start);
     tracker.finish("error");
-    let prompt = f.prompt(&g, &meta)?;
+    let prompt = f.prompt(&mut g, &meta).await?;
     let req = build(shape, &meta, &g, &prompt)?;
     let mut rx = f.start(req)?;
     let n = f.next_id.fetch_add(1, Ordering::Relaxed);
@@ -203,6 +258,11 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
             Streamed::Response { result: Ok(resp), .. } => {
                 let piece = read(&resp)
                     .map_err(|e| ApiError::internal(format!("model '{}' answered badly: {e}", meta.name)))?;
+                let bytes = text.len().saturating_add(piece.text.len());
+                if u64::try_from(bytes).unwrap_or(u64::MAX) > f.options.max_output_bytes {
+                    // Returning drops the stream, which cancels the request in the model.
+                    return Err(too_long(&meta.name, f.options.max_output_bytes));
+                }
                 text.push_str(&piece.text);
                 c.absorb(&piece);
             }
