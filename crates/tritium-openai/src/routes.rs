@@ -418,6 +418,56 @@ mod tests {
         assert!(metrics.contains(r#"outcome="error"} 1"#), "{metrics}");
     }
 
+    #[test]
+    fn paths_fall_in_tritons_groups() {
+        for (path, group) in [
+            ("/v1/models", Some(ApiGroup::Metadata)),
+            ("/v1/models/tiny_llm", Some(ApiGroup::Metadata)),
+            ("/v1/models/org/model", Some(ApiGroup::Metadata)),
+            ("/v1/chat/completions", Some(ApiGroup::Inference)),
+            ("/v1/completions", Some(ApiGroup::Inference)),
+            ("/v1/embeddings", Some(ApiGroup::Inference)),
+            ("/v1/modelsx", None),
+            ("/v2/health/live", None),
+        ] {
+            assert_eq!(group_of(path), group, "{path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn restricted_groups_are_refused_before_the_handler() {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let mut restrictions = Restrictions::default();
+        restrictions.add("inference:infer-key=s3cret", "http-restricted-api", "", "api").expect("valid");
+        let app = Router::new()
+            .route("/v1/completions", post(|| async { "ran" }))
+            .route("/v1/models", get(|| async { "listed" }))
+            .layer(axum::middleware::from_fn_with_state(Arc::new(restrictions), restrict));
+        let call = |path: &'static str, key: Option<&'static str>| {
+            let app = app.clone();
+            async move {
+                let mut req = axum::http::Request::builder().uri(path);
+                req = req.method(if path == "/v1/models" { "GET" } else { "POST" });
+                if let Some(k) = key {
+                    req = req.header("Infer-Key", k);
+                }
+                let resp = app.oneshot(req.body(Body::empty()).expect("request")).await.expect("infallible");
+                let status = resp.status();
+                let body = resp.into_body().collect().await.expect("body").to_bytes();
+                (status, String::from_utf8_lossy(&body).into_owned())
+            }
+        };
+        let (status, body) = call("/v1/completions", None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        let body: Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(body["error"]["message"], "This API is restricted, expecting header 'infer-key'");
+        assert_eq!(body["error"]["type"], "permission_error");
+        assert_eq!(call("/v1/completions", Some("wrong")).await.0, StatusCode::FORBIDDEN);
+        assert_eq!(call("/v1/completions", Some("s3cret")).await, (StatusCode::OK, "ran".into()));
+        assert_eq!(call("/v1/models", None).await, (StatusCode::OK, "listed".into()), "metadata is open");
+    }
+
     #[tokio::test]
     async fn a_stream_lost_without_final_is_an_error_not_a_hang() {
         let (events, _) = run(r#"{"model":"m","prompt":"p","stream":true}"#, vec![text("a")]).await;
