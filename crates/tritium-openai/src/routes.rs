@@ -8,8 +8,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -67,7 +66,6 @@ pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Met
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(f);
     if restrictions.is_empty() {
         return (router, metrics);
@@ -177,24 +175,73 @@ async fn get_model(State(f): State<Arc<Frontend>>, Path(model): Path<String>) ->
     }
 }
 
-/// A body axum could not read (too large, cut off) as an OpenAI error.
-fn unreadable(r: BytesRejection) -> ApiError {
-    let mut e = ApiError::invalid(None, format!("cannot read the request body: {}", r.body_text()));
-    e.status = r.status();
+/// How much of a refused body is read and thrown away so that the client, still sending it,
+/// reads the 413 instead of a broken pipe (as the HTTP frontend does). Past this the connection
+/// is closed.
+const DRAIN_MAX: usize = 64 << 20;
+
+fn too_large() -> ApiError {
+    let mut e = ApiError::invalid(
+        None,
+        format!("the request body is larger than the limit of {MAX_BODY_BYTES} bytes of the OpenAI frontend"),
+    );
+    e.status = StatusCode::PAYLOAD_TOO_LARGE;
     e
 }
 
-async fn chat(State(f): State<Arc<Frontend>>, body: Result<Bytes, BytesRejection>) -> Response {
-    match body {
-        Ok(body) => generate(f, Endpoint::Chat, body).await.unwrap_or_else(IntoResponse::into_response),
-        Err(r) => unreadable(r).into_response(),
+/// Reads and discards up to [`DRAIN_MAX`] bytes of a refused body, holding none of it.
+async fn drain(mut body: axum::body::BodyDataStream) {
+    use futures_util::StreamExt;
+
+    let mut left = DRAIN_MAX;
+    while let Some(Ok(data)) = body.next().await {
+        if data.len() >= left {
+            break;
+        }
+        left -= data.len();
     }
 }
 
-async fn completions(State(f): State<Arc<Frontend>>, body: Result<Bytes, BytesRejection>) -> Response {
-    match body {
+/// Reads a request's body up to [`MAX_BODY_BYTES`]; a longer one (by its `Content-Length`, or
+/// once the bytes pass the limit) is drained and answered 413.
+async fn read_body(req: Request) -> Result<Bytes, ApiError> {
+    use futures_util::StreamExt;
+
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let mut body = req.into_body().into_data_stream();
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        drain(body).await;
+        return Err(too_large());
+    }
+    // A declared length is only a claim: reserve at most the limit, and grow with the data.
+    let reserve = declared.and_then(|n| usize::try_from(n).ok()).unwrap_or(0).min(MAX_BODY_BYTES);
+    let mut buf = bytes::BytesMut::with_capacity(reserve);
+    while let Some(data) = body.next().await {
+        let data = data.map_err(|e| ApiError::invalid(None, format!("cannot read the request body: {e}")))?;
+        if buf.len().saturating_add(data.len()) > MAX_BODY_BYTES {
+            drain(body).await;
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf.freeze())
+}
+
+async fn chat(State(f): State<Arc<Frontend>>, req: Request) -> Response {
+    match read_body(req).await {
+        Ok(body) => generate(f, Endpoint::Chat, body).await.unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn completions(State(f): State<Arc<Frontend>>, req: Request) -> Response {
+    match read_body(req).await {
         Ok(body) => generate(f, Endpoint::Completion, body).await.unwrap_or_else(IntoResponse::into_response),
-        Err(r) => unreadable(r).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -416,6 +463,29 @@ mod tests {
         assert_eq!(body["error"]["type"], "server_error");
         assert_eq!(events[2], "data: [DONE]");
         assert!(metrics.contains(r#"outcome="error"} 1"#), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn bodies_over_the_limit_are_413_and_drained() {
+        let request = |body: Body, length: Option<usize>| {
+            let mut r = axum::http::Request::builder().method("POST").uri("/v1/completions");
+            if let Some(n) = length {
+                r = r.header(header::CONTENT_LENGTH, n);
+            }
+            r.body(body).expect("request")
+        };
+        let small = read_body(request(Body::from("{}"), Some(2))).await.expect("read");
+        assert_eq!(&small[..], b"{}");
+        let big = vec![b'x'; MAX_BODY_BYTES + 1];
+        let e = read_body(request(Body::from(big.clone()), Some(big.len()))).await.expect_err("declared too large");
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(e.message.contains(&MAX_BODY_BYTES.to_string()), "{}", e.message);
+        // Without a length, in pieces: refused once the bytes pass the limit.
+        let pieces = futures_util::stream::iter(
+            big.chunks(1 << 20).map(|c| Ok::<_, std::io::Error>(Bytes::copy_from_slice(c))).collect::<Vec<_>>(),
+        );
+        let e = read_body(request(Body::from_stream(pieces), None)).await.expect_err("streamed too large");
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
     }
 
     #[test]
