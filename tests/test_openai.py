@@ -523,7 +523,7 @@ def test_ten_mb_of_messages_renders_off_the_runtime(server):
     """Issue 37 item 6: a 10 MB `messages` request stalled /v2/health/live for 1.7 s, because
     the template was compiled and rendered on a runtime thread. It is answered, and the server
     answers health checks promptly meanwhile."""
-    # Many small messages cost the most per byte (before: /v2/health/live stalled 2.4-4.7 s).
+    # Many small messages cost the most per byte to parse and render.
     messages = [{"role": "user", "content": "x"} for _ in range(300_000)]
     messages.append({"role": "user", "content": "the last turn"})
     body = json.dumps({"model": "tiny_llm", "messages": messages}).encode()
@@ -536,7 +536,8 @@ def test_ten_mb_of_messages_renders_off_the_runtime(server):
     assert answer["choices"][0]["message"]["content"] == "I heard: the last turn"
     assert probe.failures == [] and probe.count >= 1
     print(f"10 MB chat request: {took:.2f} s; slowest /v2/health/live meanwhile: {probe.worst * 1000:.0f} ms")
-    assert probe.worst < 1.0, f"/v2/health/live took {probe.worst:.2f} s during the request"
+    # Before: 0.8-1.0 s for this body on the 2-CPU VM; after: under 0.1 s.
+    assert probe.worst < 0.5, f"/v2/health/live took {probe.worst:.2f} s during the request"
 
 
 def test_a_runaway_template_runs_out_of_fuel_while_the_server_stays_live(limited):
