@@ -2,6 +2,10 @@
 //! directory or its version directory, or `--chat-template FILE`), rendered with minijinja under
 //! Hugging Face's conventions: `messages`, `add_generation_prompt`, `bos_token`, `eos_token`,
 //! `raise_exception(...)`, trimmed blocks, and Python's string methods (`.strip()`, ...).
+//!
+//! [`Templates`] keeps each file's compiled template until the file changes and renders on
+//! blocking threads under [`RenderLimits`]: fuel (template instructions), the prompt's size, and
+//! a timeout. The async runtime never runs a template.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -290,11 +294,6 @@ impl Templates {
             limits,
             slots: Arc::new(Semaphore::new(slots)),
         }
-    }
-
-    /// The limits templates are rendered under.
-    pub fn limits(&self) -> RenderLimits {
-        self.limits
     }
 
     /// The template for a model: `--chat-template` when given, else the first
