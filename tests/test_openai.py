@@ -13,7 +13,7 @@ import urllib.request
 
 import openai
 import pytest
-from conftest import ROOT, Server
+from conftest import ROOT, Server, binary
 from test_faults import write_model
 
 HELLO = [{"role": "user", "content": "Hello there"}]
@@ -378,3 +378,298 @@ def test_oversized_body_is_an_openai_413(server):
         urllib.request.urlopen(req, timeout=60)
     assert e.value.code == 413
     assert "request body" in json.loads(e.value.read())["error"]["message"]
+
+
+# Limits of the OpenAI frontend (issue 37: items 6 and 10, and whole answers' size).
+
+# A decoupled vLLM-shaped model that sends 1000-byte pieces as fast as it can until its client
+# goes away, then writes the file `cancelled` next to its config.
+FLOOD = """
+import os, threading
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PIECE = np.array([b"x" * 999 + b" "], dtype=np.object_)
+
+
+def run(sender):
+    while not sender.is_cancelled():
+        sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("text_output", PIECE)]))
+    with open(os.path.join(HERE, "cancelled"), "w") as f:
+        f.write("yes")
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            threading.Thread(target=run, args=(r.get_response_sender(),), daemon=True).start()
+        return None
+"""
+
+# A chat template whose work grows with the square of the messages.
+NESTED_TEMPLATE = (
+    "{% for a in messages %}{% for b in messages %}{% if a.role == b.role %}.{% endif %}{% endfor %}{% endfor %}"
+    "<|user|> done"
+)
+# A chat template that spends much time per step: long strings, few instructions (over 8
+# messages of 1 MB, about 2 s on the 2-CPU development VM).
+HEAVY_TEMPLATE = (
+    "{% for m in messages %}{% for i in range(1000) %}{{ (m.content | upper | length) * 0 }}{% endfor %}{% endfor %}"
+    "<|user|> done"
+)
+
+LIMITS_FLAGS = [
+    "--max-output-bytes",
+    "65536",
+    "--chat-template-max-bytes",
+    str(1 << 20),
+    "--chat-template-fuel",
+    "1000000",
+    "--chat-template-timeout-ms",
+    "300",
+]
+
+
+def copy_tiny_llm(repo, name, template=None):
+    shutil.copytree(os.path.join(ROOT, "examples", "models", "tiny_llm"), os.path.join(repo, name))
+    config = os.path.join(repo, name, "config.pbtxt")
+    with open(config) as f:
+        text = f.read().replace('name: "tiny_llm"', f'name: "{name}"')
+    with open(config, "w") as f:
+        f.write(text)
+    if template is not None:
+        with open(os.path.join(repo, name, "tokenizer_config.json"), "w") as f:
+            json.dump({"chat_template": template}, f)
+
+
+@pytest.fixture(scope="module")
+def limited(tmp_path_factory):
+    """A server with small OpenAI limits: tiny_llm, models with a runaway and a slow chat
+    template, and a model that floods its answers."""
+    repo = str(tmp_path_factory.mktemp("openai-limits-repo"))
+    copy_tiny_llm(repo, "tiny_llm")
+    copy_tiny_llm(repo, "nested", NESTED_TEMPLATE)
+    copy_tiny_llm(repo, "heavy", HEAVY_TEMPLATE)
+    write_model(repo, "flood", FLOOD, ENDLESS_CONFIG.format(name="flood"))
+    log = str(tmp_path_factory.mktemp("openai-limits-log") / "tritium.log")
+    srv = Server(repo, log, extra_args=LIMITS_FLAGS)
+    try:
+        srv.wait_models(["tiny_llm", "nested", "heavy", "flood"])
+        yield srv
+    finally:
+        srv.stop()
+
+
+class LivenessProbe:
+    """Asks `/v2/health/live` every 20 ms from a thread and keeps the slowest answer's time."""
+
+    def __init__(self, server):
+        self.url = f"http://{server.http_url}/v2/health/live"
+        self.worst = 0.0
+        self.count = 0
+        self.failures = []
+        self.stop = False
+
+    def run(self):
+        while not self.stop:
+            start = time.monotonic()
+            try:
+                with urllib.request.urlopen(self.url, timeout=30) as r:
+                    if r.status != 200:
+                        self.failures.append(r.status)
+            except OSError as e:
+                self.failures.append(repr(e))
+            self.worst = max(self.worst, time.monotonic() - start)
+            self.count += 1
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self.thread = concurrent.futures.ThreadPoolExecutor(1)
+        self.future = self.thread.submit(self.run)
+        return self
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.future.result()
+        self.thread.shutdown()
+
+
+def stub_pids(server, model):
+    """The pids of a model's stubs, from `tritium stubs --json`."""
+    out = subprocess.run(
+        [binary(), "stubs", "--json", model, "--url", server.grpc_url], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return sorted(s["pid"] for s in json.loads(out.stdout))
+
+
+def post_json(server, path, body, headers=None, timeout=120):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{server.openai_port}{path}",
+        data=data,
+        headers={"content-type": "application/json", **(headers or {})},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_ten_mb_of_messages_renders_off_the_runtime(server):
+    """Issue 37 item 6: a 10 MB `messages` request stalled /v2/health/live for 1.7 s, because
+    the template was compiled and rendered on a runtime thread. It is answered, and the server
+    answers health checks promptly meanwhile."""
+    # Many small messages cost the most per byte to parse and render.
+    messages = [{"role": "user", "content": "x"} for _ in range(300_000)]
+    messages.append({"role": "user", "content": "the last turn"})
+    body = json.dumps({"model": "tiny_llm", "messages": messages}).encode()
+    assert len(body) > 10_000_000
+    with LivenessProbe(server) as probe:
+        start = time.monotonic()
+        status, answer = post_json(server, "/v1/chat/completions", body)
+        took = time.monotonic() - start
+    assert status == 200, answer
+    assert answer["choices"][0]["message"]["content"] == "I heard: the last turn"
+    assert probe.failures == [] and probe.count >= 1
+    print(f"10 MB chat request: {took:.2f} s; slowest /v2/health/live meanwhile: {probe.worst * 1000:.0f} ms")
+    # Before: 0.8-1.0 s for this body on the 2-CPU VM; after: under 0.1 s.
+    assert probe.worst < 0.5, f"/v2/health/live took {probe.worst:.2f} s during the request"
+
+
+def test_a_runaway_template_runs_out_of_fuel_while_the_server_stays_live(limited):
+    """Issue 37 item 6: a template with nested loops over the messages is stopped by
+    --chat-template-fuel with a 400 naming the flag; health checks and other models are served
+    meanwhile, and nothing restarts."""
+    oa = client_for(limited)
+    pids = {m: stub_pids(limited, m) for m in ("tiny_llm", "nested")}
+    messages = [{"role": "user", "content": "x"} for _ in range(3000)]
+    with LivenessProbe(limited) as probe:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            runaway = pool.submit(oa.chat.completions.create, model="nested", messages=messages)
+            # Another model answers while the runaway renders.
+            r = oa.chat.completions.create(model="tiny_llm", messages=HELLO)
+            assert r.choices[0].message.content == "I heard: Hello there"
+            with pytest.raises(openai.BadRequestError) as e:
+                runaway.result()
+    assert e.value.status_code == 400 and e.value.param == "messages"
+    assert "1000000 template steps" in e.value.message and "--chat-template-fuel" in e.value.message
+    assert probe.failures == [] and probe.worst < 1.0, probe.worst
+    # The same template over a few messages still works, from the cache.
+    r = oa.chat.completions.create(model="nested", messages=HELLO)
+    assert r.choices[0].message.content == "I heard: done"
+    assert {m: stub_pids(limited, m) for m in pids} == pids
+
+
+def test_a_prompt_over_the_size_limit_is_a_400(limited):
+    oa = client_for(limited)
+    messages = [{"role": "user", "content": "y" * 20_000} for _ in range(60)]
+    with pytest.raises(openai.BadRequestError) as e:
+        oa.chat.completions.create(model="tiny_llm", messages=messages)
+    assert e.value.param == "messages"
+    assert f"{1 << 20} bytes" in e.value.message and "--chat-template-max-bytes" in e.value.message
+    r = oa.chat.completions.create(model="tiny_llm", messages=messages[:5])
+    assert r.choices[0].message.content.startswith("I heard: yyy")
+
+
+def test_a_slow_template_times_out_with_503_naming_the_flag(limited):
+    oa = client_for(limited)
+    messages = [{"role": "user", "content": "z" * 1_000_000} for _ in range(8)]
+    with LivenessProbe(limited) as probe:
+        start = time.monotonic()
+        with pytest.raises(openai.InternalServerError) as e:
+            oa.chat.completions.create(model="heavy", messages=messages)
+        took = time.monotonic() - start
+    assert e.value.status_code == 503
+    assert "300 ms" in e.value.message and "--chat-template-timeout-ms" in e.value.message
+    assert took < 5, took
+    assert probe.failures == [] and probe.worst < 1.0, probe.worst
+
+
+def test_a_whole_answer_is_bounded_by_max_output_bytes(limited):
+    """Issue 37 (low): a whole answer collected text without bound; past --max-output-bytes the
+    request fails with an error naming the flag and the model sees the cancellation. Streaming
+    has no such bound."""
+    marker = os.path.join(limited.repository, "flood", "cancelled")
+    oa = client_for(limited)
+    with pytest.raises(openai.InternalServerError) as e:
+        oa.completions.create(model="flood", prompt="x")
+    assert "65536 bytes" in e.value.message and "--max-output-bytes" in e.value.message
+    assert '"stream": true' in e.value.message
+    deadline = time.time() + 60
+    while not os.path.exists(marker):
+        assert time.time() < deadline, f"the model never saw is_cancelled(); log:\n{limited.log_text()}"
+        time.sleep(0.05)
+    os.remove(marker)
+    stream = oa.completions.create(model="flood", prompt="x", stream=True)
+    seen = 0
+    for chunk in stream:
+        seen += len(chunk.choices[0].text)
+        if seen > 200_000:
+            break
+    stream.close()
+    assert seen > 200_000
+    r = oa.completions.create(model="tiny_llm", prompt="still here")
+    assert r.choices[0].text == "I heard: still here"
+
+
+@pytest.fixture(scope="module")
+def restricted(tmp_path_factory):
+    repo = str(tmp_path_factory.mktemp("openai-restricted-repo"))
+    copy_tiny_llm(repo, "tiny_llm")
+    log = str(tmp_path_factory.mktemp("openai-restricted-log") / "tritium.log")
+    flags = ["--http-restricted-api", "inference:infer-key=s3cret", "--http-restricted-api", "metadata:meta-key=m"]
+    srv = Server(repo, log, extra_args=flags)
+    try:
+        srv.wait_models(["tiny_llm"])
+        yield srv
+    finally:
+        srv.stop()
+
+
+def test_http_restricted_api_applies_to_the_openai_port(restricted):
+    """Issue 37 item 10: with `inference:k=v`, HTTP generate without the header got 403 but
+    /v1/completions ran the model. Completions and chat are the `inference` group, /v1/models
+    the `metadata` group."""
+    status, body = post_json(restricted, "/v1/completions", {"model": "tiny_llm", "prompt": "x"})
+    assert status == 403
+    assert body["error"]["message"] == "This API is restricted, expecting header 'infer-key'"
+    # HTTP refuses the same way.
+    req = urllib.request.Request(
+        f"http://{restricted.http_url}/v2/models/tiny_llm/generate", data=b'{"text_input": "x"}', method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code == 403
+
+    bare_client = client_for(restricted)
+    with pytest.raises(openai.PermissionDeniedError) as e:
+        bare_client.chat.completions.create(model="tiny_llm", messages=HELLO)
+    assert "expecting header 'infer-key'" in e.value.message
+    with pytest.raises(openai.PermissionDeniedError) as e:
+        bare_client.models.list()
+    assert "expecting header 'meta-key'" in e.value.message
+    with pytest.raises(openai.PermissionDeniedError):
+        bare_client.models.retrieve("tiny_llm")
+    status, _ = post_json(restricted, "/v1/completions", {"model": "tiny_llm", "prompt": "x"}, {"infer-key": "wrong"})
+    assert status == 403
+
+    inference_only = openai.OpenAI(
+        base_url=f"http://127.0.0.1:{restricted.openai_port}/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=60,
+        default_headers={"infer-key": "s3cret"},
+    )
+    r = inference_only.chat.completions.create(model="tiny_llm", messages=HELLO)
+    assert r.choices[0].message.content == "I heard: Hello there"
+    assert inference_only.completions.create(model="tiny_llm", prompt="a b").choices[0].text == "I heard: a b"
+    with pytest.raises(openai.PermissionDeniedError):
+        inference_only.models.list()
+    both = inference_only.with_options(default_headers={"infer-key": "s3cret", "meta-key": "m"})
+    assert [m.id for m in both.models.list()] == ["tiny_llm"]
+    # Health stays open.
+    assert restricted.get("/v2/health/live") == 200

@@ -57,9 +57,7 @@ pub(crate) fn refusal(header: &str) -> HttpError {
 /// The middleware: refuses a request of a restricted group whose header is missing or wrong.
 pub(crate) async fn restrict(State(restrictions): State<Arc<Restrictions>>, req: Request, next: Next) -> Response {
     if let Some(group) = group_of(req.uri().path()) {
-        let header = restrictions.get(group).map(|r| r.header.as_str());
-        let found = header.and_then(|h| req.headers().get(h)).map(|v| v.as_bytes());
-        if let Err(header) = restrictions.check(group, found) {
+        if let Err(header) = restrictions.check_headers(group, |h| req.headers().get(h).map(|v| v.as_bytes())) {
             tracing::debug!(path = req.uri().path(), "refused: {group} is restricted");
             return refusal(header).into_response();
         }

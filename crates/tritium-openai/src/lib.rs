@@ -5,14 +5,17 @@
 //!
 //! [`start`] binds the listener and serves until a shutdown future completes; [`router`] builds
 //! the axum router. Chat prompts come from the model's Hugging Face chat template
-//! ([`template`]). A client that disconnects drops the request's response stream, which the
-//! model sees as `is_cancelled()`.
+//! ([`template`]), compiled once per file and rendered off the async runtime under limits. A
+//! client that disconnects drops the request's response stream, which the model sees as
+//! `is_cancelled()`. `--http-restricted-api` applies here too: `/v1/models` is the `metadata`
+//! group, completions and chat the `inference` group.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use tritium_server::restricted::Restrictions;
 use tritium_server::Server;
 
 mod error;
@@ -25,7 +28,7 @@ pub mod template;
 
 pub use error::ApiError;
 pub use metrics::Metrics;
-pub use template::ChatTemplate;
+pub use template::{ChatTemplate, RenderLimits};
 
 /// The port Triton's OpenAI frontend listens on by default (tritium serves OpenAI only when
 /// `--openai-port` is given).
@@ -56,12 +59,31 @@ pub enum OpenAiError {
 }
 
 /// Frontend options.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Options {
     /// The model repository, where each model's `tokenizer_config.json` is looked for.
     pub repository: PathBuf,
     /// `--chat-template`: a template for every model, overriding theirs.
     pub chat_template: Option<ChatTemplate>,
+    /// `--chat-template-fuel`, `--chat-template-timeout-ms`, `--chat-template-max-bytes`.
+    pub template_limits: RenderLimits,
+    /// `--http-restricted-api`: `/v1/models` is the `metadata` group, the generation endpoints
+    /// the `inference` group.
+    pub restrictions: Arc<Restrictions>,
+    /// `--max-output-bytes`: the most text a whole (not streamed) answer collects.
+    pub max_output_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            repository: PathBuf::new(),
+            chat_template: None,
+            template_limits: RenderLimits::default(),
+            restrictions: Arc::default(),
+            max_output_bytes: tritium_server::DEFAULT_MAX_OUTPUT_BYTES,
+        }
+    }
 }
 
 impl Options {
@@ -86,7 +108,7 @@ impl Options {
                 }))
             }
         };
-        Ok(Self { repository: repository.to_owned(), chat_template })
+        Ok(Self { repository: repository.to_owned(), chat_template, ..Self::default() })
     }
 }
 

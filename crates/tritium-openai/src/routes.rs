@@ -1,5 +1,6 @@
 //! The axum routes: model discovery, and the two generation endpoints driving the model's
-//! response stream into a whole answer or server-sent events.
+//! response stream into a whole answer or server-sent events; restricted API groups are
+//! checked before routing.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -7,13 +8,14 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use tritium_server::restricted::{ApiGroup, Restrictions};
 use tritium_server::ResponseStream;
 use tritium_server::{ErrorKind, ModelMetadata, Server, Streamed};
 
@@ -22,14 +24,21 @@ use crate::metrics::{Metrics, Tracker};
 use crate::request::{parse, Endpoint, Generate};
 use crate::shape::{build, read, Shape};
 use crate::sse::{error_end, Completion};
-use crate::{template, Options};
+use crate::template::{self, Templates};
+use crate::Options;
 
 /// The largest request body (a long chat history fits; a flood does not).
 const MAX_BODY_BYTES: usize = 16 << 20;
 
+/// Bodies larger than this are parsed on a blocking thread: a 10 MB `messages` list of small
+/// messages takes the best part of a second to parse, and the async runtime (every frontend's
+/// health checks) must not wait for it.
+const PARSE_INLINE_BYTES: usize = 256 << 10;
+
 struct Frontend {
     server: Server,
     options: Options,
+    templates: Arc<Templates>,
     metrics: Arc<Metrics>,
     created: u64,
     next_id: AtomicU64,
@@ -41,9 +50,12 @@ fn now_secs() -> u64 {
 
 pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::default());
+    let templates = Arc::new(Templates::new(options.chat_template.as_ref(), options.template_limits));
+    let restrictions = options.restrictions.clone();
     let f = Arc::new(Frontend {
         server,
         options,
+        templates,
         metrics: metrics.clone(),
         created: now_secs(),
         next_id: AtomicU64::new(0),
@@ -54,9 +66,36 @@ pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Met
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .fallback(not_found)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(f);
-    (router, metrics)
+    if restrictions.is_empty() {
+        return (router, metrics);
+    }
+    (router.layer(axum::middleware::from_fn_with_state(restrictions, restrict)), metrics)
+}
+
+/// The API group of an OpenAI path (`--http-restricted-api`), or `None` for an unknown one.
+fn group_of(path: &str) -> Option<ApiGroup> {
+    match path {
+        "/v1/models" => Some(ApiGroup::Metadata),
+        "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" => Some(ApiGroup::Inference),
+        p if p.starts_with("/v1/models/") => Some(ApiGroup::Metadata),
+        _ => None,
+    }
+}
+
+/// Refuses a request of a restricted group whose header is missing or wrong, with Triton's
+/// text in an OpenAI error (403).
+async fn restrict(State(restrictions): State<Arc<Restrictions>>, req: Request, next: Next) -> Response {
+    if let Some(group) = group_of(req.uri().path()) {
+        if let Err(header) = restrictions.check_headers(group, |h| req.headers().get(h).map(|v| v.as_bytes())) {
+            tracing::debug!(path = req.uri().path(), "refused: {group} is restricted");
+            let mut e = ApiError::invalid(None, format!("This API is restricted, expecting header '{header}'"));
+            e.status = StatusCode::FORBIDDEN;
+            e.kind = "permission_error";
+            return e.into_response();
+        }
+    }
+    next.run(req).await
 }
 
 async fn not_found() -> Response {
@@ -88,13 +127,14 @@ impl Frontend {
         json!({"id": name, "object": "model", "created": self.created, "owned_by": "tritium", "tritium_shape": shape.name()})
     }
 
-    fn prompt(&self, g: &Generate, meta: &ModelMetadata) -> Result<String, ApiError> {
+    /// The prompt: a completion's own, or the chat messages rendered with the model's template
+    /// (off the async runtime; the messages are taken out of `g`).
+    async fn prompt(&self, g: &mut Generate, meta: &ModelMetadata) -> Result<String, ApiError> {
         match g.endpoint {
-            Endpoint::Completion => Ok(g.prompt.clone()),
+            Endpoint::Completion => Ok(std::mem::take(&mut g.prompt)),
             Endpoint::Chat => {
                 let places = template::candidates(&self.options.repository.join(&meta.name), &meta.versions);
-                let t = template::find(self.options.chat_template.as_ref(), &meta.name, &places)?;
-                template::render(&t, &g.messages)
+                self.templates.render(&meta.name, places, std::mem::take(&mut g.messages)).await
             }
         }
     }
@@ -135,25 +175,81 @@ async fn get_model(State(f): State<Arc<Frontend>>, Path(model): Path<String>) ->
     }
 }
 
-/// A body axum could not read (too large, cut off) as an OpenAI error.
-fn unreadable(r: BytesRejection) -> ApiError {
-    let mut e = ApiError::invalid(None, format!("cannot read the request body: {}", r.body_text()));
-    e.status = r.status();
+/// How much of a refused body is read and thrown away so that the client, still sending it,
+/// reads the 413 instead of a broken pipe (as the HTTP frontend does). Past this the connection
+/// is closed.
+const DRAIN_MAX: usize = 64 << 20;
+
+fn too_large() -> ApiError {
+    let mut e = ApiError::invalid(
+        None,
+        format!("the request body is larger than the limit of {MAX_BODY_BYTES} bytes of the OpenAI frontend"),
+    );
+    e.status = StatusCode::PAYLOAD_TOO_LARGE;
     e
 }
 
-async fn chat(State(f): State<Arc<Frontend>>, body: Result<Bytes, BytesRejection>) -> Response {
-    match body {
-        Ok(body) => generate(f, Endpoint::Chat, body).await.unwrap_or_else(IntoResponse::into_response),
-        Err(r) => unreadable(r).into_response(),
+/// Reads and discards up to [`DRAIN_MAX`] bytes of a refused body, holding none of it.
+async fn drain(mut body: axum::body::BodyDataStream) {
+    use futures_util::StreamExt;
+
+    let mut left = DRAIN_MAX;
+    while let Some(Ok(data)) = body.next().await {
+        if data.len() >= left {
+            break;
+        }
+        left -= data.len();
     }
 }
 
-async fn completions(State(f): State<Arc<Frontend>>, body: Result<Bytes, BytesRejection>) -> Response {
-    match body {
-        Ok(body) => generate(f, Endpoint::Completion, body).await.unwrap_or_else(IntoResponse::into_response),
-        Err(r) => unreadable(r).into_response(),
+/// Reads a request's body up to [`MAX_BODY_BYTES`]; a longer one (by its `Content-Length`, or
+/// once the bytes pass the limit) is drained and answered 413.
+async fn read_body(req: Request) -> Result<Bytes, ApiError> {
+    use futures_util::StreamExt;
+
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    let mut body = req.into_body().into_data_stream();
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        drain(body).await;
+        return Err(too_large());
     }
+    // A declared length is only a claim: reserve at most the limit, and grow with the data.
+    let reserve = declared.and_then(|n| usize::try_from(n).ok()).unwrap_or(0).min(MAX_BODY_BYTES);
+    let mut buf = bytes::BytesMut::with_capacity(reserve);
+    while let Some(data) = body.next().await {
+        let data = data.map_err(|e| ApiError::invalid(None, format!("cannot read the request body: {e}")))?;
+        if buf.len().saturating_add(data.len()) > MAX_BODY_BYTES {
+            drain(body).await;
+            return Err(too_large());
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf.freeze())
+}
+
+async fn chat(State(f): State<Arc<Frontend>>, req: Request) -> Response {
+    match read_body(req).await {
+        Ok(body) => generate(f, Endpoint::Chat, body).await.unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn completions(State(f): State<Arc<Frontend>>, req: Request) -> Response {
+    match read_body(req).await {
+        Ok(body) => generate(f, Endpoint::Completion, body).await.unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// A whole answer that grew past `--max-output-bytes`.
+fn too_long(model: &str, limit: u64) -> ApiError {
+    ApiError::internal(format!(
+        "model '{model}' answered with more than the limit of {limit} bytes of text for one whole answer (server flag --max-output-bytes); ask for fewer tokens (max_tokens), or stream the answer (\"stream\": true), which has no such limit"
+    ))
 }
 
 fn lost() -> ApiError {
@@ -162,7 +258,13 @@ fn lost() -> ApiError {
 
 async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<Response, ApiError> {
     let start = Instant::now();
-    let g = parse(endpoint, &body)?;
+    let mut g = if body.len() > PARSE_INLINE_BYTES {
+        tokio::task::spawn_blocking(move || parse(endpoint, &body))
+            .await
+            .map_err(|e| ApiError::internal(format!("parsing the request failed: {e}")))??
+    } else {
+        parse(endpoint, &body)?
+    };
     let (meta, shape) = f.resolve(&g.model)?;
     let label = match endpoint {
         Endpoint::Chat => "chat",
@@ -170,7 +272,7 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
     };
     let mut tracker = Tracker::new(f.metrics.clone(), &meta.name, label, start);
     tracker.finish("error");
-    let prompt = f.prompt(&g, &meta)?;
+    let prompt = f.prompt(&mut g, &meta).await?;
     let req = build(shape, &meta, &g, &prompt)?;
     let mut rx = f.start(req)?;
     let n = f.next_id.fetch_add(1, Ordering::Relaxed);
@@ -203,6 +305,11 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
             Streamed::Response { result: Ok(resp), .. } => {
                 let piece = read(&resp)
                     .map_err(|e| ApiError::internal(format!("model '{}' answered badly: {e}", meta.name)))?;
+                let bytes = text.len().saturating_add(piece.text.len());
+                if u64::try_from(bytes).unwrap_or(u64::MAX) > f.options.max_output_bytes {
+                    // Returning drops the stream, which cancels the request in the model.
+                    return Err(too_long(&meta.name, f.options.max_output_bytes));
+                }
                 text.push_str(&piece.text);
                 c.absorb(&piece);
             }
@@ -356,6 +463,79 @@ mod tests {
         assert_eq!(body["error"]["type"], "server_error");
         assert_eq!(events[2], "data: [DONE]");
         assert!(metrics.contains(r#"outcome="error"} 1"#), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn bodies_over_the_limit_are_413_and_drained() {
+        let request = |body: Body, length: Option<usize>| {
+            let mut r = axum::http::Request::builder().method("POST").uri("/v1/completions");
+            if let Some(n) = length {
+                r = r.header(header::CONTENT_LENGTH, n);
+            }
+            r.body(body).expect("request")
+        };
+        let small = read_body(request(Body::from("{}"), Some(2))).await.expect("read");
+        assert_eq!(&small[..], b"{}");
+        let big = vec![b'x'; MAX_BODY_BYTES + 1];
+        let e = read_body(request(Body::from(big.clone()), Some(big.len()))).await.expect_err("declared too large");
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(e.message.contains(&MAX_BODY_BYTES.to_string()), "{}", e.message);
+        // Without a length, in pieces: refused once the bytes pass the limit.
+        let pieces = futures_util::stream::iter(
+            big.chunks(1 << 20).map(|c| Ok::<_, std::io::Error>(Bytes::copy_from_slice(c))).collect::<Vec<_>>(),
+        );
+        let e = read_body(request(Body::from_stream(pieces), None)).await.expect_err("streamed too large");
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[test]
+    fn paths_fall_in_tritons_groups() {
+        for (path, group) in [
+            ("/v1/models", Some(ApiGroup::Metadata)),
+            ("/v1/models/tiny_llm", Some(ApiGroup::Metadata)),
+            ("/v1/models/org/model", Some(ApiGroup::Metadata)),
+            ("/v1/chat/completions", Some(ApiGroup::Inference)),
+            ("/v1/completions", Some(ApiGroup::Inference)),
+            ("/v1/embeddings", Some(ApiGroup::Inference)),
+            ("/v1/modelsx", None),
+            ("/v2/health/live", None),
+        ] {
+            assert_eq!(group_of(path), group, "{path}");
+        }
+    }
+
+    #[tokio::test]
+    async fn restricted_groups_are_refused_before_the_handler() {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let mut restrictions = Restrictions::default();
+        restrictions.add("inference:infer-key=s3cret", "http-restricted-api", "", "api").expect("valid");
+        let app = Router::new()
+            .route("/v1/completions", post(|| async { "ran" }))
+            .route("/v1/models", get(|| async { "listed" }))
+            .layer(axum::middleware::from_fn_with_state(Arc::new(restrictions), restrict));
+        let call = |path: &'static str, key: Option<&'static str>| {
+            let app = app.clone();
+            async move {
+                let mut req = axum::http::Request::builder().uri(path);
+                req = req.method(if path == "/v1/models" { "GET" } else { "POST" });
+                if let Some(k) = key {
+                    req = req.header("Infer-Key", k);
+                }
+                let resp = app.oneshot(req.body(Body::empty()).expect("request")).await.expect("infallible");
+                let status = resp.status();
+                let body = resp.into_body().collect().await.expect("body").to_bytes();
+                (status, String::from_utf8_lossy(&body).into_owned())
+            }
+        };
+        let (status, body) = call("/v1/completions", None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        let body: Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(body["error"]["message"], "This API is restricted, expecting header 'infer-key'");
+        assert_eq!(body["error"]["type"], "permission_error");
+        assert_eq!(call("/v1/completions", Some("wrong")).await.0, StatusCode::FORBIDDEN);
+        assert_eq!(call("/v1/completions", Some("s3cret")).await, (StatusCode::OK, "ran".into()));
+        assert_eq!(call("/v1/models", None).await, (StatusCode::OK, "listed".into()), "metadata is open");
     }
 
     #[tokio::test]

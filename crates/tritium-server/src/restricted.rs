@@ -150,6 +150,17 @@ impl Restrictions {
             _ => Ok(()),
         }
     }
+
+    /// [`check`](Self::check) for a request whose headers `header` looks up by (lowercase)
+    /// name; it is asked only when `group` is restricted. Every HTTP frontend checks this way.
+    pub fn check_headers<'a, 'h>(
+        &'a self,
+        group: ApiGroup,
+        header: impl FnOnce(&str) -> Option<&'h [u8]>,
+    ) -> Result<(), &'a str> {
+        let found = self.get(group).and_then(|r| header(&r.header));
+        self.check(group, found)
+    }
 }
 
 #[cfg(test)]
@@ -177,6 +188,10 @@ mod tests {
         assert_eq!(r.check(ApiGroup::Inference, Some(b"wrong")), Err("triton-grpc-protocol-admin-key"));
         assert_eq!(r.check(ApiGroup::Inference, Some(b"s3:cr=t")), Ok(()));
         assert_eq!(r.check(ApiGroup::Metadata, None), Ok(()));
+        let headers = |name: &str| (name == "triton-grpc-protocol-admin-key").then_some(&b"s3:cr=t"[..]);
+        assert_eq!(r.check_headers(ApiGroup::Inference, headers), Ok(()));
+        assert_eq!(r.check_headers(ApiGroup::Inference, |_| None), Err("triton-grpc-protocol-admin-key"));
+        assert_eq!(r.check_headers(ApiGroup::Metadata, |_| unreachable!("not restricted")), Ok(()));
         assert!(Restrictions::default().is_empty() && !r.is_empty());
     }
 

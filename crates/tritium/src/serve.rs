@@ -243,6 +243,19 @@ pub(crate) struct ServeArgs {
     /// `tokenizer_config.json`).
     #[arg(long, env = "TRITIUM_CHAT_TEMPLATE", help_heading = TRITIUM_OWN)]
     chat_template: Option<PathBuf>,
+    /// Most template steps (minijinja instructions) one render of a chat template may run; a
+    /// chat request whose messages need more is refused (400). It bounds a template whose loops
+    /// grow with the messages.
+    #[arg(long, env = "TRITIUM_CHAT_TEMPLATE_FUEL", default_value_t = tritium_openai::template::DEFAULT_FUEL, value_parser = clap::value_parser!(u64).range(1..), help_heading = TRITIUM_OWN)]
+    chat_template_fuel: u64,
+    /// Milliseconds a chat request waits for its prompt (templates render off the async
+    /// runtime, one per two CPUs at once); past it the request is answered 503.
+    #[arg(long, env = "TRITIUM_CHAT_TEMPLATE_TIMEOUT_MS", default_value_t = tritium_openai::template::DEFAULT_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..), help_heading = TRITIUM_OWN)]
+    chat_template_timeout_ms: u64,
+    /// The largest chat prompt a template may render, in bytes; a request whose prompt would be
+    /// larger is refused (400) as soon as the render passes it.
+    #[arg(long, env = "TRITIUM_CHAT_TEMPLATE_MAX_BYTES", default_value_t = tritium_openai::template::DEFAULT_MAX_PROMPT_BYTES, help_heading = TRITIUM_OWN)]
+    chat_template_max_bytes: usize,
     // Back-pressure for decoupled streams (issue 10)
     /// Most responses of one decoupled request that the model may have sent and its client not
     /// yet taken; the model's next `send` waits for the client (0: no limit, the server buffers
@@ -556,6 +569,7 @@ async fn start_openai(
     args: &ServeArgs,
     repository: &Path,
     server: &Server,
+    restrictions: Arc<tritium_server::restricted::Restrictions>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<Option<tritium_openai::Started>> {
     let Some(port) = args.openai_port else {
@@ -564,7 +578,15 @@ async fn start_openai(
         }
         return Ok(None);
     };
-    let options = tritium_openai::Options::new(repository, args.chat_template.as_deref())?;
+    let mut options = tritium_openai::Options::new(repository, args.chat_template.as_deref())?;
+    options.template_limits = tritium_openai::RenderLimits {
+        fuel: args.chat_template_fuel,
+        timeout: Duration::from_millis(args.chat_template_timeout_ms),
+        max_bytes: args.chat_template_max_bytes,
+    };
+    // The OpenAI port is HTTP too: `--http-restricted-api` applies to it.
+    options.restrictions = restrictions;
+    options.max_output_bytes = args.max_output_bytes;
     let started = tritium_openai::start(&args.host, port, server.clone(), options, shutdown).await?;
     info!("OpenAI-compatible service on {}", started.addr);
     Ok(Some(started))
@@ -634,12 +656,13 @@ async fn serve(
     };
     let t = &args.triton;
     let http_address = t.http_address.as_deref().unwrap_or(&args.host);
+    let http_restrictions = Arc::new(front_door.http_restrictions);
     let http_task = if t.allow_http {
         let http = bind(http_address, args.http_port, "http", t.reuse_http_port).await?;
         info!("HTTP service on {}", http.local_addr()?);
         let http_options = tritium_http::Options {
             max_input_size: args.http_max_input_size,
-            restrictions: Arc::new(front_door.http_restrictions),
+            restrictions: http_restrictions.clone(),
             header_forward: front_door.http_forward,
         };
         let serving = tritium_http::serve_with(http, Arc::new(server.clone()), http_options, stopped(stop_rx.clone()));
@@ -680,7 +703,7 @@ async fn serve(
         info!("gRPC service off (--allow-grpc=false)");
         None
     };
-    let openai = start_openai(&args, &opts_repository, &server, stopped(stop_rx.clone())).await?;
+    let openai = start_openai(&args, &opts_repository, &server, http_restrictions, stopped(stop_rx.clone())).await?;
     let openai_metrics = openai.as_ref().map(|o| o.metrics.clone());
     let metrics_task = if args.allow_metrics {
         let metrics_address = t.metrics_address.as_deref().unwrap_or(http_address);
