@@ -425,6 +425,63 @@ def _(ctx):
     assert ctx["ready"]("fini_error")
 
 
+# --- async_execute, logging, sequences
+
+
+@case(
+    "async_execute_decouple (L0 async_execute test_concurrent_execute)",
+    {"async_execute_decouple": qa_model("async_execute_decouple")},
+)
+def _(ctx):
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    client = grpc(ctx)
+    got = queue.Queue()
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    start = time.time()
+    for _ in range(4):
+        t = grpcclient.InferInput("WAIT_SECONDS", [1, 1], "FP32")
+        t.set_data_from_numpy(np.array([[1.0]], np.float32))
+        client.async_stream_infer("async_execute_decouple", [t])
+    for _ in range(4):
+        result, error = got.get(timeout=30)
+        assert error is None, error
+        assert np.array_equal(result.as_numpy("DUMMY_OUT"), np.zeros(1, np.float32))
+    client.stop_stream()
+    elapsed = time.time() - start
+    assert elapsed < 3, f"4 requests of 1 s each took {elapsed:.1f} s: the coroutines did not overlap"
+
+
+@case("identity_fp32_logging (L0 logging)", {"identity_fp32_logging": qa_model("identity_fp32_logging")})
+def _(ctx):
+    data = np.ones((1, 2), np.float32)
+    infer(ctx, "identity_fp32_logging", [("INPUT0", data, "FP32")])
+    time.sleep(0.5)
+    log = ctx["log"]()
+    for msg in ("Initialize-Specific Msg!", "Initialize-Warning Msg!", "Execute-Error Msg!", "Execute-Verbose Msg!"):
+        assert msg in log, f"{msg!r} is not in the server log"
+
+
+@case("sequence_py (L0 sequence: correlation ids and flags)", {"sequence_py": qa_model("sequence_py")})
+def _(ctx):
+    for sid in (1000, "string-id"):
+        outs = []
+        for i in range(3):
+            r = infer(
+                ctx,
+                "sequence_py",
+                [("INPUT0", np.array([[0]], np.int32), "INT32")],
+                protocol="grpc",
+                sequence_id=sid,
+                sequence_start=i == 0,
+                sequence_end=i == 2,
+            )
+            outs.append(int(r.as_numpy("OUTPUT0")[0][0]))
+        assert outs == [1, 2, 3], (sid, outs)
+
+
 # --- parameters
 
 
@@ -669,6 +726,7 @@ def run_group(group, cases, args, tmp):
             "ready": server.ready,
             "reason": server.reason,
             "tmp": os.path.join(tmp, group),
+            "log": lambda: open(server.log_path, errors="replace").read(),
         }
         for c in runnable:
             not_ready = [m for m in c.models if m not in c.load_fails and not server.ready(m)]
