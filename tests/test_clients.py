@@ -9,7 +9,15 @@ import sys
 import pytest
 from conftest import ROOT, require
 
-CLIENTS = ["add_sub", "preprocess", "batched_scale", "caption", "ensemble_pipeline", "sequence_accumulate", "image_pipeline"]
+CLIENTS = [
+    "add_sub",
+    "preprocess",
+    "batched_scale",
+    "caption",
+    "ensemble_pipeline",
+    "sequence_accumulate",
+    "image_pipeline",
+]
 
 
 @pytest.mark.parametrize("script", CLIENTS)

@@ -478,7 +478,7 @@ def _(ctx):
                 sequence_start=i == 0,
                 sequence_end=i == 2,
             )
-            outs.append(int(r.as_numpy("OUTPUT0")[0][0]))
+            outs.append(int(r.as_numpy("OUTPUT0").flatten()[0]))
         assert outs == [1, 2, 3], (sid, outs)
 
 
