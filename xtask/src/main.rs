@@ -378,14 +378,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scripts_run_on_a_fresh_clone_without_a_venv() {
+    fn scripts_run_on_a_fresh_clone_without_a_venv() -> Result<()> {
         let fresh = std::env::temp_dir().join(format!("tritium-fresh-clone-{}", std::process::id()));
-        std::fs::create_dir_all(&fresh).unwrap();
+        std::fs::create_dir_all(&fresh)?;
         let python = script_python(&fresh);
         assert!(!python.starts_with(&fresh), "{}", python.display());
-        let out = Command::new(&python).args(["-c", "import zipfile, hashlib, base64"]).output().unwrap();
+        let out = Command::new(&python).args(["-c", "import zipfile, hashlib, base64"]).output()?;
         assert!(out.status.success(), "{} cannot run the wheel script's imports", python.display());
-        std::fs::remove_dir_all(&fresh).unwrap();
+        std::fs::remove_dir_all(&fresh)?;
+        Ok(())
     }
 
     #[test]

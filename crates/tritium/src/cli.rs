@@ -802,7 +802,7 @@ add_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; the s
         ];
         assert_eq!(
             models_table(&models),
-            "NAME     VERSION  STATE        PYTHON         ENV  REASON\n\
+            "NAME     VERSION  STATE        PYTHON               ENV  REASON\n\
              add_sub  1        READY        /v/.venv/bin/python  -\n\
              broken   1        UNAVAILABLE  /e/bin/python        /e   bad\n\
              later    -        -            -                    -\n"
@@ -810,7 +810,7 @@ add_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; the s
     }
 
     #[test]
-    fn paths_are_normalized_lexically_and_through_symlinks() {
+    fn paths_are_normalized_lexically_and_through_symlinks() -> std::io::Result<()> {
         use std::path::Path;
         let cases = [
             ("/clone/python/../.venv/bin/python", "/clone/.venv/bin/python"),
@@ -825,12 +825,13 @@ add_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; the s
         }
         // `link/..` is the parent of the link's target, not the directory holding the link.
         let dir = std::env::temp_dir().join(format!("tritium-normalize-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("real/deep")).unwrap();
-        std::os::unix::fs::symlink(dir.join("real/deep"), dir.join("link")).unwrap();
+        std::fs::create_dir_all(dir.join("real/deep"))?;
+        std::os::unix::fs::symlink(dir.join("real/deep"), dir.join("link"))?;
         let got = normalize_path(&dir.join("link/../x"));
-        let want = dir.canonicalize().unwrap().join("real/x");
-        std::fs::remove_dir_all(&dir).unwrap();
+        let want = dir.canonicalize()?.join("real/x");
+        std::fs::remove_dir_all(&dir)?;
         assert_eq!(got, want);
+        Ok(())
     }
 
     #[test]
