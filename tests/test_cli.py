@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import GOOD_MODELS, ROOT, Server, binary, free_port
+from conftest import GOOD_MODELS, ROOT, Server, binary, free_port, require
 
 STUB_KEYS = {
     "model",
@@ -295,3 +295,38 @@ def test_load_and_unload_with_explicit_model_control(tmp_path):
         assert names == {"add_sub", "echo"}, names
     finally:
         assert srv.stop() == 0, srv.log_text()
+
+
+def test_models_prints_the_default_interpreter_as_a_normalised_path(tmp_path):
+    """Without --python the server runs the checkout's `.venv`; `tritium models` prints its path
+    without `python/..` (issue 35, item 8)."""
+    venv_python = os.path.join(ROOT, ".venv", "bin", "python")
+    require(os.path.isfile(venv_python), "the checkout's .venv (cargo xtask setup)")
+    repo = copy_models(tmp_path, ["add_sub"])
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITIUM_")}
+    with open(tmp_path / "tritium.log", "w") as log:
+        proc = subprocess.Popen(
+            [binary(), "serve", "--model-repository", repo, "--http-port", str(http_port)]
+            + ["--grpc-port", str(grpc_port), "--metrics-port", str(metrics_port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    try:
+        url = f"127.0.0.1:{grpc_port}"
+        deadline = time.time() + 120
+        while True:
+            proc_out = tritium("models", "--json", url=url)
+            states = json.loads(proc_out.stdout) if proc_out.returncode == 0 else []
+            if [m["state"] for m in states] == ["READY"]:
+                break
+            assert proc.poll() is None and time.time() < deadline, (tmp_path / "tritium.log").read_text()
+            time.sleep(0.2)
+        python = states[0]["python"]
+        assert python == os.path.normpath(venv_python), python
+        _, rows = parse_table(ok(tritium("models", url=url)))
+        assert rows[0]["PYTHON"] == python
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0

@@ -295,7 +295,7 @@ def test_triton_error_defaults_and_accessors():
 def test_triton_error_rejects_bad_arguments():
     with pytest.raises(TypeError):
         TritonError(None)
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="TritonError code must be one of"):
         TritonError("x", 42)
 
 

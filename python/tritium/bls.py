@@ -15,6 +15,7 @@ import asyncio
 import functools
 
 from . import _runtime, dlpack
+from .args import as_bool, as_int, as_str
 from .errors import TRITONSERVER_MEMORY_GPU, ErrorCode, TritonError, TritonModelException
 
 __all__ = ["PreferredMemory", "ResponseIterator", "is_model_ready", "load_model", "unload_model"]
@@ -37,8 +38,17 @@ class PreferredMemory:
     __slots__ = ("preferred_memory_type", "preferred_device_id")
 
     def __init__(self, preferred_memory_type, preferred_device_id=0):
-        self.preferred_memory_type = preferred_memory_type
-        self.preferred_device_id = preferred_device_id
+        from .errors import MemoryType
+
+        kind = as_int(preferred_memory_type, "PreferredMemory preferred_memory_type")
+        try:
+            self.preferred_memory_type = MemoryType(kind)
+        except ValueError:
+            raise TypeError(
+                "PreferredMemory preferred_memory_type must be pb_utils.TRITONSERVER_MEMORY_GPU or "
+                f"TRITONSERVER_MEMORY_CPU, found {kind}"
+            ) from None
+        self.preferred_device_id = as_int(preferred_device_id, "PreferredMemory preferred_device_id")
 
 
 def _channel():
@@ -195,7 +205,7 @@ class _Call:
 def _exec(self, decoupled=False):
     """`InferenceRequest.exec(decoupled=False)`: runs the request on its model and returns its
     InferenceResponse, or with `decoupled=True` a ResponseIterator over its responses."""
-    channel, call = _send(self, decoupled)
+    channel, call = _send(self, as_bool(decoupled, "exec decoupled"))
     pending = _Call(channel, call, self._timeout, self._preferred_memory)
     if decoupled:
         return ResponseIterator(pending)
@@ -268,8 +278,10 @@ def _control_channel():
 
 def is_model_ready(model_name, model_version=""):
     """`pb_utils.is_model_ready(model_name, model_version="")`: whether the model (version) is ready."""
+    model_name = as_str(model_name, "is_model_ready model_name")
+    model_version = as_str(model_version, "is_model_ready model_version")
     try:
-        return _control_channel().model_ready(str(model_name), str(model_version))
+        return _control_channel().model_ready(model_name, model_version)
     except ValueError as e:
         raise TritonModelException(str(e)) from None
 
@@ -277,9 +289,21 @@ def is_model_ready(model_name, model_version=""):
 def load_model(model_name, config="", files=None):
     """`pb_utils.load_model(model_name, config="", files=None)`: loads (or reloads) a model and waits
     until it is loaded; explicit model-control mode only."""
-    files = [(str(k), bytes(v)) for k, v in (files or {}).items()]
+    model_name = as_str(model_name, "load_model model_name")
+    config = as_str(config, "load_model config")
+    if files is not None and not isinstance(files, dict):
+        # Triton's text (python_backend src/model_loader.cc).
+        raise TritonModelException(
+            f"failed to load model '{model_name}', files should be a dictionary of file paths and file contents"
+        )
+    contents = []
+    for key, value in (files or {}).items():
+        path = as_str(key, "load_model files key")
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise TypeError(f"load_model files['{path}'] must be bytes, found type '{type(value).__qualname__}'")
+        contents.append((path, bytes(value)))
     try:
-        _control_channel().model_load(str(model_name), str(config), files)
+        _control_channel().model_load(model_name, config, contents)
     except ValueError as e:
         raise TritonModelException(str(e)) from None
 
@@ -287,7 +311,9 @@ def load_model(model_name, config="", files=None):
 def unload_model(model_name, unload_dependents=False):
     """`pb_utils.unload_model(model_name, unload_dependents=False)`: starts unloading a model;
     explicit model-control mode only."""
+    model_name = as_str(model_name, "unload_model model_name")
+    unload_dependents = as_bool(unload_dependents, "unload_model unload_dependents")
     try:
-        _control_channel().model_unload(str(model_name), bool(unload_dependents))
+        _control_channel().model_unload(model_name, unload_dependents)
     except ValueError as e:
         raise TritonModelException(str(e)) from None

@@ -2,6 +2,8 @@
 
 import enum
 
+from .args import as_int, as_str
+
 __all__ = [
     "TritonError",
     "TritonModelException",
@@ -99,10 +101,15 @@ class TritonError:
     CANCELLED = ErrorCode.CANCELLED
 
     def __init__(self, message, code=ErrorCode.INTERNAL):
-        if not isinstance(message, str):
-            raise TypeError(f"TritonError message must be a str, found type '{type(message)}'")
-        self._message = message
-        self._code = ErrorCode(code)
+        # pybind11's std::string: a str or UTF-8 bytes; the code an ErrorCode or its number.
+        self._message = as_str(message, "TritonError message")
+        number = as_int(code, "TritonError code")
+        try:
+            self._code = ErrorCode(number)
+        except ValueError:
+            raise TypeError(
+                f"TritonError code must be one of TritonError.UNKNOWN ... TritonError.CANCELLED (0-7), found {number}"
+            ) from None
 
     def message(self):
         return self._message

@@ -29,6 +29,8 @@ import json
 import sys
 
 from . import _runtime
+from .args import as_double_opt as _as_double
+from .args import as_str_opt as _as_str
 from .errors import MetricKind, TritonModelException
 
 __all__ = ["MetricFamily", "Metric", "MetricKind"]
@@ -93,30 +95,6 @@ def _incompatible(what, signature, args):
             ", ".join(repr(arg) for arg in args),
         )
     )
-
-
-def _as_str(value):
-    """A str argument as pybind11 accepts it (str, or UTF-8 bytes); None if not one."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    return None
-
-
-def _as_double(value):
-    """A float argument as pybind11 converts it (float, int, __float__/__index__); None if not."""
-    if isinstance(value, float):
-        return value
-    if value is None or isinstance(value, (str, bytes, bytearray)):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 def _active(channel):

@@ -13,6 +13,7 @@ error as the final response, so the client is never left waiting.
 import threading
 
 from . import _runtime
+from .args import as_int
 from .errors import TRITONSERVER_RESPONSE_COMPLETE_FINAL, ErrorCode, TritonModelException
 
 __all__ = ["InferenceResponseSender"]
@@ -137,6 +138,7 @@ class InferenceResponseSender:
     def send(self, response=None, flags=0):
         """Sends `response` (may be None with `flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`: the
         final flag alone); `flags` is 0 or `TRITONSERVER_RESPONSE_COMPLETE_FINAL`."""
+        flags = as_int(flags, "send flags")
         if flags != _FINAL and flags != 0:
             raise TritonModelException("Unable to send response. Unsupported flag provided.")
         if flags == 0 and response is None:

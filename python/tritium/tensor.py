@@ -6,6 +6,7 @@ import sys
 import numpy as np
 
 from . import _runtime, dlpack
+from .args import as_int, as_list, as_str, as_str_list, as_str_opt
 from .dtypes import _WIRE_DTYPES, deserialize_bytes_tensor, serialize_byte_tensor
 from .errors import TRITONSERVER_REQUEST_RELEASE_ALL, LogLevel, TritonError, TritonModelException
 from .sender import InferenceResponseSender, _ResponseState
@@ -47,6 +48,21 @@ def _check_parameters(parameters):
     return dict(parameters)
 
 
+_U32_MAX = (1 << 32) - 1
+_U64_MAX = (1 << 64) - 1
+
+
+def _correlation_id(value):
+    """A BLS request's correlation id: an unsigned 64-bit int (a Python or numpy integer) or a
+    str (or UTF-8 bytes), as Triton's binding takes it."""
+    text = as_str_opt(value)
+    if text is not None:
+        return text
+    if isinstance(value, (bytes, bytearray, float)) or not hasattr(value, "__index__"):
+        raise TypeError(f"Correlation ID must be integer or string, found type '{type(value).__qualname__}'")
+    return as_int(value, "InferenceRequest correlation_id", 0, _U64_MAX)
+
+
 _GPU_AS_NUMPY = "Tensor is stored in GPU and cannot be converted to NumPy."
 
 # Builds the objects the stub hands to `execute` without running their __init__'s checks.
@@ -68,8 +84,7 @@ class Tensor:
     __slots__ = ("_name", "_array", "_wire", "_raw", "_gpu")
 
     def __init__(self, name, numpy_array, _wire=None, _raw=None):
-        if not isinstance(name, str):
-            raise TypeError("Tensor name must be a string")
+        name = as_str(name, "Tensor name")
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         if _raw is None:
@@ -162,8 +177,7 @@ class Tensor:
         copy; BF16 tensors come through as BF16. A CUDA tensor gives a GPU tensor, which keeps
         the producer's memory alive, when CUDA is usable in the stub; otherwise it is refused
         with Triton's error for a stub without GPUs."""
-        if not isinstance(name, str):
-            raise TypeError("Tensor name must be a string")
+        name = as_str(name, "Tensor name")
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         wire, array = dlpack.import_tensor(dlpack_tensor)
@@ -263,19 +277,29 @@ class InferenceRequest:
         preferred_memory=None,
         trace=None,
     ):
+        # Every argument as Triton's pybind11 binding takes it (see args.py): bytes for a str,
+        # a numpy integer for an int, any sequence for a list.
         self._id = None
+        if trace is not None and not isinstance(trace, InferenceTrace):
+            raise TypeError(f"trace must be a pb_utils.InferenceTrace, found type '{type(trace).__qualname__}'")
         self._trace = trace if trace is not None else InferenceTrace()
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._state = None
         self._sender = None
-        self._model_name = model_name
-        self._model_version = model_version
-        self._inputs = list(inputs or [])
-        self._requested = set(requested_output_names or [])
-        self._request_id = request_id
-        self._correlation_id = correlation_id
-        self._flags = flags
-        self._timeout = timeout
+        self._model_name = as_str(model_name, "InferenceRequest model_name")
+        self._model_version = as_int(model_version, "InferenceRequest model_version", -(1 << 63), (1 << 63) - 1)
+        self._inputs = as_list(inputs, "InferenceRequest inputs")
+        for i, t in enumerate(self._inputs):
+            if not isinstance(t, Tensor):
+                raise TypeError(
+                    f"InferenceRequest inputs must be pb_utils.Tensor objects, found type "
+                    f"'{type(t).__qualname__}' at index {i}"
+                )
+        self._requested = set(as_str_list(requested_output_names, "InferenceRequest requested_output_names"))
+        self._request_id = as_str(request_id, "InferenceRequest request_id")
+        self._correlation_id = _correlation_id(correlation_id)
+        self._flags = as_int(flags, "InferenceRequest flags", 0, _U32_MAX)
+        self._timeout = as_int(timeout, "InferenceRequest timeout", 0, _U64_MAX)
         self._parameters = _check_parameters(parameters)
         if preferred_memory is not None:
             _check_preferred_memory(preferred_memory)
@@ -328,9 +352,7 @@ class InferenceRequest:
     def set_flags(self, flags):
         """Sets the request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START/END), as Triton's
         `set_flags`: a BLS request carries them to the model it calls."""
-        if not isinstance(flags, int) or not 0 <= flags <= 0xFFFFFFFF:
-            raise TypeError(f"set_flags expects an unsigned 32-bit int, found {flags!r}.")
-        self._flags = int(flags)
+        self._flags = as_int(flags, "set_flags flags", 0, _U32_MAX)
 
     def parameters(self):
         """The request parameters as a compact JSON object string ("{}" when none)."""
@@ -366,9 +388,7 @@ class InferenceRequest:
         """Triton's request release flags: TRITONSERVER_REQUEST_RELEASE_ALL (the default) or
         TRITONSERVER_REQUEST_RELEASE_RESCHEDULE. tritium has no iterative sequence batching, so a
         rescheduled request ends with Triton core's error for a model not configured for it."""
-        if not isinstance(flags, int) or isinstance(flags, bool):
-            raise TypeError(f"set_release_flags expects an int, found type '{type(flags)}'.")
-        self._release_flags = flags
+        self._release_flags = as_int(flags, "set_release_flags flags", 0, _U32_MAX)
 
     def __repr__(self):
         return f"InferenceRequest(request_id={self._request_id!r}, inputs={self._inputs!r})"
@@ -380,7 +400,7 @@ class InferenceResponse:
     __slots__ = ("_outputs", "_error", "_parameters")
 
     def __init__(self, output_tensors=None, error=None, parameters=None):
-        outputs = list(output_tensors) if output_tensors is not None else []
+        outputs = as_list(output_tensors, "InferenceResponse output_tensors")
         for t in outputs:
             if not isinstance(t, Tensor):
                 raise TritonModelException(
@@ -425,8 +445,10 @@ class Logger:
     @staticmethod
     def _emit(level, message, depth):
         frame = sys._getframe(depth)
-        level = Logger._LEVELS.get(int(level), LogLevel.INFO)
-        _runtime.log(level, frame.f_code.co_filename, frame.f_lineno, str(message))
+        level = Logger._LEVELS.get(as_int(level, "Logger level"), LogLevel.INFO)
+        # A str, or UTF-8 bytes as pybind11 takes them; anything else is logged as its str().
+        text = as_str_opt(message)
+        _runtime.log(level, frame.f_code.co_filename, frame.f_lineno, str(message) if text is None else text)
 
     @staticmethod
     def log(message, level=0):

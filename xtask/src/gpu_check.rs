@@ -110,7 +110,9 @@ fn bundle() -> Result<()> {
 
 /// `name==version` as installed in `.venv`.
 fn pinned(name: &str) -> Result<String> {
-    let out = Command::new(venv_python()).args(["-m", "pip", "show", name]).output()?;
+    let mut show = Command::new(venv_python());
+    crate::check_program(show.args(["-m", "pip", "show", name]))?;
+    let out = show.output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let version = text
         .lines()

@@ -20,6 +20,11 @@
 //!   outputs, tritium against Triton 2.51.
 //! - `cargo xtask compare`: tritium and Triton 2.51 side by side on one repository, every answer
 //!   that differs printed (`compare.rs`, `xtask/compare_triton.py`).
+//! - `cargo xtask compat --triton-server DIR --python-backend DIR [MODEL...]`: Triton's own
+//!   Python-backend test models (from local checkouts of triton-inference-server/server and
+//!   /python_backend, copied at run time, never committed) run against tritium, each checked as
+//!   its upstream test checks it; PASS or FAIL per model and a summary (`compat.rs`,
+//!   `xtask/compat.py`).
 //! - `cargo xtask gpu-check [--bundle]`: the GPU path end to end on a machine with a GPU, or a
 //!   bundle to run it on one without cargo (`gpu_check.rs`, `xtask/gpu_check.sh`).
 //! - `cargo xtask bench openai`: time to first token and tokens/s of the OpenAI frontend
@@ -40,6 +45,7 @@ mod bench_serve;
 mod bench_shm;
 mod bench_stream;
 mod compare;
+mod compat;
 mod gpu_check;
 mod procstat;
 
@@ -54,6 +60,7 @@ fn target_dir() -> PathBuf {
 
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: {cmd:?}");
+    check_program(cmd)?;
     let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed with {status}");
@@ -63,6 +70,41 @@ fn run(cmd: &mut Command) -> Result<()> {
 
 fn venv_python() -> PathBuf {
     root().join(".venv/bin/python")
+}
+
+/// Fails with what to run first when `cmd`'s program is a path that does not exist (a tool in
+/// `.venv` on a fresh clone, a binary not built yet), instead of the spawn's bare "No such file
+/// or directory".
+fn check_program(cmd: &Command) -> Result<()> {
+    let program = Path::new(cmd.get_program());
+    if program.components().count() < 2 || program.exists() {
+        return Ok(());
+    }
+    bail!("{}", missing_program(&root(), program))
+}
+
+/// The message for a program path that does not exist, saying which command makes it.
+fn missing_program(root: &Path, program: &Path) -> String {
+    let shown = program.strip_prefix(root).unwrap_or(program).display().to_string();
+    let what = if program.starts_with(root.join(".venv")) {
+        "run `cargo xtask setup` first: it creates .venv with the Python packages and tools the tests need"
+    } else if program.starts_with(target_dir()) {
+        "run `cargo xtask build` first"
+    } else {
+        "install it, or check the path"
+    };
+    format!("{shown} does not exist; {what}")
+}
+
+/// The interpreter for xtask's own scripts that need only the standard library (`dist_wheel.py`):
+/// `.venv`'s when it exists, else `$TRITIUM_BASE_PYTHON` or `python3`, so they work on a fresh
+/// clone.
+fn script_python(root: &Path) -> PathBuf {
+    let venv = root.join(".venv/bin/python");
+    if venv.exists() {
+        return venv;
+    }
+    std::env::var_os("TRITIUM_BASE_PYTHON").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("python3"))
 }
 
 /// Creates `.venv` if needed (from `$TRITIUM_BASE_PYTHON` or `python3`).
@@ -213,7 +255,7 @@ fn dist() -> Result<()> {
     run(Command::new("objcopy").arg("--strip-debug").arg(target.join("release/tritium")).arg(&stripped))?;
     let script = target.join("dist/dist_wheel.py");
     std::fs::write(&script, include_str!("dist_wheel.py"))?;
-    run(Command::new(venv_python())
+    run(Command::new(script_python(&root()))
         .arg(&script)
         .arg(root())
         .arg(&stripped)
@@ -320,11 +362,41 @@ fn main() -> Result<()> {
         ["bench", what, flags @ ..] => bench(what, &owned(flags)),
         ["bench"] => bench("ipc", &[]),
         ["compare"] => setup().and_then(|()| build()).and_then(|()| compare::compare()),
+        ["compat", rest @ ..] => compat::compat(&owned(rest)),
         ["gpu-check", rest @ ..] => gpu_check::gpu_check(&owned(rest)),
         ["serve", extra @ ..] => serve(&owned(extra)),
         _ => bail!(
             "usage: cargo xtask setup | build | dist | lint | serve [FLAGS] | test | bench ipc | bench serve [FLAGS] | bench stream \
-             | bench shm | bench openai | compare | gpu-check [--bundle]"
+             | bench shm | bench openai | compare | compat --triton-server DIR --python-backend DIR [MODEL...] \
+             | gpu-check [--bundle]"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_run_on_a_fresh_clone_without_a_venv() -> Result<()> {
+        let fresh = std::env::temp_dir().join(format!("tritium-fresh-clone-{}", std::process::id()));
+        std::fs::create_dir_all(&fresh)?;
+        let python = script_python(&fresh);
+        assert!(!python.starts_with(&fresh), "{}", python.display());
+        let out = Command::new(&python).args(["-c", "import zipfile, hashlib, base64"]).output()?;
+        assert!(out.status.success(), "{} cannot run the wheel script's imports", python.display());
+        std::fs::remove_dir_all(&fresh)?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_missing_venv_tool_says_to_run_setup() {
+        let root = Path::new("/clone");
+        let msg = missing_program(root, &root.join(".venv/bin/ruff"));
+        assert_eq!(
+            msg,
+            ".venv/bin/ruff does not exist; run `cargo xtask setup` first: it creates .venv with the Python \
+             packages and tools the tests need"
+        );
     }
 }

@@ -411,6 +411,48 @@ fn restart_report(model: &str, instance: &str, before: &[StubInfo], after: &[Stu
     out
 }
 
+/// `path` without `.` and `..` components, as the kernel resolves it: a `..` after a directory
+/// removes it, except after a symbolic link that exists on this machine, which is resolved
+/// first (`canonicalize`), since `link/..` is the parent of the link's target. A relative path
+/// keeps the `..`s it starts with. An empty path stays empty.
+pub(crate) fn normalize_path(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::{Component, PathBuf};
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if out.is_symlink() {
+                    if let Ok(real) = out.canonicalize() {
+                        out = real;
+                    }
+                }
+                match out.components().next_back() {
+                    Some(Component::Normal(_)) => {
+                        out.pop();
+                    }
+                    // `/..` is `/`.
+                    Some(Component::RootDir | Component::Prefix(_)) => {}
+                    _ => out.push(".."),
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    if out.as_os_str().is_empty() && !path.as_os_str().is_empty() {
+        out.push(".");
+    }
+    out
+}
+
+/// A path the server reports, normalised for display (`normalize_path`).
+fn shown_path(path: &str) -> String {
+    if path.is_empty() {
+        return String::new();
+    }
+    normalize_path(std::path::Path::new(path)).display().to_string()
+}
+
 /// `--json` of `tritium models`.
 fn models_json(models: &[ModelIndex]) -> Value {
     Value::Array(
@@ -422,8 +464,8 @@ fn models_json(models: &[ModelIndex]) -> Value {
                     "version": m.version,
                     "state": m.state,
                     "reason": m.reason,
-                    "python": m.tritium_python,
-                    "environment": m.tritium_environment,
+                    "python": shown_path(&m.tritium_python),
+                    "environment": shown_path(&m.tritium_environment),
                 })
             })
             .collect(),
@@ -444,8 +486,8 @@ fn models_table(models: &[ModelIndex]) -> String {
                 m.name.clone(),
                 dash(&m.version),
                 dash(&m.state),
-                dash(&m.tritium_python),
-                dash(&m.tritium_environment),
+                dash(&shown_path(&m.tritium_python)),
+                dash(&shown_path(&m.tritium_environment)),
                 first_line(&m.reason).to_string(),
             ]
         })
@@ -745,7 +787,7 @@ add_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; the s
                 name: "add_sub".into(),
                 version: "1".into(),
                 state: "READY".into(),
-                tritium_python: "/v/bin/python".into(),
+                tritium_python: "/v/python/../.venv/./bin/python".into(),
                 ..Default::default()
             },
             ModelIndex {
@@ -760,11 +802,36 @@ add_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; the s
         ];
         assert_eq!(
             models_table(&models),
-            "NAME     VERSION  STATE        PYTHON         ENV  REASON\n\
-             add_sub  1        READY        /v/bin/python  -\n\
-             broken   1        UNAVAILABLE  /e/bin/python  /e   bad\n\
-             later    -        -            -              -\n"
+            "NAME     VERSION  STATE        PYTHON               ENV  REASON\n\
+             add_sub  1        READY        /v/.venv/bin/python  -\n\
+             broken   1        UNAVAILABLE  /e/bin/python        /e   bad\n\
+             later    -        -            -                    -\n"
         );
+    }
+
+    #[test]
+    fn paths_are_normalized_lexically_and_through_symlinks() -> std::io::Result<()> {
+        use std::path::Path;
+        let cases = [
+            ("/clone/python/../.venv/bin/python", "/clone/.venv/bin/python"),
+            ("/a/./b/../../c", "/c"),
+            ("/..", "/"),
+            ("../x/../y", "../y"),
+            ("a/..", "."),
+            ("/usr/bin/python3", "/usr/bin/python3"),
+        ];
+        for (given, want) in cases {
+            assert_eq!(normalize_path(Path::new(given)), Path::new(want), "{given}");
+        }
+        // `link/..` is the parent of the link's target, not the directory holding the link.
+        let dir = std::env::temp_dir().join(format!("tritium-normalize-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("real/deep"))?;
+        std::os::unix::fs::symlink(dir.join("real/deep"), dir.join("link"))?;
+        let got = normalize_path(&dir.join("link/../x"));
+        let want = dir.canonicalize()?.join("real/x");
+        std::fs::remove_dir_all(&dir)?;
+        assert_eq!(got, want);
+        Ok(())
     }
 
     #[test]

@@ -406,7 +406,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     }
     let python_path = find_python_path(args.python_path.clone())?;
     let python = args.python.clone().unwrap_or_else(|| {
-        let venv = python_path.join("../.venv/bin/python");
+        let venv = crate::cli::normalize_path(&python_path.join("../.venv/bin/python"));
         // Installed from the wheel: the environment's own interpreter, next to the binary.
         let beside = std::env::current_exe().ok().and_then(|e| Some(e.parent()?.join("python")));
         if venv.is_file() {
