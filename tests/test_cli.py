@@ -11,8 +11,10 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
-from conftest import GOOD_MODELS, ROOT, Server, binary, free_port, require
+import tritonclient.http as httpclient
+from conftest import GOOD_MODELS, ROOT, Server, binary, free_port, require, write_model
 
 STUB_KEYS = {
     "model",
@@ -330,3 +332,63 @@ def test_models_prints_the_default_interpreter_as_a_normalised_path(tmp_path):
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
+
+
+RUNNER_CONFIG = """
+name: "runner"
+backend: "python"
+max_batch_size: 0
+input [ { name: "CMD" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+# A model that runs a command (a process it starts, as model code may) and answers with how it ended.
+RUNNER = """
+import json
+import subprocess
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            cmd = json.loads(pb_utils.get_input_tensor_by_name(r, "CMD").as_numpy()[0])
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            text = json.dumps({"rc": done.returncode, "stderr": done.stderr})
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([text.encode()], dtype=np.object_))]))
+        return out
+"""
+
+
+@pytest.mark.parametrize("token", [None, "s3cret"], ids=["no-token", "token"])
+def test_a_model_on_loopback_cannot_restart_other_models(tmp_path, token):
+    """Loopback trust is for the operator: a model's stub, or a process it starts, is on loopback
+    too, and may not restart other models' stubs without the admin token."""
+    repo = copy_models(tmp_path, ["add_sub"])
+    write_model(repo, "runner", RUNNER_CONFIG, RUNNER)
+    srv = Server(repo, str(tmp_path / "tritium.log"), ["--admin-token", token] if token else [])
+    try:
+        srv.wait_models(["add_sub", "runner"])
+        before = stubs(srv.grpc_url, "add_sub")
+        cmd = [binary(), "restart", "add_sub", "--url", srv.grpc_url]
+        c = httpclient.InferenceServerClient(srv.http_url)
+        x = httpclient.InferInput("CMD", [1], "BYTES")
+        x.set_data_from_numpy(np.array([json.dumps(cmd).encode()], dtype=np.object_))
+        ran = json.loads(c.infer("runner", [x]).as_numpy("OUT")[0])
+        assert ran["rc"] != 0, ran
+        assert (
+            "not allowed from a model's process" in ran["stderr"] or "needs the server's admin token" in ran["stderr"]
+        )
+        assert [s["pid"] for s in stubs(srv.grpc_url, "add_sub")] == [s["pid"] for s in before]
+        # With the token, the model's process is allowed as any peer with it is.
+        if token:
+            x.set_data_from_numpy(np.array([json.dumps(cmd + ["--admin-token", token]).encode()], dtype=np.object_))
+            ran = json.loads(c.infer("runner", [x]).as_numpy("OUT")[0])
+            assert ran["rc"] == 0, ran
+        # The operator on the host is still trusted.
+        ok(tritium("restart", "add_sub", url=srv.grpc_url))
+    finally:
+        srv.stop()

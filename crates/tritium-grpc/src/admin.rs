@@ -36,7 +36,17 @@ impl AdminService {
 
     fn authorize(&self, what: &str, peer: Option<SocketAddr>, metadata: &MetadataMap) -> Result<(), Status> {
         let bearer = metadata.get("authorization").map(|v| v.as_bytes());
-        check_peer(peer.map(|a| a.ip()), bearer, self.token.as_deref()).map_err(|refusal| {
+        let token = self.token.as_deref();
+        let mut outcome = check_peer(peer.map(|a| a.ip()), bearer, token);
+        // Loopback trust is for the operator on the server's host: a model's stub, or a process
+        // it started, is on loopback too, and gets what a remote peer gets.
+        if let (Ok(()), Some(addr)) = (outcome, peer) {
+            let with_token = token.is_some() && check_peer(None, bearer, token).is_ok();
+            if !with_token && self.server.is_model_process(addr) {
+                outcome = Err(if token.is_some() { Refusal::FromModel } else { Refusal::FromModelWithoutToken });
+            }
+        }
+        outcome.map_err(|refusal| {
             let peer = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
             warn!(%peer, "refused {what}: {refusal:?}");
             Status::permission_denied(refusal.message(what, &peer))
@@ -53,6 +63,10 @@ pub enum Refusal {
     TokenMissing,
     /// The peer sent a token that is not the server's.
     TokenWrong,
+    /// The peer is a model's process (a stub or its child) and the server has no admin token.
+    FromModelWithoutToken,
+    /// The peer is a model's process and sent no valid admin token.
+    FromModel,
 }
 
 impl Refusal {
@@ -67,6 +81,15 @@ impl Refusal {
             Refusal::TokenMissing => format!(
                 "{what} from {peer} needs the server's admin token: pass it with --admin-token \
                  (TRITIUM_ADMIN_TOKEN), sent as `authorization: Bearer <token>`"
+            ),
+            Refusal::FromModelWithoutToken => format!(
+                "{what} is not allowed from a model's process ({peer} belongs to one of the server's stubs or a process \
+                 it started): loopback trust is for the operator; start the server with --admin-token \
+                 (TRITIUM_ADMIN_TOKEN) to allow it with that token"
+            ),
+            Refusal::FromModel => format!(
+                "{what} from a model's process ({peer}) needs the server's admin token, sent as `authorization: \
+                 Bearer <token>`"
             ),
             Refusal::TokenWrong => format!(
                 "{what} from {peer} sent an admin token that is not the server's: pass the token the \

@@ -7,6 +7,7 @@
 //! - [`stub`]: [`Stub`], a running stub and its protocol calls.
 
 pub mod output;
+pub mod peer;
 pub mod process;
 pub mod stub;
 

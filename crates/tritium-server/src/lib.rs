@@ -4,6 +4,7 @@
 
 mod bls;
 mod cache;
+mod callers;
 mod classify;
 pub mod config_limits;
 pub mod confine;
