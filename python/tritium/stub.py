@@ -448,8 +448,8 @@ class Stub:
             _runtime.cancelled.difference_update([r._id for r in requests])
             error = _error(exc, self._failure_prefix())
             if not _runtime.decoupled and any(r._state.sent for r in requests):
-                # A response already went out through a sender: the request fails all the same
-                # (as Triton), and the log says why.
+                # A response already went out through a sender and stands, as in Triton (its
+                # response_sender tests): the error reaches no client, so the log says it.
                 _log(LogLevel.ERROR, error[0])
             # The requests (and their input blocks) go before the batch ends, as a good batch's
             # do: the exception's frames (model code's locals, `requests` among them) and what

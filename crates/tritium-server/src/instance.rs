@@ -1564,8 +1564,9 @@ fn execute_failure(model: &str, instance: &str, e: &HostError) -> String {
 }
 
 /// Step 3: turns the stub's responses into answers; a request without a response gets the
-/// batch's error, or says that the model sent none, and so does every request of a batch whose
-/// `execute` raised after sending some of its responses. Every output descriptor is checked against
+/// batch's error, or says that the model sent none. A response the model sent before `execute`
+/// raised stands, as in Triton (its L0_backend_python response_sender tests): the request had
+/// completed, and the error is only logged by the stub. Every output descriptor is checked against
 /// its tensor's shape and type first: a mismatch is the stub breaking the protocol (its own code
 /// writes both from one array), so the whole batch fails and the error is returned for the
 /// supervisor to restart the stub. Responses over `--max-output-bytes` fail alone.
@@ -1600,13 +1601,10 @@ fn collect_responses(
             stub.release_outputs(resp);
             continue;
         };
-        let (result, served) = match (&batch_error, &resp.error) {
-            // As Triton: execute raised after the model sent this response (through the
-            // request's sender), so the request fails with the exception, not a quiet success.
-            (Some(e), _) => (Err(InferError::internal(e.clone())), false),
-            (None, Some(e)) => (Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())), false),
-            (None, None) if bytes > limit => (Err(RequestError::OutputTooLarge { bytes, limit }.into()), false),
-            (None, None) => match read_outputs(stub, resp, &p.outputs) {
+        let (result, served) = match &resp.error {
+            Some(e) => (Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())), false),
+            None if bytes > limit => (Err(RequestError::OutputTooLarge { bytes, limit }.into()), false),
+            None => match read_outputs(stub, resp, &p.outputs) {
                 Err(e) => (Err(e.into()), false),
                 Ok(outputs) => {
                     let response =
