@@ -1488,6 +1488,7 @@ def main():
     parser.add_argument("--tritium", required=True)
     parser.add_argument("--python", required=True)
     parser.add_argument("--keep", action="store_true", help="keep the temporary repositories and logs")
+    parser.add_argument("--full", action="store_true", help="print each reason whole, not its first 400 characters")
     parser.add_argument("cases", nargs="*", help="run only the cases whose name contains one of these")
     args = parser.parse_args()
     global SERVER, BACKEND
@@ -1516,7 +1517,7 @@ def main():
     for c, verdict, reason in results:
         line = f"{verdict:4}  {c.name:{width}}"
         if reason:
-            line += "  " + " ".join(reason.split())[:400]
+            line += "  " + (reason if args.full else " ".join(reason.split())[:400])
         print(line)
     counts = {v: sum(1 for _, verdict, _ in results if verdict == v) for v in ("PASS", "FAIL", "SKIP")}
     print(
