@@ -707,7 +707,7 @@ def _(ctx):
     subtests(checks)
 
 
-@case("response_sender non-decoupled (one response on/pre/post return)", {}, group="response_sender")
+@case("response_sender non-decoupled (one response on/pre/post return)", RS_MODELS, group="response_sender")
 def _(ctx):
     checks = []
     for kind in ("one_on", "one_pre", "one_post"):
@@ -716,7 +716,7 @@ def _(ctx):
     subtests(checks)
 
 
-@case("response_sender batching (multiple requests, decoupled and not)", {}, group="response_sender")
+@case("response_sender batching (multiple requests, decoupled and not)", RS_MODELS, group="response_sender")
 def _(ctx):
     decoupled = [rs_inputs(k) for k in ("zero_pre", "zero_post", "one_pre", "one_post", "two_pre", "two_post")]
     decoupled.append(rs_inputs("pre_and_post"))
@@ -729,7 +729,9 @@ def _(ctx):
     subtests(checks)
 
 
-@case("response_sender misuse (decoupled returns a response, final first, two sends)", {}, group="response_sender")
+@case(
+    "response_sender misuse (decoupled returns a response, final first, two sends)", RS_MODELS, group="response_sender"
+)
 def _(ctx):
     must_return_none = "using the decoupled mode and the execute function must return None"
     final_first = "Non-decoupled model cannot send complete final before sending a response"
@@ -810,7 +812,7 @@ def _(ctx):
     assert np.array_equal(got[1][0].as_numpy("OUT"), datas[1])
 
 
-@case("decoupled_bls_stream (BLS to square_int32, streamed back)", {}, group="decoupled")
+@case("decoupled_bls_stream (BLS to square_int32, streamed back)", DECOUPLED, group="decoupled")
 def _(ctx):
     values = [4, 2, 0, 1]
     reqs = [(grpc_inputs(("IN", np.array([v], np.int32))), {"request_id": str(i)}) for i, v in enumerate(values)]
@@ -831,7 +833,7 @@ def _two_fp32_inputs():
     )
 
 
-@case("decoupled_return_response_error (execute returns responses)", {}, group="decoupled")
+@case("decoupled_return_response_error (execute returns responses)", DECOUPLED, group="decoupled")
 def _(ctx):
     got = stream(ctx, "decoupled_return_response_error", [_two_fp32_inputs()])
     assert got, "no response"
@@ -841,13 +843,13 @@ def _(ctx):
         assert want in error.message(), f"error {error.message()!r} lacks {want!r}"
 
 
-@case("decoupled_send_after_close_error (nothing reaches the client)", {}, group="decoupled")
+@case("decoupled_send_after_close_error (nothing reaches the client)", DECOUPLED, group="decoupled")
 def _(ctx):
     got = stream(ctx, "decoupled_send_after_close_error", [_two_fp32_inputs()], wait=4)
     assert len(got) == 0, f"{len(got)} responses, expected none: {got}"
 
 
-@case("execute_cancel decoupled (decoupled_test test_decoupled_execute_cancel)", {}, group="decoupled")
+@case("execute_cancel decoupled (decoupled_test test_decoupled_execute_cancel)", DECOUPLED, group="decoupled")
 def _(ctx):
     got = stream(
         ctx, "execute_cancel", [grpc_inputs(("EXECUTE_DELAY", np.array([[10.0]], np.float32)))], cancel_after=4
@@ -879,7 +881,7 @@ def _bls_cancel(ctx, model, max_sum, ignore, cancelled, compare):
     assert compare(s, np.array([max_sum], np.int32)), f"SUM {s} (MAX_SUM {max_sum})"
 
 
-@case("decoupled_bls_cancel, decoupled_bls_async_cancel (cancel a BLS stream)", {}, group="decoupled")
+@case("decoupled_bls_cancel, decoupled_bls_async_cancel (cancel a BLS stream)", DECOUPLED, group="decoupled")
 def _(ctx):
     checks = []
     for model in ("decoupled_bls_cancel", "decoupled_bls_async_cancel"):
@@ -888,7 +890,7 @@ def _(ctx):
     subtests(checks)
 
 
-@case("decoupled_bls_cancel_after_complete", {}, group="decoupled")
+@case("decoupled_bls_cancel_after_complete", DECOUPLED, group="decoupled")
 def _(ctx):
     m = "decoupled_bls_cancel_after_complete"
     subtests(
@@ -899,7 +901,7 @@ def _(ctx):
     )
 
 
-@case("decoupled_raise_exception (10 requests, each an error)", {}, group="decoupled")
+@case("decoupled_raise_exception (10 requests, each an error)", DECOUPLED, group="decoupled")
 def _(ctx):
     got = stream(
         ctx,
@@ -1101,13 +1103,15 @@ CASES.append(Case("python_based_backends add_sub_pytorch", {}, None, skip="needs
 
 # --- L0_backend_python/model_control (model_control_test.py)
 
+MODEL_CONTROL = {
+    "identity_fp32": qa_model("identity_fp32"),
+    "simple_identity_fp32": lambda: {"config.pbtxt": qa("simple_identity_fp32/config.pbtxt"), "1/.keep": b""},
+}
+
 
 @case(
     "model_control (explicit load/unload of a model and an ensemble, 5 times)",
-    {
-        "identity_fp32": qa_model("identity_fp32"),
-        "simple_identity_fp32": lambda: {"config.pbtxt": qa("simple_identity_fp32/config.pbtxt"), "1/.keep": b""},
-    },
+    MODEL_CONTROL,
     group="model_control",
 )
 def _(ctx):
@@ -1169,7 +1173,7 @@ def _load_with_files(ctx, name):
         conn.close()
 
 
-@case("model_control model ids (ModelIDValidationTest)", {}, group="model_control")
+@case("model_control model ids (ModelIDValidationTest)", MODEL_CONTROL, group="model_control")
 def _(ctx):
     client = http(ctx)
     checks = []

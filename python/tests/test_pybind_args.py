@@ -180,6 +180,11 @@ def test_none_arguments_are_refused_as_triton_s_argument_validation_test_expects
     with pytest.raises(pb_utils.TritonModelException):
         pb_utils.InferenceRequest(inputs=[None], model_name="m", requested_output_names=["o"])
     with pytest.raises(TypeError):
+        pb_utils.InferenceRequest(inputs=None, model_name="m", requested_output_names=["o"])
+    with pytest.raises(TypeError):
+        pb_utils.InferenceRequest(inputs=[], model_name="m", requested_output_names=None)
+    assert pb_utils.InferenceRequest(model_name="m").inputs() == []
+    with pytest.raises(TypeError):
         pb_utils.InferenceResponse(output_tensors=None)
     assert pb_utils.InferenceResponse().output_tensors() == []
     with pytest.raises(pb_utils.TritonModelException):

@@ -269,8 +269,8 @@ class InferenceRequest:
     def __init__(
         self,
         model_name="",
-        inputs=None,
-        requested_output_names=None,
+        inputs=(),
+        requested_output_names=(),
         request_id="",
         correlation_id=0,
         flags=0,
@@ -291,6 +291,11 @@ class InferenceRequest:
         self._sender = None
         self._model_name = as_str(model_name, "InferenceRequest model_name")
         self._model_version = as_int(model_version, "InferenceRequest model_version", -(1 << 63), (1 << 63) - 1)
+        # Triton's pybind11 signature has `.none(false)` on both lists: an explicit None is a
+        # TypeError (leaving them out, which Triton does not allow, still means none).
+        for value, what in ((inputs, "inputs"), (requested_output_names, "requested_output_names")):
+            if value is None:
+                raise TypeError(f"InferenceRequest {what} must be a list (or another sequence), found type 'NoneType'")
         self._inputs = as_list(inputs, "InferenceRequest inputs")
         for i, t in enumerate(self._inputs):
             if t is None:
