@@ -518,6 +518,719 @@ def _(ctx):
     assert got == want, got
 
 
+# --- helpers for the L0 tests below
+
+
+def l0(rel):
+    return SERVER.read("qa/L0_backend_python/" + rel)
+
+
+def l0_model(test, name, edit=None):
+    """A model kept under `qa/L0_backend_python/<test>/models/<name>`, copied as its test.sh does."""
+
+    def build():
+        text = l0(f"{test}/models/{name}/config.pbtxt").decode()
+        if edit is not None:
+            text = edit(text)
+        return {"1/model.py": l0(f"{test}/models/{name}/1/model.py"), "config.pbtxt": text.encode()}
+
+    return build
+
+
+def append(line):
+    return lambda text: text + "\n" + line + "\n"
+
+
+def stream(ctx, model, requests, wait=None, cancel_after=None):
+    """Sends each request's inputs (a list of InferInput) on one gRPC stream and returns the
+    (result, error) pairs the stream delivered. The stream is closed after `cancel_after`
+    seconds with `cancel_requests=True`, else when the server has ended every request."""
+    import tritonclient.grpc as grpcclient
+
+    got = []
+    with grpcclient.InferenceServerClient(ctx["grpc"]) as client:
+        client.start_stream(callback=lambda result, error: got.append((result, error)))
+        for inputs in requests:
+            if isinstance(inputs, tuple):
+                inputs, kwargs = inputs
+            else:
+                kwargs = {}
+            client.async_stream_infer(model, inputs, **kwargs)
+        if cancel_after is not None:
+            time.sleep(cancel_after)
+            client.stop_stream(cancel_requests=True)
+            time.sleep(2)
+        else:
+            if wait:
+                time.sleep(wait)
+            client.stop_stream()
+    return got
+
+
+def grpc_inputs(*tensors):
+    """InferInputs for (name, array) pairs; the Triton dtype comes from the array."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import np_to_triton_dtype
+
+    out = []
+    for name, array in tensors:
+        t = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        t.set_data_from_numpy(array)
+        out.append(t)
+    return out
+
+
+def subtests(checks):
+    """Runs each (label, fn); raises one AssertionError naming every label that failed."""
+    failed = []
+    for label, fn in checks:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - collected into the case's reason
+            failed.append(f"{label}: {type(e).__name__ if not isinstance(e, AssertionError) else ''}{e}")
+    assert not failed, f"{len(failed)} of {len(checks)} failed: " + " | ".join(failed)
+
+
+def python_unittest(model, protocol="grpc"):
+    """L0's test_infer_shm_leak.py: the model runs unittest in `execute`, OUTPUT0 == [1]."""
+
+    def check(ctx):
+        import tritonclient.grpc as grpcclient
+
+        with grpcclient.InferenceServerClient(ctx["grpc"]) as client:
+            r = client.infer(model, [], client_timeout=240)
+        out = r.as_numpy("OUTPUT0")
+        if not (out == [1]).all():
+            tail = [line for line in ctx["log"]().splitlines() if "Error" in line or "FAIL" in line or "assert" in line]
+            raise AssertionError(f"the model's unittest failed (OUTPUT0 {out}): " + " / ".join(tail[-6:]))
+
+    return check
+
+
+# --- L0_backend_python/response_sender (response_sender_test.py)
+
+
+def rs_model(model_file, decoupled=False, batching=False):
+    def build():
+        text = qa("response_sender/config.pbtxt").decode()
+        if decoupled:
+            text += "\nmodel_transaction_policy { decoupled: True }\n"
+        if batching:
+            text += "\ndynamic_batching { max_queue_delay_microseconds: 500000 }\n"
+        return {
+            "1/model_common.py": qa("response_sender/model_common.py"),
+            "1/model.py": qa(f"response_sender/{model_file}"),
+            "config.pbtxt": text.encode(),
+        }
+
+    return build
+
+
+RS_MODELS = {
+    "response_sender": rs_model("model.py"),
+    "response_sender_decoupled": rs_model("model.py", decoupled=True),
+    "response_sender_async": rs_model("model_async.py"),
+    "response_sender_decoupled_async": rs_model("model_async.py", decoupled=True),
+    "response_sender_batching": rs_model("model.py", batching=True),
+    "response_sender_decoupled_batching": rs_model("model.py", decoupled=True, batching=True),
+    "response_sender_async_batching": rs_model("model_async.py", batching=True),
+    "response_sender_decoupled_async_batching": rs_model("model_async.py", decoupled=True, batching=True),
+}
+
+# (responses before return, final flag before return, return a response, responses after
+# return, final flag after return), as response_sender_test.py's _inputs_parameters_*.
+RS = {
+    "zero_pre": (0, True, False, 0, False),
+    "zero_post": (0, False, False, 0, True),
+    "one_pre": (1, True, False, 0, False),
+    "one_post": (0, False, False, 1, True),
+    "two_pre": (2, True, False, 0, False),
+    "two_post": (0, False, False, 2, True),
+    "pre_and_post": (1, False, False, 3, True),
+    "one_on": (0, False, True, 0, False),
+    "one_pre_and_on": (1, True, True, 0, False),
+    "one_on_and_post": (0, False, True, 1, True),
+}
+
+
+def rs_inputs(kind):
+    pre, pre_final, ret, post, post_final = RS[kind]
+    return grpc_inputs(
+        ("NUMBER_OF_RESPONSE_BEFORE_RETURN", np.array([[pre]], np.uint8)),
+        ("SEND_COMPLETE_FINAL_FLAG_BEFORE_RETURN", np.array([[pre_final]], bool)),
+        ("RETURN_A_RESPONSE", np.array([[ret]], bool)),
+        ("NUMBER_OF_RESPONSE_AFTER_RETURN", np.array([[post]], np.uint8)),
+        ("SEND_COMPLETE_FINAL_FLAG_AFTER_RETURN", np.array([[post_final]], bool)),
+    )
+
+
+def rs_valid(responses, pre, ret, post):
+    """_assert_responses_valid: every response a success, counted by its INDEX range."""
+    seen_pre = seen_post = 0
+    returned = False
+    for result, error in responses:
+        assert error is None, f"unexpected error: {error}"
+        index = result.as_numpy("INDEX")
+        rid = index.sum() / index.shape[0]
+        if rid < 1000:
+            assert not returned, "more than one returned response"
+            returned = True
+        elif rid < 2000:
+            seen_pre += 1
+        elif rid < 3000:
+            seen_post += 1
+        else:
+            raise AssertionError(f"unexpected response id {rid}")
+    got, want = (seen_pre, returned, seen_post), (pre, bool(ret), post)
+    assert got == want, f"(before, returned, after) = {got}, expected {want}"
+
+
+def rs_exception(responses, text):
+    """_assert_responses_exception: exactly one response, an error containing `text`."""
+    for result, error in responses:
+        assert result is None and error is not None, f"expected an error, got a result ({error})"
+        assert text in error.message(), f"error {error.message()!r} lacks {text!r}"
+    assert len(responses) == 1, f"{len(responses)} responses, expected 1"
+
+
+def rs_check(ctx, model, kind, expected=None):
+    pre, _, ret, post, _ = RS[kind]
+    rs_valid(stream(ctx, model, [rs_inputs(kind)]), *(expected or (pre, ret, post)))
+
+
+@case("response_sender decoupled (7 patterns, sync and async)", RS_MODELS, group="response_sender")
+def _(ctx):
+    checks = []
+    for kind in ("zero_pre", "zero_post", "one_pre", "one_post", "two_pre", "two_post", "pre_and_post"):
+        for model in ("response_sender_decoupled", "response_sender_decoupled_async"):
+            checks.append((f"{model} {kind}", lambda m=model, k=kind: rs_check(ctx, m, k)))
+    subtests(checks)
+
+
+@case("response_sender non-decoupled (one response on/pre/post return)", RS_MODELS, group="response_sender")
+def _(ctx):
+    checks = []
+    for kind in ("one_on", "one_pre", "one_post"):
+        for model in ("response_sender", "response_sender_async"):
+            checks.append((f"{model} {kind}", lambda m=model, k=kind: rs_check(ctx, m, k)))
+    subtests(checks)
+
+
+@case("response_sender batching (multiple requests, decoupled and not)", RS_MODELS, group="response_sender")
+def _(ctx):
+    decoupled = [rs_inputs(k) for k in ("zero_pre", "zero_post", "one_pre", "one_post", "two_pre", "two_post")]
+    decoupled.append(rs_inputs("pre_and_post"))
+    plain = [rs_inputs(k) for k in ("one_on", "one_pre", "one_post")]
+    checks = []
+    for model in ("response_sender_decoupled_batching", "response_sender_decoupled_async_batching"):
+        checks.append((model, lambda m=model: rs_valid(stream(ctx, m, decoupled), 4, False, 6)))
+    for model in ("response_sender_batching", "response_sender_async_batching"):
+        checks.append((model, lambda m=model: rs_valid(stream(ctx, m, plain), 1, True, 1)))
+    subtests(checks)
+
+
+@case(
+    "response_sender misuse (decoupled returns a response, final first, two sends)", RS_MODELS, group="response_sender"
+)
+def _(ctx):
+    must_return_none = "using the decoupled mode and the execute function must return None"
+    final_first = "Non-decoupled model cannot send complete final before sending a response"
+    dec = "response_sender_decoupled"
+    checks = [
+        (f"{dec} one_on", lambda: rs_exception(stream(ctx, dec, [rs_inputs("one_on")]), must_return_none)),
+        (f"{dec} one_pre_and_on", lambda: rs_check(ctx, dec, "one_pre_and_on", (1, False, 0))),
+        (
+            f"{dec} one_on_and_post",
+            lambda: rs_exception(stream(ctx, dec, [rs_inputs("one_on_and_post")]), must_return_none),
+        ),
+    ]
+    for model in ("response_sender", "response_sender_async"):
+        checks += [
+            (f"{model} zero_pre", lambda m=model: rs_exception(stream(ctx, m, [rs_inputs("zero_pre")]), final_first)),
+            (f"{model} two_pre", lambda m=model: rs_check(ctx, m, "two_pre", (1, False, 0))),
+            (f"{model} one_pre_and_on", lambda m=model: rs_check(ctx, m, "one_pre_and_on", (1, False, 0))),
+            (f"{model} one_on_and_post", lambda m=model: rs_check(ctx, m, "one_on_and_post", (0, True, 0))),
+        ]
+    subtests(checks)
+
+
+@case(
+    "response_sender_complete_final (send after the final flag raises)",
+    {"response_sender_complete_final": qa_model("response_sender_complete_final")},
+    group="response_sender_complete_final",
+)
+def _(ctx):
+    assert "Test Passed" not in ctx["log"]()
+    data = np.array([[123.45]], np.float32)
+    got = stream(ctx, "response_sender_complete_final", [grpc_inputs(("INPUT0", data))])
+    assert len(got) == 1, f"{len(got)} responses, expected 1"
+    assert got[0][1] is None, got[0][1]
+    assert np.allclose(got[0][0].as_numpy("OUTPUT0"), data)
+    time.sleep(1)
+    log = ctx["log"]()
+    for bad in ("Unexpected request length", "Expected exception not raised", "Test FAILED"):
+        assert bad not in log, f"{bad!r} is in the server log"
+    assert "Test Passed" in log, "'Test Passed' is not in the server log (the second send did not raise Triton's text)"
+
+
+# --- L0_backend_python/decoupled (decoupled_test.py)
+
+
+def _square_int32():
+    return {
+        "1/model.py": ex("decoupled/square_model.py"),
+        "config.pbtxt": ex("decoupled/square_config.pbtxt"),
+    }
+
+
+DECOUPLED = {
+    "identity_fp32": qa_model("identity_fp32"),
+    "execute_cancel": qa_model("execute_cancel", edit=append("model_transaction_policy { decoupled: True }")),
+    "response_sender_until_cancelled": qa_model("response_sender_until_cancelled"),
+    "square_int32": _square_int32,
+}
+for _m in (
+    "decoupled_execute_error",
+    "decoupled_bls_stream",
+    "decoupled_return_response_error",
+    "decoupled_send_after_close_error",
+    "decoupled_bls_cancel",
+    "decoupled_bls_async_cancel",
+    "decoupled_bls_cancel_after_complete",
+    "decoupled_raise_exception",
+):
+    DECOUPLED[_m] = l0_model("decoupled", _m)
+
+
+@case("decoupled_execute_error (an error for one request of a batch)", DECOUPLED, group="decoupled")
+def _(ctx):
+    datas = [np.random.randn(2, 2).astype(np.float32) for _ in range(2)]
+    got = stream(ctx, "decoupled_execute_error", [grpc_inputs(("IN", d)) for d in datas])
+    assert len(got) == 2, f"{len(got)} responses, expected 2"
+    assert got[0][1] is not None, f"the first response should be an error, got {got[0]}"
+    assert got[1][1] is None, got[1][1]
+    assert np.array_equal(got[1][0].as_numpy("OUT"), datas[1])
+
+
+@case("decoupled_bls_stream (BLS to square_int32, streamed back)", DECOUPLED, group="decoupled")
+def _(ctx):
+    values = [4, 2, 0, 1]
+    reqs = [(grpc_inputs(("IN", np.array([v], np.int32))), {"request_id": str(i)}) for i, v in enumerate(values)]
+    got = stream(ctx, "decoupled_bls_stream", reqs)
+    by_id = {}
+    for result, error in got:
+        assert error is None, error
+        by_id.setdefault(result.get_response().id, []).append(result.as_numpy("OUT"))
+    for i, v in enumerate(values):
+        outs = by_id.get(str(i), [])
+        assert len(outs) == v, f"request {i}: {len(outs)} responses, expected {v}"
+        assert all(np.array_equal(o, np.array([v], np.int32)) for o in outs), (i, outs)
+
+
+def _two_fp32_inputs():
+    return grpc_inputs(
+        ("INPUT0", np.random.random([16]).astype(np.float32)), ("INPUT1", np.random.random([16]).astype(np.float32))
+    )
+
+
+@case("decoupled_return_response_error (execute returns responses)", DECOUPLED, group="decoupled")
+def _(ctx):
+    got = stream(ctx, "decoupled_return_response_error", [_two_fp32_inputs()])
+    assert got, "no response"
+    error = got[0][1]
+    if error is not None:
+        want = "Python model 'decoupled_return_response_error_0_0' is using the decoupled mode and the execute function must return None."
+        assert want in error.message(), f"error {error.message()!r} lacks {want!r}"
+
+
+@case("decoupled_send_after_close_error (nothing reaches the client)", DECOUPLED, group="decoupled")
+def _(ctx):
+    got = stream(ctx, "decoupled_send_after_close_error", [_two_fp32_inputs()], wait=4)
+    assert len(got) == 0, f"{len(got)} responses, expected none: {got}"
+
+
+@case("execute_cancel decoupled (decoupled_test test_decoupled_execute_cancel)", DECOUPLED, group="decoupled")
+def _(ctx):
+    got = stream(
+        ctx, "execute_cancel", [grpc_inputs(("EXECUTE_DELAY", np.array([[10.0]], np.float32)))], cancel_after=4
+    )
+    assert got, "no response after the cancellation"
+    for result, error in got:
+        assert error is not None, f"expected CANCELLED, got a result {result}"
+        assert error.status() == "StatusCode.CANCELLED", f"status {error.status()}: {error.message()}"
+    log = ctx["log"]()
+    assert "[execute_cancel] Request not cancelled at 1.0 s" in log, "'Request not cancelled at 1.0 s' not logged"
+    assert "[execute_cancel] Request cancelled at " in log, "'Request cancelled at' not logged"
+
+
+def _bls_cancel_inputs(max_sum, ignore):
+    return grpc_inputs(
+        ("INPUT", np.array([1], np.int32)),
+        ("MAX_SUM", np.array([max_sum], np.int32)),
+        ("IGNORE_CANCEL", np.array([ignore], np.bool_)),
+    )
+
+
+def _bls_cancel(ctx, model, max_sum, ignore, cancelled, compare):
+    got = stream(ctx, model, [_bls_cancel_inputs(max_sum, ignore)])
+    assert got, "no response"
+    result, error = got[0]
+    assert error is None, error
+    assert bool(result.as_numpy("IS_CANCELLED")[0]) == cancelled, f"IS_CANCELLED {result.as_numpy('IS_CANCELLED')}"
+    s = result.as_numpy("SUM")
+    assert compare(s, np.array([max_sum], np.int32)), f"SUM {s} (MAX_SUM {max_sum})"
+
+
+@case("decoupled_bls_cancel, decoupled_bls_async_cancel (cancel a BLS stream)", DECOUPLED, group="decoupled")
+def _(ctx):
+    checks = []
+    for model in ("decoupled_bls_cancel", "decoupled_bls_async_cancel"):
+        checks.append((f"{model} cancel", lambda m=model: _bls_cancel(ctx, m, 10, False, True, np.array_equal)))
+        checks.append((f"{model} ignore", lambda m=model: _bls_cancel(ctx, m, 10, True, False, np.greater)))
+    subtests(checks)
+
+
+@case("decoupled_bls_cancel_after_complete", DECOUPLED, group="decoupled")
+def _(ctx):
+    m = "decoupled_bls_cancel_after_complete"
+    subtests(
+        [
+            ("after cancellation", lambda: _bls_cancel(ctx, m, 10, False, True, np.array_equal)),
+            ("after completion", lambda: _bls_cancel(ctx, m, 25, False, False, np.less)),
+        ]
+    )
+
+
+@case("decoupled_raise_exception (10 requests, each an error)", DECOUPLED, group="decoupled")
+def _(ctx):
+    got = stream(
+        ctx,
+        "decoupled_raise_exception",
+        [grpc_inputs(("IN", np.random.randn(2, 2).astype(np.float32))) for _ in range(10)],
+    )
+    assert len(got) == 10, f"{len(got)} responses, expected 10"
+    for result, error in got:
+        assert error is not None and "Intentional Error" in error.message(), (
+            f"expected 'Intentional Error', got {error or result}"
+        )
+    assert grpc(ctx).is_model_ready("decoupled_raise_exception")
+
+
+CASES.append(Case("decoupled_bls", {}, None, skip="needs torch (DLPack to torch tensors)"))
+
+
+# --- L0_backend_python/lifecycle: execute_cancel, auto_complete_error
+
+
+@case("execute_cancel (lifecycle test_execute_cancel)", {"execute_cancel": qa_model("execute_cancel")})
+def _(ctx):
+    import tritonclient.grpc as grpcclient
+
+    response = {}
+    with grpcclient.InferenceServerClient(ctx["grpc"]) as client:
+        future = client.async_infer(
+            "execute_cancel",
+            grpc_inputs(("EXECUTE_DELAY", np.array([[4.0]], np.float32))),
+            lambda result, error: response.update(result=result, error=error),
+        )
+        time.sleep(2)
+        assert not response, f"answered before the cancellation: {response}"
+        future.cancel()
+        time.sleep(2)
+        assert response, "no answer 2 s after the cancellation"
+    assert response["result"] is None, "a result instead of CANCELLED"
+    assert response["error"].status() == "StatusCode.CANCELLED", response["error"]
+    log = ctx["log"]()
+    assert "[execute_cancel] Request not cancelled at 1.0 s" in log, "'Request not cancelled at 1.0 s' not logged"
+    assert "[execute_cancel] Request cancelled at " in log, "'Request cancelled at' not logged"
+
+
+@case(
+    "auto_complete_error (lifecycle: an error in auto_complete_config)",
+    {"auto_complete_error": qa_model("auto_complete_error", config=None)},
+    group="auto_complete_error",
+    load_fails=("auto_complete_error",),
+)
+def _(ctx):
+    assert not ctx["ready"]("auto_complete_error")
+    text = "name 'undefined_variable' is not defined"
+    assert text in ctx["log"]() or text in ctx["reason"]("auto_complete_error"), (
+        f"{text!r} is neither logged nor the reason"
+    )
+
+
+# --- L0_backend_python/bls: error cases and memory
+
+
+@case(
+    "bls_init_error (BLS in initialize)",
+    {"bls_init_error": qa_model("bls_init_error")},
+    group="bls_init_error",
+    load_fails=("bls_init_error",),
+)
+def _(ctx):
+    assert not ctx["ready"]("bls_init_error"), "loaded, but BLS in initialize must fail it"
+    text = "BLS is only supported during the 'execute' function."
+    assert text in ctx["log"]() or text in ctx["reason"]("bls_init_error"), f"{text!r} is neither logged nor the reason"
+
+
+@case(
+    "bls_finalize_error (BLS in finalize)",
+    {"bls_finalize_error": qa_model("bls_finalize_error"), "square_int32": _square_int32},
+    group="bls_finalize_error",
+)
+def _(ctx):
+    ctx["stop"]()
+    text = "BLS is only supported during the 'execute' function."
+    assert text in ctx["log"](), f"{text!r} is not in the server log after shutdown"
+
+
+@case(
+    "bls_memory, bls_memory_async (1 GiB and 4 x 200 MiB tensors through BLS)",
+    {
+        "bls_memory": qa_model("bls_memory"),
+        "bls_memory_async": qa_model("bls_memory_async"),
+        "identity_fp32": qa_model("identity_fp32"),
+    },
+    group="bls_memory",
+    env={"BLS_KIND": "non_decoupled"},
+)
+def _(ctx):
+    subtests([(m, lambda m=m: python_unittest(m)(ctx)) for m in ("bls_memory", "bls_memory_async")])
+
+
+# --- L0_backend_python/argument_validation
+
+
+@case(
+    "argument_validation (pb_utils argument checks, in-model unittest)",
+    {"argument_validation": l0_model("argument_validation", "argument_validation")},
+)
+def _(ctx):
+    python_unittest("argument_validation")(ctx)
+
+
+# --- L0_backend_python/ensemble
+
+
+def _add_sub():
+    return {"1/model.py": qa("add_sub/model.py"), "config.pbtxt": qa("add_sub/config.pbtxt")}
+
+
+@case(
+    "ensemble (two add_sub steps)",
+    {
+        "ensemble": lambda: {"config.pbtxt": qa("ensemble/config.pbtxt"), "1/.keep": b""},
+        "add_sub_1": _add_sub,
+        "add_sub_2": _add_sub,
+    },
+    group="ensemble",
+)
+def _(ctx):
+    a, b = np.random.random([16]).astype(np.float32), np.random.random([16]).astype(np.float32)
+    r = infer(ctx, "ensemble", [("INPUT0", a, "FP32"), ("INPUT1", b, "FP32")])
+    assert np.allclose(r.as_numpy("OUTPUT0"), 2 * a, atol=1e-6), r.as_numpy("OUTPUT0")
+    assert np.allclose(r.as_numpy("OUTPUT1"), 2 * b, atol=1e-6), r.as_numpy("OUTPUT1")
+
+
+CASES.append(Case("ensemble_gpu", {}, None, skip="needs a GPU and the libtorch backend"))
+
+
+# --- L0_backend_python/python_based_backends
+
+
+def _pbb_model(op, versions):
+    def build():
+        out = {"config.pbtxt": b'backend: "add_sub"\n'}
+        for v in versions:
+            out[f"{v}/model.json"] = json.dumps({"operation": op}).encode()
+        return out
+
+    return build
+
+
+def _add_sub_v12():
+    files = _add_sub()
+    files["2/model.py"] = files["1/model.py"]
+    return files
+
+
+def _add_sub_check(ctx, model, version="1", shape=(4,), single=False):
+    import tritonclient.grpc as grpcclient
+
+    a, b = np.random.rand(*shape).astype(np.float32), np.random.rand(*shape).astype(np.float32)
+    outs = ["OUTPUT"] if single else ["OUTPUT0", "OUTPUT1"]
+    with grpcclient.InferenceServerClient(ctx["grpc"]) as client:
+        assert client.is_model_ready(model, model_version=version), f"{model} v{version} not ready"
+        r = client.infer(
+            model,
+            grpc_inputs(("INPUT0", a), ("INPUT1", b)),
+            model_version=version,
+            request_id="42",
+            outputs=[grpcclient.InferRequestedOutput(o) for o in outs],
+        )
+    if single:
+        want = a + b if model == "add" else a - b
+        assert np.allclose(r.as_numpy("OUTPUT"), want), (model, version)
+    else:
+        assert np.allclose(r.as_numpy("OUTPUT0"), a + b) and np.allclose(r.as_numpy("OUTPUT1"), a - b), model
+
+
+@case(
+    "python_based_backends (add, sub, add_sub with --backend-directory, explicit loads)",
+    {"add": _pbb_model("add", (1, 2)), "sub": _pbb_model("sub", (1,)), "add_sub": _add_sub_v12},
+    group="python_based_backends",
+)
+def _(ctx):
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(ctx["grpc"]) as client:
+        client.load_model("add", config='{"backend":"add_sub","version_policy":{"latest":{"num_versions":2}}}')
+        client.load_model("sub")
+        client.load_model("add_sub")
+    subtests(
+        [
+            ("add v2", lambda: _add_sub_check(ctx, "add", "2", single=True)),
+            ("add v1", lambda: _add_sub_check(ctx, "add", "1", single=True)),
+            ("sub", lambda: _add_sub_check(ctx, "sub", "1", single=True)),
+            ("add_sub v2", lambda: _add_sub_check(ctx, "add_sub", "2", shape=(16,))),
+        ]
+    )
+
+
+CASES.append(Case("python_based_backends add_sub_pytorch", {}, None, skip="needs torch (a TorchScript model)"))
+
+
+# --- L0_backend_python/model_control (model_control_test.py)
+
+MODEL_CONTROL = {
+    "identity_fp32": qa_model("identity_fp32"),
+    "simple_identity_fp32": lambda: {"config.pbtxt": qa("simple_identity_fp32/config.pbtxt"), "1/.keep": b""},
+}
+
+
+@case(
+    "model_control (explicit load/unload of a model and an ensemble, 5 times)",
+    MODEL_CONTROL,
+    group="model_control",
+)
+def _(ctx):
+    import tritonclient.http as httpclient
+
+    client = http(ctx)
+    data = np.expand_dims(np.arange(16, dtype=np.float32), 0)
+    for i in range(5):
+        for m in ("identity_fp32", "simple_identity_fp32"):
+            assert not client.is_model_ready(m), f"round {i}: {m} ready before its load"
+        client.load_model("identity_fp32")
+        client.load_model("simple_identity_fp32")
+        for m in ("identity_fp32", "simple_identity_fp32"):
+            assert client.is_model_ready(m), f"round {i}: {m} not ready after its load"
+            t = httpclient.InferInput("INPUT0", [1, 16], "FP32")
+            t.set_data_from_numpy(data)
+            r = client.infer(m, [t], outputs=[httpclient.InferRequestedOutput("OUTPUT0")])
+            assert np.all(r.as_numpy("OUTPUT0") == data), m
+        client.unload_model("simple_identity_fp32")
+        client.unload_model("identity_fp32")
+        for m in ("identity_fp32", "simple_identity_fp32"):
+            assert not client.is_model_ready(m), f"round {i}: {m} still ready after its unload"
+
+
+def _load_with_files(ctx, name):
+    """ModelIDValidationTest._send_load_model_request: a raw POST, the name unescaped."""
+    import base64
+    import http.client
+
+    code = (
+        "import triton_python_backend_utils as pb_utils\n\nclass TritonPythonModel:\n"
+        "    def execute(self, requests):\n        responses = []\n        for request in requests:\n"
+        "            t = pb_utils.get_input_tensor_by_name(request, 'INPUT0')\n"
+        "            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor('OUTPUT0', t.as_numpy())]))\n"
+        "        return responses\n"
+    )
+    config = {
+        "name": name,
+        "backend": "python",
+        "max_batch_size": 4,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+    }
+    body = json.dumps(
+        {"parameters": {"config": json.dumps(config), "file:/1/model.py": base64.b64encode(code.encode()).decode()}}
+    )
+    host, port = ctx["http"].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        conn.putrequest("POST", f"/v2/repository/models/{name}/load", skip_accept_encoding=True)
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body.encode())
+        r = conn.getresponse()
+        return r.status, r.read().decode(errors="replace")
+    except (OSError, http.client.HTTPException) as e:
+        return 0, f"Error: {e}"
+    finally:
+        conn.close()
+
+
+@case("model_control model ids (ModelIDValidationTest)", MODEL_CONTROL, group="model_control")
+def _(ctx):
+    client = http(ctx)
+    checks = []
+    for name in (
+        "model;test",
+        "model|test",
+        "model&test",
+        "model$test",
+        "model`test`",
+        "model<test>",
+        "model(test)",
+        "model{test}",
+        "model\\test",
+        'model"test"',
+        "model'test'",
+        "model*test",
+        "model~test",
+        "model!test",
+    ):
+
+        def bad(name=name):
+            status, text = _load_with_files(ctx, name)
+            assert status != 200, "200 OK"
+            want = "failed to load" if "{" in name else "Invalid stub name: contains invalid characters"
+            assert want in text, f"HTTP {status} {text[:160]!r} lacks {want!r}"
+
+        checks.append((repr(name), bad))
+    for name in ("TestModel123", "model-with-hyphens", "model_with_underscores"):
+
+        def good(name=name):
+            status, text = _load_with_files(ctx, name)
+            assert status == 200, f"HTTP {status}: {text[:200]}"
+            assert client.is_model_ready(name), "not ready"
+            client.unload_model(name)
+
+        checks.append((name, good))
+    subtests(checks)
+
+
+GROUP_ARGS = {
+    "auto_complete_error": lambda d: ["--strict-model-config", "false"],
+    "python_based_backends": lambda d: [
+        "--model-control-mode",
+        "explicit",
+        "--backend-directory",
+        os.path.join(d, "backends"),
+    ],
+    "model_control": lambda d: ["--model-control-mode", "explicit"],
+}
+EXPLICIT = {"python_based_backends", "model_control"}
+GROUP_FILES = {
+    "python_based_backends": lambda: {
+        "backends/add_sub/model.py": qa("python_based_backends/add_sub_backend/model.py")
+    },
+}
+
+
 # ---------------------------------------------------------------- python_backend/examples
 
 
@@ -669,6 +1382,14 @@ class Tritium:
                 return
             time.sleep(0.2)
 
+    def live(self, timeout=60):
+        """Waits until the server answers /v2/health/live (explicit model control: nothing loads)."""
+        deadline = time.time() + timeout
+        while time.time() < deadline and self.proc.poll() is None:
+            if self.get("/v2/health/live")[0] == 200:
+                return
+            time.sleep(0.2)
+
     def ready(self, model):
         return self.get(f"/v2/models/{model}/ready")[0] == 200
 
@@ -679,6 +1400,8 @@ class Tritium:
         return "(not in the repository index)"
 
     def stop(self):
+        if self.log.closed:
+            return self.proc.returncode
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -715,11 +1438,22 @@ def run_group(group, cases, args, tmp):
         env.update(c.env)
     if group == "init_args":
         env["TRITON_DIR"] = os.path.join(tmp, group)
+    gdir = os.path.join(tmp, group)
+    for rel, data in GROUP_FILES.get(group, dict)().items():
+        dest = os.path.join(gdir, rel)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with open(dest, "wb") as f:
+            f.write(data)
+    extra = GROUP_ARGS.get(group, lambda d: [])(gdir)
     ports = (8000, 8001, 8002) if group == "examples" else None
-    server = Tritium(args.tritium, args.python, repo, os.path.join(tmp, f"{group}.log"), env, ports)
+    server = Tritium(args.tritium, args.python, repo, os.path.join(tmp, f"{group}.log"), env, ports, extra)
+    explicit = group in EXPLICIT
     try:
         names = sorted(os.listdir(repo))
-        server.settle(names)
+        if explicit:
+            server.live()
+        else:
+            server.settle(names)
         ctx = {
             "http": f"127.0.0.1:{server.http_port}",
             "grpc": f"127.0.0.1:{server.grpc_port}",
@@ -727,9 +1461,10 @@ def run_group(group, cases, args, tmp):
             "reason": server.reason,
             "tmp": os.path.join(tmp, group),
             "log": lambda: open(server.log_path, errors="replace").read(),
+            "stop": server.stop,
         }
         for c in runnable:
-            not_ready = [m for m in c.models if m not in c.load_fails and not server.ready(m)]
+            not_ready = [] if explicit else [m for m in c.models if m not in c.load_fails and not server.ready(m)]
             if not_ready:
                 reasons = "; ".join(
                     f"{m}: {server.reason(m).splitlines()[0] if server.reason(m) else 'not ready'}" for m in not_ready
@@ -757,6 +1492,7 @@ def main():
     parser.add_argument("--tritium", required=True)
     parser.add_argument("--python", required=True)
     parser.add_argument("--keep", action="store_true", help="keep the temporary repositories and logs")
+    parser.add_argument("--full", action="store_true", help="print each reason whole, not its first 400 characters")
     parser.add_argument("cases", nargs="*", help="run only the cases whose name contains one of these")
     args = parser.parse_args()
     global SERVER, BACKEND
@@ -785,7 +1521,7 @@ def main():
     for c, verdict, reason in results:
         line = f"{verdict:4}  {c.name:{width}}"
         if reason:
-            line += "  " + " ".join(reason.split())[:400]
+            line += "  " + (reason if args.full else " ".join(reason.split())[:400])
         print(line)
     counts = {v: sum(1 for _, verdict, _ in results if verdict == v) for v in ("PASS", "FAIL", "SKIP")}
     print(

@@ -171,3 +171,32 @@ def test_preferred_memory_takes_numpy_ints():
     assert pm.preferred_memory_type == pb_utils.TRITONSERVER_MEMORY_CPU and pm.preferred_device_id == 0
     with pytest.raises(TypeError, match="preferred_memory_type must be"):
         pb_utils.PreferredMemory(7)
+
+
+def test_none_arguments_are_refused_as_triton_s_argument_validation_test_expects():
+    """qa/L0_backend_python/argument_validation: which None arguments raise TypeError (pybind11
+    refuses the conversion) and which TritonModelException (Triton's C++ side refuses them)."""
+    a = np.asarray([1, 2], dtype=np.int32)
+    with pytest.raises(pb_utils.TritonModelException):
+        pb_utils.InferenceRequest(inputs=[None], model_name="m", requested_output_names=["o"])
+    with pytest.raises(TypeError):
+        pb_utils.InferenceRequest(inputs=None, model_name="m", requested_output_names=["o"])
+    with pytest.raises(TypeError):
+        pb_utils.InferenceRequest(inputs=[], model_name="m", requested_output_names=None)
+    assert pb_utils.InferenceRequest(model_name="m").inputs() == []
+    with pytest.raises(TypeError):
+        pb_utils.InferenceResponse(output_tensors=None)
+    assert pb_utils.InferenceResponse().output_tensors() == []
+    with pytest.raises(pb_utils.TritonModelException):
+        pb_utils.InferenceResponse(output_tensors=[None])
+    with pytest.raises(TypeError):
+        pb_utils.Tensor("OUTPUT0", None)
+    with pytest.raises(TypeError):
+        pb_utils.Tensor("", None)
+    with pytest.raises(pb_utils.TritonModelException):
+        pb_utils.Tensor("", a)
+    for log in (pb_utils.Logger.log_info, pb_utils.Logger.log_warn, pb_utils.Logger.log_error):
+        with pytest.raises(TypeError):
+            log(None)
+    with pytest.raises(TypeError):
+        pb_utils.Logger.log("Invalid Level", None)

@@ -85,6 +85,9 @@ class Tensor:
 
     def __init__(self, name, numpy_array, _wire=None, _raw=None):
         name = as_str(name, "Tensor name")
+        if _raw is None and numpy_array is None:
+            # pybind11 converts no None to the numpy array Triton's constructor takes.
+            raise TypeError("Tensor numpy_array must be a numpy array, found type 'NoneType'")
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         if _raw is None:
@@ -266,8 +269,8 @@ class InferenceRequest:
     def __init__(
         self,
         model_name="",
-        inputs=None,
-        requested_output_names=None,
+        inputs=(),
+        requested_output_names=(),
         request_id="",
         correlation_id=0,
         flags=0,
@@ -288,8 +291,18 @@ class InferenceRequest:
         self._sender = None
         self._model_name = as_str(model_name, "InferenceRequest model_name")
         self._model_version = as_int(model_version, "InferenceRequest model_version", -(1 << 63), (1 << 63) - 1)
+        # Triton's pybind11 signature has `.none(false)` on both lists: an explicit None is a
+        # TypeError (leaving them out, which Triton does not allow, still means none).
+        for value, what in ((inputs, "inputs"), (requested_output_names, "requested_output_names")):
+            if value is None:
+                raise TypeError(f"InferenceRequest {what} must be a list (or another sequence), found type 'NoneType'")
         self._inputs = as_list(inputs, "InferenceRequest inputs")
         for i, t in enumerate(self._inputs):
+            if t is None:
+                # pybind11 takes None for the shared_ptr; Triton's C++ side then refuses it.
+                raise TritonModelException(
+                    f"InferenceRequest inputs must be pb_utils.Tensor objects, found None at index {i}"
+                )
             if not isinstance(t, Tensor):
                 raise TypeError(
                     f"InferenceRequest inputs must be pb_utils.Tensor objects, found type "
@@ -395,11 +408,16 @@ class InferenceRequest:
 
 
 class InferenceResponse:
-    """`InferenceResponse(output_tensors=None, error=None, parameters=None)`."""
+    """`InferenceResponse(output_tensors=[], error=None, parameters=None)`."""
 
     __slots__ = ("_outputs", "_error", "_parameters")
 
-    def __init__(self, output_tensors=None, error=None, parameters=None):
+    def __init__(self, output_tensors=(), error=None, parameters=None):
+        if output_tensors is None:
+            # Triton's default is an empty list; an explicit None is refused by pybind11.
+            raise TypeError(
+                "InferenceResponse output_tensors must be a list (or another sequence), found type 'NoneType'"
+            )
         outputs = as_list(output_tensors, "InferenceResponse output_tensors")
         for t in outputs:
             if not isinstance(t, Tensor):
@@ -446,6 +464,9 @@ class Logger:
     def _emit(level, message, depth):
         frame = sys._getframe(depth)
         level = Logger._LEVELS.get(as_int(level, "Logger level"), LogLevel.INFO)
+        if message is None:
+            # Triton's message is a std::string: pybind11 refuses None.
+            raise TypeError("Logger message must be a str (or UTF-8 bytes), found type 'NoneType'")
         # A str, or UTF-8 bytes as pybind11 takes them; anything else is logged as its str().
         text = as_str_opt(message)
         _runtime.log(level, frame.f_code.co_filename, frame.f_lineno, str(message) if text is None else text)
