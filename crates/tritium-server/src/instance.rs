@@ -28,14 +28,18 @@ use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
 use tritium_trace::Activity;
 
 use crate::classify::{Classes, ClassifyError};
-use crate::scheduler::{Next, Pending, Queue};
+use crate::pending::{Next, Pending, Reply, CANCELLED};
+use crate::scheduler::Queue;
 use crate::stats::{ExecTimes, Stats};
 use crate::types::{
     ErrorKind, InferError, InferResponse, InstanceInfo, InstanceState, OutputTensor, RequestedOutput, Streamed,
 };
 use crate::validate;
 
+mod calls;
 mod lane;
+
+pub(crate) use calls::{BlsCall, BlsCalls, ModelCalls, NoModelCalls};
 
 pub use lane::park_spin;
 
@@ -147,8 +151,11 @@ pub(crate) struct VersionContext {
     /// `model_transaction_policy { decoupled: true }`: responses are streamed as the model
     /// sends them, and a request stays open after `execute` until its final response.
     pub decoupled: bool,
-    /// Where the model's BLS requests go.
-    pub bls: crate::bls::Hook,
+    /// Where the model's BLS requests and model-control calls go.
+    pub calls: Arc<dyn ModelCalls>,
+    /// The runtime the server's tasks run on (none outside one, as in unit tests): where
+    /// run-to-completion lanes run.
+    pub runtime: Option<tokio::runtime::Handle>,
     /// `model_warmup`: run on each instance after `initialize`, before it is ready.
     pub warmup: Arc<Vec<crate::warmup::Sample>>,
 }
@@ -345,7 +352,7 @@ pub(crate) struct Instance {
     inflight: AtomicU64,
     executions: AtomicU64,
     /// The BLS calls its stub has in flight.
-    pub(crate) bls: crate::bls::Calls,
+    pub(crate) bls: BlsCalls,
     /// Asks the running stub for its `prometheus_client` metrics (replaced at each start).
     probe: Mutex<Option<Arc<crate::scrape::StubProbe>>>,
 }
@@ -360,7 +367,7 @@ impl Instance {
             restart: AtomicBool::new(false),
             inflight: AtomicU64::new(0),
             executions: AtomicU64::new(0),
-            bls: crate::bls::Calls::default(),
+            bls: BlsCalls::default(),
             probe: Mutex::new(None),
         }
     }
@@ -451,11 +458,11 @@ static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
 /// Answers model code's custom-metric calls from the instance's session, and its model-control
 /// calls through the server.
-fn call_handler(session: Arc<MetricsSession>, bls: crate::bls::Hook, model: String) -> CallHandler {
+fn call_handler(session: Arc<MetricsSession>, calls: Arc<dyn ModelCalls>, model: String) -> CallHandler {
     Arc::new(move |op| {
         let result = match op {
             op @ (CallOp::ModelReady { .. } | CallOp::ModelLoad { .. } | CallOp::ModelUnload { .. }) => {
-                return crate::bls::model_control(&bls, &model, op);
+                return calls.model_control(&model, op);
             }
             CallOp::MetricFamilyNew { name, description, kind } => {
                 let kind = match kind {
@@ -502,8 +509,8 @@ fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
         Err(e) => return Started::Died(e.to_string(), StubExit::Other(e.to_string())),
     };
     instance.on(Event::Spawned { pid: stub.pid(), channel: stub.channel().clone() });
-    stub.set_call_handler(call_handler(instance.metrics.clone(), ctx.bls.clone(), ctx.model.clone()));
-    stub.set_bls_handler(crate::bls::handler(ctx, instance, stub.channel()));
+    stub.set_call_handler(call_handler(instance.metrics.clone(), ctx.calls.clone(), ctx.model.clone()));
+    stub.set_bls_handler(ctx.calls.bls_handler(ctx, instance, stub.channel()));
     let args = [
         ("model_config", ctx.config_json.clone()),
         ("model_instance_kind", spec.kind.to_string()),
@@ -961,7 +968,7 @@ impl OpenRequest {
     /// [`Open::watch`] for one request, `id` to the stub. A stub that cannot take the message
     /// is noticed by the worker's next receive.
     fn watch(&mut self, stub: &Stub, id: u64, window: u32) {
-        let crate::scheduler::Reply::Stream(tx) = &self.p.tx else { return };
+        let Reply::Stream(tx) = &self.p.tx else { return };
         if tx.is_closed() {
             if !self.cancelled {
                 // The model sees it in `is_cancelled()` and may stop early; a send waiting for
@@ -1403,7 +1410,7 @@ fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Place
         if p.tx.is_closed() {
             // The client went away while the request waited (a dropped HTTP connection, a
             // cancelled gRPC call): do not spend the model's time on it.
-            finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, crate::scheduler::CANCELLED)), None);
+            finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, CANCELLED)), None);
             continue;
         }
         let inputs = match place_request(ctx, stub, &p) {

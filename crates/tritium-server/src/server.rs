@@ -17,11 +17,13 @@ use tritium_ipc::StubError;
 
 use crate::cache::{ModelCache, ResponseCache};
 use crate::classify::{Classes, LabelError};
-use crate::instance::{self, InstanceSpec, StateView, Supervision, VersionContext};
-use crate::scheduler::{Batching, Pending, Priorities, Queue, Refused, Reply};
+use crate::composition::{Boxed, Ensemble, RoutedCalls, Router};
+use crate::instance::{self, InstanceSpec, ModelCalls, StateView, Supervision, VersionContext};
+use crate::pending::{Pending, Refused, Reply};
+use crate::scheduler::{Batching, Priorities, Queue};
 use crate::stats::Stats;
 use crate::types::*;
-use crate::validate::{check_metadata, validate, wire_type, Validated};
+use crate::validate::{check_metadata, transaction_mismatch, validate, wire_type};
 
 mod ensemble;
 mod trace;
@@ -90,7 +92,7 @@ struct Version {
     /// its instances (`nv_model_load_duration_secs`).
     load_duration: Duration,
     /// An ensemble's steps (an ensemble has no instances and is ready once loaded).
-    ensemble: Option<Arc<ensemble::Ensemble>>,
+    ensemble: Option<Arc<Ensemble>>,
     /// The response cache, when the model enables it and the server has one.
     cache: Option<ModelCache>,
 }
@@ -149,9 +151,15 @@ struct Entry {
     gone: Vec<i64>,
 }
 
+/// The server's state, shared by every [`Server`] handle. It is the [`Router`] BLS and
+/// ensembles call through.
 pub(crate) struct Inner {
-    /// What instance workers route their models' BLS requests through.
-    bls: crate::bls::Hook,
+    /// What instances' BLS requests and model-control calls go through (back to this server,
+    /// weakly).
+    calls: Arc<dyn ModelCalls>,
+    /// The runtime the server was made on (none outside one, as in unit tests): where BLS tasks
+    /// and run-to-completion lanes run.
+    runtime: Option<tokio::runtime::Handle>,
     opts: ServerOptions,
     metrics: tritium_metrics::Metrics,
     logging: std::sync::OnceLock<Arc<dyn LogControl>>,
@@ -175,19 +183,6 @@ pub type InferFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result
 #[derive(Clone)]
 pub struct Server {
     inner: Arc<Inner>,
-}
-
-/// Parses a version as URLs and protos carry it: empty means "the default version".
-pub fn parse_version(s: &str) -> Result<Option<i64>, InferError> {
-    if s.is_empty() {
-        return Ok(None);
-    }
-    s.parse::<i64>().map(Some).map_err(|_| {
-        InferError::invalid(format!(
-            "failed to get model version from specified version string '{s}': version should be an integral \
-                 value > 0"
-        ))
-    })
 }
 
 /// Refuses model names that could escape the repository.
@@ -221,9 +216,11 @@ impl Server {
         opts.envs.progress = crate::envs::Progress::new(move |model, line| {
             progress.lock().unwrap_or_else(|p| p.into_inner()).insert(model.to_string(), line.to_string());
         });
+        let runtime = tokio::runtime::Handle::try_current().ok();
         Self {
-            inner: Arc::new_cyclic(|weak| Inner {
-                bls: crate::bls::Hook::new(weak.clone()),
+            inner: Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| Inner {
+                calls: Arc::new(RoutedCalls::new(weak.clone(), runtime.clone())),
+                runtime,
                 opts,
                 metrics,
                 logging: std::sync::OnceLock::new(),
@@ -238,11 +235,15 @@ impl Server {
     }
 
     fn models(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
-        self.inner.models.read().unwrap_or_else(|p| p.into_inner())
+        self.inner.models()
     }
 
     fn models_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Entry>> {
         self.inner.models.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn route(&self, model: &str, version: Option<i64>) -> Result<Arc<Version>, InferError> {
+        self.inner.route(model, version)
     }
 
     /// The model directories in the repository, sorted.
@@ -321,15 +322,15 @@ impl Server {
         // without bytes); any other answer (an ensemble's, a cached one) is copied there now.
         Ok(Box::pin(async move {
             let mut response = answer.await?;
-            crate::shm::place_outputs(&targets, &mut response)?;
+            place_outputs(&targets, &mut response)?;
             Ok(response)
         }))
     }
 
     fn infer_queued_inner(&self, req: InferRequest) -> Result<InferFuture, InferError> {
-        if let Some(version) = self.ensemble_of(&req) {
+        if let Some(ensemble) = self.ensemble_of(&req) {
             // An ensemble has no queue of its own: its checks and steps run in the answer's wait.
-            return Ok(ensemble::infer(self.clone(), version, req));
+            return Ok(ensemble.infer(self.inner.clone(), req));
         }
         let (tx, mut rx) = oneshot::channel();
         let (version, deadline) = self.enqueue(req, Reply::Unary(tx), false)?;
@@ -351,8 +352,8 @@ impl Server {
     /// last one final ([`Streamed::is_last`]). A stream whose sender is dropped without a final
     /// message means the server lost the request (it never happens by design).
     pub fn infer_decoupled(&self, req: InferRequest) -> Result<ResponseStream, InferError> {
-        if let Some(version) = self.ensemble_of(&req) {
-            return ensemble::infer_decoupled(self, version, req);
+        if let Some(ensemble) = self.ensemble_of(&req) {
+            return ensemble.infer_decoupled(self.inner.clone(), req);
         }
         let (tx, rx) = crate::types::response_stream();
         let (version, deadline) = self.enqueue(req, Reply::Stream(tx), true)?;
@@ -383,7 +384,7 @@ impl Server {
         let limit = version.ctx.supervision.max_request_metadata_bytes;
         // The server reads a client region's bytes itself (BYTES validation, cache keys) only
         // from a copy taken with `pread`, so a client shrinking its file fails this request alone.
-        let copied = crate::shm::copy_read_inputs(&mut req, version.cache.is_some());
+        let copied = copy_read_inputs(&mut req, version.cache.is_some());
         let checked = match copied
             .and_then(|()| check_metadata(&req, &req.model, limit))
             .and_then(|()| validate(&req, &version.config))
@@ -403,7 +404,7 @@ impl Server {
         let tx = match (&version.cache, tx) {
             // A response whose outputs went to shared memory holds no bytes to cache.
             (Some(cache), Reply::Unary(tx)) if req.outputs.iter().all(|o| o.shm.is_none()) => {
-                match cache.lookup(&req, &version.ctx, start, tx) {
+                match cache.lookup(&req, version.ctx.version, &version.ctx.stats, start, tx) {
                     crate::cache::Lookup::Hit => return Ok((version, None)),
                     crate::cache::Lookup::Miss(tx) => Reply::Unary(tx),
                 }
@@ -425,64 +426,6 @@ impl Server {
                 Err(e)
             }
         }
-    }
-
-    fn route(&self, model: &str, version: Option<i64>) -> Result<Arc<Version>, InferError> {
-        let models = self.models();
-        let Some(entry) = models.get(model) else {
-            return Err(InferError::not_found(format!("Request for unknown model: '{model}' is not found")));
-        };
-        let found = match version {
-            Some(v) => entry.versions.get(&v).cloned(),
-            None => entry.versions.values().next_back().cloned(),
-        };
-        match (found, version, &entry.state) {
-            (Some(v), _, _) => Ok(v),
-            (None, Some(v), _) => {
-                Err(InferError::not_found(format!("Request for unknown model: '{model}' version {v} is not found")))
-            }
-            (None, None, State::Unavailable(reason)) => Err(InferError::not_found(format!(
-                "Request for unknown model: '{model}' has no available versions: {reason}"
-            ))),
-            (None, None, _) => {
-                Err(InferError::not_found(format!("Request for unknown model: '{model}' has no available versions")))
-            }
-        }
-    }
-
-    // BLS (crate::bls): requests model code sends to other models.
-
-    /// The server behind a [`crate::bls::Hook`]'s weak reference.
-    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
-        Self { inner }
-    }
-
-    /// The version a BLS request goes to, for the checks made before it is queued.
-    pub(crate) fn bls_target(&self, model: &str, version: Option<i64>) -> Result<Arc<VersionContext>, InferError> {
-        Ok(self.route(model, version)?.ctx.clone())
-    }
-
-    /// Queues a BLS request through the clients' path; its answers come on `tx` (one final
-    /// message from a model that is not decoupled). Must run inside the runtime.
-    pub(crate) fn bls_enqueue(&self, req: InferRequest, tx: crate::types::StreamTx) -> Result<(), InferError> {
-        if let Some(version) = self.ensemble_of(&req) {
-            // An ensemble has no queue of its own: its steps are queued as they become ready.
-            return ensemble::start_on(self, version, req, tx);
-        }
-        let decoupled = self.route(&req.model, req.version)?.ctx.decoupled;
-        let (version, deadline) = self.enqueue(req, Reply::Stream(tx), decoupled)?;
-        if let Some(deadline) = deadline {
-            tokio::spawn(async move {
-                tokio::time::sleep_until(deadline.into()).await;
-                version.ctx.queue.expire();
-            });
-        }
-        Ok(())
-    }
-
-    /// Refuses model control unless it is explicit, with Triton's text.
-    pub(crate) fn bls_check_control(&self) -> Result<(), InferError> {
-        self.check_control()
     }
 
     /// Gives the server a response cache of `bytes` (`--cache-config local,size=N`); models
@@ -850,7 +793,7 @@ impl Server {
             .spawn(move || {
                 let _ = tx.send(steps.and_then(|steps| {
                     let cache = inner.cache.get().cloned();
-                    load_versions(&inner.opts, inner.metrics.custom(), &inner.bls, cache, &model, steps, config)
+                    load_versions(&inner, cache, &model, steps, config)
                 }));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
@@ -1075,6 +1018,129 @@ impl Server {
         };
         retire_all(all.into_iter().collect()).await;
     }
+}
+
+impl Inner {
+    fn models(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
+        self.models.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The loaded version a request for `model` (`version`, or the newest) goes to.
+    fn route(&self, model: &str, version: Option<i64>) -> Result<Arc<Version>, InferError> {
+        let models = self.models();
+        let Some(entry) = models.get(model) else {
+            return Err(InferError::not_found(format!("Request for unknown model: '{model}' is not found")));
+        };
+        let found = match version {
+            Some(v) => entry.versions.get(&v).cloned(),
+            None => entry.versions.values().next_back().cloned(),
+        };
+        match (found, version, &entry.state) {
+            (Some(v), _, _) => Ok(v),
+            (None, Some(v), _) => {
+                Err(InferError::not_found(format!("Request for unknown model: '{model}' version {v} is not found")))
+            }
+            (None, None, State::Unavailable(reason)) => Err(InferError::not_found(format!(
+                "Request for unknown model: '{model}' has no available versions: {reason}"
+            ))),
+            (None, None, _) => {
+                Err(InferError::not_found(format!("Request for unknown model: '{model}' has no available versions")))
+            }
+        }
+    }
+}
+
+impl Router for Inner {
+    fn ready_target(&self, model: &str, version: Option<i64>) -> Option<Arc<VersionContext>> {
+        self.route(model, version).ok().filter(|v| v.any_ready()).map(|v| v.ctx.clone())
+    }
+
+    fn enqueue(self: Arc<Self>, req: InferRequest, tx: StreamTx) -> Result<(), InferError> {
+        let server = Server { inner: self };
+        if let Some(ensemble) = server.ensemble_of(&req) {
+            // An ensemble has no queue of its own: its steps are queued as they become ready.
+            return ensemble.start_on(server.inner.clone(), req, tx);
+        }
+        let decoupled = server.route(&req.model, req.version)?.ctx.decoupled;
+        let (version, deadline) = server.enqueue(req, Reply::Stream(tx), decoupled)?;
+        if let Some(deadline) = deadline {
+            tokio::spawn(async move {
+                tokio::time::sleep_until(deadline.into()).await;
+                version.ctx.queue.expire();
+            });
+        }
+        Ok(())
+    }
+
+    fn infer(self: Arc<Self>, req: InferRequest) -> Boxed<Result<InferResponse, InferError>> {
+        let server = Server { inner: self };
+        Box::pin(async move { server.infer(req).await })
+    }
+
+    fn infer_decoupled(self: Arc<Self>, req: InferRequest) -> Result<ResponseStream, InferError> {
+        Server { inner: self }.infer_decoupled(req)
+    }
+
+    fn load(
+        self: Arc<Self>,
+        name: &str,
+        config_json: Option<String>,
+    ) -> Result<Boxed<Result<(), InferError>>, InferError> {
+        let server = Server { inner: self };
+        server.check_control()?;
+        let name = name.to_string();
+        Ok(Box::pin(async move {
+            match config_json {
+                None => server.load(&name).await,
+                Some(json) => {
+                    let config = parse_config_override(&name, &json)?;
+                    server.load_with(&name, Some(config)).await
+                }
+            }
+        }))
+    }
+
+    fn unload(self: Arc<Self>, name: &str, dependents: bool) -> Result<Boxed<Result<(), InferError>>, InferError> {
+        let server = Server { inner: self };
+        server.check_control()?;
+        let name = name.to_string();
+        Ok(Box::pin(async move {
+            if dependents {
+                server.unload_with_dependents(&name).await
+            } else {
+                server.unload(&name).await
+            }
+        }))
+    }
+}
+
+/// Replaces the bytes of `req`'s inputs that lie in a system region with a copy read by
+/// `pread`, for the inputs the server itself reads: BYTES inputs (validated element by element),
+/// or every input when `all` (response-cache keys).
+fn copy_read_inputs(req: &mut InferRequest, all: bool) -> Result<(), InferError> {
+    for input in &mut req.inputs {
+        if input.data.is_empty() || !(all || input.datatype == DataType::Bytes) {
+            continue;
+        }
+        if let Some(copy) = crate::shm::pread_copy(&input.data)? {
+            input.data = copy;
+        }
+    }
+    Ok(())
+}
+
+/// Writes the outputs that still hold bytes into their shared-memory targets and drops the
+/// bytes, so the response names them without data (as Triton's does).
+fn place_outputs(targets: &[(String, crate::shm::ShmTarget)], response: &mut InferResponse) -> Result<(), InferError> {
+    for output in &mut response.outputs {
+        if let Some((_, target)) = targets.iter().find(|(name, _)| *name == output.name) {
+            if !output.data.is_empty() {
+                target.write(&output.name, &output.data)?;
+                output.data = Vec::new();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Waits on an instance's state changes until it is ready after more than `restarts` restarts,
@@ -1303,26 +1369,25 @@ struct Resolved {
 /// Reads, completes and checks a model's config, then starts every instance of every version;
 /// if any version fails, every version started is retired again.
 fn load_versions(
-    opts: &ServerOptions,
-    metrics: &tritium_metrics::CustomMetrics,
-    bls: &crate::bls::Hook,
+    inner: &Inner,
     cache: Option<Arc<ResponseCache>>,
     name: &str,
     steps: Option<ensemble::StepConfigs>,
     config: Option<ModelConfig>,
 ) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
     let load_start = Instant::now();
+    let (opts, metrics) = (&inner.opts, inner.metrics.custom());
     let mut resolved = resolve(opts, name, config)?;
     resolved.cache = model_cache(name, &resolved.config, cache);
     // Each version's load time is the shared preparation plus the start of its own instances.
     let prepared = load_start.elapsed();
     if tritium_config::is_ensemble(&resolved.config) {
         let steps = steps.ok_or_else(|| LoadError::Ensemble(format!("ensemble '{name}' has no steps")))?;
-        return ensemble::start(opts, metrics, bls, name, &resolved, steps, prepared);
+        return ensemble::start(opts, metrics, name, &resolved, steps, prepared);
     }
     let mut loaded = BTreeMap::new();
     for &v in &resolved.versions {
-        match start_version(metrics, &opts.metrics, bls, name, &resolved, v, prepared) {
+        match start_version(inner, name, &resolved, v, prepared) {
             Ok(version) => {
                 loaded.insert(v, version);
             }
@@ -1353,22 +1418,6 @@ fn model_cache(name: &str, config: &ModelConfig, cache: Option<Arc<ResponseCache
 }
 
 /// The answer of a request whose sender went away unanswered.
-/// Whether a model's config sets `model_transaction_policy { decoupled: true }`.
-fn is_decoupled(config: &ModelConfig) -> bool {
-    config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
-}
-
-/// The refusal of a unary call of a decoupled model (`decoupled` false), or of a streamed call
-/// of a model that is not decoupled.
-fn transaction_mismatch(model: &str, decoupled: bool) -> InferError {
-    let message = if decoupled {
-        format!("model '{model}' is not decoupled; use a unary inference")
-    } else {
-        format!("model '{model}' uses the decoupled transaction policy; its responses come over a stream only")
-    };
-    InferError::new(ErrorKind::Unsupported, message)
-}
-
 fn dropped() -> InferError {
     InferError::internal("the model instance dropped the request without answering")
 }
@@ -1604,15 +1653,14 @@ fn instance_specs(config: &ModelConfig) -> Vec<InstanceSpec> {
 /// Step 4: spawns the instances of version `v` and waits until each is ready or failed (step 5);
 /// a version with a failed instance is retired.
 fn start_version(
-    metrics: &tritium_metrics::CustomMetrics,
-    metric_options: &tritium_metrics::MetricsOptions,
-    bls: &crate::bls::Hook,
+    inner: &Inner,
     name: &str,
     r: &Resolved,
     v: i64,
     prepared: Duration,
 ) -> Result<Arc<Version>, LoadError> {
     let version_start = Instant::now();
+    let (metrics, metric_options) = (inner.metrics.custom(), &inner.opts.metrics);
     let version_dir = r.dir.join(v.to_string());
     let framework = Framework::of_backend(&r.config.backend);
     let model_file = match (&r.backend_model, framework) {
@@ -1660,8 +1708,9 @@ fn start_version(
         classes: r.classes.clone(),
         reshapes: crate::reshape::Reshapes::new(&r.config),
         gpu_inputs: gpu_inputs(&r.config),
-        decoupled: is_decoupled(&r.config),
-        bls: bls.clone(),
+        decoupled: tritium_config::is_decoupled(&r.config),
+        calls: inner.calls.clone(),
+        runtime: inner.runtime.clone(),
         warmup: r.warmup.clone(),
     });
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -1835,7 +1884,7 @@ mod tests {
         assert!(matches!(e, LoadError::Config(_)), "{e}");
         assert!(e.to_string().starts_with("at least one version must be available"), "{e}");
         repo.model("decoupled", "backend: \"python\"\nmodel_transaction_policy { decoupled: true }", &[1]);
-        assert!(resolve(&opts, "decoupled", None).is_ok_and(|r| is_decoupled(&r.config)));
+        assert!(resolve(&opts, "decoupled", None).is_ok_and(|r| tritium_config::is_decoupled(&r.config)));
         repo.model(
             "badparam",
             "backend: \"python\"\nparameters { key: \"stub_restart_limit\" value: { string_value: \"x\" } }",
