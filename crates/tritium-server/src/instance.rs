@@ -38,6 +38,8 @@ use crate::validate;
 
 mod calls;
 mod lane;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub(crate) use calls::{BlsCall, BlsCalls, ModelCalls, NoModelCalls};
 

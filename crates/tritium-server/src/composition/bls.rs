@@ -452,4 +452,47 @@ mod tests {
         assert!(m.starts_with("Model d - Error when running inference: Model d is using the decoupled."), "{m}");
         assert!(m.ends_with("for decoupled models.'"), "{m}");
     }
+
+    /// Registers a BLS call from `caller`'s instance `k` to `target`, with that instance inside
+    /// `execute`.
+    fn call(caller: &Arc<VersionContext>, k: usize, target: &Arc<VersionContext>) {
+        let instance = caller.instances.lock().expect("instances")[k].clone();
+        crate::instance::testing::set_executing(&instance, true);
+        let key = (k, instance.bls.lock().len() as u64);
+        instance.bls.lock().insert(key, BlsCall { target: Arc::downgrade(target), cancel: Arc::default() });
+    }
+
+    #[test]
+    fn a_model_calling_itself_deadlocks_only_without_a_free_instance() {
+        let one = crate::instance::testing::version("one", 1);
+        assert!(!would_deadlock(&one), "an idle instance serves the call");
+        call(&one, 0, &one);
+        assert!(would_deadlock(&one));
+
+        let two = crate::instance::testing::version("two", 2);
+        call(&two, 0, &two);
+        assert!(!would_deadlock(&two), "the second instance is free");
+        call(&two, 1, &two);
+        assert!(would_deadlock(&two));
+    }
+
+    #[test]
+    fn a_cycle_through_other_models_deadlocks_and_a_chain_to_a_free_model_does_not() {
+        let (a, b, c) = (
+            crate::instance::testing::version("a", 1),
+            crate::instance::testing::version("b", 1),
+            crate::instance::testing::version("c", 1),
+        );
+        // a waits on b, b waits on c, and c is free: every call comes back.
+        call(&a, 0, &b);
+        call(&b, 0, &c);
+        assert!(!would_deadlock(&b) && !would_deadlock(&a));
+        // c now waits on a: a -> b -> c -> a, each with its only instance.
+        call(&c, 0, &a);
+        assert!(would_deadlock(&a) && would_deadlock(&b) && would_deadlock(&c));
+        // An instance that is not inside execute is not blocked, whatever it has in flight.
+        let first_c = c.instances.lock().expect("instances")[0].clone();
+        crate::instance::testing::set_executing(&first_c, false);
+        assert!(!would_deadlock(&a));
+    }
 }

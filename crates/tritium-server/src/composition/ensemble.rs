@@ -485,3 +485,175 @@ fn launch(
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use tritium_config::proto::ModelTransactionPolicy;
+    use tritium_ipc::DataType;
+
+    use super::*;
+
+    /// A router whose models are arithmetic on one FP32 value: "split" (decoupled) answers
+    /// `x` and `x + 1`, "double" answers `2x`, and "fail" refuses every request.
+    #[derive(Default)]
+    struct FakeRouter {
+        /// The models called, in order.
+        called: Mutex<Vec<String>>,
+    }
+
+    fn value(req: &InferRequest) -> f32 {
+        let bytes: [u8; 4] = req.inputs[0].data[..4].try_into().expect("one FP32");
+        f32::from_le_bytes(bytes)
+    }
+
+    fn answer(req: &InferRequest, v: f32) -> InferResponse {
+        let outputs = req
+            .outputs
+            .iter()
+            .map(|o| OutputTensor {
+                name: o.name.clone(),
+                datatype: DataType::Fp32,
+                shape: vec![1],
+                data: v.to_le_bytes().to_vec(),
+            })
+            .collect();
+        InferResponse { model: req.model.clone(), version: 1, id: req.id.clone(), outputs, parameters: Vec::new() }
+    }
+
+    impl Router for FakeRouter {
+        fn ready_target(&self, _: &str, _: Option<i64>) -> Option<Arc<crate::instance::VersionContext>> {
+            None
+        }
+
+        fn enqueue(self: Arc<Self>, _: InferRequest, _: StreamTx) -> Result<(), InferError> {
+            Err(InferError::internal("not used by ensembles"))
+        }
+
+        fn infer(self: Arc<Self>, req: InferRequest) -> Boxed<Result<InferResponse, InferError>> {
+            self.called.lock().expect("called").push(req.model.clone());
+            Box::pin(async move {
+                match req.model.as_str() {
+                    "double" => Ok(answer(&req, 2.0 * value(&req))),
+                    _ => Err(InferError::invalid(format!("model '{}' refused the request", req.model))),
+                }
+            })
+        }
+
+        fn infer_decoupled(self: Arc<Self>, req: InferRequest) -> Result<ResponseStream, InferError> {
+            self.called.lock().expect("called").push(req.model.clone());
+            let (tx, rx) = crate::types::response_stream();
+            let x = value(&req);
+            for v in [x, x + 1.0] {
+                tx.send(Streamed::Response { result: Ok(answer(&req, v)), last: false });
+            }
+            tx.send(Streamed::Final);
+            Ok(rx)
+        }
+
+        fn load(self: Arc<Self>, _: &str, _: Option<String>) -> Result<Boxed<Result<(), InferError>>, InferError> {
+            Err(InferError::unavailable("no model control here"))
+        }
+
+        fn unload(self: Arc<Self>, _: &str, _: bool) -> Result<Boxed<Result<(), InferError>>, InferError> {
+            Err(InferError::unavailable("no model control here"))
+        }
+    }
+
+    /// Ensemble "e": IN -> `first` -> MID -> `second` -> OUT.
+    fn ensemble(first: &str, second: &str, first_decoupled: bool) -> Arc<Ensemble> {
+        let text = format!(
+            r#"name: "e"
+            platform: "ensemble"
+            input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+            output [ {{ name: "OUT" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+            ensemble_scheduling {{ step [
+              {{ model_name: "{first}" model_version: -1 input_map {{ key: "X" value: "IN" }} output_map {{ key: "Y" value: "MID" }} }},
+              {{ model_name: "{second}" model_version: -1 input_map {{ key: "X" value: "MID" }} output_map {{ key: "Y" value: "OUT" }} }}
+            ] }}"#
+        );
+        let mut config = tritium_config::parse_config(&text, std::path::Path::new("config.pbtxt")).expect("config");
+        config.model_transaction_policy = Some(ModelTransactionPolicy { decoupled: first_decoupled });
+        let step = |decoupled| {
+            Arc::new(ModelConfig {
+                model_transaction_policy: Some(ModelTransactionPolicy { decoupled }),
+                ..ModelConfig::default()
+            })
+        };
+        let v = EnsembleVersion {
+            model: "e".into(),
+            version: 1,
+            stats: Arc::new(Stats::new("e", 1)),
+            classes: Classes::default(),
+        };
+        Arc::new(Ensemble::new(v, Arc::new(config), &[step(first_decoupled), step(false)], &Supervision::default()))
+    }
+
+    fn request(x: f32) -> InferRequest {
+        InferRequest {
+            model: "e".into(),
+            inputs: vec![InputTensor {
+                name: "IN".into(),
+                datatype: DataType::Fp32,
+                shape: vec![1],
+                data: Bytes::copy_from_slice(&x.to_le_bytes()),
+            }],
+            outputs: vec![RequestedOutput::named("OUT")],
+            ..InferRequest::default()
+        }
+    }
+
+    fn out(response: &InferResponse) -> f32 {
+        let o = &response.outputs[0];
+        assert_eq!(o.name, "OUT");
+        f32::from_le_bytes(o.data[..4].try_into().expect("one FP32"))
+    }
+
+    #[tokio::test]
+    async fn each_response_of_a_decoupled_step_runs_the_steps_after_it() {
+        let router = Arc::new(FakeRouter::default());
+        let plan = ensemble("split", "double", true);
+        assert!(plan.uses("double") && !plan.uses("e"));
+        assert_eq!(plan.step_models(), ["double", "split"]);
+        // A decoupled ensemble is refused a unary call.
+        let unary = plan.infer(router.clone(), request(3.0)).await;
+        assert_eq!(unary.map_err(|e| e.kind), Err(ErrorKind::Unsupported));
+
+        let mut stream = plan.infer_decoupled(router.clone(), request(3.0)).expect("started");
+        let mut values = Vec::new();
+        loop {
+            match stream.recv().await.expect("a final message") {
+                Streamed::Response { result, last } => {
+                    assert!(!last);
+                    let response = result.expect("a response");
+                    assert_eq!((response.model.as_str(), response.version), ("e", 1));
+                    values.push(out(&response));
+                }
+                Streamed::Final => break,
+            }
+        }
+        values.sort_by(f32::total_cmp);
+        assert_eq!(values, [6.0, 8.0]);
+        assert_eq!(*router.called.lock().expect("called"), ["split", "double", "double"]);
+        assert_eq!(plan.stats.snapshot().success.count, 1);
+    }
+
+    #[tokio::test]
+    async fn a_step_that_fails_ends_the_request_with_the_ensembles_text() {
+        let router = Arc::new(FakeRouter::default());
+        let plan = ensemble("double", "fail", false);
+        let e = plan.infer(router.clone(), request(1.0)).await.expect_err("the second step fails");
+        assert_eq!(e.kind, ErrorKind::InvalidArg);
+        assert_eq!(e.message, "in ensemble 'e', model 'fail' refused the request");
+        assert_eq!(*router.called.lock().expect("called"), ["double", "fail"]);
+        let stats = plan.stats.snapshot();
+        assert_eq!((stats.success.count, stats.fail.count), (0, 1));
+
+        // Both steps succeed: one response, with the sequence parameters Triton adds.
+        let plan = ensemble("double", "double", false);
+        let response = plan.infer(router, request(1.0)).await.expect("answered");
+        assert_eq!(out(&response), 4.0);
+        assert!(response.parameters.iter().any(|(k, v)| k == "sequence_id" && *v == ParamValue::Int(0)));
+    }
+}
