@@ -622,16 +622,11 @@ mod tests {
 
         let mut stream = plan.infer_decoupled(router.clone(), request(3.0)).expect("started");
         let mut values = Vec::new();
-        loop {
-            match stream.recv().await.expect("a final message") {
-                Streamed::Response { result, last } => {
-                    assert!(!last);
-                    let response = result.expect("a response");
-                    assert_eq!((response.model.as_str(), response.version), ("e", 1));
-                    values.push(out(&response));
-                }
-                Streamed::Final => break,
-            }
+        while let Streamed::Response { result, last } = stream.recv().await.expect("a final message") {
+            assert!(!last);
+            let response = result.expect("a response");
+            assert_eq!((response.model.as_str(), response.version), ("e", 1));
+            values.push(out(&response));
         }
         values.sort_by(f32::total_cmp);
         assert_eq!(values, [6.0, 8.0]);

@@ -16,6 +16,7 @@ use std::collections::HashSet;
 
 use tritium_config::proto::ModelTransactionPolicy;
 
+use super::repository::fingerprint;
 use super::*;
 use crate::composition::ensemble::EnsembleVersion;
 use crate::composition::{Boxed, Ensemble};
