@@ -117,7 +117,7 @@ def guarded(tmp_path_factory):
 
 
 # Ensembles run their steps' stubs and start none of their own.
-ENSEMBLES = {"ensemble_pipeline"}
+ENSEMBLES = {"ensemble_pipeline", "image_pipeline"}
 
 
 def test_stubs_json_lists_live_stub_processes(server):
