@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod layering;
+mod module_dag;
 mod tidy;
 
 use anyhow::{bail, Context, Result};

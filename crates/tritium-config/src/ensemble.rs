@@ -23,6 +23,12 @@ pub fn is_ensemble(config: &ModelConfig) -> bool {
     config.platform == ENSEMBLE_PLATFORM
 }
 
+/// Whether `config` sets `model_transaction_policy { decoupled: true }`: its responses are
+/// streamed, any number per request.
+pub fn is_decoupled(config: &ModelConfig) -> bool {
+    config.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled)
+}
+
 /// The ensemble scheduling of `config`, if it has one.
 pub fn ensemble_scheduling(config: &ModelConfig) -> Option<&ModelEnsembling> {
     match &config.scheduling_choice {
@@ -361,7 +367,7 @@ fn check_mapping(
         }
     }
     let sibling = t.push(TensorNode::new(step_id, false, 0, &[]));
-    let decoupled = model.model_transaction_policy.as_ref().is_some_and(|p| p.decoupled);
+    let decoupled = is_decoupled(model);
     for (model_output, tensor) in sorted(&step.output_map) {
         let Some(output) = model.output.iter().find(|o| &o.name == model_output) else { continue };
         let node = TensorNode::new(step_id, batching, output.data_type, &output.dims);

@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 
 use prost_reflect::{DescriptorPool, MessageDescriptor};
 
-pub use ensemble::{check_steps, ensemble_scheduling, is_ensemble, ENSEMBLE_PLATFORM};
+pub use ensemble::{check_steps, ensemble_scheduling, is_decoupled, is_ensemble, ENSEMBLE_PLATFORM};
 pub use error::ConfigError;
 pub use framework::{Framework, SERVED};
 pub use json::{from_json, from_json_str, to_json};

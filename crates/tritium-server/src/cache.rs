@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
-use crate::instance::VersionContext;
+use crate::stats::Stats;
 use crate::types::{InferError, InferRequest, InferResponse, ParamValue, RequestedOutput};
 
 /// Bytes each entry costs beyond its tensors' bytes, names and shapes (its bookkeeping).
@@ -229,15 +229,23 @@ pub(crate) enum Lookup {
 }
 
 impl ModelCache {
-    /// Looks `req` (validated, for `ctx`'s version, queued at `start`) up; see [`Lookup`].
-    pub(crate) fn lookup(&self, req: &InferRequest, ctx: &Arc<VersionContext>, start: Instant, tx: Answer) -> Lookup {
+    /// Looks `req` (validated, for `version`, whose statistics are `stats`, queued at `start`)
+    /// up; see [`Lookup`].
+    pub(crate) fn lookup(
+        &self,
+        req: &InferRequest,
+        version: i64,
+        stats: &Arc<Stats>,
+        start: Instant,
+        tx: Answer,
+    ) -> Lookup {
         let lookup_start = Instant::now();
-        let key = self.cache.key(req, ctx.version);
+        let key = self.cache.key(req, version);
         if let Some(hit) = self.cache.lookup(key) {
             let lookup = lookup_start.elapsed();
             let mut response = InferResponse::clone(&hit);
             response.id.clone_from(&req.id);
-            ctx.stats.cache_hit(start.elapsed(), lookup_start.saturating_duration_since(start), lookup);
+            stats.cache_hit(start.elapsed(), lookup_start.saturating_duration_since(start), lookup);
             let _ = tx.send(Ok(response));
             return Lookup::Hit;
         }
@@ -247,7 +255,7 @@ impl ModelCache {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return Lookup::Miss(tx) };
         let (inner_tx, mut inner_rx) = oneshot::channel::<Result<InferResponse, InferError>>();
         let cache = self.cache.clone();
-        let stats = ctx.stats.clone();
+        let stats = stats.clone();
         let mut tx = tx;
         runtime.spawn(async move {
             tokio::select! {

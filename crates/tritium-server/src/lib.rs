@@ -2,15 +2,17 @@
 //! batching, request validation, and statistics. It knows nothing of HTTP, gRPC or JSON; the
 //! frontends translate their wire formats into [`types`] and call [`Server`].
 
-mod bls;
 mod cache;
 mod callers;
 mod classify;
+mod composition;
 pub mod config_limits;
 pub mod confine;
 pub mod envs;
+mod error;
 pub mod forward;
 mod instance;
+mod pending;
 mod reshape;
 pub mod restricted;
 mod scheduler;
@@ -35,7 +37,7 @@ pub use instance::{
     DEFAULT_MAX_REQUEST_METADATA_BYTES, DEFAULT_MAX_SEQUENCE_BACKLOG,
 };
 pub use scrape::STUB_METRICS_TIMEOUT;
-pub use server::{parse_version, InferFuture, Server, ServerOptions, TraceSettingsView};
+pub use server::{InferFuture, Server, ServerOptions, TraceSettingsView};
 /// `--metrics-config`, as [`ServerOptions::metrics`] takes it.
 pub use tritium_metrics::MetricsOptions;
 /// Request tracing: the frontends parse a caller's `traceparent` with [`trace::SpanContext`].

@@ -25,98 +25,16 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::{model_queue_policy, ModelConfig, ModelQueuePolicy};
 
+use crate::pending::{Next, Pending, Refused, CANCELLED};
 use crate::sequence::Sequences;
 use crate::stats::Stats;
-use crate::types::{ErrorKind, InferError, InferRequest, InferResponse, RequestedOutput, StreamTx, Streamed};
+use crate::types::{ErrorKind, InferError};
 
 /// Triton's text for a request rejected by its queue timeout (`dynamic_batch_scheduler.cc`).
 pub(crate) const TIMEOUT_EXPIRED: &str = "Request timeout expired";
-
-/// The answer of a request whose client went away before it ran (Triton answers such a request
-/// with a `CANCELLED` status and counts it as failed, reason `CANCELED`); usually nobody reads it.
-pub(crate) const CANCELLED: &str = "the client cancelled the request";
-
-/// A request waiting for an instance.
-pub(crate) struct Pending {
-    /// The request.
-    pub req: InferRequest,
-    /// Its batch size (0 for non-batching models).
-    pub batch_size: u64,
-    /// Outputs to return.
-    pub outputs: Vec<RequestedOutput>,
-    /// When it was queued.
-    pub enqueued: Instant,
-    /// Where the answer goes.
-    pub tx: Reply,
-    /// Its trace, when it is traced (recorded when the request is dropped, after its answer).
-    pub trace: Option<Box<tritium_trace::ActiveTrace>>,
-}
-
-/// Where a request's answer goes: one answer, or a stream of them for a decoupled model.
-pub(crate) enum Reply {
-    /// The one answer of a request to a model that is not decoupled.
-    Unary(oneshot::Sender<Result<InferResponse, InferError>>),
-    /// The responses of a request to a decoupled model, as they come. The channel never blocks
-    /// the worker that forwards them; what bounds it is the stub, which waits for credit
-    /// ([`StreamTx::taken`]) once `--max-inflight-responses` are sent and not taken.
-    Stream(StreamTx),
-    /// Nobody waits: a sequence batch's null request (`crate::sequence`), whose answer is
-    /// dropped and not counted in the statistics.
-    Discard,
-}
-
-impl Reply {
-    /// Sends the request's final answer (on a stream: as its last message). A client that went
-    /// away is not an error.
-    pub(crate) fn send(self, result: Result<InferResponse, InferError>) {
-        match self {
-            Reply::Unary(tx) => {
-                let _ = tx.send(result);
-            }
-            Reply::Stream(tx) => {
-                tx.send(Streamed::Response { result, last: true });
-            }
-            Reply::Discard => {}
-        }
-    }
-
-    /// Sends one message of a decoupled request's stream (nothing for a unary request).
-    pub(crate) fn stream(&self, message: Streamed) {
-        if let Reply::Stream(tx) = self {
-            tx.send(message);
-        }
-    }
-
-    /// Whether the client stopped waiting.
-    pub(crate) fn is_closed(&self) -> bool {
-        match self {
-            Reply::Unary(tx) => tx.is_closed(),
-            Reply::Stream(tx) => tx.is_closed(),
-            Reply::Discard => false,
-        }
-    }
-
-    /// Whether the answer is dropped and the request not counted (a null request).
-    pub(crate) fn discards(&self) -> bool {
-        matches!(self, Reply::Discard)
-    }
-}
-
-/// What a worker gets from the queue.
-pub(crate) enum Next {
-    /// Requests to execute together.
-    Batch(Vec<Pending>),
-    /// The queue is closed and empty.
-    Closed,
-    /// The worker's interruption condition holds.
-    Interrupted,
-    /// Nothing came within the idle period.
-    Idle,
-}
 
 /// What a worker on the async runtime gets from the queue, without waiting
 /// ([`Queue::try_next_batch`]).
@@ -318,18 +236,6 @@ impl Priorities {
     fn policy(&self, level: u64) -> &Policy {
         self.per_level.get(&level).unwrap_or(&self.default_policy)
     }
-}
-
-/// Why [`Queue::push`] refused a request.
-#[derive(Debug)]
-pub(crate) enum Refused {
-    /// The queue is closed (the version is unloading).
-    Closed,
-    /// The request's level is full; the error carries Triton's text and names the limit.
-    Full(InferError),
-    /// The request breaks a rule of the model's scheduler (a sequence model's correlation id
-    /// or START flag); the error carries Triton's text.
-    Invalid(InferError),
 }
 
 /// A request in its level's queue, with its deadline.
@@ -837,6 +743,9 @@ fn full_error(id: &str, policy: &Policy, level: u64) -> InferError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pending::Reply;
+    use crate::types::{InferRequest, InferResponse, Streamed};
+    use tokio::sync::oneshot;
 
     type Rx = oneshot::Receiver<Result<InferResponse, InferError>>;
 

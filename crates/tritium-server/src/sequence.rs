@@ -38,7 +38,7 @@ use tritium_config::proto::model_sequence_batching::StrategyChoice;
 use tritium_config::proto::ModelConfig;
 use tritium_config::{BoolControl, ConfigError};
 
-use crate::scheduler::{Next, Pending, Refused, Reply, CANCELLED};
+use crate::pending::{Next, Pending, Refused, Reply, CANCELLED};
 use crate::stats::Stats;
 use crate::types::{
     CorrelationId, DataType, ErrorKind, InferError, InferRequest, InputTensor, FLAG_SEQUENCE_END, FLAG_SEQUENCE_START,

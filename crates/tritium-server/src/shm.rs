@@ -25,7 +25,7 @@
 //! would make accesses past the new end fault. So the server never touches a region through its
 //! mapping (which is read-only, and serves only to find which region an input's bytes lie in):
 //! what it reads itself (BYTES inputs, cache keys) is copied out with `pread`
-//! ([`copy_read_inputs`]), and outputs are written with `pwrite` ([`ShmTarget::write`]); a shrunk
+//! ([`pread_copy`]), and outputs are written with `pwrite` ([`ShmTarget::write`]); a shrunk
 //! file fails the request. The size is checked at registration, when a request names the
 //! region, and right before a request's inputs are handed to a stub ([`check_input_region`]).
 //! Stubs get a region they read inputs from as a read-only descriptor (reopened through
@@ -48,7 +48,7 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use tritium_ipc::{Descriptor, TensorData, REGION_BIT};
 
-use crate::types::{ErrorKind, InferError};
+use crate::error::{ErrorKind, InferError};
 
 /// The key prefix Triton reserves for the shared memory of its own Python backend.
 const RESERVED_PREFIX: &str = "triton_python_backend_shm_region_";
@@ -478,38 +478,15 @@ pub(crate) fn check_input_region(data: &[u8]) -> Result<(), InferError> {
     }
 }
 
-/// Replaces the bytes of `req`'s inputs that lie in a system region with a copy read by
-/// `pread`, for the inputs the server itself reads: BYTES inputs (validated element by element),
-/// or every input when `all` (response-cache keys). The server never reads a client's mapping,
-/// so a client that shrinks its file fails its own request, not the server.
-pub(crate) fn copy_read_inputs(req: &mut crate::types::InferRequest, all: bool) -> Result<(), InferError> {
-    for input in &mut req.inputs {
-        if input.data.is_empty() || !(all || input.datatype == crate::types::DataType::Bytes) {
-            continue;
-        }
-        if let Some((region, offset)) = lookup(input.data.as_ptr(), input.data.len()) {
-            let copy = region.pread(&region.key, offset, input.data.len() as u64)?;
-            input.data = Bytes::from(copy);
-        }
+/// A copy of `data`, read by `pread`, when it lies in a system region: the server reads the
+/// bytes of a client's region only from such a copy (BYTES validation, response-cache keys), so
+/// a client that shrinks its file fails its own request, not the server. None when `data` is not
+/// in a region.
+pub(crate) fn pread_copy(data: &[u8]) -> Result<Option<Bytes>, InferError> {
+    match lookup(data.as_ptr(), data.len()) {
+        Some((region, offset)) => Ok(Some(Bytes::from(region.pread(&region.key, offset, data.len() as u64)?))),
+        None => Ok(None),
     }
-    Ok(())
-}
-
-/// Writes the outputs that still hold bytes into their shared-memory targets and drops the
-/// bytes, so the response names them without data (as Triton's does).
-pub(crate) fn place_outputs(
-    targets: &[(String, ShmTarget)],
-    response: &mut crate::types::InferResponse,
-) -> Result<(), InferError> {
-    for output in &mut response.outputs {
-        if let Some((_, target)) = targets.iter().find(|(name, _)| *name == output.name) {
-            if !output.data.is_empty() {
-                target.write(&output.name, &output.data)?;
-                output.data = Vec::new();
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Triton's error for an output larger than its shared-memory target.

@@ -5,6 +5,8 @@ use bytes::Bytes;
 pub use tritium_host::StubExit;
 pub use tritium_ipc::{CorrelationId, DataType, Param as ParamValue};
 
+pub use crate::error::{ErrorKind, InferError};
+
 /// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_START`, a bit of [`InferRequest::flags`].
 pub const FLAG_SEQUENCE_START: u32 = 1;
 /// Triton's `TRITONSERVER_REQUEST_FLAG_SEQUENCE_END`, a bit of [`InferRequest::flags`].
@@ -12,80 +14,6 @@ pub const FLAG_SEQUENCE_END: u32 = 2;
 /// The most elements one classification ranks per batch entry (Triton's
 /// `kMaxClassificationElements`).
 pub const MAX_CLASSIFICATION_ELEMENTS: usize = 1_000_000;
-
-/// Triton's error codes, which the frontends map to HTTP statuses and gRPC codes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    /// Anything else.
-    Unknown,
-    /// A server-side failure (model code raised, a stub crashed).
-    Internal,
-    /// Unknown model, version or tensor.
-    NotFound,
-    /// The request is malformed: wrong dtype, shape, size, missing input.
-    InvalidArg,
-    /// The model exists but cannot serve now (loading, failed, unloading).
-    Unavailable,
-    /// The feature is not supported.
-    Unsupported,
-    /// Already exists.
-    AlreadyExists,
-    /// The request was cancelled.
-    Cancelled,
-}
-
-impl ErrorKind {
-    /// The numeric `pb_utils.TritonError` code.
-    pub fn from_triton_code(code: u32) -> Self {
-        match code {
-            1 => ErrorKind::Internal,
-            2 => ErrorKind::NotFound,
-            3 => ErrorKind::InvalidArg,
-            4 => ErrorKind::Unavailable,
-            5 => ErrorKind::Unsupported,
-            6 => ErrorKind::AlreadyExists,
-            7 => ErrorKind::Cancelled,
-            _ => ErrorKind::Unknown,
-        }
-    }
-}
-
-/// An error answered to a client.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct InferError {
-    /// The class of error.
-    pub kind: ErrorKind,
-    /// What went wrong and, where it helps, what to do.
-    pub message: String,
-}
-
-impl InferError {
-    /// An error of `kind` with `message`.
-    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Self { kind, message: message.into() }
-    }
-
-    /// `InvalidArg`.
-    pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::InvalidArg, message)
-    }
-
-    /// `NotFound`.
-    pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::NotFound, message)
-    }
-
-    /// `Unavailable`.
-    pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Unavailable, message)
-    }
-
-    /// `Internal`.
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Internal, message)
-    }
-}
 
 /// An input tensor as the client sent it. `BYTES` data is in Triton's serialized form (a
 /// little-endian `u32` length before each element).
@@ -550,6 +478,19 @@ pub trait LogControl: Send + Sync {
     fn get(&self) -> LogSettings;
     /// Applies `update` and returns the new settings.
     fn update(&self, update: LogSettingsUpdate) -> Result<LogSettings, InferError>;
+}
+
+/// Parses a version as URLs and protos carry it: empty means "the default version".
+pub fn parse_version(s: &str) -> Result<Option<i64>, InferError> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse::<i64>().map(Some).map_err(|_| {
+        InferError::invalid(format!(
+            "failed to get model version from specified version string '{s}': version should be an integral \
+                 value > 0"
+        ))
+    })
 }
 
 #[cfg(test)]

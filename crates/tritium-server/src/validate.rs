@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use tritium_config::proto::{DataType as ConfigType, ModelConfig, ModelInput};
 
-use crate::types::{DataType, InferError, InferRequest, InputTensor, RequestedOutput};
+use crate::types::{DataType, ErrorKind, InferError, InferRequest, InputTensor, RequestedOutput};
 
 /// What validation learned about a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -384,6 +384,17 @@ fn check_shape(cx: &Context<'_>, input: &InputTensor, cfg: &ModelInput, batching
         note: if batching { BATCH_NOTE } else { "" },
     }
     .into())
+}
+
+/// The refusal of a unary call of a decoupled model (`decoupled` false), or of a streamed call
+/// of a model that is not decoupled.
+pub(crate) fn transaction_mismatch(model: &str, decoupled: bool) -> InferError {
+    let message = if decoupled {
+        format!("model '{model}' is not decoupled; use a unary inference")
+    } else {
+        format!("model '{model}' uses the decoupled transaction policy; its responses come over a stream only")
+    };
+    InferError::new(ErrorKind::Unsupported, message)
 }
 
 #[cfg(test)]

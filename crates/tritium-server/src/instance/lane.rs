@@ -47,13 +47,13 @@ const SEND_RETRY: Duration = Duration::from_micros(200);
 /// no sequence batcher (those stay on their worker threads, which block in the sequence slots or
 /// route streamed responses), when a runtime is there and `--run-to-completion` is on.
 pub(super) fn eligible(ctx: &VersionContext) -> bool {
-    ctx.supervision.run_to_completion && !ctx.decoupled && !ctx.queue.is_sequenced() && ctx.bls.runtime().is_some()
+    ctx.supervision.run_to_completion && !ctx.decoupled && !ctx.queue.is_sequenced() && ctx.runtime.is_some()
 }
 
 /// Serves `stub` from a task on the runtime until the queue closes, a restart is asked for, or
 /// the stub dies; blocks the calling (supervisor) thread meanwhile.
 pub(super) fn serve(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &Arc<Stub>) -> Served {
-    let Some(runtime) = ctx.bls.runtime().cloned() else { return super::serve(ctx, instance, stub) };
+    let Some(runtime) = ctx.runtime.clone() else { return super::serve(ctx, instance, stub) };
     let (c, i, s) = (ctx.clone(), instance.clone(), stub.clone());
     let task = runtime.spawn(
         async move {
@@ -435,7 +435,7 @@ async fn run_batches(
     instance: &Instance,
     stub: &Stub,
     bell: &Bell,
-    batch: Vec<crate::scheduler::Pending>,
+    batch: Vec<crate::pending::Pending>,
 ) -> Result<(), HostError> {
     let mut ahead: VecDeque<Running> = VecDeque::with_capacity(2);
     ahead.extend(start_batch(ctx, stub, batch).await?);
@@ -506,7 +506,7 @@ fn abandon(ctx: &VersionContext, stub: &Stub, running: Running, e: &HostError) {
 async fn start_batch(
     ctx: &VersionContext,
     stub: &Stub,
-    batch: Vec<crate::scheduler::Pending>,
+    batch: Vec<crate::pending::Pending>,
 ) -> Result<Option<Running>, HostError> {
     let Some(prepared) = prepare_batch(ctx, stub, batch) else { return Ok(None) };
     let sent = send(stub, &prepared.msg).await;

@@ -1,10 +1,10 @@
 //! BLS: requests model code sends to other models (`InferenceRequest.exec` in the stub).
 //!
-//! The instance worker hands each `BlsRequest` to [`handler`], which must not block it: it copies
+//! The instance worker hands each `BlsRequest` to the stub's [`handler`], which must not block it: it copies
 //! the request's inputs out of the stub's arena (and releases them), makes the checks Triton
 //! makes before queueing (the target is ready; a decoupled target needs `decoupled=True`; the
 //! call cannot deadlock), and spawns a task on the server's runtime. The task queues the request
-//! through the clients' path ([`Server::bls_enqueue`]) and, as each answer arrives, places its
+//! through the clients' path ([`Router::enqueue`]) and, as each answer arrives, places its
 //! outputs in the server's arena of the caller's stub and sends a `BlsResponse`, the last one
 //! final. Errors go back as error responses with Triton's texts, never as a failed stub.
 //!
@@ -13,136 +13,22 @@
 //! that wait, directly or through others, on the target itself ([`would_deadlock`]): a model
 //! calling itself with one instance, or a cycle of models each waiting on the next.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use tokio::sync::Notify;
 use tracing::warn;
 use tritium_host::{BlsEvent, BlsHandler};
-use tritium_ipc::{CallOp, CallResult, Request, Response, ServerChannel, StubError, Tensor, TensorData, ToStub};
+use tritium_ipc::{Request, Response, ServerChannel, StubError, Tensor, TensorData, ToStub};
 
-use crate::instance::{Instance, VersionContext};
-use crate::server::{Inner, Server};
-use crate::types::{ErrorKind, InferError, InferRequest, InputTensor, RequestedOutput, Streamed};
-
-/// What instance workers route BLS requests through: the server (weakly, so that a worker never
-/// keeps it alive) and the runtime its tasks run on.
-#[derive(Clone)]
-pub(crate) struct Hook {
-    server: Weak<Inner>,
-    runtime: Option<tokio::runtime::Handle>,
-}
-
-impl Hook {
-    /// A hook for the server behind `server`, on the current runtime, if there is one.
-    pub(crate) fn new(server: Weak<Inner>) -> Self {
-        Self { server, runtime: tokio::runtime::Handle::try_current().ok() }
-    }
-
-    /// The runtime the server's tasks run on (none outside one, as in unit tests).
-    pub(crate) fn runtime(&self) -> Option<&tokio::runtime::Handle> {
-        self.runtime.as_ref()
-    }
-}
-
-/// Answers `pb_utils.is_model_ready`, `load_model` and `unload_model` for model code of
-/// `caller`. Loading blocks the calling instance's worker until the model is loaded (the caller
-/// waits for it anyway, as in Triton), so a model cannot reload itself (the reload would wait for
-/// that worker to drain); unloading is started and not waited for (Triton's unload does not wait
-/// either), so a model may unload itself.
-pub(crate) fn model_control(hook: &Hook, caller: &str, op: CallOp) -> Result<CallResult, String> {
-    let (Some(inner), Some(runtime)) = (hook.server.upgrade(), hook.runtime.clone()) else {
-        return Err("the server is shutting down".into());
-    };
-    let server = Server::from_inner(inner);
-    match op {
-        CallOp::ModelReady { name, version } => {
-            let version = crate::server::parse_version(&version).map_err(|e| e.message)?;
-            Ok(CallResult::Ready(server.model_ready(&name, version)))
-        }
-        CallOp::ModelLoad { name, config, files } => {
-            server.bls_check_control().map_err(|e| e.message)?;
-            if name == caller {
-                return Err(format!(
-                    "model '{name}' cannot load itself from its own code: the reload would wait for the instance that \
-                     asks for it; load it from another model or with the repository API"
-                ));
-            }
-            if !files.is_empty() {
-                return Err(format!(
-                    "load_model of '{name}' with a files override is not supported by tritium yet; put the \
-                     model's files in the repository (files=None)"
-                ));
-            }
-            let loaded = crate::off_runtime(|| {
-                runtime.block_on(async {
-                    if config.is_empty() {
-                        server.load_model(&name).await
-                    } else {
-                        server.load_model_with_config(&name, &config).await
-                    }
-                })
-            });
-            loaded.map(|()| CallResult::Done).map_err(|e| e.message)
-        }
-        CallOp::ModelUnload { name, unload_dependents } => {
-            server.bls_check_control().map_err(|e| e.message)?;
-            runtime.spawn(async move {
-                let unloaded = if unload_dependents {
-                    server.unload_model_and_dependents(&name).await
-                } else {
-                    server.unload_model(&name).await
-                };
-                if let Err(e) = unloaded {
-                    warn!(model = %name, "unload_model: {e}");
-                }
-            });
-            Ok(CallResult::Done)
-        }
-        other => Err(format!("{other:?} is not a model-control call")),
-    }
-}
-
-/// One BLS call in flight: the version it went to and what cancels it.
-struct Call {
-    target: Weak<VersionContext>,
-    cancel: Arc<Notify>,
-}
-
-/// The BLS calls an instance's stub has in flight, by stub channel and call id.
-#[derive(Default)]
-pub(crate) struct Calls(Mutex<HashMap<(usize, u64), Call>>);
-
-impl Calls {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(usize, u64), Call>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The versions the calls in flight wait on.
-    fn targets(&self) -> Vec<Arc<VersionContext>> {
-        self.lock().values().filter_map(|c| c.target.upgrade()).collect()
-    }
-}
-
-/// Triton's `TRITONSERVER_Error_Code` number of an error kind (`pb_utils.TritonError` codes).
-fn triton_code(kind: ErrorKind) -> u32 {
-    match kind {
-        ErrorKind::Unknown => 0,
-        ErrorKind::Internal => 1,
-        ErrorKind::NotFound => 2,
-        ErrorKind::InvalidArg => 3,
-        ErrorKind::Unavailable => 4,
-        ErrorKind::Unsupported => 5,
-        ErrorKind::AlreadyExists => 6,
-        ErrorKind::Cancelled => 7,
-    }
-}
+use super::Router;
+use crate::instance::{BlsCall, Instance, VersionContext};
+use crate::types::{ErrorKind, InferError, InferRequest, InputTensor, OutputTensor, RequestedOutput, Streamed};
 
 fn error_response(e: &InferError) -> Response {
     Response {
         request: 0,
         outputs: Vec::new(),
-        error: Some(StubError { message: e.message.clone(), code: triton_code(e.kind), traceback: None }),
+        error: Some(StubError { message: e.message.clone(), code: e.kind.triton_code(), traceback: None }),
         parameters: Vec::new(),
         final_response: true,
         flag_only: false,
@@ -183,9 +69,15 @@ fn deadlock(caller: &str, model: &str) -> InferError {
     )
 }
 
-/// Makes the BLS handler of one stub of `instance` (of version `ctx`), answering on `channel`.
-pub(crate) fn handler(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, channel: &Arc<ServerChannel>) -> BlsHandler {
-    let hook = ctx.bls.clone();
+/// Makes the BLS handler of one stub of `instance` (of version `ctx`), answering on `channel`:
+/// calls go through `router` (held weakly), their tasks run on `runtime`.
+pub(crate) fn handler(
+    router: Weak<dyn Router>,
+    runtime: Option<tokio::runtime::Handle>,
+    ctx: &Arc<VersionContext>,
+    instance: &Arc<Instance>,
+    channel: &Arc<ServerChannel>,
+) -> BlsHandler {
     let caller = Arc::downgrade(ctx);
     let instance = Arc::downgrade(instance);
     let channel = Arc::downgrade(channel);
@@ -198,9 +90,10 @@ pub(crate) fn handler(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, chann
             BlsEvent::Request { call, model, version, decoupled, request } => {
                 let key = (Arc::as_ptr(&channel) as usize, call);
                 let req = take_request(&channel, model, version, request);
-                match check(&hook, &ctx, &instance, key, &req, decoupled) {
-                    Ok((server, cancel, runtime)) => {
-                        runtime.spawn(run(server, req, channel, instance, key, cancel));
+                let reached = router.upgrade().zip(runtime.clone());
+                match check(reached, &ctx, &instance, key, &req, decoupled) {
+                    Ok((router, cancel, runtime)) => {
+                        runtime.spawn(run(router, req, channel, instance, key, cancel));
                     }
                     Err(e) => send(&channel, call, error_response(&e)),
                 }
@@ -279,11 +172,12 @@ fn take_request(channel: &ServerChannel, model: String, version: i64, r: Request
     })
 }
 
-type Checked = (Server, Arc<Notify>, tokio::runtime::Handle);
+type Checked = (Arc<dyn Router>, Arc<Notify>, tokio::runtime::Handle);
 
 /// Triton's checks before a BLS request is queued, and the deadlock check; registers the call.
+/// `reached` is the router and the runtime, unless the server is going away.
 fn check(
-    hook: &Hook,
+    reached: Option<(Arc<dyn Router>, tokio::runtime::Handle)>,
     ctx: &Arc<VersionContext>,
     instance: &Instance,
     key: (usize, u64),
@@ -291,24 +185,22 @@ fn check(
     decoupled: bool,
 ) -> Result<Checked, InferError> {
     let req = req.as_ref().map_err(Clone::clone)?;
-    let (Some(inner), Some(runtime)) = (hook.server.upgrade(), hook.runtime.clone()) else {
+    let Some((router, runtime)) = reached else {
         return Err(InferError::unavailable("the server is shutting down"));
     };
-    let server = Server::from_inner(inner);
-    let target = match server.bls_target(&req.model, req.version) {
-        Ok(t) if server.model_ready(&req.model, req.version) => t,
-        _ => return Err(not_ready(&req.model)),
+    let Some(target) = router.ready_target(&req.model, req.version) else {
+        return Err(not_ready(&req.model));
     };
     if target.decoupled && !decoupled {
         return Err(needs_decoupled(&req.model));
     }
     let cancel = Arc::new(Notify::new());
-    instance.bls.lock().insert(key, Call { target: Arc::downgrade(&target), cancel: cancel.clone() });
+    instance.bls.lock().insert(key, BlsCall { target: Arc::downgrade(&target), cancel: cancel.clone() });
     if would_deadlock(&target) {
         instance.bls.lock().remove(&key);
         return Err(deadlock(&ctx.model, &req.model));
     }
-    Ok((server, cancel, runtime))
+    Ok((router, cancel, runtime))
 }
 
 /// Whether `target` can never serve another request: it belongs to a set of versions whose
@@ -372,7 +264,7 @@ fn blocked_for_ever(versions: &[Vec<Option<Vec<usize>>>]) -> Vec<bool> {
 }
 
 /// Places a response's outputs in the server's arena of the caller's stub.
-fn place(channel: &ServerChannel, outputs: Vec<crate::types::OutputTensor>) -> Result<Vec<Tensor>, InferError> {
+fn place(channel: &ServerChannel, outputs: Vec<OutputTensor>) -> Result<Vec<Tensor>, InferError> {
     let mut placed = Vec::with_capacity(outputs.len());
     for o in outputs {
         match channel.alloc(o.data.len() as u64) {
@@ -419,7 +311,7 @@ fn to_response(channel: &ServerChannel, message: Streamed) -> Response {
 
 /// The call's task: queues the request and forwards its answers until the final one.
 async fn run(
-    server: Server,
+    router: Arc<dyn Router>,
     req: Result<InferRequest, InferError>,
     channel: Arc<ServerChannel>,
     instance: Arc<Instance>,
@@ -433,14 +325,13 @@ async fn run(
     let (tx, mut rx) = crate::types::response_stream();
     let queued = req.and_then(|req| {
         let model = req.model.clone();
-        server.bls_enqueue(req, tx).map_err(|e| InferError::new(e.kind, before_queue(&model, &e.message).message))
+        router.enqueue(req, tx).map_err(|e| InferError::new(e.kind, before_queue(&model, &e.message).message))
     });
     if let Err(e) = queued {
         send(&channel, call, error_response(&e));
         instance.bls.lock().remove(&key);
         return;
     }
-    drop(server);
     loop {
         tokio::select! {
             message = rx.recv() => {
@@ -560,9 +451,48 @@ mod tests {
         let m = needs_decoupled("d").message;
         assert!(m.starts_with("Model d - Error when running inference: Model d is using the decoupled."), "{m}");
         assert!(m.ends_with("for decoupled models.'"), "{m}");
-        assert_eq!(triton_code(ErrorKind::Cancelled), 7);
-        for kind in [ErrorKind::Internal, ErrorKind::NotFound, ErrorKind::Unavailable, ErrorKind::Cancelled] {
-            assert_eq!(ErrorKind::from_triton_code(triton_code(kind)), kind);
-        }
+    }
+
+    /// Registers a BLS call from `caller`'s instance `k` to `target`, with that instance inside
+    /// `execute`.
+    fn call(caller: &Arc<VersionContext>, k: usize, target: &Arc<VersionContext>) {
+        let instance = caller.instances.lock().expect("instances")[k].clone();
+        crate::instance::testing::set_executing(&instance, true);
+        let key = (k, instance.bls.lock().len() as u64);
+        instance.bls.lock().insert(key, BlsCall { target: Arc::downgrade(target), cancel: Arc::default() });
+    }
+
+    #[test]
+    fn a_model_calling_itself_deadlocks_only_without_a_free_instance() {
+        let one = crate::instance::testing::version("one", 1);
+        assert!(!would_deadlock(&one), "an idle instance serves the call");
+        call(&one, 0, &one);
+        assert!(would_deadlock(&one));
+
+        let two = crate::instance::testing::version("two", 2);
+        call(&two, 0, &two);
+        assert!(!would_deadlock(&two), "the second instance is free");
+        call(&two, 1, &two);
+        assert!(would_deadlock(&two));
+    }
+
+    #[test]
+    fn a_cycle_through_other_models_deadlocks_and_a_chain_to_a_free_model_does_not() {
+        let (a, b, c) = (
+            crate::instance::testing::version("a", 1),
+            crate::instance::testing::version("b", 1),
+            crate::instance::testing::version("c", 1),
+        );
+        // a waits on b, b waits on c, and c is free: every call comes back.
+        call(&a, 0, &b);
+        call(&b, 0, &c);
+        assert!(!would_deadlock(&b) && !would_deadlock(&a));
+        // c now waits on a: a -> b -> c -> a, each with its only instance.
+        call(&c, 0, &a);
+        assert!(would_deadlock(&a) && would_deadlock(&b) && would_deadlock(&c));
+        // An instance that is not inside execute is not blocked, whatever it has in flight.
+        let first_c = c.instances.lock().expect("instances")[0].clone();
+        crate::instance::testing::set_executing(&first_c, false);
+        assert!(!would_deadlock(&a));
     }
 }

@@ -1,0 +1,291 @@
+//! The worker thread's serve loop ([`serve`]) for models that do not run to completion on the
+//! runtime, and decoupled requests: the [`Open`] table keeps each request after its `execute`
+//! and forwards its responses as they arrive, with credit and cancellation, until the final one.
+
+use super::*;
+
+/// How often an idle worker handles what its stub sent unasked (logs and calls from model
+/// threads).
+pub(super) const IDLE_POLL: Duration = Duration::from_millis(50);
+
+/// How long an idle worker of a decoupled model with open requests waits for their responses
+/// before it looks at its queue again.
+pub(super) const STREAM_POLL: Duration = Duration::from_millis(2);
+
+pub(super) fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
+    let mut open = Open::default();
+    let served = serve_with(ctx, instance, stub, &mut open);
+    // Requests of a decoupled model still waiting for their final response get the error every
+    // other request of this stub gets; a clean stop answers them too, never leaving a stream open.
+    let message = match &served {
+        Served::Died(why, _) => why.clone(),
+        Served::Closed | Served::Restart => {
+            format!("model instance '{}' stopped before the model sent the final response", stub.instance())
+        }
+    };
+    open.fail_all(ctx, &message);
+    served
+}
+
+pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut Open) -> Served {
+    let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
+    // Set when the last poll stopped at its bound: the queue is then looked at without waiting.
+    let mut more = false;
+    loop {
+        let streaming = !open.0.is_empty();
+        let idle = if more || streaming { Duration::ZERO } else { IDLE_POLL };
+        match ctx.queue.next_batch_of(&instance.spec.name, &interrupted, idle) {
+            Next::Closed => return Served::Closed,
+            Next::Idle => {
+                let wait = if streaming && !more { STREAM_POLL } else { Duration::ZERO };
+                let mut route = |r: Response| open.route(ctx, stub, r);
+                match stub.poll(wait, &mut route) {
+                    Ok(m) => {
+                        more = m;
+                        open.watch(stub, ctx.supervision.max_inflight_responses);
+                    }
+                    Err(e) => {
+                        let exit = stub.kill();
+                        return Served::Died(e.to_string(), exit);
+                    }
+                }
+            }
+            Next::Interrupted => {
+                if instance.died.load(Ordering::Acquire) {
+                    return died_idle(stub);
+                }
+                return Served::Restart;
+            }
+            Next::Batch(batch) => {
+                instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
+                instance.executions.fetch_add(1, Ordering::Relaxed);
+                let result = if ctx.decoupled {
+                    run_decoupled_batch(ctx, stub, batch, open)
+                } else {
+                    run_batches(ctx, instance, stub, batch)
+                };
+                instance.inflight.store(0, Ordering::Relaxed);
+                if let Err(e) = result {
+                    error!("{e}");
+                    let exit = stub.kill();
+                    return Served::Died(e.to_string(), exit);
+                }
+            }
+        }
+    }
+}
+
+/// The stub's watcher saw it exit while no batch ran.
+pub(super) fn died_idle(stub: &Stub) -> Served {
+    let status = stub.kill();
+    Served::Died(
+        format!("stub {} exited while idle ({status}); last stderr lines:\n{}", stub.instance(), stub.stderr_tail()),
+        status,
+    )
+}
+
+/// A decoupled model's request between its `execute` and its final response.
+pub(super) struct OpenRequest {
+    pub(super) p: Pending,
+    /// Its time in the queue.
+    pub(super) queue: Duration,
+    /// When its batch was taken.
+    pub(super) started: Instant,
+    /// The stub was told that the client went away.
+    pub(super) cancelled: bool,
+    /// The count of responses taken by the client that the stub was last told (its `Credit`).
+    pub(super) credited: u64,
+}
+
+/// The open requests of a decoupled model's instance, by the id the stub knows them by.
+#[derive(Default)]
+pub(super) struct Open(pub(super) HashMap<u64, OpenRequest>);
+
+impl Open {
+    /// Forwards one response to its request's stream, reading its outputs out of shared memory
+    /// and releasing them; the final one closes the request and counts it in the statistics
+    /// once. A response to a request that is not open (unknown, or already final), or one whose
+    /// descriptors do not match its tensors, is refused with why: the stub broke the protocol.
+    pub(super) fn route(&mut self, ctx: &VersionContext, stub: &Stub, resp: Response) -> Result<(), String> {
+        let Some(open) = self.0.get_mut(&resp.request) else {
+            stub.release_outputs(&resp);
+            return Err(format!("responded to request {}, which is unknown or already final", resp.request));
+        };
+        let bytes = match output_bytes(&resp) {
+            Ok(bytes) => bytes,
+            Err(why) => {
+                stub.release_outputs(&resp);
+                return Err(why);
+            }
+        };
+        let last = resp.final_response;
+        let limit = ctx.supervision.max_output_bytes;
+        // The final flag alone is not a response; an empty response with the flag is one.
+        let message = if last && resp.flag_only && resp.outputs.is_empty() && resp.error.is_none() {
+            Streamed::Final
+        } else {
+            let result = match &resp.error {
+                Some(e) => Err(InferError::new(ErrorKind::from_triton_code(e.code), e.message.clone())),
+                None if bytes > limit => Err(RequestError::OutputTooLarge { bytes, limit }.into()),
+                None => read_outputs(stub, &resp, &open.p.outputs)
+                    .and_then(|outputs| shape_outputs(outputs, &open.p.outputs, &ctx.reshapes, &ctx.classes))
+                    .map(|outputs| InferResponse {
+                        model: ctx.model.clone(),
+                        version: ctx.version,
+                        id: open.p.req.id.clone(),
+                        outputs,
+                        parameters: resp.parameters.clone(),
+                    })
+                    .map_err(InferError::from),
+            };
+            Streamed::Response { result, last }
+        };
+        stub.release_outputs(&resp);
+        open.watch(stub, resp.request, ctx.supervision.max_inflight_responses);
+        if !last {
+            open.p.tx.stream(message);
+            return Ok(());
+        }
+        if let Some(mut open) = self.0.remove(&resp.request).filter(|o| !o.p.tx.discards()) {
+            if let Some(trace) = open.p.trace.as_mut() {
+                trace.stamp(Activity::ComputeEnd, Instant::now());
+            }
+            let total = open.p.enqueued.elapsed();
+            match &message {
+                Streamed::Response { result: Err(e), .. } => ctx.stats.failure(total, e.kind, true),
+                _ => ctx.stats.success(open.p.batch_size, total, open.queue, open.times()),
+            }
+            open.p.tx.stream(message);
+        }
+        Ok(())
+    }
+
+    /// Tells the stub, for each open request, that its client went away (once) and how many
+    /// responses its client has taken (when that advanced by half of `window`), even while the
+    /// model sends nothing: called while the worker is idle and while `execute` runs.
+    pub(super) fn watch(&mut self, stub: &Stub, window: u32) {
+        for (id, open) in self.0.iter_mut() {
+            open.watch(stub, *id, window);
+        }
+    }
+
+    /// Ends the open requests among `ids` with `error` as their final response.
+    pub(super) fn fail(&mut self, ctx: &VersionContext, ids: &[u64], error: &InferError) {
+        for id in ids {
+            if let Some(open) = self.0.remove(id) {
+                finish(ctx, open.p, Err(error.clone()), None);
+            }
+        }
+    }
+
+    /// Ends every open request with `message` (an internal error) as its final response.
+    pub(super) fn fail_all(&mut self, ctx: &VersionContext, message: &str) {
+        for (_, open) in self.0.drain() {
+            finish(ctx, open.p, Err(InferError::internal(message.to_string())), None);
+        }
+    }
+}
+
+impl OpenRequest {
+    /// [`Open::watch`] for one request, `id` to the stub. A stub that cannot take the message
+    /// is noticed by the worker's next receive.
+    pub(super) fn watch(&mut self, stub: &Stub, id: u64, window: u32) {
+        let Reply::Stream(tx) = &self.p.tx else { return };
+        if tx.is_closed() {
+            if !self.cancelled {
+                // The model sees it in `is_cancelled()` and may stop early; a send waiting for
+                // credit stops waiting.
+                self.cancelled = true;
+                let _ = stub.cancel(id);
+            }
+            return;
+        }
+        if let Some(consumed) = credit_due(self.credited, tx.taken(), window) {
+            self.credited = consumed;
+            let _ = stub.credit(id, consumed);
+        }
+    }
+
+    /// The request's times for the statistics: all of it since its batch was taken is counted
+    /// as inference, since a decoupled model computes while it sends.
+    pub(super) fn times(&self) -> ExecTimes {
+        ExecTimes {
+            compute_input: Duration::ZERO,
+            compute_infer: self.started.elapsed(),
+            compute_output: Duration::ZERO,
+        }
+    }
+}
+
+/// The count to pass to the stub when a client that was credited `credited` responses has taken
+/// `taken`: when it advanced by at least half the window (at least one), so a model blocked on
+/// a full window wakes before its client runs dry, with one message per half window.
+pub(super) fn credit_due(credited: u64, taken: u64, window: u32) -> Option<u64> {
+    let step = u64::from(window / 2).max(1);
+    (window > 0 && taken >= credited.saturating_add(step)).then_some(taken)
+}
+
+/// Runs one batch of a decoupled model: its requests become open, and each response is
+/// forwarded as it arrives, during `execute` and after it (through the idle worker's poll). An
+/// error raised by `execute` ends the batch's requests that are still open.
+pub(super) fn run_decoupled_batch(
+    ctx: &VersionContext,
+    stub: &Stub,
+    batch: Vec<Pending>,
+    open: &mut Open,
+) -> Result<(), HostError> {
+    let t0 = Instant::now();
+    let mut placed = place_inputs(ctx, stub, batch);
+    if placed.requests.is_empty() {
+        return Ok(());
+    }
+    let t1 = Instant::now();
+    let blocks = input_blocks(&placed.requests);
+    let ids: Vec<u64> = placed.waiting.keys().copied().collect();
+    for (id, mut p) in placed.waiting.drain() {
+        // The inputs are in shared memory now: the server's copy is not needed any more.
+        p.req.inputs = Vec::new();
+        if let Some(trace) = p.trace.as_mut() {
+            trace.stamp(Activity::ComputeStart, t0);
+            trace.stamp(Activity::ComputeInputEnd, t1);
+        }
+        let queue = t0.saturating_duration_since(p.enqueued);
+        open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false, credited: 0 });
+    }
+    let requests = std::mem::take(&mut placed.requests);
+    // Responses and the watch both need the open table; the stub calls one at a time.
+    let open = std::cell::RefCell::new(open);
+    let window = ctx.supervision.max_inflight_responses;
+    let mut route = |r: Response| open.borrow_mut().route(ctx, stub, r);
+    let mut watch = |stub: &Stub| open.borrow_mut().watch(stub, window);
+    let executed = stub.execute_decoupled(requests, ctx.supervision.execute_timeout, &mut route, &mut watch);
+    let open = open.into_inner();
+    match executed {
+        Ok(error) => {
+            let times =
+                ExecTimes { compute_input: t1 - t0, compute_infer: t1.elapsed(), compute_output: Duration::ZERO };
+            ctx.stats.execution(placed.batch_size, times);
+            if let Some(e) = error {
+                open.fail(ctx, &ids, &InferError::internal(client_text(ctx, e)));
+            }
+            Ok(())
+        }
+        Err(HostError::Ipc { source: IpcError::TooLarge { len, capacity }, .. }) => {
+            for desc in blocks {
+                let _ = stub.channel().free_own(desc);
+            }
+            let message = too_large_batch(&ctx.model, len, capacity, ctx.supervision.max_request_metadata_bytes);
+            for id in &ids {
+                if let Some(o) = open.0.remove(id) {
+                    finish(ctx, o.p, Err(InferError::invalid(message.clone())), None);
+                }
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let message = execute_failure(&ctx.model, stub.instance(), &e);
+            open.fail(ctx, &ids, &InferError::internal(message));
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! The instance's worker thread: [`spawn`] starts it, [`supervise`] starts the stub
+//! (`initialize`, warmup), serves it, and restarts it with back-off when it dies or hangs, until
+//! the version retires or the restarts exceed their limit. Model code's custom-metric and
+//! model-control calls are answered here ([`call_handler`]).
+
+use super::*;
+
+pub(super) static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
+
+/// Answers model code's custom-metric calls from the instance's session, and its model-control
+/// calls through the server.
+pub(super) fn call_handler(session: Arc<MetricsSession>, calls: Arc<dyn ModelCalls>, model: String) -> CallHandler {
+    Arc::new(move |op| {
+        let result = match op {
+            op @ (CallOp::ModelReady { .. } | CallOp::ModelLoad { .. } | CallOp::ModelUnload { .. }) => {
+                return calls.model_control(&model, op);
+            }
+            CallOp::MetricFamilyNew { name, description, kind } => {
+                let kind = match kind {
+                    tritium_ipc::MetricKind::Counter => MetricKind::Counter,
+                    tritium_ipc::MetricKind::Gauge => MetricKind::Gauge,
+                    tritium_ipc::MetricKind::Histogram => MetricKind::Histogram,
+                };
+                session.family(&name, &description, kind).map(CallResult::Id)
+            }
+            CallOp::MetricFamilyDrop { id } => session.drop_family(id).map(|()| CallResult::Done),
+            CallOp::MetricNew { family, labels, buckets } => {
+                session.metric(family, labels, buckets).map(CallResult::Id)
+            }
+            CallOp::MetricDrop { id } => session.drop_metric(id).map(|()| CallResult::Done),
+            CallOp::MetricOp { id, op, value } => {
+                let op = match op {
+                    tritium_ipc::MetricOp::Increment => MetricOp::Increment,
+                    tritium_ipc::MetricOp::Set => MetricOp::Set,
+                    tritium_ipc::MetricOp::Observe => MetricOp::Observe,
+                };
+                session.apply(id, op, value).map(|()| CallResult::Done)
+            }
+            CallOp::MetricValue { id } => session.value(id).map(CallResult::Value),
+        };
+        result.map_err(|e| e.to_string())
+    })
+}
+
+/// How starting a stub went.
+pub(super) enum Started {
+    Ready(Arc<Stub>),
+    /// Deterministic: `initialize` raised or took too long. Not retried.
+    Failed(String),
+    /// The process could not start or died on the way: worth a retry after a crash.
+    Died(String, StubExit),
+}
+
+pub(super) fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
+    let spec = &instance.spec;
+    let sup = &ctx.supervision;
+    instance.on(Event::Spawn);
+    let stub = match Stub::spawn_with_limits(&ctx.stub, &spec.name, sup.init_timeout, sup.channel) {
+        Ok(stub) => stub,
+        Err(e) => return Started::Died(e.to_string(), StubExit::Other(e.to_string())),
+    };
+    instance.on(Event::Spawned { pid: stub.pid(), channel: stub.channel().clone() });
+    stub.set_call_handler(call_handler(instance.metrics.clone(), ctx.calls.clone(), ctx.model.clone()));
+    stub.set_bls_handler(ctx.calls.bls_handler(ctx, instance, stub.channel()));
+    let args = [
+        ("model_config", ctx.config_json.clone()),
+        ("model_instance_kind", spec.kind.to_string()),
+        ("model_instance_name", spec.name.clone()),
+        ("model_instance_device_id", spec.device_id.to_string()),
+        ("model_repository", ctx.model_dir.display().to_string()),
+        ("model_version", ctx.version.to_string()),
+        ("model_name", ctx.model.clone()),
+    ];
+    let init = Initialize {
+        model_file: ctx.model_file.display().to_string(),
+        args: args.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        max_inflight_responses: sup.max_inflight_responses,
+    };
+    match stub.initialize(init, sup.init_timeout) {
+        Ok(()) => {
+            // Warmup runs before the instance is ready; a failing sample fails it (and the load).
+            let next_id = || NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+            match crate::warmup::run(&stub, &ctx.warmup, ctx.decoupled, sup.execute_timeout, &next_id) {
+                Ok(()) => Started::Ready(Arc::new(stub)),
+                Err(why) => {
+                    stub.kill();
+                    Started::Failed(why)
+                }
+            }
+        }
+        Err(HostError::Timeout { after, .. }) => {
+            stub.kill();
+            Started::Failed(format!(
+                "model '{}' instance '{}' did not finish initialize within {}s and was killed; raise the limit with \
+                 --stub-init-timeout-secs or the model's parameters {{ key: \"stub_init_timeout_secs\" value: {{ string_value: \"N\" }} }}",
+                ctx.model,
+                spec.name,
+                after.as_secs_f64()
+            ))
+        }
+        Err(HostError::Model(e)) => {
+            stub.kill();
+            if e.traceback.is_some() {
+                error!(model = %ctx.model, instance = %spec.name, "initialize failed: {e:#}");
+            }
+            Started::Failed(e.to_string())
+        }
+        Err(e) => {
+            let exit = stub.kill();
+            Started::Died(e.to_string(), exit)
+        }
+    }
+}
+
+/// Starts the instance's worker thread. `ready` receives the outcome of its first `initialize`.
+pub(crate) fn spawn(
+    ctx: Arc<VersionContext>,
+    spec: InstanceSpec,
+    ready: mpsc::Sender<Result<(), String>>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let instance = Arc::new(Instance::new(spec, ctx.metrics.session()));
+    ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).push(instance.clone());
+    ctx.live_workers.fetch_add(1, Ordering::SeqCst);
+    let name = format!("instance-{}", instance.spec.name);
+    let ctx2 = ctx.clone();
+    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+        let span =
+            tracing::info_span!("instance", model = %ctx.model, version = ctx.version, instance = %instance.spec.name);
+        let _enter = span.enter();
+        if let Err(why) = unwind_to_error(|| supervise(&ctx, &instance, ready)) {
+            // The supervisor itself broke (serve's panics are caught inside it): the instance
+            // cannot go on, so it is marked failed instead of staying "ready" without a worker.
+            error!("instance supervisor panicked: {why}");
+            instance.on(Event::Died(format!("the instance worker panicked: {why}"), StubExit::Other(why.clone())));
+            instance.on(Event::GaveUp(format!("the instance worker panicked and stopped: {why}")));
+        }
+        ctx.queue.instance_gone(&instance.spec.name);
+        leave(&ctx);
+    });
+    if spawned.is_err() {
+        ctx2.live_workers.fetch_sub(1, Ordering::SeqCst);
+    }
+    spawned
+}
+
+pub(super) fn leave(ctx: &VersionContext) {
+    if ctx.live_workers.fetch_sub(1, Ordering::SeqCst) == 1 {
+        for p in ctx.queue.close() {
+            p.tx.send(Err(InferError::unavailable(format!(
+                "model '{}' version {} has no running instances",
+                ctx.model, ctx.version
+            ))));
+        }
+    }
+}
+
+/// Runs `f`, turning a panic into its message.
+pub(super) fn unwind_to_error<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| panic_message(&*payload))
+}
+
+/// A panic's message, from its payload.
+pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+/// Why serving stopped.
+pub(super) enum Served {
+    /// The queue closed: unload or shutdown.
+    Closed,
+    /// An operator asked for a restart.
+    Restart,
+    /// The stub died or hung: why, and how its process ended.
+    Died(String, StubExit),
+}
+
+/// The supervisor loop: start, serve, and on a crash back off and start again, until the queue
+/// closes or the crashes exceed the limit.
+pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::Sender<Result<(), String>>) {
+    let sup = &ctx.supervision;
+    let mut ready = Some(ready);
+    let mut crashes = Crashes::default();
+    let mut backoff = sup.backoff_initial;
+    loop {
+        instance.died.store(false, Ordering::Release);
+        let stub = match start(ctx, instance) {
+            Started::Ready(stub) => stub,
+            Started::Failed(why) => {
+                instance.on(Event::InitFailed(why.clone()));
+                if let Some(tx) = ready.take() {
+                    let _ = tx.send(Err(why));
+                }
+                return;
+            }
+            Started::Died(why, exit) => {
+                if let Some(tx) = ready.take() {
+                    // A stub that cannot even start at load time fails the load.
+                    instance.on(Event::InitFailed(why.clone()));
+                    let _ = tx.send(Err(why));
+                    return;
+                }
+                instance.on(Event::Died(why, exit));
+                if !back_off(ctx, instance, &mut crashes, &mut backoff, true) {
+                    return;
+                }
+                continue;
+            }
+        };
+        let watched = {
+            let instance = instance.clone();
+            let queue = ctx.queue.clone();
+            stub.watch(sup.heartbeat_timeout, move || {
+                instance.died.store(true, Ordering::Release);
+                queue.wake_all();
+            })
+        };
+        if let Err(e) = watched {
+            warn!("cannot watch the stub process ({e}); crashes are noticed on the next request only");
+        }
+        *instance.probe.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Arc::new(crate::scrape::StubProbe::new(stub.metrics_probe())));
+        instance.on(Event::Initialized);
+        if let Some(tx) = ready.take() {
+            let _ = tx.send(Ok(()));
+        }
+        let ready_at = Instant::now();
+        // A panic while serving (a bug in the worker) must not leave the instance "ready" with
+        // nobody taking its queue: it ends this stub like a crash, and the supervisor restarts
+        // (or gives up) as for any other. The batch in flight is answered as dropped.
+        let served = unwind_to_error(|| {
+            if lane::eligible(ctx) {
+                lane::serve(ctx, instance, &stub)
+            } else {
+                serve(ctx, instance, &stub)
+            }
+        })
+        .unwrap_or_else(|why| {
+            error!("instance worker panicked: {why}");
+            instance.inflight.store(0, Ordering::Relaxed);
+            let exit = stub.kill();
+            Served::Died(format!("the instance worker panicked: {why}"), exit)
+        });
+        match served {
+            Served::Closed => {
+                instance.on(Event::Stop);
+                if let Err(e) = stub.finalize(Duration::from_secs(30)) {
+                    warn!("finalize: {e}");
+                }
+                instance.on(Event::Stopped);
+                return;
+            }
+            Served::Restart => {
+                instance.restart.store(false, Ordering::Release);
+                instance.on(Event::RestartRequested);
+                if let Err(e) = stub.finalize(Duration::from_secs(30)) {
+                    warn!("finalize before restart: {e}");
+                }
+            }
+            Served::Died(why, exit) => {
+                // A stub killed by SIGBUS while a client's region it had mapped is shorter than
+                // registered died of the client's truncation, not of the model's code: the crash
+                // is not counted against the restart limit.
+                let client_fault = matches!(exit, StubExit::Signal { signal: libc::SIGBUS, .. })
+                    .then(|| crate::shm::shrunk_region(&stub.channel().region_ids()))
+                    .flatten();
+                drop(stub);
+                let why = match &client_fault {
+                    Some(key) => format!(
+                        "{why} (the client shrank shared memory region '{key}' while the model used it; \
+                         not counted against the restart limit)"
+                    ),
+                    None => why,
+                };
+                instance.on(Event::Died(why, exit));
+                if ready_at.elapsed() >= sup.healthy_after {
+                    backoff = sup.backoff_initial;
+                }
+                if !back_off(ctx, instance, &mut crashes, &mut backoff, client_fault.is_none()) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The crashes within the restart window.
+#[derive(Debug, Default)]
+pub(super) struct Crashes(pub(super) VecDeque<Instant>);
+
+impl Crashes {
+    /// Records a crash at `now` and returns how many fell within `window` of it.
+    pub(super) fn record(&mut self, now: Instant, window: Duration) -> usize {
+        self.0.push_back(now);
+        while self.0.front().is_some_and(|t| now.duration_since(*t) > window) {
+            self.0.pop_front();
+        }
+        self.0.len()
+    }
+}
+
+/// Records a crash (when `counted`: a client's fault is not), then either gives up (too many
+/// crashes) or enters backing off and sleeps the delay. False when the instance gives up or the
+/// queue closes meanwhile (the instance then stops).
+pub(super) fn back_off(
+    ctx: &VersionContext,
+    instance: &Instance,
+    crashes: &mut Crashes,
+    backoff: &mut Duration,
+    counted: bool,
+) -> bool {
+    let sup = &ctx.supervision;
+    let recent = if counted { crashes.record(Instant::now(), sup.restart_window) } else { 0 };
+    if recent as u64 > u64::from(sup.restart_limit) {
+        instance.on(Event::GaveUp(format!(
+            "crashed {recent} times within {}s; marked failed (limits: --stub-restart-limit, --stub-restart-window-secs). Last: {}",
+            sup.restart_window.as_secs(),
+            instance.reason()
+        )));
+        return false;
+    }
+    instance.on(Event::BackOff);
+    let delay = *backoff;
+    *backoff = (*backoff * 2).min(sup.backoff_max);
+    if ctx.queue.wait_closed(delay) {
+        instance.on(Event::Stop);
+        instance.on(Event::Stopped);
+        return false;
+    }
+    true
+}

@@ -1,0 +1,467 @@
+//! The model repository: loading (with retries, at most `--model-load-thread-count` at once),
+//! reloading (new versions ready before the old ones drain), unloading, polling for changes, and
+//! starting each version's instances, rolled back when one fails. Ensembles' dependencies are
+//! [`super::dependencies`]'s.
+
+use super::resolve::{framework_model_file, gpu_inputs, instance_specs, resolve};
+use super::*;
+
+impl Server {
+    /// The model directories in the repository, sorted.
+    pub fn repository_models(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.inner.opts.repository)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter(|e| e.path().is_dir())
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| !n.starts_with('.'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    /// Loads the given models, at most `load_threads` at once, each tried `1 + load_retries`
+    /// times; failures are logged and reported by the index.
+    pub async fn load_models(&self, names: Vec<String>) {
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.inner.opts.load_threads.max(1)));
+        let (names, ensembles) = dependencies::split(self, names);
+        let loads: Vec<_> = names
+            .into_iter()
+            .map(|name| {
+                let server = self.clone();
+                let slots = slots.clone();
+                tokio::spawn(async move {
+                    let Ok(_slot) = slots.acquire().await else { return };
+                    let mut tries = 0;
+                    while let Err(e) = server.load(&name).await {
+                        if tries >= server.inner.opts.load_retries {
+                            error!(model = %name, "{e}");
+                            break;
+                        }
+                        tries += 1;
+                        warn!(model = %name, "{e}; retrying ({tries} of {})", server.inner.opts.load_retries);
+                    }
+                })
+            })
+            .collect();
+        for load in loads {
+            let _ = load.await;
+        }
+        dependencies::load_ensembles(self, ensembles).await;
+    }
+
+    /// A client's load request: refused unless model control is explicit, as in Triton.
+    pub async fn load_model(&self, name: &str) -> Result<(), InferError> {
+        self.check_control()?;
+        self.load(name).await
+    }
+
+    /// A client's load request with a `config` override (Triton's load parameter: the model's
+    /// config as JSON, used instead of its `config.pbtxt`; auto-complete and normalization apply
+    /// as to a config file). The override lasts until the model is loaded again without one.
+    /// Refused unless model control is explicit, as in Triton.
+    pub async fn load_model_with_config(&self, name: &str, config_json: &str) -> Result<(), InferError> {
+        self.check_control()?;
+        let config = parse_config_override(name, config_json)?;
+        self.load_with(name, Some(config)).await
+    }
+
+    /// A client's unload request: refused unless model control is explicit, as in Triton.
+    pub async fn unload_model(&self, name: &str) -> Result<(), InferError> {
+        self.check_control()?;
+        self.unload(name).await
+    }
+
+    /// A client's unload request with `unload_dependents: true`: an ensemble is unloaded with
+    /// the models of its steps that no other loaded ensemble uses (a model that is not an
+    /// ensemble has none); refused unless model control is explicit, as in Triton.
+    pub async fn unload_model_and_dependents(&self, name: &str) -> Result<(), InferError> {
+        self.check_control()?;
+        self.unload_with_dependents(name).await
+    }
+
+    pub(super) fn check_control(&self) -> Result<(), InferError> {
+        if self.inner.opts.explicit_control {
+            Ok(())
+        } else {
+            Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"))
+        }
+    }
+
+    /// Reloads models whose directory changed, loads new ones and unloads removed ones
+    /// (`--model-control-mode poll`).
+    pub async fn poll_repository(&self) {
+        let on_disk = self.repository_models();
+        let (changed, removed) = {
+            let models = self.models();
+            let changed: Vec<String> = on_disk
+                .iter()
+                .filter(|n| {
+                    models.get(*n).is_none_or(|e| e.fingerprint != fingerprint(&self.inner.opts.repository.join(n)))
+                })
+                .cloned()
+                .collect();
+            let removed: Vec<String> =
+                models.iter().filter(|(n, e)| e.wanted && !on_disk.contains(n)).map(|(n, _)| n.clone()).collect();
+            (changed, removed)
+        };
+        for name in removed {
+            info!(model = %name, "model directory removed; unloading");
+            let _ = self.unload(&name).await;
+        }
+        if !changed.is_empty() {
+            info!("repository changed: (re)loading {changed:?}");
+            self.load_models(changed).await;
+        }
+    }
+
+    /// Loads (or reloads) a model. On reload the new versions are ready before the old ones drain.
+    pub async fn load(&self, name: &str) -> Result<(), InferError> {
+        self.load_with(name, None).await
+    }
+
+    /// Loads (or reloads) a model, with its config from `config` instead of the repository when
+    /// it is given.
+    pub(super) async fn load_with(&self, name: &str, config: Option<ModelConfig>) -> Result<(), InferError> {
+        check_name(name).map_err(InferError::invalid)?;
+        let print = fingerprint(&self.inner.opts.repository.join(name));
+        {
+            let mut models = self.models_mut();
+            let entry = models.entry(name.to_string()).or_insert_with(|| Entry {
+                fingerprint: 0,
+                state: State::Loading,
+                wanted: true,
+                versions: BTreeMap::new(),
+                gone: Vec::new(),
+            });
+            entry.wanted = true;
+            if entry.versions.is_empty() {
+                entry.state = State::Loading;
+            }
+        }
+        // An ensemble's step models load first.
+        let steps = self.ensemble_dependencies(name).await;
+        let (tx, rx) = oneshot::channel();
+        let inner = self.inner.clone();
+        let model = name.to_string();
+        std::thread::Builder::new()
+            .name(format!("load-{name}"))
+            .spawn(move || {
+                let _ = tx.send(steps.and_then(|steps| {
+                    let cache = inner.cache.get().cloned();
+                    load_versions(&inner, cache, &model, steps, config)
+                }));
+            })
+            .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
+        let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
+        self.inner.load_progress.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        let old = {
+            let mut models = self.models_mut();
+            let Some(entry) = models.get_mut(name) else {
+                return Err(InferError::internal("model vanished while loading"));
+            };
+            entry.fingerprint = print;
+            match result {
+                Ok(versions) => {
+                    entry.state = State::Ready;
+                    entry.gone.clear();
+                    std::mem::replace(&mut entry.versions, versions)
+                }
+                Err(e) => {
+                    // Triton's texts: a version that failed is at UNAVAILABLE state with an
+                    // `Internal:` reason; a name the repository lacks failed to poll.
+                    let (reason, message) = match &e {
+                        LoadError::Version { version, source } => {
+                            // Instances that failed to start (their `initialize`) are Triton's
+                            // INTERNAL errors; other failures keep their own texts.
+                            let reason = match **source {
+                                LoadError::Instances(_) | LoadError::Thread(_) => format!("Internal: {source}"),
+                                _ => source.to_string(),
+                            };
+                            let message = format!(
+                                "load failed for model '{name}': version {version} is at UNAVAILABLE state: {reason};\n"
+                            );
+                            (reason, message)
+                        }
+                        LoadError::NoDirectory(_) => (
+                            e.to_string(),
+                            format!("failed to load '{name}', failed to poll from model repository: {e}"),
+                        ),
+                        _ => (e.to_string(), format!("failed to load '{name}': {e}")),
+                    };
+                    if let (LoadError::Version { version, .. }, true) = (&e, entry.versions.is_empty()) {
+                        entry.gone = vec![*version];
+                    }
+                    if matches!(e, LoadError::NoDirectory(_)) && entry.versions.is_empty() {
+                        // No such model: nothing of it stays in the index (as in Triton), so
+                        // a later unload of the name does not make it appear either.
+                        models.remove(name);
+                    } else if entry.versions.is_empty() {
+                        entry.state = State::Unavailable(reason.clone());
+                    } else {
+                        error!(model = %name, "reload failed, the previous versions keep serving: {reason}");
+                    }
+                    return Err(InferError::invalid(message));
+                }
+            }
+        };
+        retire_all(old).await;
+        info!(model = %name, "model ready");
+        self.refresh_dependents(name, true).await;
+        Ok(())
+    }
+
+    /// Unloads a model: new requests are refused, queued ones are served, then `finalize` runs.
+    /// A name the server does not know is already unloaded: that succeeds, as in Triton 2.51.
+    pub async fn unload(&self, name: &str) -> Result<(), InferError> {
+        check_name(name).map_err(InferError::invalid)?;
+        let old = {
+            let mut models = self.models_mut();
+            let Some(entry) = models.get_mut(name) else {
+                return Ok(());
+            };
+            entry.wanted = false;
+            entry.state = State::Unloading;
+            if !entry.versions.is_empty() {
+                entry.gone = entry.versions.keys().copied().collect();
+            }
+            std::mem::take(&mut entry.versions)
+        };
+        retire_all(old).await;
+        if let Some(entry) = self.models_mut().get_mut(name) {
+            if entry.state == State::Unloading {
+                entry.state = State::Unavailable("unloaded".into());
+            }
+        }
+        info!(model = %name, "model unloaded");
+        self.refresh_dependents(name, false).await;
+        Ok(())
+    }
+}
+
+pub(super) async fn retire_all(versions: BTreeMap<i64, Arc<Version>>) {
+    if versions.is_empty() {
+        return;
+    }
+    let (tx, rx) = oneshot::channel();
+    let spawned = std::thread::Builder::new().name("retire".into()).spawn(move || {
+        std::thread::scope(|s| {
+            for v in versions.values() {
+                s.spawn(|| v.retire());
+            }
+        });
+        let _ = tx.send(());
+    });
+    if spawned.is_ok() {
+        let _ = rx.await;
+    }
+}
+
+/// A hash of every file's path, size and modification time under `dir` (caches excluded).
+pub(super) fn fingerprint(dir: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let path = e.path();
+            if e.file_name() == "__pycache__" {
+                continue;
+            }
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(path);
+            } else {
+                files.push((path, meta.len(), meta.modified().ok()));
+            }
+        }
+    }
+    files.sort();
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    files.hash(&mut h);
+    h.finish()
+}
+
+/// Reads, completes and checks a model's config, then starts every instance of every version;
+/// if any version fails, every version started is retired again.
+pub(super) fn load_versions(
+    inner: &Inner,
+    cache: Option<Arc<ResponseCache>>,
+    name: &str,
+    steps: Option<dependencies::StepConfigs>,
+    config: Option<ModelConfig>,
+) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
+    let load_start = Instant::now();
+    let (opts, metrics) = (&inner.opts, inner.metrics.custom());
+    let mut resolved = resolve(opts, name, config)?;
+    resolved.cache = model_cache(name, &resolved.config, cache);
+    // Each version's load time is the shared preparation plus the start of its own instances.
+    let prepared = load_start.elapsed();
+    if tritium_config::is_ensemble(&resolved.config) {
+        let steps = steps.ok_or_else(|| LoadError::Ensemble(format!("ensemble '{name}' has no steps")))?;
+        return dependencies::start(opts, metrics, name, &resolved, steps, prepared);
+    }
+    let mut loaded = BTreeMap::new();
+    for &v in &resolved.versions {
+        match start_version(inner, name, &resolved, v, prepared) {
+            Ok(version) => {
+                loaded.insert(v, version);
+            }
+            Err(e) => {
+                rollback(loaded);
+                return Err(LoadError::Version { version: v, source: Box::new(e) });
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+/// The cache a model's versions use: the server's, when the model enables it (Triton uses the
+/// cache only when both the server and the model enable it; a model that enables it on a
+/// server without one is served without it, and tritium says so in the log).
+pub(super) fn model_cache(name: &str, config: &ModelConfig, cache: Option<Arc<ResponseCache>>) -> Option<ModelCache> {
+    if !config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        return None;
+    }
+    if cache.is_none() {
+        warn!(
+            model = %name,
+            "the model enables response_cache but the server has no cache; it is served without one \
+             (start the server with --cache-config local,size=BYTES)"
+        );
+    }
+    cache.map(|cache| ModelCache { cache })
+}
+
+/// Step 4: spawns the instances of version `v` and waits until each is ready or failed (step 5);
+/// a version with a failed instance is retired.
+pub(super) fn start_version(
+    inner: &Inner,
+    name: &str,
+    r: &Resolved,
+    v: i64,
+    prepared: Duration,
+) -> Result<Arc<Version>, LoadError> {
+    let version_start = Instant::now();
+    let (metrics, metric_options) = (inner.metrics.custom(), &inner.opts.metrics);
+    let version_dir = r.dir.join(v.to_string());
+    let framework = Framework::of_backend(&r.config.backend);
+    let model_file = match (&r.backend_model, framework) {
+        (Some(file), _) => file.clone(),
+        (None, Some(framework)) => framework_model_file(&version_dir, &r.config, framework),
+        (None, None) => version_dir.join(&r.config.default_model_filename),
+    };
+    match framework {
+        // An ONNX model with external data may be a directory.
+        Some(framework) if !model_file.exists() => {
+            return Err(LoadError::NoFrameworkModelFile {
+                platform: framework.platform(),
+                path: model_file.display().to_string(),
+            });
+        }
+        None if !model_file.is_file() => return Err(LoadError::NoModelFile(model_file.display().to_string())),
+        _ => {}
+    }
+    let stats = Arc::new(Stats::for_metrics(name, v, metric_options));
+    let specs = instance_specs(&r.config);
+    let names = specs.iter().map(|s| s.name.clone()).collect();
+    let queue = match crate::sequence::Sequences::for_config(
+        name,
+        &r.config,
+        names,
+        r.supervision.max_sequence_backlog,
+        stats.clone(),
+    )? {
+        Some(sequences) => Queue::sequenced(sequences, r.priorities.clone(), stats.clone()),
+        None => Queue::new(r.batching.clone(), r.priorities.clone(), stats.clone()),
+    };
+    let ctx = Arc::new(VersionContext {
+        model: name.to_string(),
+        version: v,
+        model_file,
+        model_dir: r.dir.clone(),
+        config_json: r.config_json.clone(),
+        queue: Arc::new(queue),
+        stats,
+        stub: r.stub.clone(),
+        supervision: r.supervision.clone(),
+        live_workers: AtomicUsize::new(0),
+        instances: Mutex::new(Vec::new()),
+        metrics: metrics.clone(),
+        classes: r.classes.clone(),
+        reshapes: crate::reshape::Reshapes::new(&r.config),
+        gpu_inputs: gpu_inputs(&r.config),
+        decoupled: tritium_config::is_decoupled(&r.config),
+        calls: inner.calls.clone(),
+        runtime: inner.runtime.clone(),
+        warmup: r.warmup.clone(),
+    });
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let mut workers = Vec::new();
+    let mut spawn_error = None;
+    for spec in specs {
+        match instance::spawn(ctx.clone(), spec, ready_tx.clone()) {
+            Ok(w) => workers.push(w),
+            Err(e) => {
+                spawn_error = Some(LoadError::Thread(e));
+                break;
+            }
+        }
+    }
+    drop(ready_tx);
+    let failures = await_readiness(&ready_rx, workers.len());
+    let load_duration = prepared + version_start.elapsed();
+    let version = Arc::new(Version {
+        config: r.config.clone(),
+        ctx,
+        workers: Mutex::new(workers),
+        load_duration,
+        ensemble: None,
+        cache: r.cache.clone(),
+    });
+    let error = spawn_error.or_else(|| (!failures.is_empty()).then_some(LoadError::Instances(failures)));
+    match error {
+        Some(e) => {
+            version.retire();
+            Err(e)
+        }
+        None => Ok(version),
+    }
+}
+
+/// Step 5: the reasons of the instances (of `expected`) that did not become ready.
+pub(super) fn await_readiness(ready: &mpsc::Receiver<Result<(), String>>, expected: usize) -> Vec<String> {
+    let mut failures = Vec::new();
+    for _ in 0..expected {
+        match ready.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(_) => failures.push("an instance thread ended before reporting".into()),
+        }
+    }
+    failures
+}
+
+/// Step 6: retires the versions already started when a later one fails.
+pub(super) fn rollback(loaded: BTreeMap<i64, Arc<Version>>) {
+    for version in loaded.into_values() {
+        version.retire();
+    }
+}
+
+/// Refuses model names that could escape the repository.
+pub(super) fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty()
+        || name == "."
+        || name == ".."
+        || name.contains('/')
+        || name.contains('\\')
+        || name.contains('\0')
+    {
+        return Err(format!("invalid model name {name:?}: a model name is one directory name inside the repository"));
+    }
+    Ok(())
+}
