@@ -210,6 +210,13 @@ def _log(level, message):
     _runtime.log(level, os.path.basename(frame.f_code.co_filename), frame.f_lineno, message)
 
 
+def _exit_if_orphaned(parent):
+    """Ends the stub when the server (`parent`) is gone."""
+    if os.getppid() != parent:
+        sys.stderr.write(f"tritium stub: the server (pid {parent}) is gone; exiting\n")
+        os._exit(1)
+
+
 class _Unanswered:
     """The requests of a non-decoupled batch that `execute` returned without a response: each
     is counted until its sender sends one (or closes, or is dropped unanswered)."""
@@ -251,10 +258,7 @@ class _Unanswered:
                 # the cycle is collected.
                 gc.collect()
                 collected = True
-            parent = server_pid()
-            if os.getppid() != parent:
-                sys.stderr.write(f"tritium stub: the server (pid {parent}) is gone; exiting\n")
-                os._exit(1)
+            _exit_if_orphaned(server_pid())
 
 
 class Stub:
@@ -281,9 +285,7 @@ class Stub:
         while True:
             msg = self.channel.recv(_WAIT_MS)
             if msg is None:
-                if os.getppid() != parent:
-                    sys.stderr.write(f"tritium stub: the server (pid {parent}) is gone; exiting\n")
-                    os._exit(1)
+                _exit_if_orphaned(parent)
                 continue
             kind = type(msg)
             if kind is _native.ExecuteMsg:

@@ -80,18 +80,10 @@ impl Classes {
                 reason,
             };
             let what = format!("label_filename of output '{}'", o.name);
-            let path =
-                paths.resolve(&what, &o.label_filename, model_dir, model_dir).map_err(|e| failed(e.to_string()))?;
-            let file = std::fs::File::open(&path).map_err(|e| failed(e.to_string()))?;
-            if !file.metadata().map_err(|e| failed(e.to_string()))?.is_file() {
-                return Err(failed("not a regular file".into()));
-            }
-            let mut text = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::Read::take(file, MAX_LABEL_FILE_BYTES + 1), &mut text)
-                .map_err(|e| failed(e.to_string()))?;
-            if text.len() as u64 > MAX_LABEL_FILE_BYTES {
-                return Err(failed(format!("larger than {MAX_LABEL_FILE_BYTES} bytes")));
-            }
+            let limit = "the label file limit";
+            let text = paths
+                .read_bounded(&what, &o.label_filename, model_dir, model_dir, MAX_LABEL_FILE_BYTES, limit)
+                .map_err(failed)?;
             labels.insert(o.name.clone(), parse_labels(&String::from_utf8_lossy(&text)));
         }
         Ok(Self { batching: config.max_batch_size > 0, labels })

@@ -113,11 +113,16 @@ fn instance_count(config: &ModelConfig) -> Option<u64> {
 pub(crate) fn warmup_bytes(sample: &tritium_config::proto::ModelWarmup) -> Option<u64> {
     let mut per_request = 0u64;
     for input in sample.inputs.values() {
-        let element = wire_type(input.data_type).and_then(|t| t.element_size()).unwrap_or(4) as u64;
-        let elements = input.dims.iter().try_fold(1u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?))?;
-        per_request = per_request.checked_add(elements.checked_mul(element)?)?;
+        per_request = per_request.checked_add(warmup_input_bytes(input)?)?;
     }
     per_request.checked_mul(u64::from(sample.batch_size))
+}
+
+/// The bytes of one warmup input's data for one request: its elements times the element size
+/// (4 per `TYPE_STRING` element, its length prefix). None on overflow or a negative dimension.
+pub(crate) fn warmup_input_bytes(input: &tritium_config::proto::model_warmup::Input) -> Option<u64> {
+    let element = wire_type(input.data_type).and_then(|t| t.element_size()).unwrap_or(4) as u64;
+    input.dims.iter().try_fold(element, |n, &d| n.checked_mul(u64::try_from(d).ok()?))
 }
 
 #[cfg(test)]

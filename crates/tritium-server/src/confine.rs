@@ -73,6 +73,38 @@ impl PathPolicy {
     }
 }
 
+impl PathPolicy {
+    /// The bytes of the file `value` names (resolved as [`PathPolicy::resolve`] does), which must
+    /// be a regular file (not a device or a fifo that never ends) of at most `max` bytes; `limit`
+    /// names that limit in the error. The error says why, for the caller to prefix.
+    pub fn read_bounded(
+        &self,
+        what: &str,
+        value: &str,
+        model_dir: &Path,
+        base: &Path,
+        max: u64,
+        limit: &str,
+    ) -> Result<Vec<u8>, String> {
+        let path = self.resolve(what, value, model_dir, base).map_err(|e| e.to_string())?;
+        let file = std::fs::File::open(&path).map_err(|e| e.to_string())?;
+        let meta = file.metadata().map_err(|e| e.to_string())?;
+        if !meta.is_file() {
+            return Err("not a regular file".into());
+        }
+        if meta.len() > max {
+            return Err(format!("{} bytes, more than {limit} ({max})", meta.len()));
+        }
+        let mut data = Vec::with_capacity(meta.len() as usize);
+        // The file may grow after the check: never read past the limit.
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, max + 1), &mut data).map_err(|e| e.to_string())?;
+        if data.len() as u64 > max {
+            return Err(format!("more than {limit} ({max})"));
+        }
+        Ok(data)
+    }
+}
+
 /// `path` made absolute (from the current directory) with `.` and `..` resolved lexically;
 /// None when `..` would climb above the root.
 fn normalize(path: &Path) -> Option<PathBuf> {

@@ -76,10 +76,7 @@ pub(crate) fn samples(
                 ));
             }
             // TYPE_STRING elements are serialized: 4 length bytes each (zero: empty strings).
-            let byte_size = meta
-                .dims
-                .iter()
-                .try_fold(dtype.element_size().unwrap_or(4) as u64, |n, &d| n.checked_mul(d as u64))
+            let byte_size = crate::config_limits::warmup_input_bytes(meta)
                 .filter(|&n| n <= max_bytes)
                 .and_then(|n| usize::try_from(n).ok())
                 .ok_or_else(|| {
@@ -131,27 +128,10 @@ pub(crate) fn samples(
 /// the model directory, be a regular file (not a device or a fifo that never ends) and hold at
 /// most `max_bytes`.
 fn read_data_file(model_dir: &Path, file: &str, paths: &PathPolicy, max_bytes: u64) -> Result<Vec<u8>, String> {
-    let shown = model_dir.join(WARMUP_DATA_FOLDER).join(file);
-    let failed = |why: String| format!("failed to open text file for read {}: {why}", shown.display());
-    let path = paths
-        .resolve("warmup input_data_file", file, model_dir, &model_dir.join(WARMUP_DATA_FOLDER))
-        .map_err(|e| failed(e.to_string()))?;
-    let file = std::fs::File::open(&path).map_err(|e| failed(e.to_string()))?;
-    let meta = file.metadata().map_err(|e| failed(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(failed("not a regular file".into()));
-    }
-    if meta.len() > max_bytes {
-        return Err(failed(format!("{} bytes, more than --max-warmup-bytes ({max_bytes})", meta.len())));
-    }
-    let mut data = Vec::with_capacity(meta.len() as usize);
-    // The file may grow after the check: never read past the limit.
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, max_bytes + 1), &mut data)
-        .map_err(|e| failed(e.to_string()))?;
-    if data.len() as u64 > max_bytes {
-        return Err(failed(format!("more than --max-warmup-bytes ({max_bytes})")));
-    }
-    Ok(data)
+    let base = model_dir.join(WARMUP_DATA_FOLDER);
+    paths
+        .read_bounded("warmup input_data_file", file, model_dir, &base, max_bytes, "--max-warmup-bytes")
+        .map_err(|why| format!("failed to open text file for read {}: {why}", base.join(file).display()))
 }
 
 /// A sample must give every required input of the model, as a request must: Triton refuses
