@@ -384,7 +384,7 @@ def test_statistics_count_the_ensemble_and_its_steps(srv):
     def stats(model):
         return get(srv, f"/v2/models/{model}/stats")["model_stats"][0]
 
-    before, step_before = stats("chain"), stats("double")
+    before, step_before, one_before = stats("chain"), stats("double"), stats("add_one")
     client = httpclient.InferenceServerClient(srv.http_url)
     client.infer("chain", [x_input(httpclient, X)])
     after, step_after = stats("chain"), stats("double")
@@ -392,6 +392,31 @@ def test_statistics_count_the_ensemble_and_its_steps(srv):
     assert step_after["inference_stats"]["success"]["count"] >= step_before["inference_stats"]["success"]["count"] + 1
     assert after["inference_count"] == before["inference_count"] + 1
     assert after["execution_count"] == before["execution_count"] + 1
+    # The ensemble's compute times are the sums of its steps' for the request (Triton's), here
+    # exactly: nothing else runs on these models meanwhile.
+    for kind in ("compute_input", "compute_infer", "compute_output"):
+        ns = after["inference_stats"][kind]["ns"] - before["inference_stats"][kind]["ns"]
+        steps = sum(
+            s_after["inference_stats"][kind]["ns"] - s_before["inference_stats"][kind]["ns"]
+            for s_before, s_after in [(step_before, step_after), (one_before, stats("add_one"))]
+        )
+        assert ns == steps, (kind, ns, steps)
+    assert after["inference_stats"]["compute_infer"]["ns"] > before["inference_stats"]["compute_infer"]["ns"]
+    # The batch statistics carry the same sums, as one execution.
+    assert (
+        sum(b["compute_infer"]["ns"] for b in after["batch_stats"]) == after["inference_stats"]["compute_infer"]["ns"]
+    )
+    # A nested ensemble's compute times include its inner ensemble's steps.
+    nested_before, inner_before = stats("a_nested"), stats("chain")
+    client.infer("a_nested", [x_input(httpclient, X)])
+    nested_after, inner_after = stats("a_nested"), stats("chain")
+    nested = (
+        nested_after["inference_stats"]["compute_infer"]["ns"] - nested_before["inference_stats"]["compute_infer"]["ns"]
+    )
+    inner = (
+        inner_after["inference_stats"]["compute_infer"]["ns"] - inner_before["inference_stats"]["compute_infer"]["ns"]
+    )
+    assert nested > inner > 0, (nested, inner)
     failed = stats("failing")["inference_stats"]["fail"]["count"]
     with pytest.raises(InferenceServerException):
         client.infer("failing", [x_input(httpclient, X)])

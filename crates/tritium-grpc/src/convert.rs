@@ -497,6 +497,7 @@ pub fn decode_infer_request_with(msg: ModelInferRequest, regions: Regions<'_>) -
         timeout_us: params.timeout_us,
         priority: params.priority,
         trace: None,
+        compute_tally: None,
     })
 }
 

@@ -22,8 +22,8 @@ pub use client::{ClientFamily, ClientKind, ClientSample, StubFamilies, MAX_SAMPL
 pub use custom::{CustomMetrics, MetricError, MetricKind, MetricOp, MetricsSession};
 pub use host::{HostSampler, HostSnapshot};
 pub use server::{
-    CacheCounts, CacheSnapshot, FailureCounts, InstanceSnapshot, LatencySummaries, Metrics, MetricsOptions,
-    ModelSnapshot, Snapshot, SERVER_METRIC_NAMES,
+    CacheCounts, CacheSnapshot, FailureCounts, HistogramSnapshot, InstanceSnapshot, LatencySummaries, Metrics,
+    MetricsOptions, ModelSnapshot, Snapshot, FIRST_RESPONSE_BUCKETS_MS, FIRST_RESPONSE_FAMILY, SERVER_METRIC_NAMES,
 };
 pub use summary::{Summary, SummarySnapshot};
 pub use text::CONTENT_TYPE;

@@ -51,7 +51,51 @@ pub struct ModelSnapshot {
     pub cache: Option<CacheCounts>,
     /// The latency summaries (`--metrics-config summary_latencies=true`; `None` otherwise).
     pub summaries: Option<Box<LatencySummaries>>,
+    /// Request to first response, in milliseconds (`nv_inference_first_response_histogram_ms`):
+    /// recorded for decoupled models under `--metrics-config histogram_latencies=true`, as in
+    /// Triton; `None` leaves the series out.
+    pub first_response: Option<Box<HistogramSnapshot>>,
 }
+
+/// The state of one histogram series.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HistogramSnapshot {
+    /// Finite upper bounds, strictly increasing.
+    pub bounds: Vec<f64>,
+    /// Observations per bucket, not cumulative: one more than `bounds`, the last for `+Inf`.
+    pub counts: Vec<u64>,
+    /// The sum of the observations.
+    pub sum: f64,
+    /// How many observations.
+    pub count: u64,
+}
+
+impl HistogramSnapshot {
+    /// An empty histogram with upper bounds `bounds` (sorted, deduplicated, finite ones kept).
+    pub fn with_bounds(bounds: &[f64]) -> Self {
+        let mut bounds: Vec<f64> = bounds.iter().copied().filter(|b| b.is_finite()).collect();
+        bounds.sort_by(f64::total_cmp);
+        bounds.dedup();
+        let counts = vec![0; bounds.len() + 1];
+        Self { bounds, counts, sum: 0.0, count: 0 }
+    }
+
+    /// Counts one observation `value` in the first bucket whose bound is at least `value`.
+    pub fn observe(&mut self, value: f64) {
+        let bucket = self.bounds.partition_point(|b| *b < value);
+        if let Some(n) = self.counts.get_mut(bucket) {
+            *n += 1;
+        }
+        self.sum += value;
+        self.count += 1;
+    }
+}
+
+/// The first-response histogram's default upper bounds, in milliseconds (Triton's).
+pub const FIRST_RESPONSE_BUCKETS_MS: [f64; 4] = [100.0, 500.0, 2000.0, 5000.0];
+
+/// The family of the first-response histogram, whose buckets a model's config may set.
+pub const FIRST_RESPONSE_FAMILY: &str = "nv_inference_first_response_histogram_ms";
 
 /// A model version's latency summaries (`nv_inference_*_summary_us`, and for a version that
 /// uses the response cache `nv_cache_*_summary_per_model`), in microseconds.
@@ -167,6 +211,9 @@ pub struct MetricsOptions {
     pub summary_latencies: bool,
     /// The summaries' `(quantile, error)` pairs (Triton's `summary_quantiles`).
     pub summary_quantiles: Vec<(f64, f64)>,
+    /// Record and export the first-response histogram of decoupled models (Triton's
+    /// `histogram_latencies`, default false).
+    pub histogram_latencies: bool,
     /// Export the host's CPU and memory gauges (`nv_cpu_*`; Triton's `--allow-cpu-metrics`,
     /// default true).
     pub cpu_metrics: bool,
@@ -181,6 +228,7 @@ impl Default for MetricsOptions {
             counter_latencies: true,
             summary_latencies: false,
             summary_quantiles: crate::summary::DEFAULT_QUANTILES.to_vec(),
+            histogram_latencies: false,
             cpu_metrics: true,
             interval: Duration::from_millis(2000),
         }
@@ -545,6 +593,7 @@ impl Metrics {
         for family in summary_families(snapshot) {
             family.render(&mut out);
         }
+        histogram_family(snapshot).render(&mut out);
         self.inner.custom.render_to(&mut out);
         if !snapshot.client.is_empty() {
             crate::client::render_to(&mut out, &snapshot.client, &self.inner.custom.family_names(), ignored);
@@ -573,6 +622,22 @@ fn summary_families(snapshot: &Snapshot) -> Vec<Family<'_>> {
     }
     families
 }
+
+/// The first-response histogram family, with a series for each version that records it (a
+/// family without series is not written).
+fn histogram_family(snapshot: &Snapshot) -> Family<'_> {
+    let mut family = Family::typed(FIRST_RESPONSE_FAMILY, FIRST_RESPONSE_HELP, "histogram");
+    for model in &snapshot.models {
+        let Some(h) = model.first_response.as_deref() else { continue };
+        let labels = vec![("model", model.name.as_str()), ("version", model.version.as_str())];
+        family
+            .push(labels, SeriesValue::Histogram { bounds: &h.bounds, counts: &h.counts, sum: h.sum, count: h.count });
+    }
+    family
+}
+
+/// Triton's HELP text of the first-response histogram.
+const FIRST_RESPONSE_HELP: &str = "Duration from request to first response in milliseconds";
 
 /// The server's families, in [`FAMILIES`] order, with the series of `snapshot` and the host
 /// gauges. Labels are Triton's: `model` and `version` (and `reason` on failures), none on the
@@ -711,7 +776,41 @@ mod tests {
             load_duration_secs: Some(1.5),
             cache: None,
             summaries: None,
+            first_response: None,
         }
+    }
+
+    #[test]
+    fn the_first_response_histogram_is_tritons_family_with_cumulative_buckets() {
+        let mut h = HistogramSnapshot::with_bounds(&FIRST_RESPONSE_BUCKETS_MS);
+        for ms in [0.0, 100.0, 101.0, 2500.0, 7000.0] {
+            h.observe(ms);
+        }
+        assert_eq!(h.counts, [2, 1, 0, 1, 1]);
+        let model = ModelSnapshot { first_response: Some(Box::new(h)), ..simple() };
+        let text = quiet().render(&Snapshot { models: vec![model, simple()], ..Default::default() });
+        let name = FIRST_RESPONSE_FAMILY;
+        let expected = format!(
+            "# HELP {name} Duration from request to first response in milliseconds\n# TYPE {name} histogram\n\
+             {name}_bucket{{model=\"simple\",version=\"1\",le=\"100\"}} 2\n\
+             {name}_bucket{{model=\"simple\",version=\"1\",le=\"500\"}} 3\n\
+             {name}_bucket{{model=\"simple\",version=\"1\",le=\"2000\"}} 3\n\
+             {name}_bucket{{model=\"simple\",version=\"1\",le=\"5000\"}} 4\n\
+             {name}_bucket{{model=\"simple\",version=\"1\",le=\"+Inf\"}} 5\n\
+             {name}_sum{{model=\"simple\",version=\"1\"}} 9701\n\
+             {name}_count{{model=\"simple\",version=\"1\"}} 5\n"
+        );
+        assert!(text.contains(&expected), "{text}");
+        // A version without the histogram has no series, and no page has an empty family.
+        assert_eq!(text.matches(&format!("{name}_count")).count(), 1);
+        assert!(!quiet().render(&Snapshot { models: vec![simple()], ..Default::default() }).contains(name));
+    }
+
+    #[test]
+    fn histogram_bounds_are_sorted_finite_and_unique() {
+        let h = HistogramSnapshot::with_bounds(&[8.0, 1.0, f64::INFINITY, 2.0, 2.0, f64::NAN]);
+        assert_eq!(h.bounds, [1.0, 2.0, 8.0]);
+        assert_eq!(h.counts.len(), 4);
     }
 
     fn summary(count: u64, sum: f64, median: f64) -> SummarySnapshot {

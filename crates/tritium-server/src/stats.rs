@@ -3,7 +3,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tritium_metrics::Summary;
+use tritium_config::ModelConfig;
+use tritium_metrics::{HistogramSnapshot, Summary};
 
 use crate::types::{BatchStats, ModelStats, StatDuration};
 
@@ -13,11 +14,26 @@ fn add(s: &mut StatDuration, d: Duration) {
 }
 
 /// The timings of one execution, shared by every request in its batch.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ExecTimes {
     pub compute_input: Duration,
     pub compute_infer: Duration,
     pub compute_output: Duration,
+}
+
+impl ExecTimes {
+    /// The sums an ensemble request's steps added up.
+    pub(crate) fn tallied(tally: &crate::types::ComputeTally) -> Self {
+        let [compute_input, compute_infer, compute_output] = tally.totals();
+        Self { compute_input, compute_infer, compute_output }
+    }
+
+    /// Adds these times to `tally` (an ensemble step's, when the request is one).
+    pub(crate) fn add_to(&self, tally: Option<&crate::types::ComputeTally>) {
+        if let Some(tally) = tally {
+            tally.add(self.compute_input, self.compute_infer, self.compute_output);
+        }
+    }
 }
 
 /// The latency summaries of one model version (`--metrics-config summary_latencies=true`), in
@@ -37,6 +53,19 @@ fn us(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1000.0
 }
 
+/// The first-response histogram's buckets: the last `histogram_options` the config's
+/// `model_metrics` gives for its family, else Triton's defaults.
+fn first_response_buckets(config: &ModelConfig) -> Vec<f64> {
+    use tritium_config::proto::model_metrics::metric_control::MetricOptions;
+    let controls = config.model_metrics.as_ref().map(|m| m.metric_control.as_slice()).unwrap_or_default();
+    controls
+        .iter()
+        .filter(|c| c.metric_identifier.as_ref().is_some_and(|id| id.family == tritium_metrics::FIRST_RESPONSE_FAMILY))
+        .filter_map(|c| c.metric_options.as_ref().map(|MetricOptions::HistogramOptions(h)| h.buckets.clone()))
+        .next_back()
+        .unwrap_or_else(|| tritium_metrics::FIRST_RESPONSE_BUCKETS_MS.to_vec())
+}
+
 /// Statistics of one model version.
 #[derive(Debug)]
 pub(crate) struct Stats {
@@ -44,12 +73,15 @@ pub(crate) struct Stats {
     /// Kept only when the server records latency summaries; a lock of its own, taken once per
     /// request after the statistics' one.
     summaries: Option<Mutex<Summaries>>,
+    /// Request to first response, in whole milliseconds: kept only for a decoupled model when
+    /// the server records latency histograms.
+    first_response: Option<Mutex<HistogramSnapshot>>,
 }
 
 impl Stats {
     pub(crate) fn new(name: &str, version: i64) -> Self {
         let stats = ModelStats { name: name.to_string(), version: version.to_string(), ..Default::default() };
-        Self { stats: Mutex::new(stats), summaries: None }
+        Self { stats: Mutex::new(stats), summaries: None, first_response: None }
     }
 
     /// Statistics that also record the latency summaries.
@@ -57,13 +89,37 @@ impl Stats {
         Self { summaries: Some(Mutex::default()), ..Self::new(name, version) }
     }
 
-    /// [`Stats::new`], or [`Stats::with_summaries`] when the server's metrics record them.
-    pub(crate) fn for_metrics(name: &str, version: i64, options: &tritium_metrics::MetricsOptions) -> Self {
-        if options.summary_latencies {
-            Self::with_summaries(name, version)
-        } else {
-            Self::new(name, version)
+    /// The statistics of version `version` of model `name` (`config` completed): with the
+    /// latency summaries when the server's metrics record them, and for a decoupled model with
+    /// the first-response histogram when they record latency histograms, with the buckets of
+    /// the config's `model_metrics` or Triton's default ones.
+    pub(crate) fn for_metrics(
+        name: &str,
+        version: i64,
+        options: &tritium_metrics::MetricsOptions,
+        config: &ModelConfig,
+    ) -> Self {
+        let mut stats =
+            if options.summary_latencies { Self::with_summaries(name, version) } else { Self::new(name, version) };
+        if options.histogram_latencies && tritium_config::is_decoupled(config) {
+            let buckets = first_response_buckets(config);
+            stats.first_response = Some(Mutex::new(HistogramSnapshot::with_bounds(&buckets)));
         }
+        stats
+    }
+
+    /// Records how long a decoupled request waited for its first response, from its arrival
+    /// (nothing unless the histogram is kept). Triton observes whole milliseconds.
+    pub(crate) fn first_response(&self, after: Duration) {
+        if let Some(h) = &self.first_response {
+            h.lock().unwrap_or_else(|p| p.into_inner()).observe(after.as_millis() as f64);
+        }
+    }
+
+    /// The first-response histogram (`None` unless kept).
+    pub(crate) fn first_response_histogram(&self) -> Option<Box<HistogramSnapshot>> {
+        let h = self.first_response.as_ref()?;
+        Some(Box::new(h.lock().unwrap_or_else(|p| p.into_inner()).clone()))
     }
 
     pub(crate) fn snapshot(&self) -> ModelStats {
@@ -107,6 +163,20 @@ impl Stats {
         add(&mut b.compute_input, t.compute_input);
         add(&mut b.compute_infer, t.compute_infer);
         add(&mut b.compute_output, t.compute_output);
+    }
+
+    /// Records a request that succeeded after `total` (queue and compute included) and, for an
+    /// ensemble's step, adds its compute times to the ensemble's.
+    pub(crate) fn request_success(
+        &self,
+        req: &crate::types::InferRequest,
+        batch_size: u64,
+        total: Duration,
+        queue: Duration,
+        t: ExecTimes,
+    ) {
+        t.add_to(req.compute_tally.as_deref());
+        self.success(batch_size, total, queue, t);
     }
 
     /// Records a request that succeeded after `total` (queue and compute included).

@@ -57,6 +57,35 @@ pub struct InferRequest {
     /// The trace this request belongs to: the client's (a `traceparent` the frontend read) or,
     /// for a model's BLS call, the calling request's.
     pub trace: Option<tritium_trace::TraceParent>,
+    /// For an ensemble's step: where the step adds its compute times, since an ensemble's own
+    /// compute times are the sums of its steps' (as in Triton). `None` for other requests.
+    pub compute_tally: Option<std::sync::Arc<ComputeTally>>,
+}
+
+/// The compute input, infer and output times that an ensemble request's steps add up, each
+/// when it succeeds.
+#[derive(Debug, Default)]
+pub struct ComputeTally {
+    input_ns: std::sync::atomic::AtomicU64,
+    infer_ns: std::sync::atomic::AtomicU64,
+    output_ns: std::sync::atomic::AtomicU64,
+}
+
+impl ComputeTally {
+    /// Adds one step's compute input, infer and output times.
+    pub(crate) fn add(&self, input: std::time::Duration, infer: std::time::Duration, output: std::time::Duration) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let ns = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.input_ns.fetch_add(ns(input), Relaxed);
+        self.infer_ns.fetch_add(ns(infer), Relaxed);
+        self.output_ns.fetch_add(ns(output), Relaxed);
+    }
+
+    /// The sums so far: compute input, infer and output.
+    pub(crate) fn totals(&self) -> [std::time::Duration; 3] {
+        use std::sync::atomic::Ordering::Relaxed;
+        [&self.input_ns, &self.infer_ns, &self.output_ns].map(|n| std::time::Duration::from_nanos(n.load(Relaxed)))
+    }
 }
 
 /// An output a request asks for.

@@ -369,6 +369,7 @@ impl TritonFlags {
             match key {
                 "counter_latencies" => options.counter_latencies = boolean()?,
                 "summary_latencies" => options.summary_latencies = boolean()?,
+                "histogram_latencies" => options.histogram_latencies = boolean()?,
                 "summary_quantiles" => {
                     options.summary_quantiles = tritium_metrics::summary::parse_quantiles(value.trim_matches('"'))
                         .map_err(|e| refuse(flag(), e))?
@@ -538,11 +539,7 @@ impl TritonFlags {
         );
         noop(self.allow_gpu_metrics.is_some(), "--allow-gpu-metrics", "tritium exports no GPU metrics");
         for key in self.metrics_options()?.1 {
-            let why = match key.as_str() {
-                "histogram_latencies" => "latency histograms are not exported yet (a setting of Triton after 2.51)",
-                _ => "Triton 2.51 knows no such metrics setting either",
-            };
-            noop(true, &format!("--metrics-config {key}"), why);
+            noop(true, &format!("--metrics-config {key}"), "Triton knows no such metrics setting either");
         }
         for setting in self.backend_config.iter().filter(|s| !backend_config_applies(s)) {
             noop(true, &format!("--backend-config={setting}"), backend_config_why(setting));
@@ -765,11 +762,12 @@ mod tests {
             "counter_latencies=false",
             "--metrics-config=summary_quantiles=0.5:0.05,0.99:0.001",
             "--metrics-config=histogram_latencies=true",
+            "--metrics-config=no_such_setting=1",
         ]);
         let (options, ignored) = f.metrics_options().expect("parsed");
-        assert!(options.summary_latencies && !options.counter_latencies);
+        assert!(options.summary_latencies && !options.counter_latencies && options.histogram_latencies);
         assert_eq!(options.summary_quantiles, [(0.5, 0.05), (0.99, 0.001)]);
-        assert_eq!(ignored, ["histogram_latencies"]);
+        assert_eq!(ignored, ["no_such_setting"]);
         let review = f.review().expect("accepted");
         assert_eq!(review.no_effect.len(), 1, "{:?}", review.no_effect);
         for (arg, why) in [

@@ -169,6 +169,7 @@ fn take_request(channel: &ServerChannel, model: String, version: i64, r: Request
         timeout_us: r.timeout_us,
         priority: 0,
         trace: tritium_trace::SpanContext::from_triton_context(&r.trace).map(tritium_trace::TraceParent::Caller),
+        compute_tally: None,
     })
 }
 

@@ -30,8 +30,8 @@ use crate::instance::Supervision;
 use crate::reshape::Reshapes;
 use crate::stats::{ExecTimes, Stats};
 use crate::types::{
-    CorrelationId, ErrorKind, InferError, InferRequest, InferResponse, InputTensor, OutputTensor, ParamValue,
-    RequestedOutput, ResponseStream, StreamTx, Streamed,
+    ComputeTally, CorrelationId, ErrorKind, InferError, InferRequest, InferResponse, InputTensor, OutputTensor,
+    ParamValue, RequestedOutput, ResponseStream, StreamTx, Streamed,
 };
 use crate::validate::{check_metadata, validate, Validated};
 
@@ -260,6 +260,8 @@ async fn run(router: Arc<dyn Router>, plan: Arc<Ensemble>, req: InferRequest, ch
             updated.push((name.clone(), 0));
         }
     }
+    // The steps' compute times, which are the ensemble's own (as in Triton).
+    let tally = Arc::new(ComputeTally::default());
     let (events, mut incoming) = tokio_mpsc::unbounded_channel::<Event>();
     let mut fired: HashSet<(usize, u64)> = HashSet::new();
     let mut answered: HashSet<u64> = HashSet::new();
@@ -309,6 +311,7 @@ async fn run(router: Arc<dyn Router>, plan: Arc<Ensemble>, req: InferRequest, ch
                     priority: req.priority,
                     // Each step is traced on its own, in the client's trace when it sent one.
                     trace: req.trace,
+                    compute_tally: Some(tally.clone()),
                 };
                 // A decoupled ensemble's client holds its decoupled steps back (a step's
                 // response becomes, through the steps after it, one of the ensemble's).
@@ -353,10 +356,12 @@ async fn run(router: Arc<dyn Router>, plan: Arc<Ensemble>, req: InferRequest, ch
             responses += 1;
             if !plan.decoupled {
                 // One response: the ensemble is done once it is complete.
-                plan.stats.success(checked.batch_size, start.elapsed(), Duration::ZERO, zero_times());
-                plan.stats.execution(checked.batch_size.max(1), zero_times());
+                succeeded(&plan, &req, checked.batch_size, start, &tally);
                 tx.send(Streamed::Response { result: Ok(response), last: true });
                 return;
+            }
+            if responses == 1 {
+                plan.stats.first_response(start.elapsed());
             }
             if !tx.send(Streamed::Response { result: Ok(response), last: false }) {
                 // The client went away: dropping `incoming` cancels the steps.
@@ -397,9 +402,17 @@ async fn run(router: Arc<dyn Router>, plan: Arc<Ensemble>, req: InferRequest, ch
              be made"
         )));
     }
-    plan.stats.success(checked.batch_size, start.elapsed(), Duration::ZERO, zero_times());
-    plan.stats.execution(checked.batch_size.max(1), zero_times());
+    succeeded(&plan, &req, checked.batch_size, start, &tally);
     tx.send(Streamed::Final);
+}
+
+/// Records an ensemble request that succeeded: its compute times are the sums of its steps'
+/// (added to its own ensemble's when it is a step of one), counted as one execution, as in
+/// Triton.
+fn succeeded(plan: &Ensemble, req: &InferRequest, batch_size: u64, start: Instant, tally: &ComputeTally) {
+    let times = ExecTimes::tallied(tally);
+    plan.stats.request_success(req, batch_size, start.elapsed(), Duration::ZERO, times);
+    plan.stats.execution(batch_size.max(1), times);
 }
 
 /// The parameters Triton puts on every response of an ensemble: the request's sequence id (0
@@ -415,10 +428,6 @@ fn sequence_parameters(req: &InferRequest) -> Vec<(String, ParamValue)> {
         ("sequence_start".to_string(), ParamValue::Bool(req.flags & crate::types::FLAG_SEQUENCE_START != 0)),
         ("sequence_end".to_string(), ParamValue::Bool(req.flags & crate::types::FLAG_SEQUENCE_END != 0)),
     ]
-}
-
-fn zero_times() -> ExecTimes {
-    ExecTimes { compute_input: Duration::ZERO, compute_infer: Duration::ZERO, compute_output: Duration::ZERO }
 }
 
 /// Sends one step's request through the server's own routing, in a task that reports its

@@ -329,7 +329,7 @@ pub(super) fn answer_batch(
         }
         let queue = t0.saturating_duration_since(p.enqueued);
         if served {
-            ctx.stats.success(p.batch_size, p.enqueued.elapsed(), queue, times);
+            ctx.stats.request_success(&p.req, p.batch_size, p.enqueued.elapsed(), queue, times);
             p.tx.send(result);
         } else {
             finish(ctx, p, result, Some((queue, times)));
@@ -690,7 +690,7 @@ pub(super) fn finish(
     }
     let total = p.enqueued.elapsed();
     match (&result, timing) {
-        (Ok(_), Some((queue, times))) => ctx.stats.success(p.batch_size, total, queue, times),
+        (Ok(_), Some((queue, times))) => ctx.stats.request_success(&p.req, p.batch_size, total, queue, times),
         (Err(e), timing) => ctx.stats.failure(total, e.kind, timing.is_some() || e.kind == ErrorKind::Internal),
         (Ok(_), None) => ctx.stats.failure(total, ErrorKind::Internal, true),
     }

@@ -95,6 +95,8 @@ pub(super) struct OpenRequest {
     pub(super) cancelled: bool,
     /// The count of responses taken by the client that the stub was last told (its `Credit`).
     pub(super) credited: u64,
+    /// A response (not the final flag alone) was forwarded.
+    pub(super) responded: bool,
 }
 
 /// The open requests of a decoupled model's instance, by the id the stub knows them by.
@@ -142,6 +144,10 @@ impl Open {
         };
         stub.release_outputs(&resp);
         open.watch(stub, resp.request, ctx.supervision.max_inflight_responses);
+        if !open.responded && matches!(message, Streamed::Response { .. }) && !open.p.tx.discards() {
+            open.responded = true;
+            ctx.stats.first_response(open.p.enqueued.elapsed());
+        }
         if !last {
             open.p.tx.stream(message);
             return Ok(());
@@ -153,7 +159,7 @@ impl Open {
             let total = open.p.enqueued.elapsed();
             match &message {
                 Streamed::Response { result: Err(e), .. } => ctx.stats.failure(total, e.kind, true),
-                _ => ctx.stats.success(open.p.batch_size, total, open.queue, open.times()),
+                _ => ctx.stats.request_success(&open.p.req, open.p.batch_size, total, open.queue, open.times()),
             }
             open.p.tx.stream(message);
         }
@@ -250,7 +256,7 @@ pub(super) fn run_decoupled_batch(
             trace.stamp(Activity::ComputeInputEnd, t1);
         }
         let queue = t0.saturating_duration_since(p.enqueued);
-        open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false, credited: 0 });
+        open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false, credited: 0, responded: false });
     }
     let requests = std::mem::take(&mut placed.requests);
     // Responses and the watch both need the open table; the stub calls one at a time.

@@ -279,7 +279,7 @@ pub(super) fn start(
     let config = Arc::new(config);
     let mut versions = BTreeMap::new();
     for &v in &r.versions {
-        let stats = Arc::new(Stats::for_metrics(name, v, &opts.metrics));
+        let stats = Arc::new(Stats::for_metrics(name, v, &opts.metrics, &config));
         let plan =
             EnsembleVersion { model: name.to_string(), version: v, stats: stats.clone(), classes: r.classes.clone() };
         let plan = Ensemble::new(plan, config.clone(), &steps, &r.supervision);

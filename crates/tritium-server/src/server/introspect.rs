@@ -282,6 +282,7 @@ impl Server {
                         miss_duration_ns: s.cache_miss.ns,
                     }),
                     summaries: ver.ctx.stats.summaries(&self.inner.opts.metrics.summary_quantiles),
+                    first_response: ver.ctx.stats.first_response_histogram(),
                     name: s.name,
                     version: s.version,
                 });

@@ -365,7 +365,7 @@ pub(super) fn start_version(
         None if !model_file.is_file() => return Err(LoadError::NoModelFile(model_file.display().to_string())),
         _ => {}
     }
-    let stats = Arc::new(Stats::for_metrics(name, v, metric_options));
+    let stats = Arc::new(Stats::for_metrics(name, v, metric_options, &r.config));
     let specs = instance_specs(&r.config);
     let names = specs.iter().map(|s| s.name.clone()).collect();
     let queue = match crate::sequence::Sequences::for_config(
