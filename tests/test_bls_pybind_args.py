@@ -32,7 +32,7 @@ class TritonPythonModel:
                 timeout=np.int64(0),
                 model_version=np.int64(-1),
             )
-            pb_utils.Logger.log(b"bls call to " + name, np.int32(0))
+            pb_utils.Logger.log(b"bls call to " + name, pb_utils.Logger.INFO)
             answer = bls.exec(decoupled=np.bool_(False))
             if answer.has_error():
                 raise pb_utils.TritonModelException(answer.error().message())

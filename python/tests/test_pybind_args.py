@@ -127,14 +127,18 @@ def test_tensor_and_response_and_error_take_bytes_and_sequences():
         pb_utils.InferenceResponse(output_tensors=b"x")
 
 
-def test_logger_takes_bytes_messages_and_numpy_levels(monkeypatch):
+def test_logger_takes_bytes_messages_and_only_log_levels(monkeypatch):
     seen = []
     monkeypatch.setattr("tritium._runtime.log", lambda level, file, line, message: seen.append((level, message)))
-    pb_utils.Logger.log(b"hello", np.int32(2))
+    pb_utils.Logger.log(b"hello", pb_utils.Logger.ERROR)
     pb_utils.Logger.log_info(b"caf\xc3\xa9")
-    assert seen == [(pb_utils.Logger.ERROR, "hello"), (pb_utils.Logger.INFO, "café")]
-    with pytest.raises(TypeError, match="Logger level must be an int"):
-        pb_utils.Logger.log("x", "INFO")
+    pb_utils.Logger.log("default")
+    assert seen == [(pb_utils.Logger.ERROR, "hello"), (pb_utils.Logger.INFO, "café"), (pb_utils.Logger.INFO, "default")]
+    # Triton's level is a pybind11 enum: a number (or a string, or None) is a TypeError, as
+    # Triton's argument_validation test checks.
+    for level in ("INFO", 1, np.int32(2), None):
+        with pytest.raises(TypeError, match="Logger.log level must be pb_utils.Logger.INFO"):
+            pb_utils.Logger.log("x", level)
 
 
 def test_model_control_takes_bytes_names(monkeypatch):

@@ -463,7 +463,6 @@ class Logger:
     @staticmethod
     def _emit(level, message, depth):
         frame = sys._getframe(depth)
-        level = Logger._LEVELS.get(as_int(level, "Logger level"), LogLevel.INFO)
         if message is None:
             # Triton's message is a std::string: pybind11 refuses None.
             raise TypeError("Logger message must be a str (or UTF-8 bytes), found type 'NoneType'")
@@ -472,26 +471,32 @@ class Logger:
         _runtime.log(level, frame.f_code.co_filename, frame.f_lineno, str(message) if text is None else text)
 
     @staticmethod
-    def log(message, level=0):
+    def log(message, level=LogLevel.INFO):
         """Logs `message` at `level` (Logger.INFO by default)."""
+        if not isinstance(level, LogLevel):
+            # Triton's level is a pybind11 enum, which takes no plain number.
+            raise TypeError(
+                "Logger.log level must be pb_utils.Logger.INFO, WARNING, ERROR or VERBOSE (a Logger.LogLevel), "
+                f"found type '{type(level).__name__}'"
+            )
         Logger._emit(level, message, 2)
 
     @staticmethod
     def log_info(message):
         """Logs at INFO."""
-        Logger._emit(0, message, 2)
+        Logger._emit(LogLevel.INFO, message, 2)
 
     @staticmethod
     def log_warn(message):
         """Logs at WARNING."""
-        Logger._emit(1, message, 2)
+        Logger._emit(LogLevel.WARNING, message, 2)
 
     @staticmethod
     def log_error(message):
         """Logs at ERROR."""
-        Logger._emit(2, message, 2)
+        Logger._emit(LogLevel.ERROR, message, 2)
 
     @staticmethod
     def log_verbose(message):
         """Logs at VERBOSE."""
-        Logger._emit(3, message, 2)
+        Logger._emit(LogLevel.VERBOSE, message, 2)

@@ -419,11 +419,12 @@ impl Server {
     /// Stops serving: every model drains its queue and finalizes its instances.
     pub async fn shutdown(&self) {
         self.inner.live.store(false, Ordering::Release);
+        // Every version of every model: many models share a version number.
         let all: Vec<_> = {
             let mut models = self.models_mut();
-            models.values_mut().flat_map(|e| std::mem::take(&mut e.versions)).collect()
+            models.values_mut().flat_map(|e| std::mem::take(&mut e.versions).into_values()).collect()
         };
-        retire_all(all.into_iter().collect()).await;
+        retire_all(all).await;
     }
 }
 

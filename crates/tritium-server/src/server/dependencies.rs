@@ -171,7 +171,7 @@ impl Server {
                     entry.state = State::Unavailable(reason);
                     std::mem::take(&mut entry.versions)
                 };
-                retire_all(old).await;
+                retire_all(old.into_values()).await;
                 server.refresh_dependents(&ensemble, false).await;
             }
         })

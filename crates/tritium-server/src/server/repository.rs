@@ -207,7 +207,7 @@ impl Server {
                 }
             }
         };
-        retire_all(old).await;
+        retire_all(old.into_values()).await;
         info!(model = %name, "model ready");
         self.refresh_dependents(name, true).await;
         Ok(())
@@ -229,7 +229,7 @@ impl Server {
             }
             std::mem::take(&mut entry.versions)
         };
-        retire_all(old).await;
+        retire_all(old.into_values()).await;
         if let Some(entry) = self.models_mut().get_mut(name) {
             if entry.state == State::Unloading {
                 entry.state = State::Unavailable("unloaded".into());
@@ -241,14 +241,18 @@ impl Server {
     }
 }
 
-pub(super) async fn retire_all(versions: BTreeMap<i64, Arc<Version>>) {
+/// Retires `versions` at once (each drains, then finalizes its instances) and waits for all of
+/// them. A list, not a map by version number: at shutdown every model's versions are retired
+/// together, and many models have a version 1.
+pub(super) async fn retire_all(versions: impl IntoIterator<Item = Arc<Version>>) {
+    let versions: Vec<Arc<Version>> = versions.into_iter().collect();
     if versions.is_empty() {
         return;
     }
     let (tx, rx) = oneshot::channel();
     let spawned = std::thread::Builder::new().name("retire".into()).spawn(move || {
         std::thread::scope(|s| {
-            for v in versions.values() {
+            for v in &versions {
                 s.spawn(|| v.retire());
             }
         });
