@@ -115,6 +115,17 @@ class TritonPythonModel:
                 it.cancel()
                 rest = list(it)
                 text = f"{len(got)} then {len(rest)}: {error_text(rest[-1])}"
+            elif mode == 12:
+                req = pb_utils.InferenceRequest(
+                    model_name="looper",
+                    inputs=[pb_utils.Tensor("MODE", np.array([2], dtype=np.int32))],
+                    requested_output_names=["TEXT"],
+                )
+                it = req.exec(decoupled=True)
+                got = [next(it) for _ in range(2)]
+                it.cancel()
+                rest = [r for r in it if pb_utils.get_output_tensor_by_name(r, "TEXT") is not None]
+                text = f"{len(got)} then {len(rest)} more"
             elif mode == 10:
                 req = pb_utils.InferenceRequest(
                     model_name="slow",
@@ -279,6 +290,13 @@ class TritonPythonModel:
                             pb_utils.Tensor("TEXT", np.array([str(i).encode()], dtype=np.object_))]))
                     i += 1
                     time.sleep(0.01)
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            elif mode == 2:
+                # Ignores the cancellation: five responses, then the final flag.
+                for i in range(5):
+                    sender.send(pb_utils.InferenceResponse([
+                        pb_utils.Tensor("TEXT", np.array([str(i).encode()], dtype=np.object_))]))
+                    time.sleep(0.02)
                 sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             else:
                 text = f"cancelled in execute after {SEEN[-1]}" if SEEN else "not cancelled"
@@ -454,9 +472,17 @@ def test_a_bad_request_fails_the_call_not_the_caller(tc):
 
 
 def test_cancel_on_the_iterator_ends_the_callees_stream(tc):
+    # The callee sees the cancellation, stops and sends its final flag, which ends the
+    # iteration (Triton's ResponseIterator.cancel()).
     _, text = call_bls(tc, 9)
-    assert text.startswith("3 then "), text
-    assert text.endswith(": Request was cancelled"), text
+    assert text == "3 then 1: no error", text
+
+
+def test_a_callee_that_ignores_the_cancellation_is_still_heard_to_the_end(tc):
+    # As in Triton (L0_backend_python decoupled_bls_cancel with IGNORE_CANCEL): cancel() asks,
+    # and what the callee still sends reaches the caller.
+    _, text = call_bls(tc, 12)
+    assert text == "2 then 3 more", text
 
 
 def test_a_call_past_its_timeout_is_an_error_response(tc):

@@ -162,11 +162,12 @@ impl Streamed {
 /// The receiving end of a decoupled request's responses ([`crate::Server::infer_decoupled`]):
 /// it counts the messages its consumer has taken, and the instance worker passes that count to
 /// the stub as credit, so a model runs at most `--max-inflight-responses` ahead of its client.
-/// Dropping it is how a consumer cancels the request.
+/// Dropping it, or [`ResponseStream::cancel`], is how a consumer cancels the request.
 #[derive(Debug)]
 pub struct ResponseStream {
     rx: tokio::sync::mpsc::UnboundedReceiver<Streamed>,
     taken: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    cancelled: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The sending end of a [`ResponseStream`], held by the request while it is queued or open (a
@@ -175,16 +176,29 @@ pub struct ResponseStream {
 pub struct StreamTx {
     tx: tokio::sync::mpsc::UnboundedSender<Streamed>,
     taken: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    cancelled: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A new response stream and its sending end.
 pub fn response_stream() -> (StreamTx, ResponseStream) {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let taken = std::sync::Arc::default();
-    (StreamTx { tx, taken: std::sync::Arc::clone(&taken) }, ResponseStream { rx, taken })
+    let cancelled = std::sync::Arc::default();
+    (
+        StreamTx { tx, taken: std::sync::Arc::clone(&taken), cancelled: std::sync::Arc::clone(&cancelled) },
+        ResponseStream { rx, taken, cancelled },
+    )
 }
 
 impl ResponseStream {
+    /// Cancels the request while still taking what it sends: the model sees the cancellation
+    /// (`is_cancelled()`), as when the consumer goes away, but a model that ignores it goes on
+    /// answering, and its responses still come here until the final one (Triton's
+    /// `ResponseIterator.cancel()` in BLS).
+    pub fn cancel(&self) {
+        self.cancelled.store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// The next message, waiting for it; None once the stream ended (after the final message,
     /// or when the server dropped the request).
     pub async fn recv(&mut self) -> Option<Streamed> {
@@ -225,12 +239,14 @@ impl StreamTx {
         self.tx.send(message).is_ok()
     }
 
-    /// Whether the consumer dropped its [`ResponseStream`].
+    /// Whether the consumer dropped its [`ResponseStream`] or cancelled the request. Messages
+    /// sent after a cancellation still reach a consumer that is there.
     pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        self.tx.is_closed() || self.cancelled.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Completes when the consumer drops its [`ResponseStream`].
+    /// Completes when the consumer drops its [`ResponseStream`] (a cancellation that keeps
+    /// the stream does not complete it).
     pub async fn closed(&self) {
         self.tx.closed().await;
     }
@@ -545,6 +561,11 @@ mod stream_tests {
         assert!(rx.try_recv().is_err());
         assert_eq!(tx.taken(), 3);
         assert!(!tx.is_closed());
+        // A cancelled stream is closed to the model, but what it still sends arrives.
+        rx.cancel();
+        assert!(tx.is_closed());
+        assert!(tx.send(final_message()));
+        assert!(rx.try_recv().is_ok());
         drop(rx);
         assert!(tx.is_closed());
         assert!(!tx.send(final_message()));

@@ -22,7 +22,7 @@ use tritium_ipc::{Request, Response, ServerChannel, StubError, Tensor, TensorDat
 
 use super::Router;
 use crate::instance::{BlsCall, Instance, VersionContext};
-use crate::types::{ErrorKind, InferError, InferRequest, InputTensor, OutputTensor, RequestedOutput, Streamed};
+use crate::types::{InferError, InferRequest, InputTensor, OutputTensor, RequestedOutput, Streamed};
 
 fn error_response(e: &InferError) -> Response {
     Response {
@@ -333,6 +333,7 @@ async fn run(
         instance.bls.lock().remove(&key);
         return;
     }
+    let mut cancelled = false;
     loop {
         tokio::select! {
             message = rx.recv() => {
@@ -348,12 +349,11 @@ async fn run(
                     break;
                 }
             }
-            () = cancel.notified() => {
-                // The target sees the cancellation as a client that went away.
-                drop(rx);
-                let e = InferError::new(ErrorKind::Cancelled, "Request was cancelled");
-                send(&channel, call, error_response(&e));
-                break;
+            () = cancel.notified(), if !cancelled => {
+                // The target sees the cancellation (`is_cancelled()`) and decides: as in Triton,
+                // whatever it still sends, until its final response, reaches the caller.
+                cancelled = true;
+                rx.cancel();
             }
         }
     }
