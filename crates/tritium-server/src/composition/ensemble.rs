@@ -201,6 +201,26 @@ impl Ensemble {
         Ok(())
     }
 
+    /// Whether tensor `t` of generation `gen` is no longer needed: it is not a requested output,
+    /// and every step that needs it and runs for this request has fired in that generation.
+    fn last_use(
+        &self,
+        t: &str,
+        gen: u64,
+        wanted: &[RequestedOutput],
+        needed: &[bool],
+        fired: &HashSet<(usize, u64)>,
+    ) -> bool {
+        !wanted.iter().any(|o| o.name == t)
+            && self
+                .consumers
+                .get(t)
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .all(|&c| !needed.get(c).copied().unwrap_or(false) || fired.contains(&(c, gen)))
+    }
+
     /// The error a unary call of a decoupled ensemble gets, or a streamed call of one that is
     /// not.
     fn check_policy(&self, req: &InferRequest, decoupled: bool) -> Result<(), InferError> {
@@ -237,7 +257,7 @@ enum Event {
 }
 
 /// One ensemble request, from its inputs to its last response on `tx`.
-async fn run(router: Arc<dyn Router>, plan: Arc<Ensemble>, req: InferRequest, checked: Validated, tx: StreamTx) {
+async fn run(router: Arc<dyn Router>, plan: Arc<Ensemble>, mut req: InferRequest, checked: Validated, tx: StreamTx) {
     let start = Instant::now();
     let name = plan.model.clone();
     let wanted: Vec<RequestedOutput> = checked.outputs;
@@ -248,8 +268,8 @@ async fn run(router: Arc<dyn Router>, plan: Arc<Ensemble>, req: InferRequest, ch
     let mut order: HashMap<(String, u64), u64> = HashMap::new();
     let mut tensors: HashMap<(String, u64), Option<InputTensor>> = HashMap::new();
     let mut updated: Vec<(String, u64)> = Vec::new();
-    for input in &req.inputs {
-        let mut input = input.clone();
+    // The inputs move into the request's tensors, so each is released after its last consumer.
+    for mut input in std::mem::take(&mut req.inputs) {
         plan.reshapes.input(&input.name, &mut input.shape);
         updated.push((input.name.clone(), 0));
         tensors.insert((input.name.clone(), 0), Some(input));
@@ -317,6 +337,13 @@ async fn run(router: Arc<dyn Router>, plan: Arc<Ensemble>, req: InferRequest, ch
                 // response becomes, through the steps after it, one of the ensemble's).
                 let hold = plan.decoupled.then(|| (tx.clone(), plan.window));
                 launch(&router, s, gen, step.decoupled, step_req, events.clone(), hold);
+                // A tensor whose last consumer has now fired is no longer held here: its bytes
+                // go once the steps that took it are done with them.
+                for (_, t) in &step.inputs {
+                    if plan.last_use(t, gen, &wanted, &needed, &fired) {
+                        tensors.remove(&(t.clone(), gen));
+                    }
+                }
             }
         }
         for gen in gens {
@@ -510,6 +537,8 @@ mod tests {
     struct FakeRouter {
         /// The models called, in order.
         called: Mutex<Vec<String>>,
+        /// What "gated" (which answers `2x`) waits for.
+        gate: tokio::sync::Notify,
     }
 
     fn value(req: &InferRequest) -> f32 {
@@ -545,6 +574,10 @@ mod tests {
             Box::pin(async move {
                 match req.model.as_str() {
                     "double" => Ok(answer(&req, 2.0 * value(&req))),
+                    "gated" => {
+                        self.gate.notified().await;
+                        Ok(answer(&req, 2.0 * value(&req)))
+                    }
                     _ => Err(InferError::invalid(format!("model '{}' refused the request", req.model))),
                 }
             })
@@ -641,6 +674,40 @@ mod tests {
         assert_eq!(values, [6.0, 8.0]);
         assert_eq!(*router.called.lock().expect("called"), ["split", "double", "double"]);
         assert_eq!(plan.stats.snapshot().success.count, 1);
+    }
+
+    /// Bytes that say when they are freed.
+    struct Watched(Arc<std::sync::atomic::AtomicBool>, [u8; 4]);
+
+    impl AsRef<[u8]> for Watched {
+        fn as_ref(&self) -> &[u8] {
+            &self.1
+        }
+    }
+
+    impl Drop for Watched {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tensor_is_released_once_its_last_consumer_has_run() {
+        let router = Arc::new(FakeRouter::default());
+        let plan = ensemble("double", "gated", false);
+        let freed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut req = request(1.5);
+        req.inputs[0].data = Bytes::from_owner(Watched(freed.clone(), 1.5f32.to_le_bytes()));
+        let answer = tokio::spawn(plan.clone().infer(router.clone(), req));
+        // The second step runs (and waits) only after the first answered, which was IN's only
+        // consumer: IN is gone before the request ends.
+        while !router.called.lock().expect("called").contains(&"gated".to_string()) {
+            tokio::task::yield_now().await;
+        }
+        assert!(freed.load(std::sync::atomic::Ordering::SeqCst), "IN is still held while the last step runs");
+        router.gate.notify_one();
+        let response = answer.await.expect("joined").expect("answered");
+        assert_eq!(out(&response), 6.0);
     }
 
     #[tokio::test]
