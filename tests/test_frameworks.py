@@ -13,6 +13,7 @@ ensemble of Python, ONNX and PyTorch steps.
 import concurrent.futures
 import json
 import os
+import re
 import textwrap
 import urllib.request
 
@@ -451,3 +452,82 @@ def test_an_ensemble_joins_python_onnx_and_pytorch_steps(served):
 def test_thread_counts_are_chosen_and_logged(served):
     log = served.log_text()
     assert "intra_op_num_threads=" in log and "shared by 2 instance(s)" in log, log[-4000:]
+
+
+JOINED_CONFIG = """
+backend: "onnxruntime"
+max_batch_size: 16
+dynamic_batching { max_queue_delay_microseconds: 500000 }
+instance_group [ { kind: KIND_CPU count: 1 } ]
+"""
+
+
+def test_a_batch_is_joined_without_a_copy_and_each_request_gets_its_rows(tmp_path):
+    """The server places the inputs of a batch's requests back to back in the stub's shared
+    memory, and the backend runs the session on one array over them (no copy); an input that
+    is not in the stub's arena (here: in the client's registered shared memory) is joined by a
+    copy. Every request gets its own rows back, in both cases."""
+    needs_onnx()
+    import tritonclient.utils.shared_memory as shm
+
+    repo = str(tmp_path / "repo")
+    write(repo, "onnx_joined", JOINED_CONFIG, {"model.onnx": add_sub_onnx})
+    server = Server(repo, str(tmp_path / "tritium.log"))
+    key = f"joined{os.getpid()}"
+    region = None
+    rng = np.random.default_rng(5)
+
+    def run_batch(client, rows, shm_first=False):
+        """Sends one request per entry of `rows` at once (the first with X in the client's
+        region when `shm_first`) and checks every answer against numpy; returns the executions."""
+        before = client.get_inference_statistics("onnx_joined", as_json=True)["model_stats"][0]
+        xs = [rng.random((n, 4), dtype=np.float32) for n in rows]
+        ys = [rng.random((n, 4), dtype=np.float32) for n in rows]
+        if shm_first:
+            shm.set_shared_memory_region(region, [xs[0]])
+
+        def one(i):
+            x = grpcclient.InferInput("X", list(xs[i].shape), "FP32")
+            if shm_first and i == 0:
+                x.set_shared_memory(key, xs[0].nbytes)
+            else:
+                x.set_data_from_numpy(xs[i])
+            y = grpcclient.InferInput("Y", list(ys[i].shape), "FP32")
+            y.set_data_from_numpy(ys[i])
+            result = client.infer("onnx_joined", [x, y])
+            return result.as_numpy("SUM"), result.as_numpy("DIFF")
+
+        with concurrent.futures.ThreadPoolExecutor(len(rows)) as pool:
+            answers = list(pool.map(one, range(len(rows))))
+        for x, y, (total, difference) in zip(xs, ys, answers):
+            np.testing.assert_allclose(total, x + y, rtol=1e-6)
+            np.testing.assert_allclose(difference, x - y, rtol=1e-6)
+        after = client.get_inference_statistics("onnx_joined", as_json=True)["model_stats"][0]
+        inferences = int(after.get("inference_count", 0)) - int(before.get("inference_count", 0))
+        executions = int(after.get("execution_count", 0)) - int(before.get("execution_count", 0))
+        assert inferences == sum(rows) and executions < len(rows), (inferences, executions)
+
+    try:
+        server.wait_models(["onnx_joined"], timeout=120)
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        # Requests of 1 to 3 rows, 16 rows in all: one batch (or a few) of max_batch_size.
+        run_batch(client, [1, 2, 3, 1, 2, 3, 1, 3])
+        log = server.log_text()
+        assert "requests was joined without a copy" in log, log[-4000:]
+        assert "joined by copying" not in log, log[-4000:]
+        region = shm.create_shared_memory_region(key, f"/{key}", 3 * 4 * 4)
+        client.register_system_shared_memory(key, f"/{key}", 3 * 4 * 4)
+        run_batch(client, [3, 1, 2, 2], shm_first=True)
+        log = server.log_text()
+        assert "joined by copying inputs ['X']" in log, log[-4000:]
+        client.unregister_system_shared_memory(key)
+    finally:
+        code = server.stop()
+        if region is not None:
+            shm.destroy_shared_memory_region(region)
+    assert code == 0, server.log_text()[-4000:]
+    # The backend's count, logged at finalize: every batch of the first round was a view.
+    counts = re.search(
+        r"of model 'onnx_joined': (\d+) batches joined without a copy, (\d+) by copying", server.log_text()
+    )
+    assert counts and int(counts[1]) >= 1 and int(counts[2]) >= 1, server.log_text()[-4000:]

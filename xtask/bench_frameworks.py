@@ -1,18 +1,33 @@
-"""`cargo xtask bench frameworks`: an ONNX MLP (512 -> 2048 -> 512, FP32) served by tritium's
-onnxruntime backend over gRPC at concurrency 1 and at 16 with dynamic batching, against the floor:
-the same session called in a loop in one Python process with the same thread settings.
+"""`cargo xtask bench frameworks`: an ONNX MLP (512 -> 2048 -> 512, FP32) served over gRPC at
+concurrency 1 and at 16 with dynamic batching, by tritium's onnxruntime backend, against two
+references:
 
-Each run prints throughput, p50/p99 latency and CPU per request (tritium: its server and stub
-processes); the whole measurement runs RUNS times (2 by default) and the medians and spreads are
-printed last. The client (tritonclient, in this process) shares the machine's CPUs with the
-server, and its own per-request cost is in the latency. Not measured: Triton 2.51's Python backend
-running the same session (the issue's second reference).
+1. the floor: the same session called in a loop in one Python process, with the same thread
+   settings (target: tritium's added p50 latency at concurrency 1 at most 50 us);
+2. Triton 2.51's Python backend running the same session from a `model.py` (what a Triton user
+   without the ONNX Runtime backend does; target: tritium >= 1.5x its throughput at concurrency 1
+   and >= 2x at 16). `cargo xtask bench frameworks` installs it into `.venv-triton` (with
+   onnxruntime) and passes its command in TRITON_COMMAND; without it, this reference is skipped.
+
+Each server serves two copies of the model: `mlp` (max_batch_size 16, no dynamic batching: each
+request runs alone, as at concurrency 1 nothing would be batched anyway, and a batcher's queue
+delay would only add to the latency) for concurrency 1, and `mlp_batching` (dynamic batching,
+max_queue_delay 500 us) for 16. A third, `identity` (a Python model returning its input, tritium
+only), measures at concurrency 1 what the client, gRPC and the server cost without the model: it
+splits tritium's added latency into that round trip and the rest.
+
+Each run prints throughput, p50/p99 latency and CPU per request (the server's processes, stubs
+included; the client, tritonclient in this process, is not counted, but it shares the machine's
+CPUs and its per-request cost is in the latency). The whole measurement runs RUNS times (2 by
+default; the two servers' order alternates between runs), printing the load average before each;
+the medians and spreads are printed last, with the ratios and whether each target is met.
 
 Environment: TRITIUM_BIN (default target/release/tritium), DUR seconds per case (5), THREADS
-intra-op threads (1), RUNS (2).
+intra-op threads (1), RUNS (2), TRITON_COMMAND (JSON: program, args, env; set by xtask).
 """
 
 import concurrent.futures
+import glob
 import json
 import os
 import shutil
@@ -35,9 +50,59 @@ BIN = os.environ.get("TRITIUM_BIN", os.path.join(ROOT, "target", "release", "tri
 DUR = float(os.environ.get("DUR", "5"))
 THREADS = int(os.environ.get("THREADS", "1"))
 RUNS = int(os.environ.get("RUNS", "2"))
+TRITON = json.loads(os.environ["TRITON_COMMAND"]) if os.environ.get("TRITON_COMMAND") else None
+
+# Targets (issue 33).
+ADDED_LATENCY_TARGET_US = 50
+TRITON_RATIO_TARGETS = {1: 1.5, 16: 2.0}
+
+TENSORS = (
+    'input [ { name: "X" data_type: TYPE_FP32 dims: [ 512 ] } ]\n'
+    'output [ { name: "Y" data_type: TYPE_FP32 dims: [ 512 ] } ]\n'
+)
+BATCHING = "dynamic_batching { max_queue_delay_microseconds: 500 }\n"
+
+# Triton's reference: the session in a model.py, batches joined and split as a user writes it.
+TRITON_MODEL = f"""
+import os
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
 
 
-def make_repo(repo):
+class TritonPythonModel:
+    def initialize(self, args):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = {THREADS}
+        options.inter_op_num_threads = 1
+        path = os.path.join(os.path.dirname(__file__), "model.onnx")
+        self.session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+    def execute(self, requests):
+        xs = [pb_utils.get_input_tensor_by_name(r, "X").as_numpy() for r in requests]
+        y = self.session.run(["Y"], {{"X": np.concatenate(xs) if len(xs) > 1 else xs[0]}})[0]
+        responses, start = [], 0
+        for x in xs:
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", y[start : start + len(x)])]))
+            start += len(x)
+        return responses
+"""
+
+IDENTITY_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
+            for r in requests
+        ]
+"""
+
+
+def mlp_onnx(path):
     rng = np.random.default_rng(0)
     w1 = rng.standard_normal((512, 2048), dtype=np.float32) * 0.02
     w2 = rng.standard_normal((2048, 512), dtype=np.float32) * 0.02
@@ -54,14 +119,31 @@ def make_repo(repo):
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    os.makedirs(os.path.join(repo, "mlp", "1"))
-    onnx.save(model, os.path.join(repo, "mlp", "1", "model.onnx"))
-    with open(os.path.join(repo, "mlp", "config.pbtxt"), "w") as f:
-        f.write(
-            'platform: "onnxruntime_onnx"\nmax_batch_size: 16\n'
-            "dynamic_batching { max_queue_delay_microseconds: 500 }\n"
-            f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{THREADS}" }} }}\n'
-        )
+    onnx.save(model, path)
+
+
+def write_model(repo, name, config, files):
+    os.makedirs(os.path.join(repo, name, "1"))
+    with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+        f.write(config)
+    for filename, make in files.items():
+        make(os.path.join(repo, name, "1", filename))
+
+
+def make_repo(repo, server, onnx_file):
+    """The models `server` ("tritium" or "triton") serves, over the same ONNX file."""
+    copy = {"model.onnx": lambda path: shutil.copyfile(onnx_file, path)}
+    if server == "tritium":
+        threads = f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{THREADS}" }} }}\n'
+        head = f'platform: "onnxruntime_onnx"\nmax_batch_size: 16\n{threads}'
+        files = copy
+        identity = {"model.py": lambda path: open(path, "w").write(IDENTITY_MODEL)}
+        write_model(repo, "identity", f'backend: "python"\nmax_batch_size: 16\n{TENSORS}', identity)
+    else:
+        head = f'backend: "python"\nmax_batch_size: 16\n{TENSORS}'
+        files = dict(copy, **{"model.py": lambda path: open(path, "w").write(TRITON_MODEL)})
+    write_model(repo, "mlp", head, files)
+    write_model(repo, "mlp_batching", head + BATCHING, files)
 
 
 def pct(xs, p):
@@ -76,12 +158,17 @@ def free_port():
 
 
 def tree_cpu(pid):
-    """CPU seconds of a process and its children (the stubs)."""
-    total = 0
-    children = open(f"/proc/{pid}/task/{pid}/children").read().split()
-    for p in [pid, *map(int, children)]:
-        fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
+    """CPU seconds of a process and of its descendants (the stubs, spawned from any thread)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+            for f in glob.glob(f"/proc/{p}/task/*/children"):
+                todo.extend(int(c) for c in open(f).read().split())
+        except OSError:
+            pass
     return total / os.sysconf("SC_CLK_TCK")
 
 
@@ -98,85 +185,133 @@ def floor(path, x):
     return latencies, (time.process_time() - cpu) / len(latencies), session.run(["Y"], {"X": x})[0]
 
 
-def served(repo, x, expected):
+def start(server, repo, ports):
+    """Starts `server` on `repo` at the HTTP, gRPC and metrics `ports`."""
+    log = open(os.path.join(repo, f"{server}.log"), "w")
+    if server == "tritium":
+        args = [BIN, "serve", "--model-repository", repo, "--python", sys.executable]
+        args += ["--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])]
+        env = None
+    else:
+        args = [TRITON["program"], *TRITON["args"], f"--model-repository={repo}"]
+        args += [f"--http-port={ports[0]}", f"--grpc-port={ports[1]}", f"--metrics-port={ports[2]}"]
+        env = dict(os.environ, **TRITON["env"])
+    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def served(server, repo, x, expected):
+    """{case: (latencies, cpu per request)} of `server` on `repo`, and (inferences, executions)
+    of the batching model."""
     ports = [free_port() for _ in range(3)]
-    log = open(os.path.join(repo, "tritium.log"), "w")
-    args = [BIN, "serve", "--model-repository", repo, "--python", sys.executable]
-    args += ["--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])]
-    server = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    proc = start(server, repo, ports)
+    models = ["mlp", "mlp_batching"] + (["identity"] if server == "tritium" else [])
     results = {}
     try:
-        for _ in range(1200):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/v2/models/mlp/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        for concurrency in (1, 16):
+        for model in models:
+            deadline = time.time() + 300
+            while True:
+                try:
+                    url = f"http://127.0.0.1:{ports[0]}/v2/models/{model}/ready"
+                    with urllib.request.urlopen(url, timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError(f"{server} did not get {model} ready; see {repo}/{server}.log")
+                time.sleep(0.1)
+        cases = [("mlp", 1, expected), ("mlp_batching", 16, expected)]
+        if server == "tritium":
+            cases.append(("identity", 1, x))
+        for model, concurrency, want in cases:
             clients = [grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}") for _ in range(concurrency)]
 
-            def loop(client):
+            def loop(client, model=model, want=want):
                 tensor = grpcclient.InferInput("X", [1, 512], "FP32")
                 tensor.set_data_from_numpy(x)
                 latencies, end = [], time.time() + DUR
                 while time.time() < end:
                     t = time.perf_counter()
-                    result = client.infer("mlp", [tensor])
+                    result = client.infer(model, [tensor])
                     latencies.append(time.perf_counter() - t)
-                np.testing.assert_allclose(result.as_numpy("Y"), expected, rtol=1e-4, atol=1e-5)
+                np.testing.assert_allclose(result.as_numpy("Y"), want, rtol=1e-4, atol=1e-5)
                 return latencies
 
-            loop(clients[0])
-            cpu = tree_cpu(server.pid)
+            warm = grpcclient.InferInput("X", [1, 512], "FP32")
+            warm.set_data_from_numpy(x)
+            for client in clients:
+                client.infer(model, [warm])
+            cpu = tree_cpu(proc.pid)
             with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
                 latencies = [t for ts in pool.map(loop, clients) for t in ts]
-            results[concurrency] = (latencies, (tree_cpu(server.pid) - cpu) / len(latencies))
-        with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/v2/models/mlp/stats") as r:
+            results[(model, concurrency)] = (latencies, (tree_cpu(proc.pid) - cpu) / len(latencies))
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/v2/models/mlp_batching/stats") as r:
             stats = json.loads(r.read())["model_stats"][0]
-        results["batches"] = (stats["inference_count"], stats["execution_count"])
+        results["batches"] = (int(stats["inference_count"]), int(stats["execution_count"]))
     finally:
-        server.terminate()
-        server.wait()
+        proc.terminate()
+        proc.wait()
     return results
 
 
 def line(name, latencies, cpu):
     rate = len(latencies) / DUR
     p50, p99 = pct(latencies, 50) * 1e6, pct(latencies, 99) * 1e6
-    print(f"{name:24} {rate:8.0f} inf/s  p50 {p50:7.0f} us  p99 {p99:7.0f} us  cpu/req {cpu * 1e6:6.0f} us")
+    print(f"  {name:26} {rate:8.0f} inf/s  p50 {p50:7.0f} us  p99 {p99:7.0f} us  cpu/req {cpu * 1e6:6.0f} us")
     return rate, p50
 
 
+def spread(values):
+    return f"{statistics.median(values):8.0f} ({min(values):.0f}-{max(values):.0f})"
+
+
 def main():
-    print(f"load average {os.getloadavg()[0]:.2f}; {os.cpu_count()} CPUs; {DUR} s per case; {THREADS} thread(s)")
+    print(f"{os.cpu_count()} CPUs; {DUR} s per case; {THREADS} intra-op thread(s); {RUNS} runs")
+    if TRITON is None:
+        print("TRITON_COMMAND is not set (run `cargo xtask bench frameworks`): Triton's reference is skipped")
     summary = {}
     for run in range(RUNS):
         repo = tempfile.mkdtemp(prefix="tritium-bench-frameworks-")
         try:
-            make_repo(repo)
+            onnx_file = os.path.join(repo, "mlp.onnx")
+            mlp_onnx(onnx_file)
             x = np.random.default_rng(1).standard_normal((1, 512), dtype=np.float32)
-            latencies, cpu, expected = floor(os.path.join(repo, "mlp", "1", "model.onnx"), x)
-            print(f"run {run + 1}")
-            summary.setdefault("floor c1", []).append(line("floor (in-process) c1", latencies, cpu))
-            results = served(repo, x, expected)
-            for concurrency in (1, 16):
-                name = f"tritium grpc c{concurrency}"
-                summary.setdefault(name, []).append(line(name, *results[concurrency]))
-            print("  inferences, executions:", results["batches"])
+            print(f"run {run + 1}: load average {open('/proc/loadavg').read().split()[0]}")
+            latencies, cpu, expected = floor(onnx_file, x)
+            summary.setdefault("floor (in-process) c1", []).append(line("floor (in-process) c1", latencies, cpu))
+            servers = ["tritium"] + (["triton"] if TRITON else [])
+            for server in servers if run % 2 == 0 else servers[::-1]:
+                os.makedirs(os.path.join(repo, server))
+                make_repo(os.path.join(repo, server), server, onnx_file)
+                results = served(server, os.path.join(repo, server), x, expected)
+                for key in [k for k in results if k != "batches"]:
+                    model, concurrency = key
+                    name = f"{server} {'identity ' if model == 'identity' else ''}grpc c{concurrency}"
+                    summary.setdefault(name, []).append(line(name, *results[key]))
+                print(f"  {server} c16: inferences, executions {results['batches']}")
         finally:
             shutil.rmtree(repo, ignore_errors=True)
-    print("medians (spread) over runs:")
+    print(f"medians (min-max) over {RUNS} runs:")
     for name, values in summary.items():
-        rates, p50s = [v[0] for v in values], [v[1] for v in values]
-        print(
-            f"{name:24} {statistics.median(rates):8.0f} inf/s ({min(rates):.0f}-{max(rates):.0f})  "
-            f"p50 {statistics.median(p50s):7.0f} us ({min(p50s):.0f}-{max(p50s):.0f})"
-        )
-    floor_p50 = statistics.median(v[1] for v in summary["floor c1"])
+        print(f"  {name:26} {spread([v[0] for v in values])} inf/s  p50 {spread([v[1] for v in values])} us")
+    floor_p50 = statistics.median(v[1] for v in summary["floor (in-process) c1"])
     tritium_p50 = statistics.median(v[1] for v in summary["tritium grpc c1"])
-    print(f"tritium's added p50 latency at c1 (client included): {tritium_p50 - floor_p50:.0f} us (target: 50 us)")
+    identity_p50 = statistics.median(v[1] for v in summary["tritium identity grpc c1"])
+    added = tritium_p50 - floor_p50
+    print(
+        f"tritium's added p50 latency at c1: {added:.0f} us (target {ADDED_LATENCY_TARGET_US} us: "
+        f"{'met' if added <= ADDED_LATENCY_TARGET_US else 'missed'}); of it, the client, gRPC and the server "
+        f"without the model (the identity model's p50): {identity_p50:.0f} us; the rest: {added - identity_p50:.0f} us"
+    )
+    if TRITON:
+        for concurrency, target in TRITON_RATIO_TARGETS.items():
+            ours = statistics.median(v[0] for v in summary[f"tritium grpc c{concurrency}"])
+            theirs = statistics.median(v[0] for v in summary[f"triton grpc c{concurrency}"])
+            ratio = ours / theirs
+            print(
+                f"tritium / Triton (Python backend) throughput at c{concurrency}: {ratio:.2f}x "
+                f"(target {target}x: {'met' if ratio >= target else 'missed'})"
+            )
 
 
 if __name__ == "__main__":

@@ -643,6 +643,80 @@ fn array_over<'py>(
     }
 }
 
+/// The arrays of one input of a batch's requests (each an [`InputMsg`]'s `array`, over its whole
+/// block), joined along the first dimension without a copy: one array over their blocks, when the
+/// blocks lie back to back in one segment in this order (as the server places the inputs a batch's
+/// requests share) and the arrays agree in dtype and in every dimension after the first. Its base
+/// is the tuple of the blocks, so it keeps every one of them; it is writable when they all are.
+/// `None` when they cannot be joined so: the caller copies them instead.
+#[pyfunction]
+fn join_inputs<'py>(py: Python<'py>, arrays: Vec<Bound<'py, PyAny>>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    let mut blocks: Vec<Bound<'py, InBlock>> = Vec::with_capacity(arrays.len());
+    let mut typed: Vec<Bound<'py, PyUntypedArray>> = Vec::with_capacity(arrays.len());
+    for a in &arrays {
+        let Ok(array) = a.cast::<PyUntypedArray>() else { return Ok(None) };
+        let Ok(block) = a.getattr("base")?.cast_into::<InBlock>() else { return Ok(None) };
+        let view = &block.get().view;
+        // SAFETY: `array` is a live ndarray (checked by the cast); its data pointer is only read.
+        let data = unsafe { (*array.as_array_ptr()).data } as usize;
+        let nbytes = array.shape().iter().try_fold(array.dtype().itemsize(), |acc, &d| acc.checked_mul(d));
+        if array.ndim() == 0 || !array.is_c_contiguous() || data != view.as_ptr() as usize || nbytes != Some(view.len())
+        {
+            return Ok(None);
+        }
+        typed.push(array.clone());
+        blocks.push(block);
+    }
+    let (Some(first), Some(first_block)) = (typed.first(), blocks.first()) else { return Ok(None) };
+    let mut rows = 0usize;
+    for (i, (array, block)) in typed.iter().zip(&blocks).enumerate() {
+        if !array.dtype().is_equiv_to(&first.dtype()) || array.shape()[1..] != first.shape()[1..] {
+            return Ok(None);
+        }
+        if let Some(next) = blocks.get(i + 1) {
+            let (here, there) = (&block.get().view, &next.get().view);
+            let adjacent = here.desc.segment == there.desc.segment
+                && here.desc.offset.checked_add(here.desc.len) == Some(there.desc.offset)
+                && (here.as_ptr() as usize).checked_add(here.len()) == Some(there.as_ptr() as usize);
+            if !adjacent {
+                return Ok(None);
+            }
+        }
+        rows += array.shape()[0];
+    }
+    let writable = blocks.iter().all(|b| b.get().writable);
+    let flags = if writable { NPY_ARRAY_CARRAY } else { NPY_ARRAY_CARRAY_RO };
+    let mut dims: Vec<npy_intp> =
+        std::iter::once(rows).chain(first.shape()[1..].iter().copied()).map(|d| d as npy_intp).collect();
+    let ptr = first_block.get().view.as_ptr();
+    let base = PyTuple::new(py, &blocks)?;
+    // SAFETY: the blocks are back to back in one mapping (checked above), so the data pointer
+    // covers `rows` rows of the shared bytes, which `base` (the tuple of every block), set as the
+    // array's base, keeps mapped; `into_ptr` hands NewFromDescr the descriptor reference it
+    // steals, and SetBaseObject the reference to `base` it steals.
+    unsafe {
+        let array = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            PY_ARRAY_API.get_type_object(py, NpyTypes::PyArray_Type),
+            first.dtype().into_ptr().cast(),
+            dims.len() as std::os::raw::c_int,
+            dims.as_mut_ptr(),
+            std::ptr::null_mut(),
+            ptr.cast(),
+            flags,
+            std::ptr::null_mut(),
+        );
+        if array.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        if PY_ARRAY_API.PyArray_SetBaseObject(py, array.cast::<PyArrayObject>(), base.into_ptr()) < 0 {
+            pyo3::ffi::Py_DECREF(array);
+            return Err(PyErr::fetch(py));
+        }
+        Ok(Some(Bound::from_owned_ptr(py, array)))
+    }
+}
+
 fn dtype(name: &str) -> PyResult<DataType> {
     DataType::from_wire_name(name).ok_or_else(|| PyValueError::new_err(format!("unknown tensor data type {name:?}")))
 }
@@ -1384,6 +1458,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PingMsg>()?;
     m.add_class::<FinalizeMsg>()?;
     m.add_class::<BlsResponseMsg>()?;
+    m.add_function(wrap_pyfunction!(join_inputs, m)?)?;
     m.add("ChannelError", m.py().get_type::<ChannelError>())?;
     m.add("PROTOCOL_VERSION", PROTOCOL_VERSION)?;
     cuda::register(m)?;

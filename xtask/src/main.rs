@@ -31,7 +31,8 @@
 //!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams).
 //! - `cargo xtask bench frameworks`: an ONNX MLP (512 -> 2048 -> 512) served by tritium's
 //!   onnxruntime backend over gRPC at concurrency 1 and 16, against the same session in a loop
-//!   (`xtask/bench_frameworks.py`).
+//!   and against Triton 2.51's Python backend running it from a `model.py` (`bench_frameworks.rs`,
+//!   `xtask/bench_frameworks.py`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,6 +43,7 @@ mod tidy;
 
 use anyhow::{bail, Context, Result};
 
+mod bench_frameworks;
 mod bench_serve;
 mod bench_shm;
 mod bench_stream;
@@ -342,7 +344,7 @@ fn bench(what: &str, flags: &[String]) -> Result<()> {
         "stream" => bench_stream::bench_stream(),
         "shm" => bench_shm::bench_shm(),
         "openai" => run(Command::new(venv_python()).current_dir(root()).args(["examples/clients/openai_bench.py"])),
-        "frameworks" => run(Command::new(venv_python()).current_dir(root()).args(["xtask/bench_frameworks.py"])),
+        "frameworks" => bench_frameworks::bench_frameworks(),
         other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream, shm, openai, frameworks"),
     }
 }

@@ -679,6 +679,26 @@ impl Stub {
         Ok(view.desc)
     }
 
+    /// Copies each of `inputs` into its own block of the server's arena, the blocks back to back
+    /// in this order ([`tritium_ipc::Channel::alloc_run`]), so that the stub can view them as one
+    /// array; `None` when one is empty (place them one by one then).
+    pub fn input_run(&self, inputs: &[&[u8]]) -> Result<Option<Vec<Descriptor>>, HostError> {
+        let lens: Vec<u64> = inputs.iter().map(|b| b.len() as u64).collect();
+        let Some(views) = self.channel.alloc_run(&lens).map_err(|e| self.ipc(e))? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            views
+                .into_iter()
+                .zip(inputs)
+                .map(|(view, bytes)| {
+                    view.copy_from(bytes);
+                    view.desc
+                })
+                .collect(),
+        ))
+    }
+
     /// Allocates an uninitialised input block of `len` bytes for the caller to fill.
     pub fn input_block(&self, len: u64) -> Result<View, HostError> {
         self.channel.alloc(len).map_err(|e| self.ipc(e))

@@ -199,6 +199,47 @@ impl Arena {
         })
     }
 
+    /// Allocates one block for each of `lens`, back to back in one segment and in this order:
+    /// block `i + 1` starts where block `i` ends, so that the peer can view them as one range
+    /// (the requests of a batch, joined along their first dimension without a copy). Each is a
+    /// block of its own, released and freed on its own. The first starts at [`BLOCK_ALIGN`]; the
+    /// others are aligned only as far as the lengths before them are. `None` when `lens` is empty
+    /// or holds a 0 (an empty block has no bytes to be adjacent with): allocate them one by one.
+    pub fn alloc_run(&mut self, lens: &[u64]) -> Result<Option<Vec<Allocation>>, IpcError> {
+        if lens.is_empty() || lens.contains(&0) {
+            return Ok(None);
+        }
+        let total = lens
+            .iter()
+            .try_fold(0u64, |acc, &len| acc.checked_add(len))
+            .ok_or(IpcError::OutOfMemory(u64::MAX, "size overflows".into()))?;
+        let whole = self.alloc(total)?;
+        let own = self
+            .segments
+            .get_mut(&whole.desc.segment)
+            .ok_or_else(|| IpcError::Protocol("allocator lost the segment it allocated in".into()))?;
+        let rounded = own
+            .live
+            .remove(&whole.desc.offset)
+            .ok_or_else(|| IpcError::Protocol("allocator lost the block it allocated".into()))?;
+        let mut created = whole.created;
+        let mut pieces = Vec::with_capacity(lens.len());
+        let mut offset = whole.desc.offset;
+        for (i, &len) in lens.iter().enumerate() {
+            // The last block keeps the whole run's rounding, so that freeing every block frees
+            // exactly what was carved.
+            let span = if i + 1 == lens.len() { whole.desc.offset + rounded - offset } else { len };
+            own.live.insert(offset, span);
+            pieces.push(Allocation {
+                desc: Descriptor { segment: whole.desc.segment, offset, len },
+                segment: whole.segment.clone(),
+                created: created.take(),
+            });
+            offset += len;
+        }
+        Ok(Some(pieces))
+    }
+
     /// Frees a block of this arena. Returns the id of a segment that became empty and should be
     /// retired (an oversized one created for a single large block), if any.
     pub fn free(&mut self, desc: Descriptor) -> Result<Option<u32>, IpcError> {
@@ -272,6 +313,44 @@ mod tests {
         assert!(big.segment.len() >= 5 << 20);
         assert_eq!(a.free(big.desc).expect("free"), Some(big.desc.segment));
         assert_eq!(a.free(small.desc).expect("free"), None, "the default segment stays");
+    }
+
+    #[test]
+    fn a_run_is_adjacent_blocks_each_freed_on_its_own() {
+        let mut a = Arena::new(Side::Server, "t", 1 << 20);
+        let before = a.alloc(10).expect("before");
+        let run = a.alloc_run(&[2048, 100, 2048]).expect("run").expect("some");
+        assert!(run[0].created.is_none(), "fits in the existing segment");
+        assert_eq!(run[0].desc.offset % BLOCK_ALIGN, 0);
+        for pair in run.windows(2) {
+            assert_eq!(pair[0].desc.segment, pair[1].desc.segment);
+            assert_eq!(pair[0].desc.offset + pair[0].desc.len, pair[1].desc.offset, "adjacent");
+        }
+        assert_eq!(run.iter().map(|b| b.desc.len).collect::<Vec<_>>(), [2048, 100, 2048]);
+        assert_eq!(a.live_blocks(), 4);
+        // Freed in any order, the run's space comes back whole: a block of its total size goes
+        // where it was.
+        a.free(run[1].desc).expect("free middle");
+        a.free(run[2].desc).expect("free last");
+        a.free(run[0].desc).expect("free first");
+        assert!(a.free(run[0].desc).is_err(), "double free");
+        let again = a.alloc(2048 + 100 + 2048).expect("again");
+        assert_eq!(again.desc.offset, run[0].desc.offset);
+        a.free(again.desc).expect("free again");
+        a.free(before.desc).expect("free before");
+        assert_eq!(a.live_blocks(), 0);
+        assert!(a.alloc_run(&[]).expect("empty").is_none());
+        assert!(a.alloc_run(&[64, 0]).expect("zero").is_none());
+    }
+
+    #[test]
+    fn a_large_run_gets_its_own_segment_which_is_retired_with_its_last_block() {
+        let mut a = Arena::new(Side::Stub, "t", 1 << 20);
+        let run = a.alloc_run(&[3 << 20, 3 << 20]).expect("run").expect("some");
+        assert!(run[0].created.is_some(), "announced once, with the first block");
+        assert!(run[1].created.is_none());
+        assert_eq!(a.free(run[0].desc).expect("free"), None);
+        assert_eq!(a.free(run[1].desc).expect("free"), Some(run[1].desc.segment));
     }
 
     #[test]

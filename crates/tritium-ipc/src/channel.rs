@@ -779,6 +779,27 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         Ok(View { desc: a.desc, segment: a.segment, ptr })
     }
 
+    /// Allocates adjacent blocks of `lens` bytes ([`Arena::alloc_run`]), announcing a new segment
+    /// to the peer if one was needed; `None` when `lens` is empty or holds a 0.
+    pub fn alloc_run(&self, lens: &[u64]) -> Result<Option<Vec<View>>, IpcError> {
+        let Some(run) = lock(&self.arena).alloc_run(lens)? else {
+            return Ok(None);
+        };
+        let mut views = Vec::with_capacity(run.len());
+        for a in run {
+            if let Some((id, seg)) = &a.created {
+                self.segments.write().unwrap_or_else(|p| p.into_inner()).insert(*id, seg.clone());
+                self.announce(*id, seg)?;
+            }
+            let ptr = a
+                .segment
+                .range(a.desc.offset, a.desc.len)
+                .ok_or_else(|| IpcError::Protocol("allocator returned an out-of-range block".into()))?;
+            views.push(View { desc: a.desc, segment: a.segment, ptr });
+        }
+        Ok(Some(views))
+    }
+
     /// Frees a block of this side's that was never handed to the peer; a block of a client's
     /// region belongs to no arena, and freeing it does nothing.
     pub fn free_own(&self, desc: Descriptor) -> Result<(), IpcError> {
@@ -897,6 +918,32 @@ mod tests {
         assert_eq!(server.live_blocks(), 1);
         assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::ExecuteDone { batch: 1, error: None })));
         assert_eq!(server.live_blocks(), 0, "the release arrived before the message");
+    }
+
+    #[test]
+    fn a_run_of_blocks_is_one_range_in_the_peer_and_is_released_block_by_block() {
+        let (server, stub) = pair();
+        let run = server.alloc_run(&[8, 4, 8]).expect("alloc_run").expect("a run");
+        for (view, bytes) in run.iter().zip([&b"abcdefgh"[..], b"ijkl", b"mnopqrst"]) {
+            view.copy_from(bytes);
+        }
+        server.send(&ToStub::Execute { batch: 1, requests: vec![] }).expect("send");
+        assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Execute { batch: 1, .. })));
+        let views: Vec<View> = run.iter().map(|v| stub.view(v.desc).expect("view")).collect();
+        for pair in views.windows(2) {
+            assert_eq!(pair[0].as_ptr().wrapping_add(pair[0].len()), pair[1].as_ptr(), "adjacent in the stub");
+        }
+        // SAFETY: the three blocks are adjacent in one mapping (checked above), 20 bytes in all.
+        let joined = unsafe { std::slice::from_raw_parts(views[0].as_ptr(), 20) };
+        assert_eq!(joined, b"abcdefghijklmnopqrst");
+        for v in &views {
+            stub.release(v.desc);
+        }
+        stub.send(&ToServer::ExecuteDone { batch: 1, error: None }).expect("done");
+        assert_eq!(server.live_blocks(), 3);
+        assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::ExecuteDone { .. })));
+        assert_eq!(server.live_blocks(), 0);
+        assert!(server.alloc_run(&[8, 0]).expect("a zero").is_none());
     }
 
     #[test]

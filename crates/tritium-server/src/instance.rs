@@ -41,6 +41,7 @@ use crate::types::{
 };
 use crate::validate;
 
+mod adjacent;
 mod batch;
 mod calls;
 mod lane;
@@ -55,6 +56,7 @@ pub(crate) use state::StateView;
 pub(crate) use supervise::spawn;
 
 // The steps of serving a stub, shared by the worker thread and the async lane.
+use adjacent::*;
 use batch::*;
 use serve::*;
 use state::*;

@@ -325,4 +325,5 @@ class TritonPythonModel(FrameworkModel):
         return dict(zip(names, results))
 
     def finalize(self):
+        super().finalize()
         self.session = None

@@ -181,4 +181,5 @@ class TritonPythonModel(FrameworkModel):
         return outputs
 
     def finalize(self):
+        super().finalize()
         self.module = None

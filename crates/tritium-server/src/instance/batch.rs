@@ -352,14 +352,17 @@ pub(super) struct Answer {
 pub(super) fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Placed {
     let mut placed = Placed { requests: Vec::with_capacity(batch.len()), ..Default::default() };
     forget_dead_regions(stub);
+    let mut adjacent = place_adjacent(ctx, stub, &batch).into_iter();
     for p in batch {
+        let pre = adjacent.next().unwrap_or_default();
         if p.tx.is_closed() {
             // The client went away while the request waited (a dropped HTTP connection, a
             // cancelled gRPC call): do not spend the model's time on it.
+            free_adjacent(stub, &pre);
             finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, CANCELLED)), None);
             continue;
         }
-        let inputs = match place_request(ctx, stub, &p) {
+        let inputs = match place_request(ctx, stub, &p, &pre) {
             Ok(inputs) => inputs,
             Err(e) => {
                 finish(ctx, p, Err(e.into()), None);
@@ -401,21 +404,28 @@ pub(super) fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending
     placed
 }
 
-/// One request's inputs in shared memory; on failure the blocks already placed are freed.
+/// One request's inputs in shared memory, with those [`place_adjacent`] already copied (`pre`,
+/// by position); on failure the blocks already placed are freed.
 pub(super) fn place_request(
     ctx: &VersionContext,
     stub: &Stub,
     p: &Pending,
+    pre: &[Option<Descriptor>],
 ) -> Result<Vec<tritium_ipc::Tensor>, RequestError> {
     let mut inputs = Vec::with_capacity(p.req.inputs.len());
-    for t in &p.req.inputs {
+    for (position, t) in p.req.inputs.iter().enumerate() {
         // The client may have shrunk its region while the request was queued: the request fails
         // alone, and the stub never maps a file shorter than the registration.
         if let Err(e) = crate::shm::check_input_region(&t.data) {
             free_inputs(stub, &inputs);
+            free_adjacent(stub, pre.get(position..).unwrap_or_default());
             return Err(RequestError::Region(e));
         }
-        match place_input(ctx, stub, &t.data) {
+        let data = match pre.get(position).copied().flatten() {
+            Some(desc) => Ok(TensorData::Shm { desc, writable: true }),
+            None => place_input(ctx, stub, &t.data),
+        };
+        match data {
             Ok(data) => inputs.push(tritium_ipc::Tensor {
                 name: t.name.clone(),
                 dtype: t.datatype,
@@ -424,6 +434,7 @@ pub(super) fn place_request(
             }),
             Err(source) => {
                 free_inputs(stub, &inputs);
+                free_adjacent(stub, pre.get(position..).unwrap_or_default());
                 return Err(RequestError::Placement { input: t.name.clone(), source });
             }
         }
