@@ -339,6 +339,7 @@ mod tests {
             gpus: Vec::new(),
             paths: Default::default(),
             limits: Default::default(),
+            rate_limiter: None,
             metrics: tritium_server::MetricsOptions::default(),
             max_queue_size: 0,
             server_id: "tritium".into(),

@@ -78,6 +78,7 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
         gpus: Vec::new(),
         paths: Default::default(),
         limits: Default::default(),
+        rate_limiter: None,
     }
 }
 

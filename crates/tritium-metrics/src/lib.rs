@@ -23,7 +23,8 @@ pub use custom::{CustomMetrics, MetricError, MetricKind, MetricOp, MetricsSessio
 pub use host::{HostSampler, HostSnapshot};
 pub use server::{
     CacheCounts, CacheSnapshot, FailureCounts, HistogramSnapshot, InstanceSnapshot, LatencySummaries, Metrics,
-    MetricsOptions, ModelSnapshot, Snapshot, FIRST_RESPONSE_BUCKETS_MS, FIRST_RESPONSE_FAMILY, SERVER_METRIC_NAMES,
+    MetricsOptions, ModelSnapshot, RateLimitedSnapshot, Snapshot, FIRST_RESPONSE_BUCKETS_MS, FIRST_RESPONSE_FAMILY,
+    SERVER_METRIC_NAMES,
 };
 pub use summary::{Summary, SummarySnapshot};
 pub use text::CONTENT_TYPE;

@@ -178,6 +178,23 @@ pub struct Snapshot {
     pub cache: Option<CacheSnapshot>,
     /// What each live stub's `prometheus_client` registry held.
     pub client: Vec<crate::client::StubFamilies>,
+    /// One entry per model instance under `--rate-limit execution_count`.
+    pub rate_limited: Vec<RateLimitedSnapshot>,
+}
+
+/// How an instance fared with the rate limiter (`tritium_rate_limiter_*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RateLimitedSnapshot {
+    /// The model's name (label `model`).
+    pub model: String,
+    /// The version (label `version`).
+    pub version: String,
+    /// The instance's name (label `instance`).
+    pub instance: String,
+    /// Executions that waited for their resources.
+    pub waits: u64,
+    /// Their total wait, in microseconds.
+    pub wait_us: u64,
 }
 
 /// What the server's response cache holds when `/metrics` is scraped.
@@ -437,9 +454,21 @@ family!(
     Gauge,
     "Number of requests the stub of a model instance is executing now"
 );
+family!(
+    RATE_LIMITER_WAITS,
+    "tritium_rate_limiter_waits_total",
+    Counter,
+    "Number of executions of a model instance that waited for rate limiter resources"
+);
+family!(
+    RATE_LIMITER_WAIT_DURATION,
+    "tritium_rate_limiter_wait_duration_us",
+    Counter,
+    "Cumulative time executions of a model instance waited for rate limiter resources, in microseconds"
+);
 
 /// The server's families in output order (Triton's registration order, then tritium's).
-const FAMILIES: [&FamilyDef; 36] = [
+const FAMILIES: [&FamilyDef; 38] = [
     &SUCCESS,
     &FAILURE,
     &COUNT,
@@ -476,6 +505,8 @@ const FAMILIES: [&FamilyDef; 36] = [
     &STUB_RSS,
     &STUB_SHM,
     &STUB_INFLIGHT,
+    &RATE_LIMITER_WAITS,
+    &RATE_LIMITER_WAIT_DURATION,
 ];
 
 /// The names of the server's metric families; custom metrics may not use them.
@@ -732,6 +763,17 @@ fn server_families<'a>(
         add(&STUB_SHM, labels(), Number::Int(instance.shm_bytes));
         add(&STUB_INFLIGHT, labels(), Number::Int(instance.inflight));
     }
+    for limited in &snapshot.rate_limited {
+        let labels = || {
+            vec![
+                ("instance", limited.instance.as_str()),
+                ("model", limited.model.as_str()),
+                ("version", limited.version.as_str()),
+            ]
+        };
+        add(&RATE_LIMITER_WAITS, labels(), Number::Int(limited.waits));
+        add(&RATE_LIMITER_WAIT_DURATION, labels(), Number::Int(limited.wait_us));
+    }
     families
 }
 
@@ -874,6 +916,7 @@ mod tests {
             instances: vec![],
             cache: None,
             client: vec![],
+            rate_limited: vec![],
         });
         let expected = [
             "# HELP nv_cache_num_hits_per_model Number of cache hits per model",
@@ -909,7 +952,13 @@ mod tests {
             lookup_ns: 20_500,
             insertion_ns: 44_000,
         };
-        let text = metrics.render(&Snapshot { models: vec![], instances: vec![], cache: Some(cache), client: vec![] });
+        let text = metrics.render(&Snapshot {
+            models: vec![],
+            instances: vec![],
+            cache: Some(cache),
+            client: vec![],
+            rate_limited: vec![],
+        });
         let got: Vec<&str> = text.lines().filter(|l| l.starts_with("tritium_cache_")).collect();
         assert_eq!(
             got,
@@ -959,6 +1008,24 @@ mod tests {
     }
 
     #[test]
+    fn rate_limited_instances_get_their_wait_counters() {
+        let limited = RateLimitedSnapshot {
+            model: "m".into(),
+            version: "1".into(),
+            instance: "m_0".into(),
+            waits: 3,
+            wait_us: 1500,
+        };
+        let text = quiet().render(&Snapshot { rate_limited: vec![limited], ..Default::default() });
+        let labels = "{instance=\"m_0\",model=\"m\",version=\"1\"}";
+        assert!(text.contains("# TYPE tritium_rate_limiter_waits_total counter"), "{text}");
+        assert!(text.contains(&format!("tritium_rate_limiter_waits_total{labels} 3")), "{text}");
+        assert!(text.contains(&format!("tritium_rate_limiter_wait_duration_us{labels} 1500")), "{text}");
+        // Without the rate limiter the families are left out.
+        assert!(!quiet().render(&Snapshot::default()).contains("tritium_rate_limiter"));
+    }
+
+    #[test]
     fn renders_tritons_names_labels_and_help_exactly() {
         let metrics = quiet();
         let snapshot = Snapshot {
@@ -966,6 +1033,7 @@ mod tests {
             instances: vec![instance()],
             cache: None,
             client: vec![],
+            rate_limited: vec![],
         };
         let text = metrics.render(&snapshot);
         let expected = [
@@ -1054,8 +1122,13 @@ mod tests {
     #[test]
     fn counters_follow_the_snapshot_down_and_unloaded_series_go() {
         let metrics = quiet();
-        let mut snapshot =
-            Snapshot { models: vec![simple()], instances: vec![instance()], cache: None, client: vec![] };
+        let mut snapshot = Snapshot {
+            models: vec![simple()],
+            instances: vec![instance()],
+            cache: None,
+            client: vec![],
+            rate_limited: vec![],
+        };
         assert!(metrics
             .render(&snapshot)
             .contains("nv_inference_request_success{model=\"simple\",version=\"1\"} 10\n"));
@@ -1086,7 +1159,8 @@ mod tests {
     #[test]
     fn impossible_transitions_are_a_counter_per_instance_even_at_zero() {
         let metrics = quiet();
-        let mut snapshot = Snapshot { models: vec![], instances: vec![instance()], cache: None, client: vec![] };
+        let mut snapshot =
+            Snapshot { models: vec![], instances: vec![instance()], cache: None, client: vec![], rate_limited: vec![] };
         snapshot.instances[0].impossible_transitions = 0;
         let text = metrics.render(&snapshot);
         assert!(
@@ -1113,7 +1187,13 @@ mod tests {
             cpu_metrics: false,
             ..Default::default()
         });
-        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None, client: vec![] });
+        let text = metrics.render(&Snapshot {
+            models: vec![simple()],
+            instances: vec![],
+            cache: None,
+            client: vec![],
+            rate_limited: vec![],
+        });
         assert!(!text.contains("_duration_us"), "{text}");
         assert!(text.contains("nv_inference_count{model=\"simple\",version=\"1\"} 40\n"), "{text}");
     }
@@ -1129,7 +1209,13 @@ mod tests {
             .metric(family, vec![("model".into(), "custom_metrics".into()), ("version".into(), "1".into())], None)
             .unwrap();
         custom.increment(metric, 42.0).unwrap();
-        let text = metrics.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None, client: vec![] });
+        let text = metrics.render(&Snapshot {
+            models: vec![simple()],
+            instances: vec![],
+            cache: None,
+            client: vec![],
+            rate_limited: vec![],
+        });
         let tail: Vec<&str> = text.lines().rev().take(3).collect();
         assert_eq!(
             tail,
@@ -1149,7 +1235,13 @@ mod tests {
     fn metrics_instances_are_independent() {
         let a = quiet();
         let b = quiet();
-        a.render(&Snapshot { models: vec![simple()], instances: vec![], cache: None, client: vec![] });
+        a.render(&Snapshot {
+            models: vec![simple()],
+            instances: vec![],
+            cache: None,
+            client: vec![],
+            rate_limited: vec![],
+        });
         assert_eq!(b.render(&Snapshot::default()), "");
         a.custom().family("only_in_a", "d", MetricKind::Gauge).unwrap();
         assert!(b.custom().family("only_in_a", "d", MetricKind::Counter).is_ok());
@@ -1170,6 +1262,7 @@ mod tests {
                             instances: vec![],
                             cache: None,
                             client: vec![],
+                            rate_limited: vec![],
                         });
                         let want = format!(
                             "nv_inference_request_success{{model=\"simple\",version=\"1\"}} {}\n",
@@ -1197,6 +1290,7 @@ mod tests {
             instances: vec![],
             cache: None,
             client: vec![],
+            rate_limited: vec![],
         });
         let success: Vec<&str> = text.lines().filter(|l| l.starts_with("nv_inference_request_success{")).collect();
         assert_eq!(
@@ -1218,7 +1312,13 @@ mod tests {
             load_duration_secs: Some(0.25),
             ..Default::default()
         };
-        let text = metrics.render(&Snapshot { models: vec![model], instances: vec![], cache: None, client: vec![] });
+        let text = metrics.render(&Snapshot {
+            models: vec![model],
+            instances: vec![],
+            cache: None,
+            client: vec![],
+            rate_limited: vec![],
+        });
         assert!(
             text.contains(
                 "nv_inference_request_success{model=\"we\\\"ird\\\\name\\n\",version=\"1\"} 18446744073709551615\n"

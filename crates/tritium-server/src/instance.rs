@@ -179,6 +179,8 @@ pub(crate) struct VersionContext {
     pub runtime: Option<tokio::runtime::Handle>,
     /// `model_warmup`: run on each instance after `initialize`, before it is ready.
     pub warmup: Arc<Vec<crate::warmup::Sample>>,
+    /// The instances' places in the server's rate limiter (empty when it is off).
+    pub rate_limits: crate::limiter::Members,
 }
 
 /// Which instance this is, as `initialize(args)` reports it.
@@ -187,6 +189,9 @@ pub(crate) struct InstanceSpec {
     pub name: String,
     pub kind: &'static str,
     pub device_id: i32,
+    /// Its group's `rate_limiter`: the resources and priority it runs with under
+    /// `--rate-limit execution_count`.
+    pub rate_limiter: Option<tritium_config::proto::ModelRateLimiter>,
 }
 
 /// One instance: its supervisor status and its control flags.

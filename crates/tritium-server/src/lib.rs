@@ -12,6 +12,7 @@ pub mod envs;
 mod error;
 pub mod forward;
 mod instance;
+pub mod limiter;
 mod pending;
 mod reshape;
 pub mod restricted;

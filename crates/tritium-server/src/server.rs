@@ -84,6 +84,9 @@ pub struct ServerOptions {
     /// What a config may make the server allocate (`--max-warmup-bytes`,
     /// `--max-model-instances`, `--max-sequence-slots`).
     pub limits: crate::config_limits::ConfigLimits,
+    /// `--rate-limit execution_count`: the rate limiter every instance's executions wait for;
+    /// `None` (`--rate-limit off`, the default) ignores the configs' `rate_limiter`s.
+    pub rate_limiter: Option<Arc<crate::limiter::RateLimiter>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -56,6 +56,7 @@ fn server(dir: &Path) -> Server {
         gpus: Vec::new(),
         paths: Default::default(),
         limits: Default::default(),
+        rate_limiter: None,
     })
 }
 

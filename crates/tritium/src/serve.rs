@@ -500,6 +500,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             max_model_instances: args.max_model_instances,
             max_sequence_slots: args.max_sequence_slots,
         },
+        rate_limiter: args.triton.rate_limiter().context("refusing to start")?,
     };
     let threads = async_threads(args.async_threads);
     info!(threads, "async runtime threads (--async-threads)");

@@ -19,6 +19,7 @@
 //! Booleans take Triton's spellings (`true/false`, `on/off`, `1/0`, any case), and every flag
 //! takes `--flag=value` as well as `--flag value`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -281,10 +282,13 @@ pub(crate) struct TritonFlags {
     pub response_cache_byte_size: Option<u64>,
 
     // Rate Limiter
-    /// `off` only (`execution_count` is refused: not implemented yet).
+    /// `off` (the default: every instance runs as soon as it has work) or `execution_count`
+    /// (instances wait for the resources their `rate_limiter` names; `priority` weighs turns).
     #[arg(long, help_heading = "Rate Limiter")]
     pub rate_limit: Option<String>,
-    /// No effect while --rate-limit is off.
+    /// `<name>:<count>[:<device>]`: how many of a resource there are (on every device when no
+    /// device is given). Default: the most any loaded instance needs. No effect while
+    /// --rate-limit is off.
     #[arg(long, help_heading = "Rate Limiter")]
     pub rate_limit_resource: Vec<String>,
 
@@ -393,6 +397,24 @@ impl TritonFlags {
         tritium_server::trace::parse_flags(&self.trace_config, &legacy).map_err(|e| refuse("--trace-config", e.0))
     }
 
+    /// `--rate-limit execution_count` as the server's rate limiter, with the
+    /// `--rate-limit-resource` counts; `None` when it is off (the default).
+    pub(crate) fn rate_limiter(&self) -> Result<Option<Arc<tritium_server::limiter::RateLimiter>>, Refused> {
+        let Some(mode) = &self.rate_limit else { return Ok(None) };
+        match mode.to_ascii_lowercase().as_str() {
+            "off" => Ok(None),
+            "execution_count" => {
+                let limits = tritium_server::limiter::ResourceLimits::parse(&self.rate_limit_resource)
+                    .map_err(|e| refuse("--rate-limit-resource", e.to_string()))?;
+                Ok(Some(tritium_server::limiter::RateLimiter::new(limits)))
+            }
+            other => Err(refuse(
+                format!("--rate-limit={other}"),
+                "unknown rate limit mode; the modes are off and execution_count",
+            )),
+        }
+    }
+
     /// The response cache's byte size from `--cache-config local,size=N` (or the deprecated
     /// `--response-cache-byte-size N`), parsed as Triton parses them; `None` without a cache.
     pub(crate) fn response_cache_bytes(&self) -> Result<Option<u64>, Refused> {
@@ -471,23 +493,7 @@ impl TritonFlags {
             ));
         }
         self.response_cache_bytes()?;
-        if let Some(mode) = &self.rate_limit {
-            match mode.to_ascii_lowercase().as_str() {
-                "off" => {}
-                "execution_count" => {
-                    return Err(refuse(
-                        "--rate-limit=execution_count",
-                        format!("the rate limiter is {NOT_YET}; use --rate-limit=off"),
-                    ))
-                }
-                other => {
-                    return Err(refuse(
-                        format!("--rate-limit={other}"),
-                        "unknown rate limit mode; the modes are off and execution_count",
-                    ))
-                }
-            }
-        }
+        self.rate_limiter()?;
         self.trace_flags()?;
 
         let ssl_files = [&self.grpc_server_cert, &self.grpc_server_key, &self.grpc_root_cert];
@@ -547,8 +553,9 @@ impl TritonFlags {
         noop(self.repoagent_directory.is_some(), "--repoagent-directory", "tritium runs no repository agents");
         noop(self.cache_directory.is_some(), "--cache-directory", "tritium loads no cache libraries");
         noop(self.response_cache_byte_size == Some(0), "--response-cache-byte-size=0", "no cache is made");
-        noop(self.rate_limit.is_some(), "--rate-limit=off", "the default");
-        noop(!self.rate_limit_resource.is_empty(), "--rate-limit-resource", "the rate limiter is off");
+        let off = !self.rate_limit.as_deref().is_some_and(|m| m.eq_ignore_ascii_case("execution_count"));
+        noop(off && self.rate_limit.is_some(), "--rate-limit=off", "the default");
+        noop(off && !self.rate_limit_resource.is_empty(), "--rate-limit-resource", "the rate limiter is off");
         noop(self.pinned_memory_pool_byte_size.is_some(), "--pinned-memory-pool-byte-size", "no pinned memory is used");
         noop(
             !self.cuda_memory_pool_byte_size.is_empty() || !self.cuda_virtual_address_size.is_empty(),
@@ -727,7 +734,8 @@ mod tests {
             (&["--cache-config=size=100"], "--cache-config=size=100"),
             (&["--cache-config=local,size"], "--cache-config=local,size"),
             (&["--cache-config=local,size=10", "--response-cache-byte-size=100"], "--response-cache-byte-size"),
-            (&["--rate-limit=execution_count"], "--rate-limit=execution_count"),
+            (&["--rate-limit=sometimes"], "--rate-limit=sometimes"),
+            (&["--rate-limit=execution_count", "--rate-limit-resource=R1"], "--rate-limit-resource"),
             (&["--trace-config=level=LOUD"], "--trace-config"),
             (&["--trace-config=jaeger,url=x"], "--trace-config"),
             (&["--allow-sagemaker=true"], "--allow-sagemaker=true"),
@@ -737,6 +745,18 @@ mod tests {
             assert_eq!(refused.flag, flag, "{args:?}");
             assert!(!refused.why.is_empty());
         }
+    }
+
+    #[test]
+    fn the_rate_limiter_is_on_only_with_execution_count() {
+        assert!(parse(&[]).rate_limiter().expect("default").is_none());
+        assert!(parse(&["--rate-limit=OFF"]).rate_limiter().expect("off").is_none());
+        let f = parse(&["--rate-limit=execution_count", "--rate-limit-resource=R1:4", "--rate-limit-resource=R2:2:0"]);
+        assert!(f.rate_limiter().expect("on").is_some());
+        // With the rate limiter on, its resource counts have an effect.
+        assert!(f.review().expect("accepted").no_effect.is_empty());
+        let off = parse(&["--rate-limit-resource=R1:4"]).review().expect("accepted");
+        assert!(off.no_effect.iter().any(|l| l.contains("--rate-limit-resource")), "{:?}", off.no_effect);
     }
 
     #[test]

@@ -85,7 +85,8 @@ pub(super) fn run_batches(
     let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
     // The next ready batch sent to the stub; `Err` when sending it found the stub unusable.
     let take_ahead = || -> Result<Option<Running>, HostError> {
-        if interrupted() {
+        // Under the rate limiter each batch waits for its own resources: none is taken ahead.
+        if interrupted() || ctx.rate_limits.is_limited() {
             return Ok(None);
         }
         let Some(batch) = ctx.queue.ready_batch() else { return Ok(None) };

@@ -271,6 +271,11 @@ async fn serve_lane(
         match ctx.queue.try_next_batch(lane) {
             TryNext::Closed => return Served::Closed,
             TryNext::Batch(batch) => {
+                // Under `--rate-limit execution_count` the batch waits for the instance's resources.
+                let _permit = match ctx.rate_limits.get(&instance.spec.name) {
+                    Some(member) => Some(member.acquire().await.logged(&ctx.model, ctx.version, &instance.spec.name)),
+                    None => None,
+                };
                 instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
                 instance.executions.fetch_add(1, Ordering::Relaxed);
                 let result = run_batches(ctx, instance, stub, bell, batch).await;
@@ -486,7 +491,11 @@ async fn take_ahead(
     stub: &Stub,
     ahead: &mut VecDeque<Running>,
 ) -> Result<(), HostError> {
-    if !ahead.is_empty() || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire) {
+    if !ahead.is_empty()
+        || instance.died.load(Ordering::Acquire)
+        || instance.restart.load(Ordering::Acquire)
+        || ctx.rate_limits.is_limited()
+    {
         return Ok(());
     }
     let Some(batch) = ctx.queue.ready_batch() else { return Ok(()) };

@@ -57,6 +57,18 @@ pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub,
                 return Served::Restart;
             }
             Next::Batch(batch) => {
+                // Under `--rate-limit execution_count` the batch waits for the instance's
+                // resources; a restart or a dead stub meanwhile puts it back in the queue.
+                let _permit = match ctx.rate_limits.get(&instance.spec.name) {
+                    Some(member) => match member.acquire_blocking(&interrupted) {
+                        Some(permit) => Some(permit.logged(&ctx.model, ctx.version, &instance.spec.name)),
+                        None => {
+                            ctx.queue.requeue(batch);
+                            continue;
+                        }
+                    },
+                    None => None,
+                };
                 instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
                 instance.executions.fetch_add(1, Ordering::Relaxed);
                 let result = if ctx.decoupled {

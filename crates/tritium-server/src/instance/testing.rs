@@ -32,9 +32,10 @@ pub(crate) fn version(model: &str, instances: usize) -> Arc<VersionContext> {
         calls: Arc::new(NoModelCalls),
         runtime: None,
         warmup: Arc::default(),
+        rate_limits: Default::default(),
     });
     for k in 0..instances {
-        let spec = InstanceSpec { name: format!("{model}_{k}"), kind: "CPU", device_id: 0 };
+        let spec = InstanceSpec { name: format!("{model}_{k}"), kind: "CPU", device_id: 0, rate_limiter: None };
         let instance = Arc::new(Instance::new(spec, ctx.metrics.session()));
         let (channel, _fds) =
             tritium_ipc::ServerChannel::create("instance-test", tritium_ipc::ChannelConfig::default())

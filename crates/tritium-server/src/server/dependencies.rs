@@ -303,6 +303,7 @@ pub(super) fn start(
             calls: Arc::new(NoModelCalls),
             runtime: None,
             warmup: Arc::default(),
+            rate_limits: Default::default(),
         });
         let version = Version {
             config: config.clone(),

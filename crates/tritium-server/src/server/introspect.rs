@@ -305,6 +305,22 @@ impl Server {
                 }
             }
         }
+        for (name, entry) in self.models().iter() {
+            for (v, ver) in &entry.versions {
+                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    if let Some(member) = ver.ctx.rate_limits.get(&i.spec.name) {
+                        let counts = member.counts();
+                        snapshot.rate_limited.push(tritium_metrics::RateLimitedSnapshot {
+                            model: name.clone(),
+                            version: v.to_string(),
+                            instance: i.spec.name.clone(),
+                            waits: counts.waits.load(std::sync::atomic::Ordering::Relaxed),
+                            wait_us: counts.waited_us.load(std::sync::atomic::Ordering::Relaxed),
+                        });
+                    }
+                }
+            }
+        }
         let answered = crate::scrape::gather(probes);
         for i in self.instances(None) {
             snapshot.instances.push(InstanceSnapshot {

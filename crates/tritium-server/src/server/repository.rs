@@ -371,6 +371,15 @@ pub(super) fn start_version(
     }
     let stats = Arc::new(Stats::for_metrics(name, v, metric_options, &r.config));
     let specs = instance_specs(&r.config);
+    let rate_limits = match &inner.opts.rate_limiter {
+        Some(limiter) => crate::limiter::Members::new(
+            specs
+                .iter()
+                .map(|s| Ok((s.name.clone(), limiter.register(s.rate_limiter.as_ref(), s.device_id)?)))
+                .collect::<Result<_, LoadError>>()?,
+        ),
+        None => crate::limiter::Members::default(),
+    };
     let names = specs.iter().map(|s| s.name.clone()).collect();
     let queue = match crate::sequence::Sequences::for_config(
         name,
@@ -402,6 +411,7 @@ pub(super) fn start_version(
         calls: inner.calls.clone(),
         runtime: inner.runtime.clone(),
         warmup: r.warmup.clone(),
+        rate_limits,
     });
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut workers = Vec::new();

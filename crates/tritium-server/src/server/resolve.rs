@@ -118,6 +118,9 @@ pub(crate) enum LoadError {
         /// The model.py it looked for.
         searched: String,
     },
+    /// The rate limiter cannot run an instance (`--rate-limit execution_count`).
+    #[error("{0}")]
+    RateLimit(#[from] crate::limiter::LimitError),
     /// The instance worker thread could not be started.
     #[error("cannot start an instance thread: {0}")]
     Thread(#[source] std::io::Error),
@@ -389,6 +392,7 @@ pub(super) fn instance_specs(config: &ModelConfig) -> Vec<InstanceSpec> {
                     name: format!("{}_{k}", group.name),
                     kind: kind_name(group.kind),
                     device_id,
+                    rate_limiter: group.rate_limiter.clone(),
                 });
                 k += 1;
             }
@@ -452,6 +456,7 @@ mod tests {
                 gpus: Vec::new(),
                 paths: Default::default(),
                 limits: Default::default(),
+                rate_limiter: None,
             }
         }
     }
