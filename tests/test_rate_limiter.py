@@ -90,12 +90,14 @@ def workdir(tmp_path):
     return str(d)
 
 
-def test_instances_of_two_models_take_turns_with_one_resource(start, workdir):
+@pytest.mark.parametrize("run_to_completion", ["true", "false"], ids=["async-lanes", "worker-threads"])
+def test_instances_of_two_models_take_turns_with_one_resource(start, workdir, run_to_completion):
     for name in ("a", "b"):
         write_model(start.repo, name, config(name, workdir, needs([("R", 1, False)])), MODEL)
     write_model(start.repo, "free", config("free", workdir), MODEL)
     open(os.path.join(workdir, "free.go"), "w").close()
-    srv = start(["a", "b", "free"], ["--rate-limit=execution_count"])
+    flags = ["--rate-limit=execution_count", f"--run-to-completion={run_to_completion}"]
+    srv = start(["a", "b", "free"], flags)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         a = pool.submit(infer, srv, "a")
         wait_for(os.path.join(workdir, "a.started"), "a's execute")
