@@ -225,6 +225,9 @@ struct Router {
     /// Outputs each request wants written into a client's shared memory region, by request id
     /// (system shared memory), from its `Execute` until its final response.
     output_regions: Mutex<HashMap<u64, Vec<(String, Descriptor)>>>,
+    /// The client regions each request's inputs or outputs lie in, by request id, from its
+    /// `Execute` until its final response: a response is failed if one of them faulted.
+    client_regions: Mutex<HashMap<u64, Vec<u32>>>,
     /// A decoupled request's window ([`tritium_ipc::Initialize::max_inflight_responses`]; 0: none).
     window: AtomicU64,
     /// Bumped (and `woken` notified) whenever a reply or a BLS response arrives.
@@ -355,9 +358,24 @@ impl Router {
                     tracked.open(r.id);
                 }
                 let mut regions = guard(&self.output_regions);
+                let mut clients = guard(&self.client_regions);
                 for r in &requests {
                     if !r.output_regions.is_empty() {
                         regions.insert(r.id, r.output_regions.clone());
+                    }
+                    let mut ids: Vec<u32> = r
+                        .inputs
+                        .iter()
+                        .filter_map(|t| match &t.data {
+                            TensorData::Shm { desc, .. } if desc.in_client_region() => Some(desc.segment),
+                            _ => None,
+                        })
+                        .chain(r.output_regions.iter().map(|(_, d)| d.segment))
+                        .collect();
+                    if !ids.is_empty() {
+                        ids.sort_unstable();
+                        ids.dedup();
+                        clients.insert(r.id, ids);
                     }
                 }
                 return Some(ToStub::Execute { batch, requests });
@@ -775,6 +793,20 @@ impl Channel {
     fn ended(&self, request: u64) {
         guard(&self.router.requests).end(request);
         guard(&self.router.output_regions).remove(&request);
+        guard(&self.router.client_regions).remove(&request);
+    }
+
+    /// The error for a response of `request` when a client region its inputs or outputs lie in
+    /// was shrunk by its client under the model ([`tritium_ipc::fault`]): what the model read
+    /// there were zeros, and what it wrote there is lost.
+    fn region_fault(&self, request: u64) -> Option<String> {
+        let ids = guard(&self.router.client_regions).get(&request).cloned()?;
+        ids.iter().any(|id| self.inner.region_faulted(*id)).then(|| {
+            "the client shrank a system shared memory region this request reads or writes while the model was \
+             running (its file is smaller than the registered range), so the request's data there is lost; keep a \
+             region's file at its registered size while requests use it, and register the region again"
+                .to_string()
+        })
     }
 
     fn send_waking(&self, py: Python<'_>, msg: ToServer, wake: bool) -> PyResult<()> {
@@ -1104,8 +1136,9 @@ impl Channel {
             }
         }
         let mut error = stub_error(error);
-        if let Some(message) = region_error {
-            // Triton fails the response (INTERNAL) when an output does not fit its region.
+        // Triton fails the response (INTERNAL) when an output does not fit its region; tritium
+        // also when the client shrank a region of the request under the model.
+        if let Some(message) = region_error.or_else(|| self.region_fault(request)) {
             self.free_tensors(&tensors);
             tensors = Vec::new();
             error = Some(StubError { message, code: 1, traceback: None });
@@ -1224,9 +1257,11 @@ impl Channel {
     fn forget_cancelled(&self, requests: Vec<u64>) {
         let mut tracked = guard(&self.router.requests);
         let mut regions = guard(&self.router.output_regions);
+        let mut clients = guard(&self.router.client_regions);
         for r in requests {
             tracked.end(r);
             regions.remove(&r);
+            clients.remove(&r);
         }
     }
 

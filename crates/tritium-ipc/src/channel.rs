@@ -828,6 +828,13 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         Ok(())
     }
 
+    /// Whether client region `id` is mapped here and its client shrank it under an access
+    /// ([`Segment::faulted`]): what the model read from it or wrote to it is not the client's.
+    pub fn region_faulted(&self, id: u32) -> bool {
+        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        segs.get(&id).is_some_and(|s| s.faulted())
+    }
+
     /// Resolves a descriptor received from the peer, checking that it lies inside a known segment.
     pub fn view(&self, desc: Descriptor) -> Result<View, IpcError> {
         let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());

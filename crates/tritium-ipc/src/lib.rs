@@ -9,12 +9,14 @@
 //! - [`protocol`]: the messages of the stub protocol and the dtype table.
 //! - [`spin`]: the spin budget, from the measured cost of a wake-up.
 //! - [`copy`]: copies of tensor bytes for another process to read (streaming stores when large).
+//! - [`fault`]: surviving a client that truncates its region under a mapping (`SIGBUS`).
 //! - [`channel`]: one stub's rings, segments, fd socket and arena, behind `send`/`recv`.
 
 pub mod arena;
 pub mod channel;
 pub mod copy;
 pub mod error;
+pub mod fault;
 mod futex;
 pub mod protocol;
 pub mod ring;

@@ -16,6 +16,9 @@ use crate::error::IpcError;
 pub struct Segment {
     fd: OwnedFd,
     map: MmapRaw,
+    /// A client's region: its range is guarded against the client shrinking the file
+    /// ([`crate::fault`]).
+    guard: Option<crate::fault::Guard>,
 }
 
 impl Segment {
@@ -95,14 +98,21 @@ impl Segment {
         let map =
             if flags & libc::O_ACCMODE == libc::O_RDWR { options.map_raw(&fd) } else { options.map_raw_read_only(&fd) };
         let map = map.map_err(|e| IpcError::Io("mmap of a shared memory region".into(), e))?;
-        Ok(Self { fd, map })
+        let guard = crate::fault::guard(map.as_ptr(), len_usize)?;
+        Ok(Self { fd, map, guard: Some(guard) })
     }
 
     fn map(fd: OwnedFd, len: u64) -> Result<Self, IpcError> {
         let len_usize = usize::try_from(len).map_err(|_| IpcError::Protocol("segment too large".into()))?;
         let map =
             MmapOptions::new().len(len_usize).map_raw(&fd).map_err(|e| IpcError::Io("mmap of a segment".into(), e))?;
-        Ok(Self { fd, map })
+        Ok(Self { fd, map, guard: None })
+    }
+
+    /// Whether this is a client's region whose file shrank under an access to it: from the
+    /// faulting page on it reads zeros, and writes there are lost ([`crate::fault`]).
+    pub fn faulted(&self) -> bool {
+        self.guard.as_ref().is_some_and(|g| g.faulted())
     }
 
     /// Start of the mapping.

@@ -31,9 +31,11 @@
 //! Stubs get a region they read inputs from as a read-only descriptor (reopened through
 //! `/proc/self/fd`) mapped read-only under the region's id, so model code cannot truncate a
 //! client's file under another model's stub through it; a region a stub writes outputs into is
-//! mapped read-write under a second id ([`Region::output_id`]). A stub killed by `SIGBUS` while
-//! a region it mapped is short died of the client's truncation: [`shrunk_region`] tells the
-//! supervisor, which does not count that crash. Registrations of one range of one file (by
+//! mapped read-write under a second id ([`Region::output_id`]). The stub guards each region it
+//! maps against `SIGBUS` (`tritium_ipc::fault`): a client that shrinks its file while a model
+//! reads or writes it fails its own request, and the stub lives. A stub killed by `SIGBUS`
+//! anyway while a region it mapped is short died of the client's truncation: [`shrunk_region`]
+//! tells the supervisor, which does not count that crash. Registrations of one range of one file (by
 //! device and inode) share one mapping, and at most `--max-shm-regions` names are registered at
 //! once.
 
