@@ -1,11 +1,17 @@
 //! `cargo xtask bench shm`: perf_analyzer with `--shared-memory system` against tritium and
 //! Triton 2.51 (from `.venv-triton`, as `bench serve` sets it up) on a model with two 4 MiB FP32
-//! inputs and two 4 MiB FP32 outputs that returns its inputs (`OUT0 = IN0`, `OUT1 = IN1`).
+//! inputs and two 4 MiB FP32 outputs that it computes as new arrays, as real models do
+//! (`OUT0 = IN0 + IN1`, `OUT1 = IN0 - IN1`): a model that returned its inputs would hide what
+//! fresh output memory costs.
 //!
 //! Both servers run for the whole benchmark; for each protocol and concurrency (1, 2)
 //! perf_analyzer measures them in the order A B B A and averages each server's two results, as
 //! `bench serve` does. Besides throughput it prints the CPU time per request of each server's
-//! whole process tree (server and stubs, from /proc) and the bytes copied per request by
+//! whole process tree (server and stubs, from /proc), the minor page faults per request of the
+//! server and of its stubs (target: under 10 each in steady state; tritium starts stubs with
+//! glibc allocator settings for that, see `tritium_host::STUB_MALLOC_DEFAULTS`; run the
+//! benchmark with any `MALLOC_*` variable set, e.g. `MALLOC_ARENA_MAX=8`, to see glibc's own
+//! defaults instead), and the bytes copied per request by
 //! design: tritium hands the inputs to the model without a copy and the stub writes each output
 //! once into the client's region (8 MiB: the model's own result, nothing more); Triton copies
 //! each input from the region into its Python backend's memory and each output twice (stub to
@@ -32,6 +38,8 @@ const CONCURRENCIES: [u32; 2] = [1, 2];
 const PROTOCOLS: [&str; 2] = ["grpc", "http"];
 const MEASUREMENT_MS: u32 = 2000;
 const TARGET_RATIO: f64 = 5.0;
+/// Minor page faults per request, each of the server and its stubs, in steady state.
+const FAULT_TARGET: f64 = 10.0;
 
 const CONFIG: &str = r#"name: "shm_passthrough"
 backend: "python"
@@ -56,7 +64,8 @@ class TritonPythonModel:
         for request in requests:
             a = pb_utils.get_input_tensor_by_name(request, "IN0").as_numpy()
             b = pb_utils.get_input_tensor_by_name(request, "IN1").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT0", a), pb_utils.Tensor("OUT1", b)]))
+            out0, out1 = a + b, a - b
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT0", out0), pb_utils.Tensor("OUT1", out1)]))
         return responses
 "#;
 
@@ -67,6 +76,9 @@ struct Measurement {
     p50_us: u64,
     /// CPU milliseconds of the server's process tree per request served.
     cpu_ms_per_request: f64,
+    /// Minor page faults per request of the server process and of its stubs.
+    server_faults: f64,
+    stub_faults: f64,
 }
 
 impl Measurement {
@@ -77,6 +89,8 @@ impl Measurement {
             throughput: avg(|m| m.throughput),
             p50_us: avg(|m| m.p50_us as f64).round() as u64,
             cpu_ms_per_request: avg(|m| m.cpu_ms_per_request),
+            server_faults: avg(|m| m.server_faults),
+            stub_faults: avg(|m| m.stub_faults),
         }
     }
 }
@@ -125,11 +139,14 @@ pub(crate) fn bench_shm() -> Result<()> {
             let m = measure(&perf_analyzer, protocol, &url, concurrency, s.pid(), http_ports[k])
                 .with_context(|| format!("measuring {}", s.name()))?;
             eprintln!(
-                "xtask: {:<7} {protocol:<4} concurrency {concurrency}: {:>6.1}/s  p50 {:>6} us  {:>6.2} CPU ms/request",
+                "xtask: {:<7} {protocol:<4} concurrency {concurrency}: {:>6.1}/s  p50 {:>6} us  {:>6.2} CPU ms/request  \
+                 faults/request: server {:.1}, stubs {:.1}",
                 s.name(),
                 m.throughput,
                 m.p50_us,
-                m.cpu_ms_per_request
+                m.cpu_ms_per_request,
+                m.server_faults,
+                m.stub_faults
             );
             results[k].push(m);
         }
@@ -141,6 +158,7 @@ pub(crate) fn bench_shm() -> Result<()> {
     drop(servers);
 
     println!("{}", table(&rows));
+    println!("{}", faults_table(&rows));
     let missed = rows.iter().filter(|(_, _, t, n)| t.throughput < TARGET_RATIO * n.throughput).count();
     if missed == 0 {
         println!("target met: at least {TARGET_RATIO}x Triton's throughput everywhere");
@@ -201,6 +219,30 @@ fn table(rows: &[(&str, u32, Measurement, Measurement)]) -> String {
     out
 }
 
+/// Minor page faults per request, server and stubs, against the target of fewer than 10 each.
+fn faults_table(rows: &[(&str, u32, Measurement, Measurement)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<5} {:>4} | {:>14} {:>14} | {:>14} {:>14} | {:<6}",
+        "proto", "conc", "tritium server", "tritium stubs", "Triton server", "Triton stubs", "<10"
+    );
+    let _ = writeln!(out, "{}", "-".repeat(82));
+    for (protocol, concurrency, t, n) in rows {
+        let met = t.server_faults < FAULT_TARGET && t.stub_faults < FAULT_TARGET;
+        let _ = writeln!(
+            out,
+            "{protocol:<5} {concurrency:>4} | {:>14.1} {:>14.1} | {:>14.1} {:>14.1} | {:<6}",
+            t.server_faults,
+            t.stub_faults,
+            n.server_faults,
+            n.stub_faults,
+            if met { "yes" } else { "NO" }
+        );
+    }
+    out
+}
+
 /// One perf_analyzer run with the inputs and outputs in system shared memory, with the CPU
 /// time of the server's process tree and the requests it served (from its statistics).
 fn measure(
@@ -239,7 +281,8 @@ fn measure(
     };
     let (server_us, stubs_us) = cpu0.per_request_us(&cpu1, served);
     let cpu_ms_per_request = (server_us + stubs_us) / 1000.0;
-    Ok(Measurement { throughput, p50_us, cpu_ms_per_request })
+    let (server_faults, stub_faults) = cpu0.faults_per_request(&cpu1, served);
+    Ok(Measurement { throughput, p50_us, cpu_ms_per_request, server_faults, stub_faults })
 }
 
 /// Throughput and p50 latency from perf_analyzer's first `Client:` block.

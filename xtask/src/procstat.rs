@@ -19,19 +19,31 @@ pub(crate) struct TreeCpu {
     pub server: u64,
     /// Every process below it.
     pub stubs: u64,
+    /// Minor page faults of the server process, and of every process below it.
+    pub server_faults: u64,
+    pub stub_faults: u64,
 }
 
 impl TreeCpu {
     /// Reads the tree of `pid` now.
     pub(crate) fn of(pid: u32) -> Self {
         let server = own_ticks(pid);
-        let mut stubs = 0;
+        let server_faults = minor_faults(pid);
+        let (mut stubs, mut stub_faults) = (0, 0);
         let mut stack = children(pid);
         while let Some(p) = stack.pop() {
             stubs += own_ticks(p);
+            stub_faults += minor_faults(p);
             stack.extend(children(p));
         }
-        Self { server, stubs }
+        Self { server, stubs, server_faults, stub_faults }
+    }
+
+    /// Minor page faults per request of each part between `self` (earlier) and `later`; NaN
+    /// when no request was served.
+    pub(crate) fn faults_per_request(&self, later: &Self, requests: u64) -> (f64, f64) {
+        let per = |a: u64, b: u64| if requests == 0 { f64::NAN } else { b.saturating_sub(a) as f64 / requests as f64 };
+        (per(self.server_faults, later.server_faults), per(self.stub_faults, later.stub_faults))
     }
 
     /// CPU microseconds per request of each part between `self` (earlier) and `later`, for
@@ -62,6 +74,13 @@ pub(crate) fn ticks_per_request_us(ticks: u64, requests: u64) -> f64 {
 fn own_ticks(pid: u32) -> u64 {
     // utime and stime are fields 14 and 15 of the line: the 12th and 13th after the command.
     stat_ticks(&format!("/proc/{pid}/stat"), 11)
+}
+
+/// Minor page faults of process `pid` (`minflt`, every thread), 0 if it is gone.
+fn minor_faults(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    // minflt is field 10 of the line: the 8th after the command.
+    stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(7)?.parse().ok()).unwrap_or(0)
 }
 
 /// The sum of the two tick counts at `first` and `first + 1` (counted from 0 after the command)
@@ -137,9 +156,17 @@ mod tests {
         let _ = child.wait();
         assert!(cpu.server > 0, "{cpu:?}");
         assert!(cpu.stubs > 0, "{cpu:?}");
-        let later = TreeCpu { server: cpu.server + 100, stubs: cpu.stubs + 50 };
+        // Every process faults pages in to start.
+        assert!(cpu.server_faults > 0 && cpu.stub_faults > 0, "{cpu:?}");
+        let later = TreeCpu {
+            server: cpu.server + 100,
+            stubs: cpu.stubs + 50,
+            server_faults: cpu.server_faults + 30,
+            stub_faults: cpu.stub_faults + 10,
+        };
         assert_eq!(cpu.per_request_us(&later, 1000), (1000.0, 500.0));
         assert!(cpu.per_request_us(&later, 0).0.is_nan());
+        assert_eq!(cpu.faults_per_request(&later, 10), (3.0, 1.0));
     }
 
     #[test]

@@ -11,7 +11,7 @@ pub mod peer;
 pub mod process;
 pub mod stub;
 
-pub use process::{hide_from_same_user, run_tool, OnLine, StubCommand, StubExit, ToolOutcome};
+pub use process::{hide_from_same_user, run_tool, OnLine, StubCommand, StubExit, ToolOutcome, STUB_MALLOC_DEFAULTS};
 pub use stub::{
     BlsEvent, BlsHandler, CallHandler, ClientMetrics, Executed, HostError, MetricsProbe, OnResponse, Stub, StubInfo,
     Submitted, LIVENESS_SLICE, POLL_CHUNK, WATCH_SLICE,
