@@ -3,7 +3,7 @@
 //! - [`check_data_flow`]: the graph of ensemble tensors alone (core `model_config_utils.cc`,
 //!   BuildEnsembleGraph and the data-flow part of ValidateEnsembleSchedulingConfig): each
 //!   tensor written once, every ensemble input used, every ensemble output written (a cycle
-//!   leaves its tensors unwritten), no tensor unused. Run by [`crate::normalize`].
+//!   leaves its tensors unwritten), no tensor unused. Run by [`crate::normalize()`].
 //! - [`check_steps`]: the ensemble against its step models' completed configs (core
 //!   `ensemble_utils.cc`, ValidateEnsembleConfig): `max_batch_size`, every step input mapped
 //!   once and to existing inputs and outputs, data types and shapes of connected tensors, and

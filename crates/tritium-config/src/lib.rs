@@ -7,7 +7,7 @@
 //!
 //! The usual order when loading a model directory:
 //! [`load_config`] (or, without a config.pbtxt, [`from_json`] on the model's
-//! `auto_complete_config` output), then [`normalize`], then [`resolve_instance_groups`] with
+//! `auto_complete_config` output), then [`normalize()`], then [`resolve_instance_groups`] with
 //! the GPUs of this machine, then [`model_versions`].
 
 mod ensemble;

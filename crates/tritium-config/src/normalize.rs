@@ -370,7 +370,7 @@ struct Io<'a> {
     is_shape_tensor: bool,
 }
 
-/// ValidateModelIOConfig (Triton's texts, " for <model>" appended), plus unique names.
+/// ValidateModelIOConfig (Triton's texts, `" for <model>"` appended), plus unique names.
 fn validate_io(config: &ModelConfig) -> Result<(), ConfigError> {
     let inputs = config.input.iter().map(|io| {
         let format_ok = io.format() == Format::None || io.dims.len() == 3;

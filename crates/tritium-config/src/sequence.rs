@@ -166,7 +166,7 @@ fn boolean(name: &str, c: &Control, kind: Kind, model: &str) -> Result<BoolContr
 
 /// What tritium does not serve of `sequence_batching`, refused at load with why: implicit state
 /// (`state`, which Triton's Python backend does not support either) and `iterative_sequence`
-/// (which needs request rescheduling). Not part of [`crate::normalize`], which accepts what
+/// (which needs request rescheduling). Not part of [`crate::normalize()`], which accepts what
 /// Triton's config rules accept.
 pub fn check_supported(batching: &ModelSequenceBatching, model: &str) -> Result<(), ConfigError> {
     if let Some(state) = batching.state.first() {

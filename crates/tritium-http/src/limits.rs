@@ -33,7 +33,7 @@ impl BodyKind {
 }
 
 /// A body larger than `--http-max-input-size`. `size` is the byte count when known (from
-/// `Content-Length`), otherwise "more than <limit>".
+/// `Content-Length`), otherwise "more than `<limit>`".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TooLarge {
     /// Triton's `EVBufferToJson` text.

@@ -7,7 +7,7 @@
 /// (`grpc_inference_service_server`) and client (`grpc_inference_service_client`), and the
 /// model-configuration messages (`ModelConfig`, `DataType`, ...) of `tritium_config::proto`.
 pub mod inference {
-    #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms)]
+    #![allow(missing_docs, unreachable_pub, clippy::all, rust_2018_idioms, rustdoc::invalid_html_tags)]
     include!(concat!(env!("OUT_DIR"), "/inference.rs"));
     pub use tritium_config::proto::*;
 }

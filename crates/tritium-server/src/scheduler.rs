@@ -2,7 +2,7 @@
 //! queue policies.
 //!
 //! Instance workers are OS threads that block in [`Queue::next_batch_unless`]; the async frontends push
-//! into the queue and await a oneshot answer (a stream of answers for a decoupled model: [`Reply`]). Without `dynamic_batching` each `execute` gets one
+//! into the queue and await a oneshot answer (a stream of answers for a decoupled model: [`crate::pending::Reply`]). Without `dynamic_batching` each `execute` gets one
 //! request. With it, a worker gathers queued requests while their batch sizes fit
 //! `max_batch_size`, and waits up to `max_queue_delay_microseconds` (counted from the oldest
 //! request) for more unless it already has `max_batch_size` or a preferred batch size.

@@ -7,7 +7,7 @@
 //!
 //! Warmup requests go straight to the instance's stub, never through the queue, so they are not
 //! in the model's statistics. A response error fails the instance with Triton's text
-//! ("failed to run warmup sample '<name>': <error>; "), which fails the load.
+//! (`"failed to run warmup sample '<name>': <error>; "`), which fails the load.
 
 use std::cell::RefCell;
 use std::collections::HashSet;

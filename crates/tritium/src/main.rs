@@ -1,5 +1,8 @@
 //! The `tritium` binary: `tritium serve` runs the server; other subcommands talk to a running one.
 
+// Doc comments of clap structs are the CLI's help text, written for a terminal, not as HTML.
+#![allow(rustdoc::invalid_html_tags)]
+
 mod cli;
 mod logging;
 mod metrics_http;
