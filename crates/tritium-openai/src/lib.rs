@@ -25,6 +25,7 @@ mod routes;
 pub mod shape;
 pub mod sse;
 pub mod template;
+pub mod tools;
 
 pub use error::ApiError;
 pub use metrics::Metrics;
