@@ -83,17 +83,17 @@ fn number_bytes(dtype: DataType, v: f64) -> Option<Vec<u8>> {
     })
 }
 
-struct Builder<'a> {
-    meta: &'a ModelMetadata,
-    inputs: Vec<InputTensor>,
+pub(crate) struct Builder<'a> {
+    pub(crate) meta: &'a ModelMetadata,
+    pub(crate) inputs: Vec<InputTensor>,
 }
 
 impl Builder<'_> {
-    fn declared(&self, name: &str) -> Option<&TensorMetadata> {
+    pub(crate) fn declared(&self, name: &str) -> Option<&TensorMetadata> {
         self.meta.inputs.iter().find(|t| t.name == name)
     }
 
-    fn text(&mut self, name: &str, value: &str) {
+    pub(crate) fn text(&mut self, name: &str, value: &str) {
         if let Some(t) = self.declared(name) {
             let shape = unit_shape(t);
             self.inputs.push(InputTensor {
@@ -119,7 +119,7 @@ impl Builder<'_> {
         Ok(())
     }
 
-    fn flag(&mut self, name: &str, value: bool) -> Result<(), ApiError> {
+    pub(crate) fn flag(&mut self, name: &str, value: bool) -> Result<(), ApiError> {
         self.number(name, if value { 1.0 } else { 0.0 })
     }
 }
@@ -137,6 +137,7 @@ pub fn build(shape: Shape, meta: &ModelMetadata, g: &Generate, prompt: &str) -> 
             b.flag("exclude_input_in_output", !(g.endpoint == Endpoint::Completion && g.echo))?;
             b.flag("return_num_input_tokens", true)?;
             b.flag("return_num_output_tokens", true)?;
+            b.flag("return_logprobs", g.logprobs.is_some())?;
         }
         Shape::TensorRtLlm => {
             if g.echo {
@@ -188,6 +189,8 @@ pub struct Piece {
     pub output_tokens: Option<u64>,
     /// `finish_reason`, when the model sent one.
     pub finish_reason: Option<String>,
+    /// The `logprobs` output (vLLM's JSON), when the model sent it.
+    pub logprobs: Option<String>,
 }
 
 fn first_string(t: &OutputTensor) -> Result<String, String> {
@@ -223,10 +226,31 @@ pub fn read(resp: &InferResponse) -> Result<Piece, String> {
             "num_input_tokens" => p.input_tokens = first_count(t),
             "num_output_tokens" => p.output_tokens = first_count(t),
             "finish_reason" => p.finish_reason = first_string(t).ok().filter(|s| !s.is_empty()),
+            "logprobs" => p.logprobs = first_string(t).ok(),
             _ => {}
         }
     }
     Ok(p)
+}
+
+/// Reads an embedding model's answer: `text_output` as a JSON list of numbers, and
+/// `num_input_tokens`.
+pub fn read_embedding(resp: &InferResponse) -> Result<(Vec<f64>, Option<u64>), String> {
+    let mut vector = None;
+    let mut tokens = None;
+    for t in &resp.outputs {
+        match t.name.as_str() {
+            "text_output" => {
+                let text = first_string(t)?;
+                let v: Vec<f64> = serde_json::from_str(&text)
+                    .map_err(|e| format!("text_output is not a JSON list of numbers ({e})"))?;
+                vector = Some(v);
+            }
+            "num_input_tokens" => tokens = first_count(t),
+            _ => {}
+        }
+    }
+    Ok((vector.ok_or("it sent no text_output")?, tokens))
 }
 
 #[cfg(test)]
