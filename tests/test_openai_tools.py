@@ -6,6 +6,8 @@ invalid tool JSON answered as content; and `--max-tool-call-parse-bytes` cutting
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 
 import openai
@@ -281,3 +283,22 @@ def test_tools_without_a_parser_are_refused(server):
         tool_choice={"type": "function", "function": {"name": "get_weather"}},
     )
     assert json.loads(r.choices[0].message.tool_calls[0].function.arguments) == {"city": "Lima"}
+
+
+def test_example_tool_client(llama):
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "examples", "clients", "openai_tools.py"),
+            "--url",
+            f"http://127.0.0.1:{llama.openai_port}/v1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "get_weather({'city': 'Paris'})" in out.stdout
+    assert "answer: The tool said: sunny and 21 C in Paris" in out.stdout
+    assert "streamed finish_reason: tool_calls" in out.stdout
+    assert "streamed call 0: get_weather({'city': 'Paris'})" in out.stdout

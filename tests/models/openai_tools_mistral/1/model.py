@@ -6,6 +6,8 @@ mistral-style `[INST]...[/INST]`) as a command:
 - `say TEXT`: answers TEXT as it is (a tool call, broken JSON, plain words, ...);
 - `prompt`: answers the whole rendered prompt, so tests see what the template made of `tools`,
   `tool_calls` and `tool` messages;
+- after a tool result (a `tool` message after the last user turn): answers
+  `The tool said: RESULT`;
 - `flood`: starts a tool call whose arguments never end, 1 KiB per response, until the request is
   cancelled; it then writes the file `cancelled` next to its config.
 
@@ -30,6 +32,15 @@ def _input(request, name, default):
         return default
     value = tensor.as_numpy().reshape(-1)[0]
     return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _tool_result(prompt):
+    """The last tool result, when it comes after the last user turn."""
+    for user, tool, end in (("<|user|>", "<|ipython|>", "<|end|>"), ("[/INST]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]")):
+        after = prompt.rsplit(user, 1)[-1]
+        if user in prompt and tool in after:
+            return after.rsplit(tool, 1)[-1].split(end, 1)[0]
+    return None
 
 
 def _turn(prompt):
@@ -60,13 +71,15 @@ def _generate(sender, prompt, stream, counts):
             f.write("cancelled")
         sender.send(flags=final)
         return
-    text = (
-        prompt
-        if turn == "prompt"
-        else turn[len("say ") :]
-        if turn.startswith("say ")
-        else "I only obey say/prompt/flood"
-    )
+    result = _tool_result(prompt)
+    if result is not None:
+        text = f"The tool said: {result}"
+    elif turn == "prompt":
+        text = prompt
+    elif turn.startswith("say "):
+        text = turn[len("say ") :]
+    else:
+        text = "I only obey say/prompt/flood"
     if not stream:
         sender.send(_response(text, counts, n_in, len(text.split())), flags=final)
         return
