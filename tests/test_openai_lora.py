@@ -18,9 +18,13 @@ def oa(tmp_path_factory):
     for name in ("openai_lora", "tiny_llm"):
         base = "tests/models" if name.startswith("openai_") else "examples/models"
         shutil.copytree(os.path.join(ROOT, base, name), str(repo / name))
+    # A model whose own name holds the separator.
+    shutil.copytree(os.path.join(ROOT, "examples", "models", "tiny_llm"), str(repo / "plain__model"))
+    config = repo / "plain__model" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "tiny_llm"', 'name: "plain__model"'))
     srv = Server(str(repo), str(tmp_path_factory.mktemp("lora-log") / "tritium.log"), ["--lora-separator", "__"])
     try:
-        srv.wait_models(["openai_lora", "tiny_llm"])
+        srv.wait_models(["openai_lora", "tiny_llm", "plain__model"])
         yield openai.OpenAI(
             base_url=f"http://127.0.0.1:{srv.openai_port}/v1", api_key="unused", max_retries=0, timeout=60
         )
@@ -42,6 +46,12 @@ def test_an_adapter_reaches_the_model_in_the_sampling_parameters(oa):
         assert r.model == model
     r = oa.chat.completions.create(model="openai_lora__doc", messages=HELLO, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in r if c.choices).startswith("adapter=doc")
+
+
+def test_a_model_whose_name_holds_the_separator_is_that_model(oa):
+    r = oa.completions.create(model="plain__model", prompt="one two")
+    assert r.choices[0].text == "I heard: one two"
+    assert oa.models.retrieve("plain__model").id == "plain__model"
 
 
 def test_an_unknown_adapter_is_model_not_found(oa):

@@ -142,6 +142,8 @@ impl Frontend {
     /// model, its shape and the adapter. An adapter the model does not list is a 404.
     fn resolve_named(&self, requested: &str) -> Result<(ModelMetadata, Shape, Option<String>), ApiError> {
         let (model, adapter) = lora::split(requested, self.options.lora_separator.as_deref());
+        // A model whose own name holds the separator is that model, not an adapter.
+        let adapter = adapter.filter(|_| self.server.model_metadata(requested, None).is_err());
         let Some(adapter) = adapter else {
             let (meta, shape) = self.resolve(requested)?;
             return Ok((meta, shape, None));
@@ -301,8 +303,10 @@ async fn embeddings(State(f): State<Arc<Frontend>>, req: Request) -> Response {
 async fn embed(f: Arc<Frontend>, body: Bytes) -> Result<Response, ApiError> {
     let start = Instant::now();
     let r = embeddings::parse(&body)?;
-    let (model, _) = lora::split(&r.model, f.options.lora_separator.as_deref());
-    let meta = f.server.model_metadata(model, None).map_err(|e| match e.kind {
+    // As Triton's frontend, an adapter suffix is ignored for embeddings.
+    let (base, _) = lora::split(&r.model, f.options.lora_separator.as_deref());
+    let meta = f.server.model_metadata(&r.model, None).or_else(|_| f.server.model_metadata(base, None));
+    let meta = meta.map_err(|e| match e.kind {
         ErrorKind::NotFound => ApiError::model_not_found(&r.model, "no such model is loaded"),
         _ => ApiError::from(e),
     })?;
