@@ -137,6 +137,9 @@ pub struct Generate {
     /// How many top log probabilities per token the client asked for (`logprobs: true` with
     /// `top_logprobs`, or a completion's `logprobs: N`); `None` when it asked for none.
     pub logprobs: Option<u32>,
+    /// The JSON schema a named tool choice asks the model to decode to (TensorRT-LLM-shaped
+    /// models get it as `guided_decoding_guide`, when they declare it).
+    pub guided_json: Option<String>,
     /// The request's sampling parameters as a vLLM-shaped model takes them (a JSON object):
     /// every field that is not one of [`NOT_SAMPLING`], `max_tokens` set.
     pub sampling_parameters: Map<String, Value>,
@@ -336,6 +339,7 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<Generate, ApiError> {
         tools,
         tool_choice,
         logprobs,
+        guided_json: None,
         sampling_parameters,
     })
 }

@@ -413,10 +413,13 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
         Endpoint::Chat => tools::parse_request(g.tools.as_ref(), g.tool_choice.as_ref(), f.options.tool_call_parser)?,
         Endpoint::Completion => ToolRequest::default(),
     };
-    if let (Choice::Named { schema: Some(schema), .. }, Shape::Vllm) = (&tool_request.choice, shape) {
-        // Guided decoding to the function's parameters, as Triton asks vLLM for it.
-        let guided = json!({"json": schema.to_string()}).to_string();
-        g.sampling_parameters.insert("structured_outputs".into(), Value::String(guided));
+    if let Choice::Named { schema: Some(schema), .. } = &tool_request.choice {
+        // Guided decoding to the function's parameters, as Triton asks vLLM and TensorRT-LLM.
+        if shape == Shape::Vllm {
+            let guided = json!({"json": schema.to_string()}).to_string();
+            g.sampling_parameters.insert("structured_outputs".into(), Value::String(guided));
+        }
+        g.guided_json = Some(schema.to_string());
     }
     let prompt = f.prompt(&mut g, &meta, &tool_request).await?;
     let req = build(shape, &meta, &g, &prompt)?;

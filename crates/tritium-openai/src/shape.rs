@@ -158,6 +158,11 @@ pub fn build(shape: Shape, meta: &ModelMetadata, g: &Generate, prompt: &str) -> 
                     b.number(name, v)?;
                 }
             }
+            if let Some(schema) = &g.guided_json {
+                // As Triton's frontend asks TensorRT-LLM for guided decoding.
+                b.text("guided_decoding_guide_type", "json_schema");
+                b.text("guided_decoding_guide", schema);
+            }
             if !g.stop.is_empty() {
                 if let Some(t) = b.declared("stop_words") {
                     let mut shape = unit_shape(t);
@@ -345,6 +350,24 @@ mod tests {
         assert_eq!(stop.shape, vec![1, 2]);
         assert_eq!(stop.data.as_ref(), bytes_elements(["a", "bc"]).as_slice());
         assert!(r.inputs.iter().all(|i| i.name != "top_p"), "top_p is not declared");
+    }
+
+    #[test]
+    fn trtllm_guided_decoding_goes_to_the_declared_inputs() {
+        let mut g =
+            parse(Endpoint::Chat, br#"{"model":"t","messages":[{"role":"user","content":"x"}]}"#).expect("valid");
+        g.guided_json = Some(r#"{"type":"object"}"#.into());
+        let mut meta = trtllm();
+        let r = build(Shape::TensorRtLlm, &meta, &g, "p").expect("built");
+        assert!(r.inputs.iter().all(|i| !i.name.starts_with("guided")), "not declared, not sent");
+        meta.inputs.push(tensor("guided_decoding_guide_type", "BYTES", vec![-1, 1]));
+        meta.inputs.push(tensor("guided_decoding_guide", "BYTES", vec![-1, 1]));
+        let r = build(Shape::TensorRtLlm, &meta, &g, "p").expect("built");
+        assert_eq!(input(&r, "guided_decoding_guide_type").data.as_ref(), bytes_elements(["json_schema"]).as_slice());
+        assert_eq!(
+            input(&r, "guided_decoding_guide").data.as_ref(),
+            bytes_elements([r#"{"type":"object"}"#]).as_slice()
+        );
     }
 
     #[test]
