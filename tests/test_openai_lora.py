@@ -5,6 +5,7 @@
 import os
 import shutil
 
+import numpy as np
 import openai
 import pytest
 from conftest import ROOT, Server
@@ -18,13 +19,20 @@ def oa(tmp_path_factory):
     for name in ("openai_lora", "tiny_llm"):
         base = "tests/models" if name.startswith("openai_") else "examples/models"
         shutil.copytree(os.path.join(ROOT, base, name), str(repo / name))
+    # A TensorRT-LLM-shaped model whose adapters' weights are .npy files in the repository.
+    shutil.copytree(os.path.join(ROOT, "tests", "models", "openai_trt_lora"), str(repo / "openai_trt_lora"))
+    for i, name in enumerate(("doc", "sql")):
+        adapter = repo / "openai_trt_lora" / "adapters" / name
+        adapter.mkdir(parents=True)
+        np.save(adapter / "model.lora_weights.npy", np.full((2, 4), i + 1, dtype=np.float16))
+        np.save(adapter / "model.lora_config.npy", np.zeros((2, 3), dtype=np.int32))
     # A model whose own name holds the separator.
     shutil.copytree(os.path.join(ROOT, "examples", "models", "tiny_llm"), str(repo / "plain__model"))
     config = repo / "plain__model" / "config.pbtxt"
     config.write_text(config.read_text().replace('name: "tiny_llm"', 'name: "plain__model"'))
     srv = Server(str(repo), str(tmp_path_factory.mktemp("lora-log") / "tritium.log"), ["--lora-separator", "__"])
     try:
-        srv.wait_models(["openai_lora", "tiny_llm", "plain__model"])
+        srv.wait_models(["openai_lora", "tiny_llm", "plain__model", "openai_trt_lora"])
         yield openai.OpenAI(
             base_url=f"http://127.0.0.1:{srv.openai_port}/v1", api_key="unused", max_retries=0, timeout=60
         )
@@ -46,6 +54,19 @@ def test_an_adapter_reaches_the_model_in_the_sampling_parameters(oa):
         assert r.model == model
     r = oa.chat.completions.create(model="openai_lora__doc", messages=HELLO, stream=True)
     assert "".join(c.choices[0].delta.content or "" for c in r if c.choices).startswith("adapter=doc")
+
+
+def test_trtllm_adapters_get_task_ids_and_weights_once(oa):
+    ids = [m.id for m in oa.models.list()]
+    assert "openai_trt_lora__doc" in ids and "openai_trt_lora__sql" in ids
+    r = oa.completions.create(model="openai_trt_lora__sql", prompt="x")
+    assert r.choices[0].text == "task=2 weights=2x4:16 config=2x3", "the first request carries the weights"
+    r = oa.completions.create(model="openai_trt_lora__sql", prompt="x")
+    assert r.choices[0].text == "task=2 weights=none config=none", "the model caches them by task id"
+    r = oa.completions.create(model="openai_trt_lora__doc", prompt="x")
+    assert r.choices[0].text == "task=1 weights=2x4:8 config=2x3"
+    r = oa.completions.create(model="openai_trt_lora", prompt="x")
+    assert r.choices[0].text == "task=none weights=none config=none"
 
 
 def test_a_model_whose_name_holds_the_separator_is_that_model(oa):

@@ -46,6 +46,8 @@ struct Frontend {
     metrics: Arc<Metrics>,
     created: u64,
     next_id: AtomicU64,
+    /// TensorRT-LLM adapters whose weights went to their model (model, adapter).
+    registered: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 fn now_secs() -> u64 {
@@ -63,6 +65,7 @@ pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Met
         metrics: metrics.clone(),
         created: now_secs(),
         next_id: AtomicU64::new(0),
+        registered: std::sync::Mutex::default(),
     });
     let router = Router::new()
         .route("/v1/models", get(list_models))
@@ -159,6 +162,56 @@ impl Frontend {
                 &format!("Unknown LoRA: {adapter}; for model: {model} (its multi_lora.json does not list it)"),
             )),
         }
+    }
+
+    /// Adds a TensorRT-LLM adapter's inputs as Triton's frontend does: `lora_task_id`, and with
+    /// the adapter's first request `lora_weights` and `lora_config` from its `.npy` files (the
+    /// model caches the adapter by task id).
+    async fn add_trtllm_lora(
+        &self,
+        meta: &ModelMetadata,
+        adapter: &str,
+        req: &mut tritium_server::InferRequest,
+    ) -> Result<(), ApiError> {
+        let Some(declared) = meta.inputs.iter().find(|t| t.name == "lora_task_id") else {
+            return Err(ApiError::invalid(
+                Some("model"),
+                format!("model '{}' takes no LoRA adapters (it declares no lora_task_id input)", meta.name),
+            ));
+        };
+        let repository = self.options.repository.clone();
+        let model_dir = repository.join(&meta.name);
+        let a = lora::trtllm_adapter(&repository, &model_dir, &meta.versions, adapter).map_err(ApiError::internal)?;
+        req.inputs.push(tritium_server::InputTensor {
+            name: "lora_task_id".into(),
+            datatype: tritium_server::DataType::Uint64,
+            shape: crate::shape::unit_shape(declared),
+            data: a.task_id.to_le_bytes().to_vec().into(),
+        });
+        let key = (meta.name.clone(), adapter.to_owned());
+        if self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&key) {
+            return Ok(());
+        }
+        let dir = a.dir.clone();
+        let tensors = tokio::task::spawn_blocking(move || {
+            ["lora_weights", "lora_config"]
+                .into_iter()
+                .map(|name| lora::read_npy(&dir.join(format!("model.{name}.npy"))).map(|t| (name, t)))
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the LoRA adapter failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("LoRA adapter '{adapter}': {e}")))?;
+        for (name, t) in tensors {
+            req.inputs.push(tritium_server::InputTensor {
+                name: name.into(),
+                datatype: t.datatype,
+                shape: t.shape,
+                data: t.data.into(),
+            });
+        }
+        self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key);
+        Ok(())
     }
 
     /// The prompt: a completion's own, or the chat messages rendered with the model's template
@@ -385,14 +438,13 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
         parse(endpoint, &body)?
     };
     let (meta, shape, adapter) = f.resolve_named(&g.model)?;
-    if let Some(adapter) = adapter {
-        if shape != Shape::Vllm {
-            return Err(ApiError::invalid(
-                Some("model"),
-                format!("LoRA adapter '{adapter}': this server passes adapters to vLLM-shaped models only (as lora_name in the sampling parameters)"),
-            ));
+    let mut trtllm_adapter = None;
+    match (adapter, shape) {
+        (Some(adapter), Shape::Vllm) => {
+            g.sampling_parameters.insert("lora_name".into(), Value::String(adapter));
         }
-        g.sampling_parameters.insert("lora_name".into(), Value::String(adapter));
+        (Some(adapter), Shape::TensorRtLlm) => trtllm_adapter = Some(adapter),
+        (None, _) => {}
     }
     if g.logprobs.is_some() {
         let declared = meta.inputs.iter().any(|t| t.name == "return_logprobs");
@@ -422,7 +474,10 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
         g.guided_json = Some(schema.to_string());
     }
     let prompt = f.prompt(&mut g, &meta, &tool_request).await?;
-    let req = build(shape, &meta, &g, &prompt)?;
+    let mut req = build(shape, &meta, &g, &prompt)?;
+    if let Some(adapter) = trtllm_adapter {
+        f.add_trtllm_lora(&meta, &adapter, &mut req).await?;
+    }
     let mut rx = f.start(req)?;
     let n = f.next_id.fetch_add(1, Ordering::Relaxed);
     let created = now_secs();

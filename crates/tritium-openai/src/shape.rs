@@ -58,7 +58,7 @@ pub fn bytes_elements<'a>(items: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
 
 /// The shape a one-element input gets: the model's declared shape with each variable dimension
 /// (and the batch dimension) set to 1.
-fn unit_shape(t: &TensorMetadata) -> Vec<i64> {
+pub(crate) fn unit_shape(t: &TensorMetadata) -> Vec<i64> {
     if t.shape.is_empty() {
         return vec![1];
     }
