@@ -1,9 +1,11 @@
 """Benchmarks tritium's OpenAI frontend on the tiny_llm example (`cargo xtask bench openai`):
 time to first token and tokens/s with 1, 8 and 32 concurrent streams, each stream a chat request
-of 64 tokens, through the official `openai` package.
+of 64 tokens, and `/v1/embeddings` requests per second at concurrency 1 and 16 on the test
+embedding model (tests/models/openai_embed), through the official `openai` package.
 
 It starts `target/release/tritium` on free ports over a temporary copy of
-examples/models/tiny_llm, or measures a running server with --url."""
+examples/models/tiny_llm and tests/models/openai_embed, or measures a running server with
+--url."""
 
 import argparse
 import concurrent.futures
@@ -33,6 +35,7 @@ def free_port():
 def start_server(workdir):
     repo = os.path.join(workdir, "repo")
     shutil.copytree(os.path.join(ROOT, "examples", "models", "tiny_llm"), os.path.join(repo, "tiny_llm"))
+    shutil.copytree(os.path.join(ROOT, "tests", "models", "openai_embed"), os.path.join(repo, "openai_embed"))
     http, openai_port = free_port(), free_port()
     args = [
         os.environ.get("TRITIUM_BIN", os.path.join(ROOT, "target", "release", "tritium")),
@@ -53,16 +56,17 @@ def start_server(workdir):
     log = open(os.path.join(workdir, "tritium.log"), "w")
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.time() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/models/tiny_llm/ready", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            raise RuntimeError("tritium did not become ready; see " + log.name)
-        time.sleep(0.1)
+    for model in ("tiny_llm", "openai_embed"):
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{http}/v2/models/{model}/ready", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("tritium did not become ready; see " + log.name)
+            time.sleep(0.1)
     return proc, f"http://127.0.0.1:{openai_port}/v1"
 
 
@@ -98,6 +102,25 @@ def measure(client, concurrency, rounds):
     return statistics.median(ttfts), ttfts[min(len(ttfts) - 1, int(len(ttfts) * 0.99))], tokens / elapsed
 
 
+def measure_embeddings(client, concurrency, seconds):
+    """Embeddings requests per second (one 16-word input each, floats) with `concurrency`
+    clients for about `seconds`."""
+    text = " ".join(f"word{j}" for j in range(16))
+    stop = time.perf_counter() + seconds
+
+    def worker(_):
+        n = 0
+        while time.perf_counter() < stop:
+            client.embeddings.create(model="openai_embed", input=text, encoding_format="float")
+            n += 1
+        return n
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        done = sum(pool.map(worker, range(concurrency)))
+    return done / (time.perf_counter() - start)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", help="a running frontend's base URL (default: start one)")
@@ -118,6 +141,11 @@ def main():
             rounds = max(2, int(args.seconds / max(took * max(1, concurrency / 8), 1e-3)))
             p50, p99, rate = measure(client, concurrency, rounds)
             print(f"{concurrency:>8} {p50 * 1000:>12.2f} {p99 * 1000:>12.2f} {rate:>10.0f}", flush=True)
+        client.embeddings.create(model="openai_embed", input="warm up", encoding_format="float")
+        print(f"\nopenai_embed, one 16-word input per request; load average {os.getloadavg()[0]:.2f}")
+        print(f"{'clients':>8} {'requests/s':>12}")
+        for concurrency in (1, 16):
+            print(f"{concurrency:>8} {measure_embeddings(client, concurrency, args.seconds):>12.0f}", flush=True)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)

@@ -28,7 +28,8 @@
 //! - `cargo xtask gpu-check [--bundle]`: the GPU path end to end on a machine with a GPU, or a
 //!   bundle to run it on one without cargo (`gpu_check.rs`, `xtask/gpu_check.sh`).
 //! - `cargo xtask bench openai`: time to first token and tokens/s of the OpenAI frontend
-//!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams).
+//!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams), and embeddings
+//!   requests/s at concurrency 1 and 16 (tests/models/openai_embed).
 //! - `cargo xtask bench frameworks`: an ONNX MLP (512 -> 2048 -> 512) served by tritium's
 //!   onnxruntime backend over gRPC at concurrency 1 and 16, against the same session in a loop
 //!   and against Triton 2.51's Python backend running it from a `model.py` (`bench_frameworks.rs`,

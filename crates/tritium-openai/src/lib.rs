@@ -18,13 +18,18 @@ use std::sync::Arc;
 use tritium_server::restricted::Restrictions;
 use tritium_server::Server;
 
+pub mod answer;
+pub mod embeddings;
 mod error;
+pub mod logprobs;
+pub mod lora;
 pub mod metrics;
 pub mod request;
 mod routes;
 pub mod shape;
 pub mod sse;
 pub mod template;
+pub mod tools;
 
 pub use error::ApiError;
 pub use metrics::Metrics;
@@ -72,6 +77,12 @@ pub struct Options {
     pub restrictions: Arc<Restrictions>,
     /// `--max-output-bytes`: the most text a whole (not streamed) answer collects.
     pub max_output_bytes: u64,
+    /// `--tool-call-parser`: how chat answers are read for tool calls (`tool_choice` `auto`).
+    pub tool_call_parser: Option<tools::Format>,
+    /// `--max-tool-call-parse-bytes`: the most text a streamed tool-call parse holds.
+    pub max_tool_call_parse_bytes: usize,
+    /// `--lora-separator`: `<model><SEP><adapter>` selects a LoRA adapter of the model.
+    pub lora_separator: Option<String>,
 }
 
 impl Default for Options {
@@ -82,6 +93,9 @@ impl Default for Options {
             template_limits: RenderLimits::default(),
             restrictions: Arc::default(),
             max_output_bytes: tritium_server::DEFAULT_MAX_OUTPUT_BYTES,
+            tool_call_parser: None,
+            max_tool_call_parse_bytes: tools::DEFAULT_MAX_PARSE_BYTES,
+            lora_separator: None,
         }
     }
 }

@@ -33,6 +33,9 @@ const NOT_SAMPLING: &[&str] = &[
     "max_completion_tokens",
     "max_tokens",
     "chat_template_kwargs",
+    "logprobs",
+    "top_logprobs",
+    "best_of",
 ];
 
 /// `stop`: one string or a list.
@@ -127,6 +130,16 @@ pub struct Generate {
     pub messages: Vec<Value>,
     /// The completion prompt.
     pub prompt: String,
+    /// `tools`, as sent (chat).
+    pub tools: Option<Value>,
+    /// `tool_choice`, as sent (chat).
+    pub tool_choice: Option<Value>,
+    /// How many top log probabilities per token the client asked for (`logprobs: true` with
+    /// `top_logprobs`, or a completion's `logprobs: N`); `None` when it asked for none.
+    pub logprobs: Option<u32>,
+    /// The JSON schema a named tool choice asks the model to decode to (TensorRT-LLM-shaped
+    /// models get it as `guided_decoding_guide`, when they declare it).
+    pub guided_json: Option<String>,
     /// The request's sampling parameters as a vLLM-shaped model takes them (a JSON object):
     /// every field that is not one of [`NOT_SAMPLING`], `max_tokens` set.
     pub sampling_parameters: Map<String, Value>,
@@ -229,14 +242,22 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<Generate, ApiError> {
     if common.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid(Some("n"), "only n=1 is supported: send one request per choice"));
     }
-    for (field, unsupported) in [("logprobs", "logprobs"), ("top_logprobs", "top_logprobs"), ("best_of", "best_of")] {
-        if fields.get(field).is_some_and(|v| !v.is_null() && v != &Value::Bool(false)) {
-            return Err(ApiError::invalid(Some(field), format!("'{unsupported}' is not supported by this server")));
+    if fields.get("best_of").is_some_and(|v| !v.is_null() && v != &Value::from(1)) {
+        return Err(ApiError::invalid(Some("best_of"), "'best_of' is not supported by this server"));
+    }
+    let logprobs = logprobs_of(endpoint, &fields)?;
+    let (tools, tool_choice) = match endpoint {
+        Endpoint::Chat => (
+            fields.get("tools").filter(|v| !v.is_null()).cloned(),
+            fields.get("tool_choice").filter(|v| !v.is_null()).cloned(),
+        ),
+        Endpoint::Completion => {
+            if fields.get("tools").is_some_and(|v| !v.is_null()) {
+                return Err(ApiError::invalid(Some("tools"), "'tools' belongs to /v1/chat/completions"));
+            }
+            (None, None)
         }
-    }
-    if fields.get("tools").is_some_and(|v| !v.is_null()) {
-        return Err(ApiError::invalid(Some("tools"), "tool calls are not supported by this server"));
-    }
+    };
     check_range("temperature", common.temperature, 0.0, 2.0)?;
     check_range("top_p", common.top_p, 0.0, 1.0)?;
     check_range("frequency_penalty", common.frequency_penalty, -2.0, 2.0)?;
@@ -296,6 +317,10 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<Generate, ApiError> {
     let mut sampling_parameters: Map<String, Value> =
         fields.into_iter().filter(|(k, v)| !v.is_null() && !NOT_SAMPLING.contains(&k.as_str())).collect();
     sampling_parameters.insert("max_tokens".into(), Value::from(max_tokens));
+    if let Some(n) = logprobs {
+        // As Triton asks vLLM: the number of top log probabilities per token.
+        sampling_parameters.insert("logprobs".into(), Value::from(n));
+    }
     Ok(Generate {
         endpoint,
         model: common.model,
@@ -311,8 +336,56 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<Generate, ApiError> {
         echo: common.echo.unwrap_or(false),
         messages,
         prompt,
+        tools,
+        tool_choice,
+        logprobs,
+        guided_json: None,
         sampling_parameters,
     })
+}
+
+/// `logprobs` / `top_logprobs`: chat sends `logprobs: true` and `top_logprobs: 0..=20`, a
+/// completion `logprobs: 0..=5`. Returns how many top log probabilities per token to ask for
+/// (at least 1, as Triton asks vLLM), or `None`.
+fn logprobs_of(endpoint: Endpoint, fields: &Map<String, Value>) -> Result<Option<u32>, ApiError> {
+    let lp = fields.get("logprobs").filter(|v| !v.is_null());
+    let top = fields.get("top_logprobs").filter(|v| !v.is_null());
+    match endpoint {
+        Endpoint::Chat => {
+            let on = match lp {
+                None => false,
+                Some(Value::Bool(b)) => *b,
+                Some(_) => return Err(ApiError::invalid(Some("logprobs"), "'logprobs' must be true or false")),
+            };
+            let top = match top {
+                None => None,
+                Some(v) => match v.as_u64().filter(|n| *n <= 20) {
+                    Some(n) => Some(n as u32),
+                    None => {
+                        return Err(ApiError::invalid(
+                            Some("top_logprobs"),
+                            "'top_logprobs' must be an integer from 0 to 20",
+                        ))
+                    }
+                },
+            };
+            if top.is_some() && !on {
+                return Err(ApiError::invalid(
+                    Some("top_logprobs"),
+                    "`top_logprobs` can only be used when `logprobs` is True",
+                ));
+            }
+            Ok(on.then(|| top.unwrap_or(1).max(1)))
+        }
+        Endpoint::Completion => match lp {
+            None => Ok(None),
+            Some(v) => match v.as_u64().filter(|n| *n <= 5) {
+                Some(0) => Ok(None),
+                Some(n) => Ok(Some(n as u32)),
+                None => Err(ApiError::invalid(Some("logprobs"), "'logprobs' must be an integer from 0 to 5")),
+            },
+        },
+    }
 }
 
 #[cfg(test)]

@@ -19,12 +19,16 @@ use tritium_server::restricted::{ApiGroup, Restrictions};
 use tritium_server::ResponseStream;
 use tritium_server::{ErrorKind, ModelMetadata, Server, Streamed};
 
+use crate::answer::{self, Reader, Truncated};
+use crate::embeddings;
 use crate::error::ApiError;
+use crate::lora;
 use crate::metrics::{Metrics, Tracker};
 use crate::request::{parse, Endpoint, Generate};
 use crate::shape::{build, read, Shape};
 use crate::sse::{error_end, Completion};
 use crate::template::{self, Templates};
+use crate::tools::{self, Choice, ToolRequest};
 use crate::Options;
 
 /// The largest request body (a long chat history fits; a flood does not).
@@ -42,6 +46,8 @@ struct Frontend {
     metrics: Arc<Metrics>,
     created: u64,
     next_id: AtomicU64,
+    /// TensorRT-LLM adapters whose weights went to their model (model, adapter).
+    registered: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
 
 fn now_secs() -> u64 {
@@ -59,12 +65,14 @@ pub(crate) fn build_router(server: Server, options: Options) -> (Router, Arc<Met
         metrics: metrics.clone(),
         created: now_secs(),
         next_id: AtomicU64::new(0),
+        registered: std::sync::Mutex::default(),
     });
     let router = Router::new()
         .route("/v1/models", get(list_models))
         .route("/v1/models/{*model}", get(get_model))
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
         .fallback(not_found)
         .with_state(f);
     if restrictions.is_empty() {
@@ -101,7 +109,7 @@ async fn restrict(State(restrictions): State<Arc<Restrictions>>, req: Request, n
 async fn not_found() -> Response {
     let mut e = ApiError::invalid(
         None,
-        "no such endpoint: this server answers /v1/chat/completions, /v1/completions and /v1/models",
+        "no such endpoint: this server answers /v1/chat/completions, /v1/completions, /v1/embeddings and /v1/models",
     );
     e.status = StatusCode::NOT_FOUND;
     e.into_response()
@@ -123,18 +131,98 @@ impl Frontend {
         Ok((meta, shape))
     }
 
-    fn model_object(&self, name: &str, shape: Shape) -> Value {
-        json!({"id": name, "object": "model", "created": self.created, "owned_by": "tritium", "tritium_shape": shape.name()})
+    fn model_object(&self, name: &str, shape: &str) -> Value {
+        json!({"id": name, "object": "model", "created": self.created, "owned_by": "tritium", "tritium_shape": shape})
+    }
+
+    /// The adapters of a model (`--lora-separator` set and a `multi_lora.json`).
+    fn adapters(&self, meta: &ModelMetadata, shape: Shape) -> Option<Vec<String>> {
+        self.options.lora_separator.as_ref()?;
+        lora::adapters(&self.options.repository.join(&meta.name), &meta.versions, shape == Shape::Vllm)
+    }
+
+    /// Resolves a requested name that may select a LoRA adapter (`<model><SEP><adapter>`): the
+    /// model, its shape and the adapter. An adapter the model does not list is a 404.
+    fn resolve_named(&self, requested: &str) -> Result<(ModelMetadata, Shape, Option<String>), ApiError> {
+        let (model, adapter) = lora::split(requested, self.options.lora_separator.as_deref());
+        // A model whose own name holds the separator is that model, not an adapter.
+        let adapter = adapter.filter(|_| self.server.model_metadata(requested, None).is_err());
+        let Some(adapter) = adapter else {
+            let (meta, shape) = self.resolve(requested)?;
+            return Ok((meta, shape, None));
+        };
+        let (meta, shape) = self.resolve(model).map_err(|e| match e.code {
+            Some("model_not_found") => ApiError::model_not_found(requested, "no such model is loaded"),
+            _ => e,
+        })?;
+        match self.adapters(&meta, shape) {
+            Some(list) if list.iter().any(|a| a == adapter) => Ok((meta, shape, Some(adapter.to_owned()))),
+            _ => Err(ApiError::model_not_found(
+                requested,
+                &format!("Unknown LoRA: {adapter}; for model: {model} (its multi_lora.json does not list it)"),
+            )),
+        }
+    }
+
+    /// Adds a TensorRT-LLM adapter's inputs as Triton's frontend does: `lora_task_id`, and with
+    /// the adapter's first request `lora_weights` and `lora_config` from its `.npy` files (the
+    /// model caches the adapter by task id).
+    async fn add_trtllm_lora(
+        &self,
+        meta: &ModelMetadata,
+        adapter: &str,
+        req: &mut tritium_server::InferRequest,
+    ) -> Result<(), ApiError> {
+        let Some(declared) = meta.inputs.iter().find(|t| t.name == "lora_task_id") else {
+            return Err(ApiError::invalid(
+                Some("model"),
+                format!("model '{}' takes no LoRA adapters (it declares no lora_task_id input)", meta.name),
+            ));
+        };
+        let repository = self.options.repository.clone();
+        let model_dir = repository.join(&meta.name);
+        let a = lora::trtllm_adapter(&repository, &model_dir, &meta.versions, adapter).map_err(ApiError::internal)?;
+        req.inputs.push(tritium_server::InputTensor {
+            name: "lora_task_id".into(),
+            datatype: tritium_server::DataType::Uint64,
+            shape: crate::shape::unit_shape(declared),
+            data: a.task_id.to_le_bytes().to_vec().into(),
+        });
+        let key = (meta.name.clone(), adapter.to_owned());
+        if self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&key) {
+            return Ok(());
+        }
+        let dir = a.dir.clone();
+        let tensors = tokio::task::spawn_blocking(move || {
+            ["lora_weights", "lora_config"]
+                .into_iter()
+                .map(|name| lora::read_npy(&dir.join(format!("model.{name}.npy"))).map(|t| (name, t)))
+                .collect::<Result<Vec<_>, String>>()
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("reading the LoRA adapter failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("LoRA adapter '{adapter}': {e}")))?;
+        for (name, t) in tensors {
+            req.inputs.push(tritium_server::InputTensor {
+                name: name.into(),
+                datatype: t.datatype,
+                shape: t.shape,
+                data: t.data.into(),
+            });
+        }
+        self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key);
+        Ok(())
     }
 
     /// The prompt: a completion's own, or the chat messages rendered with the model's template
     /// (off the async runtime; the messages are taken out of `g`).
-    async fn prompt(&self, g: &mut Generate, meta: &ModelMetadata) -> Result<String, ApiError> {
+    async fn prompt(&self, g: &mut Generate, meta: &ModelMetadata, tools: &ToolRequest) -> Result<String, ApiError> {
         match g.endpoint {
             Endpoint::Completion => Ok(std::mem::take(&mut g.prompt)),
             Endpoint::Chat => {
                 let places = template::candidates(&self.options.repository.join(&meta.name), &meta.versions);
-                self.templates.render(&meta.name, places, std::mem::take(&mut g.messages)).await
+                let tools = tools.tools.clone().map(Value::Array);
+                self.templates.render(&meta.name, places, std::mem::take(&mut g.messages), tools).await
             }
         }
     }
@@ -155,22 +243,41 @@ impl Frontend {
     }
 }
 
+/// The ids `/v1/models` lists for one model: the model and each of its adapters, or an
+/// embedding model.
+fn model_ids(f: &Frontend, meta: &ModelMetadata) -> Vec<Value> {
+    if let Some(shape) = Shape::of(meta) {
+        let mut out = vec![f.model_object(&meta.name, shape.name())];
+        if let (Some(sep), Some(list)) = (&f.options.lora_separator, f.adapters(meta, shape)) {
+            out.extend(list.iter().map(|a| f.model_object(&format!("{}{sep}{a}", meta.name), shape.name())));
+        }
+        return out;
+    }
+    if embeddings::is_embedding(meta) {
+        return vec![f.model_object(&meta.name, "vllm_embedding")];
+    }
+    Vec::new()
+}
+
 async fn list_models(State(f): State<Arc<Frontend>>) -> Response {
     let mut names: Vec<String> = f.server.repository_index(true).into_iter().map(|e| e.name).collect();
     names.dedup();
     let data: Vec<Value> = names
         .iter()
-        .filter_map(|n| {
-            let meta = f.server.model_metadata(n, None).ok()?;
-            Shape::of(&meta).map(|s| f.model_object(n, s))
-        })
+        .filter_map(|n| f.server.model_metadata(n, None).ok())
+        .flat_map(|meta| model_ids(&f, &meta))
         .collect();
     Json(json!({"object": "list", "data": data})).into_response()
 }
 
 async fn get_model(State(f): State<Arc<Frontend>>, Path(model): Path<String>) -> Response {
-    match f.resolve(&model) {
-        Ok((_, shape)) => Json(f.model_object(&model, shape)).into_response(),
+    if let Ok(meta) = f.server.model_metadata(&model, None) {
+        if embeddings::is_embedding(&meta) && Shape::of(&meta).is_none() {
+            return Json(f.model_object(&model, "vllm_embedding")).into_response();
+        }
+    }
+    match f.resolve_named(&model) {
+        Ok((_, shape, _)) => Json(f.model_object(&model, shape.name())).into_response(),
         Err(e) => e.into_response(),
     }
 }
@@ -238,6 +345,71 @@ async fn chat(State(f): State<Arc<Frontend>>, req: Request) -> Response {
     }
 }
 
+async fn embeddings(State(f): State<Arc<Frontend>>, req: Request) -> Response {
+    match read_body(req).await {
+        Ok(body) => embed(f, body).await.unwrap_or_else(IntoResponse::into_response),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `/v1/embeddings`: one inference per input, run concurrently.
+async fn embed(f: Arc<Frontend>, body: Bytes) -> Result<Response, ApiError> {
+    let start = Instant::now();
+    let r = embeddings::parse(&body)?;
+    // As Triton's frontend, an adapter suffix is ignored for embeddings.
+    let (base, _) = lora::split(&r.model, f.options.lora_separator.as_deref());
+    let meta = f.server.model_metadata(&r.model, None).or_else(|_| f.server.model_metadata(base, None));
+    let meta = meta.map_err(|e| match e.kind {
+        ErrorKind::NotFound => ApiError::model_not_found(&r.model, "no such model is loaded"),
+        _ => ApiError::from(e),
+    })?;
+    if !embeddings::is_embedding(&meta) {
+        return Err(match Shape::of(&meta) {
+            Some(Shape::TensorRtLlm) => ApiError::invalid(
+                Some("model"),
+                format!("model '{}' is TensorRT-LLM-shaped: TRT-LLM backend and Python backend do not support embedding requests", r.model),
+            ),
+            _ => ApiError::invalid(
+                Some("model"),
+                format!("model '{}' is not an embedding model (it needs a BYTES input embedding_request and a BYTES output text_output, as vLLM's embedding models)", r.model),
+            ),
+        });
+    }
+    let mut tracker = Tracker::new(f.metrics.clone(), &meta.name, "embeddings", start);
+    tracker.finish("error");
+    let jobs = r.inputs.iter().map(|input| {
+        let f = f.clone();
+        let meta = &meta;
+        let r = &r;
+        async move {
+            let mut rx = f.start(embeddings::build(meta, r, input)?)?;
+            let mut answer = None;
+            while let Some(msg) = rx.recv().await {
+                let last = msg.is_last();
+                if let Some(a) = embeddings::read_answer(&r.model, msg)? {
+                    answer.get_or_insert(a);
+                }
+                if last {
+                    break;
+                }
+            }
+            answer.ok_or_else(|| ApiError::internal(format!("embedding model '{}' sent no embedding", r.model)))
+        }
+    });
+    let answers = futures_util::future::try_join_all(jobs).await?;
+    tracker.response();
+    let mut tokens = Some(0u64);
+    let data = answers
+        .into_iter()
+        .map(|(vector, n)| {
+            tokens = tokens.zip(n).map(|(a, b)| a + b);
+            embeddings::encode_embedding(&vector, r.base64)
+        })
+        .collect();
+    tracker.finish("success");
+    Ok(Json(embeddings::response(&r.model, data, tokens)).into_response())
+}
+
 async fn completions(State(f): State<Arc<Frontend>>, req: Request) -> Response {
     match read_body(req).await {
         Ok(body) => generate(f, Endpoint::Completion, body).await.unwrap_or_else(IntoResponse::into_response),
@@ -265,20 +437,61 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
     } else {
         parse(endpoint, &body)?
     };
-    let (meta, shape) = f.resolve(&g.model)?;
+    let (meta, shape, adapter) = f.resolve_named(&g.model)?;
+    let mut trtllm_adapter = None;
+    match (adapter, shape) {
+        (Some(adapter), Shape::Vllm) => {
+            g.sampling_parameters.insert("lora_name".into(), Value::String(adapter));
+        }
+        (Some(adapter), Shape::TensorRtLlm) => trtllm_adapter = Some(adapter),
+        (None, _) => {}
+    }
+    if g.logprobs.is_some() {
+        let declared = meta.inputs.iter().any(|t| t.name == "return_logprobs");
+        if shape != Shape::Vllm || !declared {
+            return Err(ApiError::invalid(
+                Some("logprobs"),
+                format!("model '{}' cannot return logprobs: they are available only for vLLM-shaped models that declare a return_logprobs input (this one is {}{})", g.model, shape.name(), if declared { "" } else { ", without return_logprobs" }),
+            ));
+        }
+    }
     let label = match endpoint {
         Endpoint::Chat => "chat",
         Endpoint::Completion => "completions",
     };
     let mut tracker = Tracker::new(f.metrics.clone(), &meta.name, label, start);
     tracker.finish("error");
-    let prompt = f.prompt(&mut g, &meta).await?;
-    let req = build(shape, &meta, &g, &prompt)?;
+    let tool_request = match endpoint {
+        Endpoint::Chat => tools::parse_request(g.tools.as_ref(), g.tool_choice.as_ref(), f.options.tool_call_parser)?,
+        Endpoint::Completion => ToolRequest::default(),
+    };
+    if let Choice::Named { schema: Some(schema), .. } = &tool_request.choice {
+        // Guided decoding to the function's parameters, as Triton asks vLLM and TensorRT-LLM.
+        if shape == Shape::Vllm {
+            let guided = json!({"json": schema.to_string()}).to_string();
+            g.sampling_parameters.insert("structured_outputs".into(), Value::String(guided));
+        }
+        g.guided_json = Some(schema.to_string());
+    }
+    let prompt = f.prompt(&mut g, &meta, &tool_request).await?;
+    let mut req = build(shape, &meta, &g, &prompt)?;
+    if let Some(adapter) = trtllm_adapter {
+        f.add_trtllm_lora(&meta, &adapter, &mut req).await?;
+    }
     let mut rx = f.start(req)?;
     let n = f.next_id.fetch_add(1, Ordering::Relaxed);
     let created = now_secs();
     let prefix = if endpoint == Endpoint::Chat { "chatcmpl" } else { "cmpl" };
     let mut c = Completion::new(format!("{prefix}-{created:x}{n:06x}"), created, &g);
+    let seed = created.rotate_left(20) ^ n;
+    let call_id = format!("call-{created:x}{n:06x}");
+    let reader = Reader::new(
+        &tool_request.choice,
+        f.options.tool_call_parser,
+        seed,
+        f.options.max_tool_call_parse_bytes,
+        &call_id,
+    );
     // The first message decides the status: an error before any text is an HTTP error.
     let first = rx.recv().await.ok_or_else(lost)?;
     tracker.response();
@@ -288,7 +501,7 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
     if g.stream {
         tracker.finish("cancelled");
         let stream = futures_util::stream::unfold(
-            StreamState { c, rx, pending: Some(first), opened: false, done: false, tracker },
+            StreamState { c, rx, pending: Some(first), opened: false, done: false, tracker, reader },
             next_events,
         );
         return Ok((
@@ -323,6 +536,11 @@ async fn generate(f: Arc<Frontend>, endpoint: Endpoint, body: Bytes) -> Result<R
         tracker.response();
     }
     tracker.finish("success");
+    if endpoint == Endpoint::Chat {
+        let (message, finish) = answer::whole(&tool_request.choice, f.options.tool_call_parser, seed, &call_id, &text);
+        c.finish_override = finish;
+        return Ok(Json(c.whole_message(message, &text)).into_response());
+    }
     Ok(Json(c.whole(&text)).into_response())
 }
 
@@ -333,6 +551,7 @@ struct StreamState {
     opened: bool,
     done: bool,
     tracker: Tracker,
+    reader: Reader,
 }
 
 /// The events for the next model message (the chat opening chunk before the first).
@@ -370,8 +589,27 @@ async fn next_events(mut s: StreamState) -> Option<(Result<Bytes, Infallible>, S
                 Streamed::Response { result: Ok(resp), .. } => match read(&resp) {
                     Ok(piece) => {
                         s.c.absorb(&piece);
-                        if !piece.text.is_empty() {
-                            out.push_str(&s.c.delta(&piece.text));
+                        if s.reader.is_plain() {
+                            let lp = s.c.take_last_logprobs();
+                            if !piece.text.is_empty() || lp.is_some() {
+                                out.push_str(&s.c.delta_with_logprobs(&piece.text, lp));
+                            }
+                        } else {
+                            match s.reader.step(&piece.text) {
+                                Ok(deltas) => deltas.into_iter().for_each(|d| out.push_str(&s.c.delta_value(d))),
+                                Err(Truncated) => {
+                                    // Past --max-tool-call-parse-bytes: end with "length" and
+                                    // cancel the generation (dropping its stream), as Triton does.
+                                    tracing::warn!(model = %s.c.model, "a streamed tool-call parse passed --max-tool-call-parse-bytes; the answer is cut");
+                                    s.c.finish_override = Some("length");
+                                    out.push_str(&s.c.closing());
+                                    s.done = true;
+                                    s.tracker.finish("success");
+                                    let (_tx, closed) = tritium_server::response_stream();
+                                    s.rx = closed;
+                                    return Some((Ok(Bytes::from(out)), s));
+                                }
+                            }
                         }
                     }
                     Err(e) => {
@@ -383,6 +621,12 @@ async fn next_events(mut s: StreamState) -> Option<(Result<Bytes, Infallible>, S
                 Streamed::Final => {}
             }
             if last && !s.done {
+                for d in s.reader.end() {
+                    out.push_str(&s.c.delta_value(d));
+                }
+                if let Some(reason) = s.reader.finish_reason() {
+                    s.c.finish_override = Some(reason);
+                }
                 out.push_str(&s.c.closing());
                 s.done = true;
                 s.tracker.finish("success");
@@ -432,6 +676,7 @@ mod tests {
             opened: false,
             done: false,
             tracker,
+            reader: Reader::Plain,
         };
         let chunks: Vec<String> = futures_util::stream::unfold(state, next_events)
             .map(|b| String::from_utf8(b.expect("infallible").to_vec()).expect("utf-8"))

@@ -58,7 +58,7 @@ pub fn bytes_elements<'a>(items: impl IntoIterator<Item = &'a str>) -> Vec<u8> {
 
 /// The shape a one-element input gets: the model's declared shape with each variable dimension
 /// (and the batch dimension) set to 1.
-fn unit_shape(t: &TensorMetadata) -> Vec<i64> {
+pub(crate) fn unit_shape(t: &TensorMetadata) -> Vec<i64> {
     if t.shape.is_empty() {
         return vec![1];
     }
@@ -83,17 +83,17 @@ fn number_bytes(dtype: DataType, v: f64) -> Option<Vec<u8>> {
     })
 }
 
-struct Builder<'a> {
-    meta: &'a ModelMetadata,
-    inputs: Vec<InputTensor>,
+pub(crate) struct Builder<'a> {
+    pub(crate) meta: &'a ModelMetadata,
+    pub(crate) inputs: Vec<InputTensor>,
 }
 
 impl Builder<'_> {
-    fn declared(&self, name: &str) -> Option<&TensorMetadata> {
+    pub(crate) fn declared(&self, name: &str) -> Option<&TensorMetadata> {
         self.meta.inputs.iter().find(|t| t.name == name)
     }
 
-    fn text(&mut self, name: &str, value: &str) {
+    pub(crate) fn text(&mut self, name: &str, value: &str) {
         if let Some(t) = self.declared(name) {
             let shape = unit_shape(t);
             self.inputs.push(InputTensor {
@@ -119,7 +119,7 @@ impl Builder<'_> {
         Ok(())
     }
 
-    fn flag(&mut self, name: &str, value: bool) -> Result<(), ApiError> {
+    pub(crate) fn flag(&mut self, name: &str, value: bool) -> Result<(), ApiError> {
         self.number(name, if value { 1.0 } else { 0.0 })
     }
 }
@@ -137,6 +137,7 @@ pub fn build(shape: Shape, meta: &ModelMetadata, g: &Generate, prompt: &str) -> 
             b.flag("exclude_input_in_output", !(g.endpoint == Endpoint::Completion && g.echo))?;
             b.flag("return_num_input_tokens", true)?;
             b.flag("return_num_output_tokens", true)?;
+            b.flag("return_logprobs", g.logprobs.is_some())?;
         }
         Shape::TensorRtLlm => {
             if g.echo {
@@ -156,6 +157,11 @@ pub fn build(shape: Shape, meta: &ModelMetadata, g: &Generate, prompt: &str) -> 
                 if let Some(v) = v {
                     b.number(name, v)?;
                 }
+            }
+            if let Some(schema) = &g.guided_json {
+                // As Triton's frontend asks TensorRT-LLM for guided decoding.
+                b.text("guided_decoding_guide_type", "json_schema");
+                b.text("guided_decoding_guide", schema);
             }
             if !g.stop.is_empty() {
                 if let Some(t) = b.declared("stop_words") {
@@ -188,6 +194,8 @@ pub struct Piece {
     pub output_tokens: Option<u64>,
     /// `finish_reason`, when the model sent one.
     pub finish_reason: Option<String>,
+    /// The `logprobs` output (vLLM's JSON), when the model sent it.
+    pub logprobs: Option<String>,
 }
 
 fn first_string(t: &OutputTensor) -> Result<String, String> {
@@ -223,10 +231,31 @@ pub fn read(resp: &InferResponse) -> Result<Piece, String> {
             "num_input_tokens" => p.input_tokens = first_count(t),
             "num_output_tokens" => p.output_tokens = first_count(t),
             "finish_reason" => p.finish_reason = first_string(t).ok().filter(|s| !s.is_empty()),
+            "logprobs" => p.logprobs = first_string(t).ok(),
             _ => {}
         }
     }
     Ok(p)
+}
+
+/// Reads an embedding model's answer: `text_output` as a JSON list of numbers, and
+/// `num_input_tokens`.
+pub fn read_embedding(resp: &InferResponse) -> Result<(Vec<f64>, Option<u64>), String> {
+    let mut vector = None;
+    let mut tokens = None;
+    for t in &resp.outputs {
+        match t.name.as_str() {
+            "text_output" => {
+                let text = first_string(t)?;
+                let v: Vec<f64> = serde_json::from_str(&text)
+                    .map_err(|e| format!("text_output is not a JSON list of numbers ({e})"))?;
+                vector = Some(v);
+            }
+            "num_input_tokens" => tokens = first_count(t),
+            _ => {}
+        }
+    }
+    Ok((vector.ok_or("it sent no text_output")?, tokens))
 }
 
 #[cfg(test)]
@@ -321,6 +350,24 @@ mod tests {
         assert_eq!(stop.shape, vec![1, 2]);
         assert_eq!(stop.data.as_ref(), bytes_elements(["a", "bc"]).as_slice());
         assert!(r.inputs.iter().all(|i| i.name != "top_p"), "top_p is not declared");
+    }
+
+    #[test]
+    fn trtllm_guided_decoding_goes_to_the_declared_inputs() {
+        let mut g =
+            parse(Endpoint::Chat, br#"{"model":"t","messages":[{"role":"user","content":"x"}]}"#).expect("valid");
+        g.guided_json = Some(r#"{"type":"object"}"#.into());
+        let mut meta = trtllm();
+        let r = build(Shape::TensorRtLlm, &meta, &g, "p").expect("built");
+        assert!(r.inputs.iter().all(|i| !i.name.starts_with("guided")), "not declared, not sent");
+        meta.inputs.push(tensor("guided_decoding_guide_type", "BYTES", vec![-1, 1]));
+        meta.inputs.push(tensor("guided_decoding_guide", "BYTES", vec![-1, 1]));
+        let r = build(Shape::TensorRtLlm, &meta, &g, "p").expect("built");
+        assert_eq!(input(&r, "guided_decoding_guide_type").data.as_ref(), bytes_elements(["json_schema"]).as_slice());
+        assert_eq!(
+            input(&r, "guided_decoding_guide").data.as_ref(),
+            bytes_elements([r#"{"type":"object"}"#]).as_slice()
+        );
     }
 
     #[test]

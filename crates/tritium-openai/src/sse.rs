@@ -5,6 +5,7 @@
 
 use serde_json::{json, Value};
 
+use crate::logprobs;
 use crate::request::{Endpoint, Generate};
 use crate::shape::Piece;
 
@@ -32,6 +33,15 @@ pub struct Completion {
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
     finish_reason: Option<String>,
+    /// A finish reason the frontend decided (`tool_calls`, or `length` when the tool-call parse
+    /// limit cut the stream), over the model's.
+    pub finish_override: Option<&'static str>,
+    /// The `logprobs` of each choice so far (chat: `{"content": [...]}`, completions: the four
+    /// lists), when the client asked for them.
+    pub logprobs: Option<Value>,
+    want_logprobs: bool,
+    logprob_offset: usize,
+    last_logprobs: Option<Value>,
 }
 
 impl Completion {
@@ -47,6 +57,11 @@ impl Completion {
             prompt_tokens: None,
             completion_tokens: None,
             finish_reason: None,
+            finish_override: None,
+            logprobs: None,
+            want_logprobs: g.logprobs.is_some(),
+            logprob_offset: 0,
+            last_logprobs: None,
         }
     }
 
@@ -62,6 +77,33 @@ impl Completion {
         if p.finish_reason.is_some() {
             self.finish_reason = p.finish_reason.clone();
         }
+        if let (true, Some(raw)) = (self.want_logprobs, &p.logprobs) {
+            let chunk = match self.endpoint {
+                Endpoint::Chat => {
+                    let entries = logprobs::chat_entries(raw);
+                    let acc = self.logprobs.get_or_insert_with(|| json!({"content": []}));
+                    if let Some(list) = acc["content"].as_array_mut() {
+                        list.extend(entries.iter().cloned());
+                    }
+                    json!({"content": entries})
+                }
+                Endpoint::Completion => {
+                    let (lists, end) = logprobs::completion_lists(raw, self.logprob_offset);
+                    self.logprob_offset = end;
+                    match self.logprobs.as_mut() {
+                        Some(acc) => logprobs::extend_lists(acc, &lists),
+                        None => self.logprobs = Some(lists.clone()),
+                    }
+                    lists
+                }
+            };
+            self.last_logprobs = Some(chunk);
+        }
+    }
+
+    /// The `logprobs` of the last absorbed response, for its streamed chunk.
+    pub fn take_last_logprobs(&mut self) -> Option<Value> {
+        self.last_logprobs.take()
     }
 
     /// `usage`: the model's counts, or `null` when the model does not report both.
@@ -74,6 +116,9 @@ impl Completion {
 
     /// The model's finish reason; else `length` when it produced `max_tokens` tokens; else `stop`.
     pub fn finish_reason(&self) -> String {
+        if let Some(r) = self.finish_override {
+            return r.into();
+        }
         if let Some(r) = &self.finish_reason {
             return r.clone();
         }
@@ -127,7 +172,21 @@ impl Completion {
 
     /// A chunk with new text.
     pub fn delta(&self, text: &str) -> String {
-        event(&self.chunk(self.choice(text, false, None)))
+        self.delta_with_logprobs(text, None)
+    }
+
+    /// A chunk with new text and that text's `logprobs`.
+    pub fn delta_with_logprobs(&self, text: &str, logprobs: Option<Value>) -> String {
+        let mut choices = self.choice(text, false, None);
+        if let Some(lp) = logprobs {
+            choices[0]["logprobs"] = lp;
+        }
+        event(&self.chunk(choices))
+    }
+
+    /// A chat chunk with `delta` (tool-call deltas).
+    pub fn delta_value(&self, delta: Value) -> String {
+        event(&self.chunk(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": null}])))
     }
 
     /// The chunks that end a successful stream: the finish reason, the usage (when asked for)
@@ -145,15 +204,21 @@ impl Completion {
 
     /// The whole (non-streamed) answer with `text`.
     pub fn whole(&self, text: &str) -> Value {
+        self.whole_message(json!({"role": "assistant", "content": text}), text)
+    }
+
+    /// The whole answer: a chat's `message`, or a completion's `text`.
+    pub fn whole_message(&self, message: Value, text: &str) -> Value {
+        let logprobs = self.logprobs.clone().unwrap_or(Value::Null);
         let choice = match self.endpoint {
             Endpoint::Chat => json!({
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": null,
+                "message": message,
+                "logprobs": logprobs,
                 "finish_reason": self.finish_reason(),
             }),
             Endpoint::Completion => json!({
-                "index": 0, "text": text, "logprobs": null, "finish_reason": self.finish_reason(),
+                "index": 0, "text": text, "logprobs": logprobs, "finish_reason": self.finish_reason(),
             }),
         };
         json!({
@@ -210,8 +275,20 @@ mod tests {
         assert_eq!(open[0]["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
         assert_eq!(open[0]["object"], "chat.completion.chunk");
         assert!(open[0]["usage"].is_null() && open[0].as_object().is_some_and(|o| o.contains_key("usage")));
-        c.absorb(&Piece { text: "a".into(), input_tokens: Some(4), output_tokens: Some(1), finish_reason: None });
-        c.absorb(&Piece { text: "b".into(), input_tokens: Some(4), output_tokens: Some(1), finish_reason: None });
+        c.absorb(&Piece {
+            text: "a".into(),
+            input_tokens: Some(4),
+            output_tokens: Some(1),
+            finish_reason: None,
+            logprobs: None,
+        });
+        c.absorb(&Piece {
+            text: "b".into(),
+            input_tokens: Some(4),
+            output_tokens: Some(1),
+            finish_reason: None,
+            logprobs: None,
+        });
         let d = data(&c.delta("a"));
         assert_eq!(d[0]["choices"][0]["delta"], json!({"content": "a"}));
         let end = data(&c.closing());

@@ -177,6 +177,12 @@ impl Compiled {
 
     /// Renders the template over `messages` with the generation prompt added.
     pub fn render(&self, messages: &[Value]) -> Result<String, ApiError> {
+        self.render_with_tools(messages, None)
+    }
+
+    /// Renders the template over `messages` and the request's `tools` (a list of
+    /// `{"type": "function", "function": {...}}`, as Hugging Face templates take them).
+    pub fn render_with_tools(&self, messages: &[Value], tools: Option<&Value>) -> Result<String, ApiError> {
         let tmpl = self
             .env
             .get_template("chat")
@@ -186,8 +192,8 @@ impl Compiled {
             add_generation_prompt => true,
             bos_token => self.bos_token,
             eos_token => self.eos_token,
-            // As Hugging Face renders them when a request has neither.
-            tools => minijinja::Value::from(()),
+            // As Hugging Face renders them when a request has none.
+            tools => tools.map(minijinja::Value::from_serialize).unwrap_or(minijinja::Value::from(())),
             documents => minijinja::Value::from(()),
         };
         let mut out = Capped { out: Vec::new(), max: self.max_bytes, over: false };
@@ -358,6 +364,7 @@ impl Templates {
         model: &str,
         places: Vec<PathBuf>,
         messages: Vec<Value>,
+        tools: Option<Value>,
     ) -> Result<String, ApiError> {
         let deadline = tokio::time::Instant::now() + self.limits.timeout;
         let timed_out = || {
@@ -377,7 +384,7 @@ impl Templates {
         let name = model.to_owned();
         let job = tokio::task::spawn_blocking(move || {
             let _permit = permit;
-            this.find(&name, &places)?.render(&messages)
+            this.find(&name, &places)?.render_with_tools(&messages, tools.as_ref())
         });
         match tokio::time::timeout_at(deadline, job).await {
             Ok(Ok(result)) => result,
@@ -545,7 +552,7 @@ mod tests {
             }
             ticks
         });
-        let e = templates.render("m", Vec::new(), messages(20_000, "x")).await.expect_err("times out");
+        let e = templates.render("m", Vec::new(), messages(20_000, "x"), None).await.expect_err("times out");
         assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
         assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(e.message.contains("200 ms"), "{}", e.message);

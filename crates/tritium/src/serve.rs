@@ -256,6 +256,19 @@ pub(crate) struct ServeArgs {
     /// larger is refused (400) as soon as the render passes it.
     #[arg(long, env = "TRITIUM_CHAT_TEMPLATE_MAX_BYTES", default_value_t = tritium_openai::template::DEFAULT_MAX_PROMPT_BYTES, help_heading = TRITIUM_OWN)]
     chat_template_max_bytes: usize,
+    /// Parse chat answers for tool calls with this parser (llama3 or mistral), as Triton's
+    /// OpenAI frontend does; without it, requests with `tools` and `tool_choice` "auto" are
+    /// refused (400).
+    #[arg(long, env = "TRITIUM_TOOL_CALL_PARSER", value_parser = ["llama3", "mistral"], help_heading = TRITIUM_OWN)]
+    tool_call_parser: Option<String>,
+    /// The most text (bytes) a streamed tool-call parse holds; past it the stream ends with
+    /// finish_reason "length" and the generation is cancelled.
+    #[arg(long, env = "TRITIUM_MAX_TOOL_CALL_PARSE_BYTES", default_value_t = tritium_openai::tools::DEFAULT_MAX_PARSE_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..), help_heading = TRITIUM_OWN)]
+    max_tool_call_parse_bytes: usize,
+    /// Serve each LoRA adapter listed in a model's `multi_lora.json` as `<model><SEP><adapter>`
+    /// on the OpenAI frontend.
+    #[arg(long, env = "TRITIUM_LORA_SEPARATOR", help_heading = TRITIUM_OWN)]
+    lora_separator: Option<String>,
     // Back-pressure for decoupled streams (issue 10)
     /// Most responses of one decoupled request that the model may have sent and its client not
     /// yet taken; the model's next `send` waits for the client (0: no limit, the server buffers
@@ -588,6 +601,10 @@ async fn start_openai(
     // The OpenAI port is HTTP too: `--http-restricted-api` applies to it.
     options.restrictions = restrictions;
     options.max_output_bytes = args.max_output_bytes;
+    options.tool_call_parser =
+        args.tool_call_parser.as_deref().map(str::parse).transpose().map_err(anyhow::Error::msg)?;
+    options.max_tool_call_parse_bytes = args.max_tool_call_parse_bytes;
+    options.lora_separator = args.lora_separator.clone().filter(|s| !s.is_empty());
     let started = tritium_openai::start(&args.host, port, server.clone(), options, shutdown).await?;
     info!("OpenAI-compatible service on {}", started.addr);
     Ok(Some(started))
