@@ -6,7 +6,7 @@
 //! Next to them runs tritium's own `tritium.admin.Admin` ([`admin`]), which the `tritium` CLI
 //! uses to list stubs and restart them.
 //!
-//! [`service`] builds the three tonic services over a [`tritium_server::Server`]; [`serve`] runs
+//! [`service()`] builds the three tonic services over a [`tritium_server::Server`]; [`serve`] runs
 //! them on a listener until a shutdown signal. [`convert`] holds the wire mapping (requests,
 //! responses, parameters, statistics, error codes) as plain functions.
 
@@ -119,7 +119,7 @@ fn build(inference: InferenceService, health: HealthService, admin: AdminService
 /// accepted, each open `ModelStreamInfer` stream writes the answers it owes and ends with
 /// `UNAVAILABLE` ("GRPC server is shutting down ..."), and calls in flight finish before this
 /// returns. Accepted sockets get `TCP_NODELAY`, as gRPC servers set it. `admin_token` is as in
-/// [`service`].
+/// [`service()`].
 pub async fn serve(
     listener: TcpListener,
     server: Server,
