@@ -9,7 +9,7 @@
 //! the queue, the placement and the answer all run on one runtime thread, so a request costs
 //! two wake-ups (the runtime wakes the stub, the stub wakes the runtime) instead of four (the
 //! runtime wakes the instance thread, which wakes the stub, which wakes the thread, which wakes
-//! the runtime). The steps of a batch are the worker thread's own ([`place_inputs`],
+//! the runtime). The steps of a batch are the worker thread's own ([`place_inputs`](super::batch::place_inputs),
 //! [`answer_batch`]), as are pipelining (at most two batches in the ring) and its rules.
 //!
 //! The worker thread still supervises: it starts the stub, hands it to [`serve`] and blocks

@@ -1,4 +1,4 @@
-//! The worker thread's serve loop ([`serve`]) for models that do not run to completion on the
+//! The worker thread's serve loop ([`serve()`]) for models that do not run to completion on the
 //! runtime, and decoupled requests: the [`Open`] table keeps each request after its `execute`
 //! and forwards its responses as they arrive, with credit and cancellation, until the final one.
 

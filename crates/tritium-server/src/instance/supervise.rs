@@ -1,4 +1,4 @@
-//! The instance's worker thread: [`spawn`] starts it, [`supervise`] starts the stub
+//! The instance's worker thread: [`spawn`] starts it, [`supervise()`] starts the stub
 //! (`initialize`, warmup), serves it, and restarts it with back-off when it dies or hangs, until
 //! the version retires or the restarts exceed their limit. Model code's custom-metric and
 //! model-control calls are answered here ([`call_handler`]).
