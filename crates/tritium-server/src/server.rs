@@ -31,6 +31,7 @@ use crate::validate::{check_metadata, transaction_mismatch, validate, wire_type}
 
 mod dependencies;
 mod introspect;
+mod overrides;
 mod repository;
 mod resolve;
 mod trace;
@@ -38,6 +39,7 @@ mod trace;
 use repository::retire_all;
 use resolve::{parse_config_override, LoadError, Resolved};
 
+pub use overrides::{ModelFile, FILE_PREFIX};
 pub use trace::TraceSettingsView;
 
 /// How the server runs models.
@@ -105,6 +107,9 @@ struct Version {
     ensemble: Option<Arc<Ensemble>>,
     /// The response cache, when the model enables it and the server has one.
     cache: Option<ModelCache>,
+    /// The directory written from the load request's files, when the version was loaded from
+    /// one; removed when the last version using it goes.
+    _files: Option<Arc<overrides::OverrideDir>>,
 }
 
 impl Version {
@@ -493,19 +498,12 @@ impl Router for Inner {
         self: Arc<Self>,
         name: &str,
         config_json: Option<String>,
+        files: Vec<ModelFile>,
     ) -> Result<Boxed<Result<(), InferError>>, InferError> {
         let server = Server { inner: self };
         server.check_control()?;
         let name = name.to_string();
-        Ok(Box::pin(async move {
-            match config_json {
-                None => server.load(&name).await,
-                Some(json) => {
-                    let config = parse_config_override(&name, &json)?;
-                    server.load_with(&name, Some(config)).await
-                }
-            }
-        }))
+        Ok(Box::pin(async move { server.load_model_with_files(&name, config_json.as_deref(), files).await }))
     }
 
     fn unload(self: Arc<Self>, name: &str, dependents: bool) -> Result<Boxed<Result<(), InferError>>, InferError> {

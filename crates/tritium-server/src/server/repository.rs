@@ -3,7 +3,8 @@
 //! starting each version's instances, rolled back when one fails. Ensembles' dependencies are
 //! [`super::dependencies`]'s.
 
-use super::resolve::{framework_model_file, gpu_inputs, instance_specs, resolve};
+use super::overrides::{self, OverrideDir};
+use super::resolve::{framework_model_file, gpu_inputs, instance_specs, resolve_in};
 use super::*;
 
 impl Server {
@@ -63,9 +64,34 @@ impl Server {
     /// as to a config file). The override lasts until the model is loaded again without one.
     /// Refused unless model control is explicit, as in Triton.
     pub async fn load_model_with_config(&self, name: &str, config_json: &str) -> Result<(), InferError> {
+        self.load_model_with_files(name, Some(config_json), Vec::new()).await
+    }
+
+    /// A client's load request with a `config` override and `file:<path>` files (Triton's load
+    /// parameters): with files, the model is loaded from a new directory holding them (and need
+    /// not be in the repository); files need a config. Refused unless model control is
+    /// explicit, as in Triton.
+    pub async fn load_model_with_files(
+        &self,
+        name: &str,
+        config_json: Option<&str>,
+        files: Vec<overrides::ModelFile>,
+    ) -> Result<(), InferError> {
         self.check_control()?;
-        let config = parse_config_override(name, config_json)?;
-        self.load_with(name, Some(config)).await
+        check_name(name).map_err(InferError::invalid)?;
+        let config = config_json.map(|json| parse_config_override(name, json)).transpose()?;
+        let dir = if files.is_empty() {
+            None
+        } else {
+            let has_config = config.is_some();
+            let name = name.to_string();
+            // Writing files is blocking work; keep it off the runtime's threads.
+            let written = tokio::task::spawn_blocking(move || overrides::write(&name, has_config, files))
+                .await
+                .map_err(|e| InferError::internal(format!("the file writer died: {e}")))??;
+            Some(written)
+        };
+        self.load_with(name, config, dir).await
     }
 
     /// A client's unload request: refused unless model control is explicit, as in Triton.
@@ -119,12 +145,17 @@ impl Server {
 
     /// Loads (or reloads) a model. On reload the new versions are ready before the old ones drain.
     pub async fn load(&self, name: &str) -> Result<(), InferError> {
-        self.load_with(name, None).await
+        self.load_with(name, None, None).await
     }
 
     /// Loads (or reloads) a model, with its config from `config` instead of the repository when
-    /// it is given.
-    pub(super) async fn load_with(&self, name: &str, config: Option<ModelConfig>) -> Result<(), InferError> {
+    /// it is given, and from the directory `files` instead of the repository's when given.
+    pub(super) async fn load_with(
+        &self,
+        name: &str,
+        config: Option<ModelConfig>,
+        files: Option<OverrideDir>,
+    ) -> Result<(), InferError> {
         check_name(name).map_err(InferError::invalid)?;
         let print = fingerprint(&self.inner.opts.repository.join(name));
         {
@@ -151,7 +182,7 @@ impl Server {
             .spawn(move || {
                 let _ = tx.send(steps.and_then(|steps| {
                     let cache = inner.cache.get().cloned();
-                    load_versions(&inner, cache, &model, steps, config)
+                    load_versions(&inner, cache, &model, steps, config, files.map(Arc::new))
                 }));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
@@ -297,10 +328,11 @@ pub(super) fn load_versions(
     name: &str,
     steps: Option<dependencies::StepConfigs>,
     config: Option<ModelConfig>,
+    files: Option<Arc<OverrideDir>>,
 ) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
     let load_start = Instant::now();
     let (opts, metrics) = (&inner.opts, inner.metrics.custom());
-    let mut resolved = resolve(opts, name, config)?;
+    let mut resolved = resolve_in(opts, name, config, files)?;
     resolved.cache = model_cache(name, &resolved.config, cache);
     // Each version's load time is the shared preparation plus the start of its own instances.
     let prepared = load_start.elapsed();
@@ -425,6 +457,7 @@ pub(super) fn start_version(
         load_duration,
         ensemble: None,
         cache: r.cache.clone(),
+        _files: r.files.clone(),
     });
     let error = spawn_error.or_else(|| (!failures.is_empty()).then_some(LoadError::Instances(failures)));
     match error {
