@@ -3,6 +3,7 @@
 mod cli;
 mod logging;
 mod metrics_http;
+mod reload;
 mod sdnotify;
 mod serve;
 mod triton_flags;

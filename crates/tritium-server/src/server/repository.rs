@@ -117,18 +117,26 @@ impl Server {
     }
 
     /// Reloads models whose directory changed, loads new ones and unloads removed ones
-    /// (`--model-control-mode poll`).
+    /// (`--model-control-mode poll`). A changed directory still being written (a file changed within [`SETTLE`]) is left for a
+    /// later poll, and changes to what is not part of a model (`__pycache__`, `.git`, editors'
+    /// swap files) are not changes.
     pub async fn poll_repository(&self) {
         let on_disk = self.repository_models();
+        let now = std::time::SystemTime::now();
         let (changed, removed) = {
             let models = self.models();
-            let changed: Vec<String> = on_disk
-                .iter()
-                .filter(|n| {
-                    models.get(*n).is_none_or(|e| e.fingerprint != fingerprint(&self.inner.opts.repository.join(n)))
-                })
-                .cloned()
-                .collect();
+            let mut changed = Vec::new();
+            for name in &on_disk {
+                let snap = snapshot(&self.inner.opts.repository.join(name));
+                if models.get(name).is_some_and(|e| e.fingerprint == snap.hash) {
+                    continue;
+                }
+                if snap.settling(now) {
+                    info!(model = %name, "model directory is still being written; loading it at a later poll");
+                    continue;
+                }
+                changed.push(name.clone());
+            }
             let removed: Vec<String> =
                 models.iter().filter(|(n, e)| e.wanted && !on_disk.contains(n)).map(|(n, _)| n.clone()).collect();
             (changed, removed)
@@ -294,19 +302,59 @@ pub(super) async fn retire_all(versions: impl IntoIterator<Item = Arc<Version>>)
     }
 }
 
-/// A hash of every file's path, size and modification time under `dir` (caches excluded).
+/// A hash of every file's path, size and modification time under `dir`, without what is not
+/// part of the model ([`not_model_content`]).
 pub(super) fn fingerprint(dir: &Path) -> u64 {
+    snapshot(dir).hash
+}
+
+/// How long a model directory must stay unchanged before poll mode loads it: one still being
+/// copied or written is left for a later poll rather than loaded half-written.
+pub(super) const SETTLE: Duration = Duration::from_secs(1);
+
+/// A model directory's contents as poll mode sees them.
+pub(super) struct Snapshot {
+    /// The hash of every model file's path, size and modification time.
+    pub(super) hash: u64,
+    /// The latest change (modification or status change, of a model file or a directory) seen.
+    pub(super) latest: Option<std::time::SystemTime>,
+}
+
+impl Snapshot {
+    /// Whether something in the directory changed within [`SETTLE`] of `now` (or is dated
+    /// later than `now`, by less than that).
+    pub(super) fn settling(&self, now: std::time::SystemTime) -> bool {
+        self.latest.is_some_and(|t| match now.duration_since(t) {
+            Ok(age) => age < SETTLE,
+            Err(ahead) => ahead.duration() < SETTLE,
+        })
+    }
+}
+
+/// Reads `dir`'s [`Snapshot`].
+pub(super) fn snapshot(dir: &Path) -> Snapshot {
     use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    // The status change time too: a copy that keeps modification times (`cp -p`, `rsync -a`)
+    // still changes it.
+    let changed = |meta: &std::fs::Metadata| {
+        let ctime = std::time::UNIX_EPOCH
+            + Duration::from_secs(meta.ctime().max(0) as u64)
+            + Duration::from_nanos(meta.ctime_nsec().clamp(0, 999_999_999) as u64);
+        meta.modified().map_or(ctime, |m| m.max(ctime))
+    };
     let mut files = Vec::new();
+    let mut latest = std::fs::metadata(dir).ok().map(|m| changed(&m));
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else { continue };
         for e in rd.flatten() {
             let path = e.path();
-            if e.file_name() == "__pycache__" {
+            let Ok(meta) = e.metadata() else { continue };
+            if not_model_content(&e.file_name().to_string_lossy(), meta.is_dir()) {
                 continue;
             }
-            let Ok(meta) = e.metadata() else { continue };
+            latest = latest.max(Some(changed(&meta)));
             if meta.is_dir() {
                 stack.push(path);
             } else {
@@ -317,7 +365,24 @@ pub(super) fn fingerprint(dir: &Path) -> u64 {
     files.sort();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     files.hash(&mut h);
-    h.finish()
+    Snapshot { hash: h.finish(), latest }
+}
+
+/// Whether a directory entry is not part of a model, so that poll mode ignores it: Python's
+/// caches, version control, and editors' swap, backup and lock files.
+pub(super) fn not_model_content(name: &str, is_dir: bool) -> bool {
+    if is_dir {
+        return matches!(name, "__pycache__" | ".git" | ".hg" | ".svn" | ".ipynb_checkpoints" | ".mypy_cache");
+    }
+    name.ends_with(".swp")
+        || name.ends_with(".swo")
+        || name.ends_with(".swx")
+        || name.ends_with('~')
+        || name.ends_with(".pyc")
+        || name.starts_with(".#")
+        || (name.starts_with('#') && name.ends_with('#'))
+        || name == "4913"
+        || name == ".DS_Store"
 }
 
 /// Reads, completes and checks a model's config, then starts every instance of every version;
@@ -501,4 +566,49 @@ pub(super) fn check_name(name: &str) -> Result<(), String> {
         return Err(format!("invalid model name {name:?}: a model name is one directory name inside the repository"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod poll_tests {
+    use super::*;
+
+    #[test]
+    fn what_is_not_a_model_change() {
+        for (name, is_dir) in [
+            ("__pycache__", true),
+            (".git", true),
+            (".model.py.swp", false),
+            ("model.py~", false),
+            (".#model.py", false),
+            ("#model.py#", false),
+            ("4913", false),
+            ("model.cpython-312.pyc", false),
+        ] {
+            assert!(not_model_content(name, is_dir), "{name}");
+        }
+        for (name, is_dir) in [("model.py", false), ("1", true), ("config.pbtxt", false), ("git", true)] {
+            assert!(!not_model_content(name, is_dir), "{name}");
+        }
+    }
+
+    #[test]
+    fn ignored_files_leave_the_fingerprint_and_a_fresh_write_settles() {
+        let dir = std::env::temp_dir().join(format!("tritium-poll-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("1/__pycache__")).expect("mkdir");
+        std::fs::write(dir.join("1/model.py"), "x = 1\n").expect("write");
+        let before = snapshot(&dir);
+        std::fs::write(dir.join("1/.model.py.swp"), "swap").expect("write");
+        std::fs::write(dir.join("1/__pycache__/model.pyc"), "cache").expect("write");
+        std::fs::create_dir_all(dir.join(".git")).expect("mkdir");
+        std::fs::write(dir.join(".git/HEAD"), "ref").expect("write");
+        assert_eq!(snapshot(&dir).hash, before.hash);
+        std::fs::write(dir.join("1/model.py"), "x = 22\n").expect("write");
+        let after = snapshot(&dir);
+        assert_ne!(after.hash, before.hash);
+        let now = std::time::SystemTime::now();
+        assert!(after.settling(now), "a file written just now is still being written");
+        assert!(!after.settling(now + SETTLE + Duration::from_millis(10)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
