@@ -34,12 +34,14 @@ mod introspect;
 mod overrides;
 mod repository;
 mod resolve;
+mod rollback;
 mod trace;
 
 use repository::retire_all;
 use resolve::{parse_config_override, LoadError, Resolved};
 
 pub use overrides::{ModelFile, FILE_PREFIX};
+pub use rollback::DEFAULT_MODEL_UPDATE_GRACE_SECS;
 pub use trace::TraceSettingsView;
 
 /// How the server runs models.
@@ -164,6 +166,11 @@ struct Entry {
     /// While no version is loaded: the versions last unloaded, or the one whose load failed;
     /// the repository index lists them with the model's state, as Triton does.
     gone: Vec<i64>,
+    /// The versions a reload replaced, kept alive without traffic for the update's grace
+    /// period, to serve again if the new ones crash ([`rollback`]).
+    standby: BTreeMap<i64, Arc<Version>>,
+    /// Why the last update was rolled back, until the next load: the index's reason.
+    rolled_back: Option<String>,
 }
 
 /// The server's state, shared by every [`Server`] handle. It is the [`Router`] BLS and
@@ -427,7 +434,13 @@ impl Server {
         // Every version of every model: many models share a version number.
         let all: Vec<_> = {
             let mut models = self.models_mut();
-            models.values_mut().flat_map(|e| std::mem::take(&mut e.versions).into_values()).collect()
+            models
+                .values_mut()
+                .flat_map(|e| {
+                    let standby = std::mem::take(&mut e.standby);
+                    std::mem::take(&mut e.versions).into_values().chain(standby.into_values())
+                })
+                .collect()
         };
         retire_all(all).await;
     }

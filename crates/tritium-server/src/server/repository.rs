@@ -5,6 +5,7 @@
 
 use super::overrides::{self, OverrideDir};
 use super::resolve::{framework_model_file, gpu_inputs, instance_specs, resolve_in};
+use super::rollback;
 use super::*;
 
 impl Server {
@@ -117,37 +118,64 @@ impl Server {
     }
 
     /// Reloads models whose directory changed, loads new ones and unloads removed ones
-    /// (`--model-control-mode poll`). A changed directory still being written (a file changed within [`SETTLE`]) is left for a
-    /// later poll, and changes to what is not part of a model (`__pycache__`, `.git`, editors'
-    /// swap files) are not changes.
+    /// (`--model-control-mode poll`). A changed directory still being written (a file changed
+    /// within [`SETTLE`]) is left for a later poll, and changes to what is not part of a model
+    /// (`__pycache__`, `.git`, editors' swap files) are not changes.
     pub async fn poll_repository(&self) {
+        let changes = self.repository_changes();
+        for name in &changes.settling {
+            info!(model = %name, "model directory is still being written; loading it at a later poll");
+        }
+        self.apply(changes).await;
+    }
+
+    /// [`Server::poll_repository`] on an operator's request (SIGHUP), when no later poll may
+    /// come: a directory still being written is waited for (up to 10 s) rather than skipped.
+    pub async fn rescan_repository(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut changes = self.repository_changes();
+        while !changes.settling.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(SETTLE / 4).await;
+            changes = self.repository_changes();
+        }
+        for name in &changes.settling {
+            warn!(model = %name, "model directory still being written after 10 s; loading it anyway");
+        }
+        changes.changed.append(&mut changes.settling);
+        self.apply(changes).await;
+    }
+
+    /// What changed in the repository since the models were loaded.
+    fn repository_changes(&self) -> Changes {
         let on_disk = self.repository_models();
         let now = std::time::SystemTime::now();
-        let (changed, removed) = {
-            let models = self.models();
-            let mut changed = Vec::new();
-            for name in &on_disk {
-                let snap = snapshot(&self.inner.opts.repository.join(name));
-                if models.get(name).is_some_and(|e| e.fingerprint == snap.hash) {
-                    continue;
-                }
-                if snap.settling(now) {
-                    info!(model = %name, "model directory is still being written; loading it at a later poll");
-                    continue;
-                }
-                changed.push(name.clone());
+        let models = self.models();
+        let mut changes = Changes::default();
+        for name in &on_disk {
+            let snap = snapshot(&self.inner.opts.repository.join(name));
+            if models.get(name).is_some_and(|e| e.fingerprint == snap.hash) {
+                continue;
             }
-            let removed: Vec<String> =
-                models.iter().filter(|(n, e)| e.wanted && !on_disk.contains(n)).map(|(n, _)| n.clone()).collect();
-            (changed, removed)
-        };
-        for name in removed {
+            if snap.settling(now) {
+                changes.settling.push(name.clone());
+            } else {
+                changes.changed.push(name.clone());
+            }
+        }
+        changes.removed =
+            models.iter().filter(|(n, e)| e.wanted && !on_disk.contains(n)).map(|(n, _)| n.clone()).collect();
+        changes
+    }
+
+    /// Unloads the removed models and (re)loads the changed ones.
+    async fn apply(&self, changes: Changes) {
+        for name in changes.removed {
             info!(model = %name, "model directory removed; unloading");
             let _ = self.unload(&name).await;
         }
-        if !changed.is_empty() {
-            info!("repository changed: (re)loading {changed:?}");
-            self.load_models(changed).await;
+        if !changes.changed.is_empty() {
+            info!("repository changed: (re)loading {:?}", changes.changed);
+            self.load_models(changes.changed).await;
         }
     }
 
@@ -174,6 +202,8 @@ impl Server {
                 wanted: true,
                 versions: BTreeMap::new(),
                 gone: Vec::new(),
+                standby: BTreeMap::new(),
+                rolled_back: None,
             });
             entry.wanted = true;
             if entry.versions.is_empty() {
@@ -196,7 +226,7 @@ impl Server {
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
         self.inner.load_progress.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
-        let old = {
+        let (old, watch) = {
             let mut models = self.models_mut();
             let Some(entry) = models.get_mut(name) else {
                 return Err(InferError::internal("model vanished while loading"));
@@ -206,7 +236,22 @@ impl Server {
                 Ok(versions) => {
                     entry.state = State::Ready;
                     entry.gone.clear();
-                    std::mem::replace(&mut entry.versions, versions)
+                    entry.rolled_back = None;
+                    // Versions an earlier update kept on standby go now.
+                    let mut old: Vec<Arc<Version>> = std::mem::take(&mut entry.standby).into_values().collect();
+                    let grace = update_grace(&versions);
+                    let replaced = std::mem::replace(&mut entry.versions, versions);
+                    let watch = match grace {
+                        Some(grace) if !replaced.is_empty() && replaced.values().all(|v| v.ensemble.is_none()) => {
+                            entry.standby = replaced;
+                            Some((entry.versions.values().cloned().collect::<Vec<_>>(), grace))
+                        }
+                        _ => {
+                            old.extend(replaced.into_values());
+                            None
+                        }
+                    };
+                    (old, watch)
                 }
                 Err(e) => {
                     // Triton's texts: a version that failed is at UNAVAILABLE state with an
@@ -246,8 +291,13 @@ impl Server {
                 }
             }
         };
-        retire_all(old.into_values()).await;
-        info!(model = %name, "model ready");
+        retire_all(old).await;
+        if let Some((new, grace)) = watch {
+            info!(model = %name, "model ready; the previous version stays on standby for {grace:?}");
+            rollback::watch_update(self.clone(), name.to_string(), new, grace);
+        } else {
+            info!(model = %name, "model ready");
+        }
         self.refresh_dependents(name, true).await;
         Ok(())
     }
@@ -266,9 +316,10 @@ impl Server {
             if !entry.versions.is_empty() {
                 entry.gone = entry.versions.keys().copied().collect();
             }
-            std::mem::take(&mut entry.versions)
+            let standby = std::mem::take(&mut entry.standby);
+            std::mem::take(&mut entry.versions).into_values().chain(standby.into_values()).collect::<Vec<_>>()
         };
-        retire_all(old.into_values()).await;
+        retire_all(old).await;
         if let Some(entry) = self.models_mut().get_mut(name) {
             if entry.state == State::Unloading {
                 entry.state = State::Unavailable("unloaded".into());
@@ -278,6 +329,17 @@ impl Server {
         self.refresh_dependents(name, false).await;
         Ok(())
     }
+}
+
+/// The grace period of an update to `versions` (their instances' setting), unless it is zero
+/// or they are ensembles (which have no instances to crash).
+fn update_grace(versions: &BTreeMap<i64, Arc<Version>>) -> Option<Duration> {
+    let first = versions.values().next()?;
+    if first.ensemble.is_some() {
+        return None;
+    }
+    let grace = first.ctx.supervision.update_grace;
+    (!grace.is_zero()).then_some(grace)
 }
 
 /// Retires `versions` at once (each drains, then finalizes its instances) and waits for all of
@@ -311,6 +373,15 @@ pub(super) fn fingerprint(dir: &Path) -> u64 {
 /// How long a model directory must stay unchanged before poll mode loads it: one still being
 /// copied or written is left for a later poll rather than loaded half-written.
 pub(super) const SETTLE: Duration = Duration::from_secs(1);
+
+/// What changed in the repository: model directories changed and settled, changed and still
+/// being written, and removed.
+#[derive(Default)]
+struct Changes {
+    changed: Vec<String>,
+    settling: Vec<String>,
+    removed: Vec<String>,
+}
 
 /// A model directory's contents as poll mode sees them.
 pub(super) struct Snapshot {

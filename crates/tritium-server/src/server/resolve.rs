@@ -31,6 +31,9 @@ pub(super) fn supervision_for(base: &Supervision, config: &ModelConfig) -> Resul
     if let Some(d) = secs("stub_backoff_max_secs")? {
         sup.backoff_max = d;
     }
+    if let Some(d) = secs("model_update_grace_secs")? {
+        sup.update_grace = d;
+    }
     if let Some(p) = config.parameters.get("stub_restart_limit") {
         sup.restart_limit = p.string_value.trim().parse().map_err(|_| {
             LoadError::Parameter(format!(
