@@ -195,3 +195,14 @@ def test_model_code_loads_a_model_from_files(srv):
     result = load_from_code("made", config_json("made"), {"1/model.py": "x"})
     assert "Unrecognized load parameter '1/model.py'" in result, result
     assert who(client, httpclient, "made")[0] == "model code"
+
+
+def test_stub_names_with_shell_metacharacters_are_refused_as_in_python_backend(srv):
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    files = {"file:1/model.py": model_source("x").encode()}
+    for name in ["model;test", "model|test", "model$test", "model\\test"]:
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model(name, config=config_json(name), files=files)
+        assert "Invalid stub name: contains invalid characters" in info.value.message(), info.value.message()
+    client.load_model("model-with_fine.chars", config=config_json("model-with_fine.chars"), files=files)
+    assert client.is_model_ready("model-with_fine.chars")

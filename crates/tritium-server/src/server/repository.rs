@@ -239,7 +239,7 @@ impl Server {
                     entry.rolled_back = None;
                     // Versions an earlier update kept on standby go now.
                     let mut old: Vec<Arc<Version>> = std::mem::take(&mut entry.standby).into_values().collect();
-                    let grace = update_grace(&versions);
+                    let grace = update_grace(&versions).filter(|_| self.inner.runtime.is_some());
                     let replaced = std::mem::replace(&mut entry.versions, versions);
                     let watch = match grace {
                         Some(grace) if !replaced.is_empty() && replaced.values().all(|v| v.ensemble.is_none()) => {
@@ -627,13 +627,14 @@ pub(super) fn rollback(loaded: BTreeMap<i64, Arc<Version>>) {
 
 /// Refuses model names that could escape the repository.
 pub(super) fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty()
-        || name == "."
-        || name == ".."
-        || name.contains('/')
-        || name.contains('\\')
-        || name.contains('\0')
-    {
+    if name.contains('\\') {
+        // A backslash is one of python_backend's invalid stub name characters: its text.
+        return Err(format!(
+            "invalid model name {name:?}: Invalid stub name: contains invalid characters (a model name may not hold \
+             a backslash)"
+        ));
+    }
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
         return Err(format!("invalid model name {name:?}: a model name is one directory name inside the repository"));
     }
     Ok(())
