@@ -71,10 +71,6 @@ fn invalid(message: impl Into<String>) -> InferError {
     InferError::invalid(message)
 }
 
-fn unsupported(message: impl Into<String>) -> InferError {
-    InferError::new(ErrorKind::Unsupported, message)
-}
-
 /// Request parameters as Triton's `SetInferenceRequestMetadata` reads them: the sequence
 /// parameters, `priority` and `timeout` are consumed (checked with Triton's texts); keys with the
 /// `triton_` prefix are refused unless Triton reserves them; every other parameter goes to the
@@ -621,13 +617,14 @@ pub fn server_metadata_to_proto(m: ServerMetadata) -> ServerMetadataResponse {
 
 /// Checks `RepositoryModelLoad` parameters as Triton does (`config` must be a string and
 /// `file:<path>` keys bytes; any other key is refused) and returns the `config` override (the
-/// model's config as JSON). File overrides are refused rather than ignored: tritium does not
-/// apply them yet.
-pub fn load_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> Result<Option<String>, InferError> {
+/// model's config as JSON) and the files.
+pub fn load_parameters(
+    params: &HashMap<String, ModelRepositoryParameter>,
+) -> Result<(Option<String>, Vec<tritium_server::ModelFile>), InferError> {
     let mut entries: Vec<(&String, &ModelRepositoryParameter)> = params.iter().collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
     let mut config = None;
-    let mut file_key = None;
+    let mut files = Vec::new();
     for (key, param) in entries {
         let choice = param.parameter_choice.as_ref();
         if key == "config" {
@@ -635,21 +632,16 @@ pub fn load_parameters(params: &HashMap<String, ModelRepositoryParameter>) -> Re
                 return Err(invalid(format!("invalid value type for load parameter '{key}', expected string_param.")));
             };
             config = Some(text.clone());
-        } else if key.starts_with("file:") {
-            if !matches!(choice, Some(RepoParam::BytesParam(_))) {
+        } else if key.starts_with(tritium_server::FILE_PREFIX) {
+            let Some(RepoParam::BytesParam(bytes)) = choice else {
                 return Err(invalid(format!("invalid value type for load parameter '{key}', expected bytes_param.")));
-            }
-            file_key.get_or_insert(key);
+            };
+            files.extend(tritium_server::ModelFile::from_parameter(key, bytes.to_vec()));
         } else {
             return Err(invalid(format!("unrecognized load parameter '{key}'.")));
         }
     }
-    if let Some(key) = file_key {
-        return Err(unsupported(format!(
-            "load parameter '{key}' is not supported by tritium yet: put the model's files in the repository"
-        )));
-    }
-    Ok(config)
+    Ok((config, files))
 }
 
 /// Reads `RepositoryModelUnload` parameters as Triton does: `unload_dependents` (a bool; whether

@@ -702,7 +702,7 @@ fn repo_params(list: &[(&str, R)]) -> HashMap<String, ModelRepositoryParameter> 
 
 #[test]
 fn load_parameters_checked_as_triton() {
-    assert_eq!(load_parameters(&HashMap::new()).ok(), Some(None));
+    assert_eq!(load_parameters(&HashMap::new()).ok(), Some((None, Vec::new())));
     assert_invalid(load_parameters(&repo_params(&[("x", R::BoolParam(true))])), "unrecognized load parameter 'x'.");
     assert_invalid(
         load_parameters(&repo_params(&[("config", R::BytesParam(Bytes::new()))])),
@@ -713,13 +713,14 @@ fn load_parameters_checked_as_triton() {
         "invalid value type for load parameter 'file:1/model.py', expected bytes_param.",
     );
     let config = load_parameters(&repo_params(&[("config", R::StringParam("{}".into()))]));
-    assert_eq!(config.ok(), Some(Some("{}".to_string())));
-    let e = err_of(load_parameters(&repo_params(&[
+    assert_eq!(config.ok(), Some((Some("{}".to_string()), Vec::new())));
+    let (config, files) = load_parameters(&repo_params(&[
         ("config", R::StringParam("{}".into())),
-        ("file:1/model.py", R::BytesParam(Bytes::new())),
-    ])));
-    assert_eq!(e.kind, ErrorKind::Unsupported);
-    assert!(e.message.contains("not supported by tritium yet"), "{}", e.message);
+        ("file:1/model.py", R::BytesParam(Bytes::from_static(b"x"))),
+    ]))
+    .expect("config and a file");
+    assert_eq!(config.as_deref(), Some("{}"));
+    assert_eq!(files, vec![tritium_server::ModelFile { path: "1/model.py".into(), contents: b"x".to_vec() }]);
 }
 
 #[test]

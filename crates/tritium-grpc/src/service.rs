@@ -248,8 +248,8 @@ impl GrpcInferenceService for InferenceService {
             return Err(repository_name_unsupported());
         }
         match convert::load_parameters(&req.parameters).map_err(to_status)? {
-            Some(config) => self.server.load_model_with_config(&req.model_name, &config).await,
-            None => self.server.load_model(&req.model_name).await,
+            (None, files) if files.is_empty() => self.server.load_model(&req.model_name).await,
+            (config, files) => self.server.load_model_with_files(&req.model_name, config.as_deref(), files).await,
         }
         .map_err(to_status)?;
         Ok(Response::new(RepositoryModelLoadResponse {}))

@@ -95,6 +95,17 @@ pub trait Backend: Send + Sync + 'static {
         let text = format!("loading '{name}' with a 'config' parameter is not supported by this server");
         async move { Err(InferError::new(ErrorKind::Unsupported, text)) }
     }
+    /// Loads (or reloads) a model with an optional `config` (JSON) and `file:<path>` files (the
+    /// load parameters), from a directory holding the files; refused unless implemented.
+    fn load_model_with_files(
+        &self,
+        name: &str,
+        _config: Option<&str>,
+        _files: Vec<tritium_server::ModelFile>,
+    ) -> impl Future<Output = Result<(), InferError>> + Send {
+        let text = format!("loading '{name}' with 'file:' parameters is not supported by this server");
+        async move { Err(InferError::new(ErrorKind::Unsupported, text)) }
+    }
     /// Unloads a model.
     fn unload_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send;
     /// Unloads a model and, for an ensemble, the step models nothing else uses
@@ -185,6 +196,14 @@ impl Backend for Server {
     }
     fn load_model_with_config(&self, name: &str, config: &str) -> impl Future<Output = Result<(), InferError>> + Send {
         Server::load_model_with_config(self, name, config)
+    }
+    fn load_model_with_files(
+        &self,
+        name: &str,
+        config: Option<&str>,
+        files: Vec<tritium_server::ModelFile>,
+    ) -> impl Future<Output = Result<(), InferError>> + Send {
+        Server::load_model_with_files(self, name, config, files)
     }
     fn unload_model(&self, name: &str) -> impl Future<Output = Result<(), InferError>> + Send {
         Server::unload_model(self, name)

@@ -487,8 +487,9 @@ async fn repository_control<B: Backend>(
     let params = request.as_ref().and_then(|r| r.get("parameters")).and_then(Value::as_object);
     if action == "load" {
         // Triton accepts only string parameters, 'config' (the model's config as JSON) and
-        // 'file:<path>' (a file of the model); tritium applies 'config' and not files yet.
+        // 'file:<path>' (a file of the model, base64).
         let mut config = None;
+        let mut files = Vec::new();
         for (key, value) in params.into_iter().flatten() {
             let Some(value) = value.as_str() else {
                 return Err(HttpError::new(
@@ -497,15 +498,9 @@ async fn repository_control<B: Backend>(
                 ));
             };
             if key == "config" {
-                config = Some(value.to_string());
-            } else if key.starts_with("file:") {
-                return Err(InferError::new(
-                    ErrorKind::Unsupported,
-                    format!(
-                        "loading a model with a '{key}' parameter is not supported by tritium yet: put the files in the model repository and load the model by name"
-                    ),
-                )
-                .into());
+                config = Some(value);
+            } else if key.starts_with(tritium_server::FILE_PREFIX) {
+                files.push(load_file(key, value)?);
             } else {
                 return Err(HttpError::new(
                     StatusCode::BAD_REQUEST,
@@ -513,9 +508,10 @@ async fn repository_control<B: Backend>(
                 ));
             }
         }
-        match config {
-            Some(config) => s.backend.load_model_with_config(&model, &config).await?,
-            None => s.backend.load_model(&model).await?,
+        match (config, files.is_empty()) {
+            (None, true) => s.backend.load_model(&model).await?,
+            (Some(config), true) => s.backend.load_model_with_config(&model, config).await?,
+            (config, false) => s.backend.load_model_with_files(&model, config, files).await?,
         }
     } else {
         let mut dependents = false;
@@ -531,6 +527,18 @@ async fn repository_control<B: Backend>(
         }
     }
     Ok(json_response(StatusCode::OK, Body::empty()))
+}
+
+/// A `file:<path>` load parameter: its base64 text decoded (Triton's size limit first).
+fn load_file(key: &str, value: &str) -> Result<tritium_server::ModelFile, HttpError> {
+    if value.len() > i32::MAX as usize {
+        return Err(InferError::invalid(format!("'{key}' exceeds the maximum allowed data size limit INT_MAX")).into());
+    }
+    let contents = base64::engine::general_purpose::STANDARD.decode(value.trim()).map_err(|e| {
+        HttpError::new(StatusCode::BAD_REQUEST, format!("load parameter '{key}' is not valid base64: {e}"))
+    })?;
+    tritium_server::ModelFile::from_parameter(key, contents)
+        .ok_or_else(|| HttpError::new(StatusCode::BAD_REQUEST, format!("unknown load parameter '{key}'")))
 }
 
 // ---- inference ----

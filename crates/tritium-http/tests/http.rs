@@ -203,8 +203,12 @@ async fn repository_extension() {
     let r =
         send(&app, Method::POST, "/v2/repository/models/a/load", &[], r#"{"parameters":{"file:1/model.py":"eA=="}}"#)
             .await;
-    assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED);
-    assert!(r.error().contains("not supported by tritium yet"));
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(mock.loads.lock().unwrap().last().map(String::as_str), Some(r#"load a with None and ["1/model.py=x"]"#));
+    let r = send(&app, Method::POST, "/v2/repository/models/a/load", &[], r#"{"parameters":{"file:1/model.py":"%%"}}"#)
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.error().starts_with("load parameter 'file:1/model.py' is not valid base64"), "{}", r.error());
     let r = send(&app, Method::POST, "/v2/repository/models/a/load", &[], r#"{"parameters":{"config":1}}"#).await;
     assert_eq!(r.error(), "load parameter 'config' must be a string");
     let r =

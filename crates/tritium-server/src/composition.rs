@@ -44,11 +44,14 @@ pub(crate) trait Router: Send + Sync {
     fn infer_decoupled(self: Arc<Self>, req: InferRequest) -> Result<ResponseStream, InferError>;
 
     /// Loading model `name`, with `config_json` (Triton's JSON form) instead of its config file
-    /// when given. Refused before anything starts unless model control is explicit.
+    /// when given, and from a directory holding `files` (which need a config) instead of the
+    /// repository's when there are any. Refused before anything starts unless model control is
+    /// explicit.
     fn load(
         self: Arc<Self>,
         name: &str,
         config_json: Option<String>,
+        files: Vec<crate::server::ModelFile>,
     ) -> Result<Boxed<Result<(), InferError>>, InferError>;
 
     /// Unloading model `name` and, with `dependents`, the step models of an ensemble that no
@@ -112,17 +115,12 @@ fn model_control(
             Ok(CallResult::Ready(router.ready_target(&name, version).is_some()))
         }
         CallOp::ModelLoad { name, config, files } => {
-            let load = router.load(&name, (!config.is_empty()).then_some(config)).map_err(|e| e.message)?;
+            let files = model_files(&name, files)?;
+            let load = router.load(&name, (!config.is_empty()).then_some(config), files).map_err(|e| e.message)?;
             if name == caller {
                 return Err(format!(
                     "model '{name}' cannot load itself from its own code: the reload would wait for the instance that \
                      asks for it; load it from another model or with the repository API"
-                ));
-            }
-            if !files.is_empty() {
-                return Err(format!(
-                    "load_model of '{name}' with a files override is not supported by tritium yet; put the \
-                     model's files in the repository (files=None)"
                 ));
             }
             let loaded = crate::off_runtime(|| runtime.block_on(load));
@@ -139,4 +137,17 @@ fn model_control(
         }
         other => Err(format!("{other:?} is not a model-control call")),
     }
+}
+
+/// `pb_utils.load_model`'s `files` (keyed `file:<path>`, as Triton's load parameters) as model
+/// files; a key without the prefix is refused with Triton's text.
+fn model_files(name: &str, files: Vec<(String, Vec<u8>)>) -> Result<Vec<crate::server::ModelFile>, String> {
+    files
+        .into_iter()
+        .map(|(key, contents)| {
+            crate::server::ModelFile::from_parameter(&key, contents).ok_or_else(|| {
+                format!("failed to load '{name}': Unrecognized load parameter '{key}' with type 'BYTES'")
+            })
+        })
+        .collect()
 }

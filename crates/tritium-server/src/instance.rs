@@ -103,6 +103,11 @@ pub struct Supervision {
     /// Instances of models that are not decoupled and have no sequence batcher are served by a
     /// task on the async runtime rather than by their worker thread (`--run-to-completion`).
     pub run_to_completion: bool,
+    /// After a reload switches traffic to new instances, how long the previous ones stay alive
+    /// without traffic, to serve again if the new ones crash repeatedly
+    /// (`--model-update-grace-secs`, per model `model_update_grace_secs`); zero retires them at
+    /// once.
+    pub update_grace: Duration,
 }
 
 /// Default of `--max-request-metadata-bytes`: 64 KiB. Request ids are short tokens (UUIDs are
@@ -141,6 +146,7 @@ impl Default for Supervision {
             max_sequence_backlog: DEFAULT_MAX_SEQUENCE_BACKLOG,
             channel: ChannelLimits::default(),
             run_to_completion: true,
+            update_grace: Duration::from_secs(crate::server::DEFAULT_MODEL_UPDATE_GRACE_SECS),
         }
     }
 }

@@ -38,7 +38,9 @@ pub use instance::{
     DEFAULT_MAX_REQUEST_METADATA_BYTES, DEFAULT_MAX_SEQUENCE_BACKLOG,
 };
 pub use scrape::STUB_METRICS_TIMEOUT;
-pub use server::{InferFuture, Server, ServerOptions, TraceSettingsView};
+pub use server::{
+    InferFuture, ModelFile, Server, ServerOptions, TraceSettingsView, DEFAULT_MODEL_UPDATE_GRACE_SECS, FILE_PREFIX,
+};
 /// `--metrics-config`, as [`ServerOptions::metrics`] takes it.
 pub use tritium_metrics::MetricsOptions;
 /// Request tracing: the frontends parse a caller's `traceparent` with [`trace::SpanContext`].

@@ -31,13 +31,17 @@ use crate::validate::{check_metadata, transaction_mismatch, validate, wire_type}
 
 mod dependencies;
 mod introspect;
+mod overrides;
 mod repository;
 mod resolve;
+mod rollback;
 mod trace;
 
 use repository::retire_all;
 use resolve::{parse_config_override, LoadError, Resolved};
 
+pub use overrides::{ModelFile, FILE_PREFIX};
+pub use rollback::DEFAULT_MODEL_UPDATE_GRACE_SECS;
 pub use trace::TraceSettingsView;
 
 /// How the server runs models.
@@ -108,6 +112,9 @@ struct Version {
     ensemble: Option<Arc<Ensemble>>,
     /// The response cache, when the model enables it and the server has one.
     cache: Option<ModelCache>,
+    /// The directory written from the load request's files, when the version was loaded from
+    /// one; removed when the last version using it goes.
+    _files: Option<Arc<overrides::OverrideDir>>,
 }
 
 impl Version {
@@ -162,6 +169,11 @@ struct Entry {
     /// While no version is loaded: the versions last unloaded, or the one whose load failed;
     /// the repository index lists them with the model's state, as Triton does.
     gone: Vec<i64>,
+    /// The versions a reload replaced, kept alive without traffic for the update's grace
+    /// period, to serve again if the new ones crash ([`rollback`]).
+    standby: BTreeMap<i64, Arc<Version>>,
+    /// Why the last update was rolled back, until the next load: the index's reason.
+    rolled_back: Option<String>,
 }
 
 /// The server's state, shared by every [`Server`] handle. It is the [`Router`] BLS and
@@ -425,7 +437,13 @@ impl Server {
         // Every version of every model: many models share a version number.
         let all: Vec<_> = {
             let mut models = self.models_mut();
-            models.values_mut().flat_map(|e| std::mem::take(&mut e.versions).into_values()).collect()
+            models
+                .values_mut()
+                .flat_map(|e| {
+                    let standby = std::mem::take(&mut e.standby);
+                    std::mem::take(&mut e.versions).into_values().chain(standby.into_values())
+                })
+                .collect()
         };
         retire_all(all).await;
     }
@@ -496,19 +514,12 @@ impl Router for Inner {
         self: Arc<Self>,
         name: &str,
         config_json: Option<String>,
+        files: Vec<ModelFile>,
     ) -> Result<Boxed<Result<(), InferError>>, InferError> {
         let server = Server { inner: self };
         server.check_control()?;
         let name = name.to_string();
-        Ok(Box::pin(async move {
-            match config_json {
-                None => server.load(&name).await,
-                Some(json) => {
-                    let config = parse_config_override(&name, &json)?;
-                    server.load_with(&name, Some(config)).await
-                }
-            }
-        }))
+        Ok(Box::pin(async move { server.load_model_with_files(&name, config_json.as_deref(), files).await }))
     }
 
     fn unload(self: Arc<Self>, name: &str, dependents: bool) -> Result<Boxed<Result<(), InferError>>, InferError> {

@@ -1,6 +1,6 @@
 //! The subcommands that talk to a running server over gRPC: `stubs` and `restart` through
-//! tritium's admin API (`tritium.admin.Admin`), `models`, `load` and `unload` through the
-//! standard repository RPCs; and the formatting of their answers (tables, JSON, human units).
+//! tritium's admin API (`tritium.admin.Admin`), `models`, `load`, `reload` and `unload` through
+//! the standard repository RPCs; and the formatting of their answers (tables, JSON, human units).
 
 use std::io::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -88,6 +88,16 @@ pub(crate) enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Reload a model (or load it) and wait for the outcome: the new instances ready and serving
+    /// (printed with each version's state), or the server's error and a non-zero exit status,
+    /// the previous versions serving on (the server must run with `--model-control-mode
+    /// explicit`).
+    Reload {
+        /// The model's directory name in the repository.
+        model: String,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Unload a model (the server must run with `--model-control-mode explicit`).
     Unload {
         /// The model's name.
@@ -153,6 +163,20 @@ async fn execute(command: Command) -> Result<String> {
             let req = conn.request(RepositoryModelLoadRequest { model_name: model.clone(), ..Default::default() });
             client.repository_model_load(req).await.map_err(|s| conn.error(&format!("load of {model}"), s))?;
             Ok(format!("loaded {model}\n"))
+        }
+        Command::Reload { model, target } => {
+            let conn = Conn::open(&target).await?;
+            let mut client = GrpcInferenceServiceClient::new(conn.channel.clone());
+            let started = std::time::Instant::now();
+            let req = conn.request(RepositoryModelLoadRequest { model_name: model.clone(), ..Default::default() });
+            let loaded = client.repository_model_load(req).await;
+            let took = started.elapsed();
+            let mut req = conn.request(RepositoryIndexRequest::default());
+            req.set_timeout(QUERY_TIMEOUT);
+            let index = client.repository_index(req).await.map(|r| r.into_inner().models).unwrap_or_default();
+            let versions: Vec<ModelIndex> = index.into_iter().filter(|m| m.name == model).collect();
+            let error = loaded.err().map(|s| conn.error(&format!("reload of {model}"), s));
+            crate::reload::report(&model, took, &versions, error)
         }
         Command::Unload { model, target } => {
             let conn = Conn::open(&target).await?;

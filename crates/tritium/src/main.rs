@@ -6,6 +6,7 @@
 mod cli;
 mod logging;
 mod metrics_http;
+mod reload;
 mod sdnotify;
 mod serve;
 mod triton_flags;

@@ -112,6 +112,12 @@ pub(crate) struct ServeArgs {
     /// double (per model: `stub_backoff_max_secs`).
     #[arg(long, env = "TRITIUM_STUB_BACKOFF_MAX_SECS", default_value_t = 10, help_heading = TRITIUM_OWN)]
     stub_backoff_max_secs: u64,
+    /// After a reload switches traffic to the new instances, seconds the previous ones stay
+    /// alive without traffic; if the new instances crash twice within them, the previous
+    /// version serves again (the index's reason and the log say why). 0 retires the previous
+    /// instances at once (per model: `model_update_grace_secs`).
+    #[arg(long, env = "TRITIUM_MODEL_UPDATE_GRACE_SECS", default_value_t = tritium_server::DEFAULT_MODEL_UPDATE_GRACE_SECS, help_heading = TRITIUM_OWN)]
+    model_update_grace_secs: u64,
     /// Do not call the models' `auto_complete_config`.
     #[arg(long, env = "TRITIUM_DISABLE_AUTO_COMPLETE_CONFIG", help_heading = "Model Repository")]
     disable_auto_complete_config: bool,
@@ -479,6 +485,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             max_inflight_responses: args.max_inflight_responses,
             max_sequence_backlog: args.max_sequence_backlog,
             run_to_completion: args.run_to_completion,
+            update_grace: Duration::from_secs(args.model_update_grace_secs),
             channel: tritium_host::ChannelLimits {
                 max_peer_segments: args.max_stub_segments,
                 max_peer_segment_bytes: tritium_host::ChannelLimits::default()
@@ -813,7 +820,11 @@ async fn serve(
                         n.status("re-scanning the model repository (SIGHUP)");
                     }
                 }
-                server.poll_repository().await;
+                if rescan {
+                    server.rescan_repository().await;
+                } else {
+                    server.poll_repository().await;
+                }
                 if let (true, Some(n)) = (rescan, &notifier) {
                     n.status(&ready_status(&server));
                 }

@@ -134,6 +134,17 @@ impl Backend for Mock {
         self.loads.lock().unwrap().push(format!("load {name} with {config}"));
         Ok(())
     }
+    async fn load_model_with_files(
+        &self,
+        name: &str,
+        config: Option<&str>,
+        files: Vec<tritium_server::ModelFile>,
+    ) -> Result<(), InferError> {
+        let files: Vec<String> =
+            files.iter().map(|f| format!("{}={}", f.path, String::from_utf8_lossy(&f.contents))).collect();
+        self.loads.lock().unwrap().push(format!("load {name} with {config:?} and {files:?}"));
+        Ok(())
+    }
     async fn unload_model(&self, name: &str) -> Result<(), InferError> {
         self.loads.lock().unwrap().push(format!("unload {name}"));
         Ok(())

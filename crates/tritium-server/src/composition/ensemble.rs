@@ -594,7 +594,12 @@ mod tests {
             Ok(rx)
         }
 
-        fn load(self: Arc<Self>, _: &str, _: Option<String>) -> Result<Boxed<Result<(), InferError>>, InferError> {
+        fn load(
+            self: Arc<Self>,
+            _: &str,
+            _: Option<String>,
+            _: Vec<crate::server::ModelFile>,
+        ) -> Result<Boxed<Result<(), InferError>>, InferError> {
             Err(InferError::unavailable("no model control here"))
         }
 

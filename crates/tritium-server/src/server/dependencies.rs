@@ -312,6 +312,7 @@ pub(super) fn start(
             load_duration: prepared + start.elapsed(),
             ensemble: Some(Arc::new(plan)),
             cache: None,
+            _files: r.files.clone(),
         };
         versions.insert(v, Arc::new(version));
     }

@@ -176,7 +176,7 @@ impl Server {
             };
             let (state, reason) = match &entry.state {
                 State::Loading => ("LOADING", self.load_progress(&name)),
-                State::Ready => ("READY", String::new()),
+                State::Ready => ("READY", entry.rolled_back.clone().unwrap_or_default()),
                 State::Unavailable(r) => ("UNAVAILABLE", r.clone()),
                 State::Unloading => ("UNLOADING", String::new()),
             };

@@ -3,7 +3,9 @@
 //! starting each version's instances, rolled back when one fails. Ensembles' dependencies are
 //! [`super::dependencies`]'s.
 
-use super::resolve::{framework_model_file, gpu_inputs, instance_specs, resolve};
+use super::overrides::{self, OverrideDir};
+use super::resolve::{framework_model_file, gpu_inputs, instance_specs, resolve_in};
+use super::rollback;
 use super::*;
 
 impl Server {
@@ -63,9 +65,34 @@ impl Server {
     /// as to a config file). The override lasts until the model is loaded again without one.
     /// Refused unless model control is explicit, as in Triton.
     pub async fn load_model_with_config(&self, name: &str, config_json: &str) -> Result<(), InferError> {
+        self.load_model_with_files(name, Some(config_json), Vec::new()).await
+    }
+
+    /// A client's load request with a `config` override and `file:<path>` files (Triton's load
+    /// parameters): with files, the model is loaded from a new directory holding them (and need
+    /// not be in the repository); files need a config. Refused unless model control is
+    /// explicit, as in Triton.
+    pub async fn load_model_with_files(
+        &self,
+        name: &str,
+        config_json: Option<&str>,
+        files: Vec<overrides::ModelFile>,
+    ) -> Result<(), InferError> {
         self.check_control()?;
-        let config = parse_config_override(name, config_json)?;
-        self.load_with(name, Some(config)).await
+        check_name(name).map_err(InferError::invalid)?;
+        let config = config_json.map(|json| parse_config_override(name, json)).transpose()?;
+        let dir = if files.is_empty() {
+            None
+        } else {
+            let has_config = config.is_some();
+            let name = name.to_string();
+            // Writing files is blocking work; keep it off the runtime's threads.
+            let written = tokio::task::spawn_blocking(move || overrides::write(&name, has_config, files))
+                .await
+                .map_err(|e| InferError::internal(format!("the file writer died: {e}")))??;
+            Some(written)
+        };
+        self.load_with(name, config, dir).await
     }
 
     /// A client's unload request: refused unless model control is explicit, as in Triton.
@@ -91,40 +118,80 @@ impl Server {
     }
 
     /// Reloads models whose directory changed, loads new ones and unloads removed ones
-    /// (`--model-control-mode poll`).
+    /// (`--model-control-mode poll`). A changed directory still being written (a file changed
+    /// within [`SETTLE`]) is left for a later poll, and changes to what is not part of a model
+    /// (`__pycache__`, `.git`, editors' swap files) are not changes.
     pub async fn poll_repository(&self) {
+        let changes = self.repository_changes();
+        for name in &changes.settling {
+            info!(model = %name, "model directory is still being written; loading it at a later poll");
+        }
+        self.apply(changes).await;
+    }
+
+    /// [`Server::poll_repository`] on an operator's request (SIGHUP), when no later poll may
+    /// come: a directory still being written is waited for (up to 10 s) rather than skipped.
+    pub async fn rescan_repository(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut changes = self.repository_changes();
+        while !changes.settling.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(SETTLE / 4).await;
+            changes = self.repository_changes();
+        }
+        for name in &changes.settling {
+            warn!(model = %name, "model directory still being written after 10 s; loading it anyway");
+        }
+        changes.changed.append(&mut changes.settling);
+        self.apply(changes).await;
+    }
+
+    /// What changed in the repository since the models were loaded.
+    fn repository_changes(&self) -> Changes {
         let on_disk = self.repository_models();
-        let (changed, removed) = {
-            let models = self.models();
-            let changed: Vec<String> = on_disk
-                .iter()
-                .filter(|n| {
-                    models.get(*n).is_none_or(|e| e.fingerprint != fingerprint(&self.inner.opts.repository.join(n)))
-                })
-                .cloned()
-                .collect();
-            let removed: Vec<String> =
-                models.iter().filter(|(n, e)| e.wanted && !on_disk.contains(n)).map(|(n, _)| n.clone()).collect();
-            (changed, removed)
-        };
-        for name in removed {
+        let now = std::time::SystemTime::now();
+        let models = self.models();
+        let mut changes = Changes::default();
+        for name in &on_disk {
+            let snap = snapshot(&self.inner.opts.repository.join(name));
+            if models.get(name).is_some_and(|e| e.fingerprint == snap.hash) {
+                continue;
+            }
+            if snap.settling(now) {
+                changes.settling.push(name.clone());
+            } else {
+                changes.changed.push(name.clone());
+            }
+        }
+        changes.removed =
+            models.iter().filter(|(n, e)| e.wanted && !on_disk.contains(n)).map(|(n, _)| n.clone()).collect();
+        changes
+    }
+
+    /// Unloads the removed models and (re)loads the changed ones.
+    async fn apply(&self, changes: Changes) {
+        for name in changes.removed {
             info!(model = %name, "model directory removed; unloading");
             let _ = self.unload(&name).await;
         }
-        if !changed.is_empty() {
-            info!("repository changed: (re)loading {changed:?}");
-            self.load_models(changed).await;
+        if !changes.changed.is_empty() {
+            info!("repository changed: (re)loading {:?}", changes.changed);
+            self.load_models(changes.changed).await;
         }
     }
 
     /// Loads (or reloads) a model. On reload the new versions are ready before the old ones drain.
     pub async fn load(&self, name: &str) -> Result<(), InferError> {
-        self.load_with(name, None).await
+        self.load_with(name, None, None).await
     }
 
     /// Loads (or reloads) a model, with its config from `config` instead of the repository when
-    /// it is given.
-    pub(super) async fn load_with(&self, name: &str, config: Option<ModelConfig>) -> Result<(), InferError> {
+    /// it is given, and from the directory `files` instead of the repository's when given.
+    pub(super) async fn load_with(
+        &self,
+        name: &str,
+        config: Option<ModelConfig>,
+        files: Option<OverrideDir>,
+    ) -> Result<(), InferError> {
         check_name(name).map_err(InferError::invalid)?;
         let print = fingerprint(&self.inner.opts.repository.join(name));
         {
@@ -135,6 +202,8 @@ impl Server {
                 wanted: true,
                 versions: BTreeMap::new(),
                 gone: Vec::new(),
+                standby: BTreeMap::new(),
+                rolled_back: None,
             });
             entry.wanted = true;
             if entry.versions.is_empty() {
@@ -151,13 +220,13 @@ impl Server {
             .spawn(move || {
                 let _ = tx.send(steps.and_then(|steps| {
                     let cache = inner.cache.get().cloned();
-                    load_versions(&inner, cache, &model, steps, config)
+                    load_versions(&inner, cache, &model, steps, config, files.map(Arc::new))
                 }));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
         self.inner.load_progress.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
-        let old = {
+        let (old, watch) = {
             let mut models = self.models_mut();
             let Some(entry) = models.get_mut(name) else {
                 return Err(InferError::internal("model vanished while loading"));
@@ -167,7 +236,22 @@ impl Server {
                 Ok(versions) => {
                     entry.state = State::Ready;
                     entry.gone.clear();
-                    std::mem::replace(&mut entry.versions, versions)
+                    entry.rolled_back = None;
+                    // Versions an earlier update kept on standby go now.
+                    let mut old: Vec<Arc<Version>> = std::mem::take(&mut entry.standby).into_values().collect();
+                    let grace = update_grace(&versions).filter(|_| self.inner.runtime.is_some());
+                    let replaced = std::mem::replace(&mut entry.versions, versions);
+                    let watch = match grace {
+                        Some(grace) if !replaced.is_empty() && replaced.values().all(|v| v.ensemble.is_none()) => {
+                            entry.standby = replaced;
+                            Some((entry.versions.values().cloned().collect::<Vec<_>>(), grace))
+                        }
+                        _ => {
+                            old.extend(replaced.into_values());
+                            None
+                        }
+                    };
+                    (old, watch)
                 }
                 Err(e) => {
                     // Triton's texts: a version that failed is at UNAVAILABLE state with an
@@ -207,8 +291,13 @@ impl Server {
                 }
             }
         };
-        retire_all(old.into_values()).await;
-        info!(model = %name, "model ready");
+        retire_all(old).await;
+        if let Some((new, grace)) = watch {
+            info!(model = %name, "model ready; the previous version stays on standby for {grace:?}");
+            rollback::watch_update(self.clone(), name.to_string(), new, grace);
+        } else {
+            info!(model = %name, "model ready");
+        }
         self.refresh_dependents(name, true).await;
         Ok(())
     }
@@ -227,9 +316,10 @@ impl Server {
             if !entry.versions.is_empty() {
                 entry.gone = entry.versions.keys().copied().collect();
             }
-            std::mem::take(&mut entry.versions)
+            let standby = std::mem::take(&mut entry.standby);
+            std::mem::take(&mut entry.versions).into_values().chain(standby.into_values()).collect::<Vec<_>>()
         };
-        retire_all(old.into_values()).await;
+        retire_all(old).await;
         if let Some(entry) = self.models_mut().get_mut(name) {
             if entry.state == State::Unloading {
                 entry.state = State::Unavailable("unloaded".into());
@@ -239,6 +329,17 @@ impl Server {
         self.refresh_dependents(name, false).await;
         Ok(())
     }
+}
+
+/// The grace period of an update to `versions` (their instances' setting), unless it is zero
+/// or they are ensembles (which have no instances to crash).
+fn update_grace(versions: &BTreeMap<i64, Arc<Version>>) -> Option<Duration> {
+    let first = versions.values().next()?;
+    if first.ensemble.is_some() {
+        return None;
+    }
+    let grace = first.ctx.supervision.update_grace;
+    (!grace.is_zero()).then_some(grace)
 }
 
 /// Retires `versions` at once (each drains, then finalizes its instances) and waits for all of
@@ -263,19 +364,68 @@ pub(super) async fn retire_all(versions: impl IntoIterator<Item = Arc<Version>>)
     }
 }
 
-/// A hash of every file's path, size and modification time under `dir` (caches excluded).
+/// A hash of every file's path, size and modification time under `dir`, without what is not
+/// part of the model ([`not_model_content`]).
 pub(super) fn fingerprint(dir: &Path) -> u64 {
+    snapshot(dir).hash
+}
+
+/// How long a model directory must stay unchanged before poll mode loads it: one still being
+/// copied or written is left for a later poll rather than loaded half-written.
+pub(super) const SETTLE: Duration = Duration::from_secs(1);
+
+/// What changed in the repository: model directories changed and settled, changed and still
+/// being written, and removed.
+#[derive(Default)]
+struct Changes {
+    changed: Vec<String>,
+    settling: Vec<String>,
+    removed: Vec<String>,
+}
+
+/// A model directory's contents as poll mode sees them.
+pub(super) struct Snapshot {
+    /// The hash of every model file's path, size and modification time.
+    pub(super) hash: u64,
+    /// The latest change (modification or status change, of a model file or a directory) seen.
+    pub(super) latest: Option<std::time::SystemTime>,
+}
+
+impl Snapshot {
+    /// Whether something in the directory changed within [`SETTLE`] of `now` (or is dated
+    /// later than `now`, by less than that).
+    pub(super) fn settling(&self, now: std::time::SystemTime) -> bool {
+        self.latest.is_some_and(|t| match now.duration_since(t) {
+            Ok(age) => age < SETTLE,
+            Err(ahead) => ahead.duration() < SETTLE,
+        })
+    }
+}
+
+/// Reads `dir`'s [`Snapshot`].
+pub(super) fn snapshot(dir: &Path) -> Snapshot {
     use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    // The status change time too: a copy that keeps modification times (`cp -p`, `rsync -a`)
+    // still changes it.
+    let changed = |meta: &std::fs::Metadata| {
+        let ctime = std::time::UNIX_EPOCH
+            + Duration::from_secs(meta.ctime().max(0) as u64)
+            + Duration::from_nanos(meta.ctime_nsec().clamp(0, 999_999_999) as u64);
+        meta.modified().map_or(ctime, |m| m.max(ctime))
+    };
     let mut files = Vec::new();
+    let mut latest = std::fs::metadata(dir).ok().map(|m| changed(&m));
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else { continue };
         for e in rd.flatten() {
             let path = e.path();
-            if e.file_name() == "__pycache__" {
+            let Ok(meta) = e.metadata() else { continue };
+            if not_model_content(&e.file_name().to_string_lossy(), meta.is_dir()) {
                 continue;
             }
-            let Ok(meta) = e.metadata() else { continue };
+            latest = latest.max(Some(changed(&meta)));
             if meta.is_dir() {
                 stack.push(path);
             } else {
@@ -286,7 +436,24 @@ pub(super) fn fingerprint(dir: &Path) -> u64 {
     files.sort();
     let mut h = std::collections::hash_map::DefaultHasher::new();
     files.hash(&mut h);
-    h.finish()
+    Snapshot { hash: h.finish(), latest }
+}
+
+/// Whether a directory entry is not part of a model, so that poll mode ignores it: Python's
+/// caches, version control, and editors' swap, backup and lock files.
+pub(super) fn not_model_content(name: &str, is_dir: bool) -> bool {
+    if is_dir {
+        return matches!(name, "__pycache__" | ".git" | ".hg" | ".svn" | ".ipynb_checkpoints" | ".mypy_cache");
+    }
+    name.ends_with(".swp")
+        || name.ends_with(".swo")
+        || name.ends_with(".swx")
+        || name.ends_with('~')
+        || name.ends_with(".pyc")
+        || name.starts_with(".#")
+        || (name.starts_with('#') && name.ends_with('#'))
+        || name == "4913"
+        || name == ".DS_Store"
 }
 
 /// Reads, completes and checks a model's config, then starts every instance of every version;
@@ -297,10 +464,11 @@ pub(super) fn load_versions(
     name: &str,
     steps: Option<dependencies::StepConfigs>,
     config: Option<ModelConfig>,
+    files: Option<Arc<OverrideDir>>,
 ) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
     let load_start = Instant::now();
     let (opts, metrics) = (&inner.opts, inner.metrics.custom());
-    let mut resolved = resolve(opts, name, config)?;
+    let mut resolved = resolve_in(opts, name, config, files)?;
     resolved.cache = model_cache(name, &resolved.config, cache);
     // Each version's load time is the shared preparation plus the start of its own instances.
     let prepared = load_start.elapsed();
@@ -435,6 +603,7 @@ pub(super) fn start_version(
         load_duration,
         ensemble: None,
         cache: r.cache.clone(),
+        _files: r.files.clone(),
     });
     let error = spawn_error.or_else(|| (!failures.is_empty()).then_some(LoadError::Instances(failures)));
     match error {
@@ -468,14 +637,60 @@ pub(super) fn rollback(loaded: BTreeMap<i64, Arc<Version>>) {
 
 /// Refuses model names that could escape the repository.
 pub(super) fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty()
-        || name == "."
-        || name == ".."
-        || name.contains('/')
-        || name.contains('\\')
-        || name.contains('\0')
-    {
+    if name.contains('\\') {
+        // A backslash is one of python_backend's invalid stub name characters: its text.
+        return Err(format!(
+            "invalid model name {name:?}: Invalid stub name: contains invalid characters (a model name may not hold \
+             a backslash)"
+        ));
+    }
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
         return Err(format!("invalid model name {name:?}: a model name is one directory name inside the repository"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod poll_tests {
+    use super::*;
+
+    #[test]
+    fn what_is_not_a_model_change() {
+        for (name, is_dir) in [
+            ("__pycache__", true),
+            (".git", true),
+            (".model.py.swp", false),
+            ("model.py~", false),
+            (".#model.py", false),
+            ("#model.py#", false),
+            ("4913", false),
+            ("model.cpython-312.pyc", false),
+        ] {
+            assert!(not_model_content(name, is_dir), "{name}");
+        }
+        for (name, is_dir) in [("model.py", false), ("1", true), ("config.pbtxt", false), ("git", true)] {
+            assert!(!not_model_content(name, is_dir), "{name}");
+        }
+    }
+
+    #[test]
+    fn ignored_files_leave_the_fingerprint_and_a_fresh_write_settles() {
+        let dir = std::env::temp_dir().join(format!("tritium-poll-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("1/__pycache__")).expect("mkdir");
+        std::fs::write(dir.join("1/model.py"), "x = 1\n").expect("write");
+        let before = snapshot(&dir);
+        std::fs::write(dir.join("1/.model.py.swp"), "swap").expect("write");
+        std::fs::write(dir.join("1/__pycache__/model.pyc"), "cache").expect("write");
+        std::fs::create_dir_all(dir.join(".git")).expect("mkdir");
+        std::fs::write(dir.join(".git/HEAD"), "ref").expect("write");
+        assert_eq!(snapshot(&dir).hash, before.hash);
+        std::fs::write(dir.join("1/model.py"), "x = 22\n").expect("write");
+        let after = snapshot(&dir);
+        assert_ne!(after.hash, before.hash);
+        let now = std::time::SystemTime::now();
+        assert!(after.settling(now), "a file written just now is still being written");
+        assert!(!after.settling(now + SETTLE + Duration::from_millis(10)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

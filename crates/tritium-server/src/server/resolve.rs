@@ -31,6 +31,9 @@ pub(super) fn supervision_for(base: &Supervision, config: &ModelConfig) -> Resul
     if let Some(d) = secs("stub_backoff_max_secs")? {
         sup.backoff_max = d;
     }
+    if let Some(d) = secs("model_update_grace_secs")? {
+        sup.update_grace = d;
+    }
     if let Some(p) = config.parameters.get("stub_restart_limit") {
         sup.restart_limit = p.string_value.trim().parse().map_err(|_| {
             LoadError::Parameter(format!(
@@ -170,6 +173,9 @@ pub(super) struct Resolved {
     pub(super) cache: Option<ModelCache>,
     /// The warmup samples every instance runs before it is ready.
     pub(super) warmup: Arc<Vec<crate::warmup::Sample>>,
+    /// The directory written from the load request's files, which stands for `dir`'s model
+    /// directory in the repository (and is `dir`).
+    pub(super) files: Option<Arc<super::overrides::OverrideDir>>,
 }
 
 /// A load request's `config` parameter as a model config: Triton's JSON form of `ModelConfig`. A
@@ -194,8 +200,20 @@ pub(super) fn parse_config_override(name: &str, json: &str) -> Result<ModelConfi
 
 /// Step 1: the model's config (from `config.pbtxt`, or a load request's override; auto-completed,
 /// normalized) and its versions.
+#[cfg(test)]
 pub(super) fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConfig>) -> Result<Resolved, LoadError> {
-    let dir = opts.repository.join(name);
+    resolve_in(opts, name, config, None)
+}
+
+/// [`resolve`], with the model directory written from a load request's files instead of the
+/// repository's when `files` is given.
+pub(super) fn resolve_in(
+    opts: &ServerOptions,
+    name: &str,
+    config: Option<ModelConfig>,
+    files: Option<Arc<super::overrides::OverrideDir>>,
+) -> Result<Resolved, LoadError> {
+    let dir = files.as_ref().map_or_else(|| opts.repository.join(name), |f| f.path().to_path_buf());
     if !dir.is_dir() {
         return Err(LoadError::NoDirectory(dir.display().to_string()));
     }
@@ -252,6 +270,9 @@ pub(super) fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConf
         stub.env.push(("TRITIUM_CUDA_BIND".into(), "1".into()));
     }
     tritium_config::resolve_instance_groups(&mut config, &opts.gpus)?;
+    if framework.is_none() && !tritium_config::is_ensemble(&config) {
+        check_stub_names(&config)?;
+    }
     // Before anything is sized by the config: it may be a client's load override.
     opts.limits.check(&config)?;
     check_model_filename(&config, name)?;
@@ -283,6 +304,7 @@ pub(super) fn resolve(opts: &ServerOptions, name: &str, config: Option<ModelConf
         stub,
         cache: None,
         warmup: Arc::new(warmup),
+        files,
     })
 }
 
@@ -310,6 +332,20 @@ pub(super) fn check_model_filename(config: &ModelConfig, name: &str) -> Result<(
         "default_model_filename '{file}' of model '{name}' is not a file name: it names the model file inside each \
          version directory (such as model.py or model.onnx), without any directory"
     )))
+}
+
+/// Characters a Python model's instance (stub) name may not hold (python_backend's
+/// `INVALID_CHARS`: shell metacharacters).
+const INVALID_STUB_CHARS: &[char] =
+    &[';', '|', '&', '$', '`', '<', '>', '(', ')', '[', ']', '{', '}', '\\', '"', '\'', '*', '?', '~', '#', '!'];
+
+/// Refuses instance groups whose stubs' names hold shell metacharacters, with python_backend's
+/// text (a model's name is its groups' default name).
+pub(super) fn check_stub_names(config: &ModelConfig) -> Result<(), LoadError> {
+    if config.instance_group.iter().any(|g| g.name.contains(INVALID_STUB_CHARS)) {
+        return Err(LoadError::Parameter("Invalid stub name: contains invalid characters".into()));
+    }
+    Ok(())
 }
 
 /// The framework of a config-less model (or one whose config names neither backend nor
