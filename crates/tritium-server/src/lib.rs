@@ -2,6 +2,7 @@
 //! batching, request validation, and statistics. It knows nothing of HTTP, gRPC or JSON; the
 //! frontends translate their wire formats into [`types`] and call [`Server`].
 
+pub mod admin_access;
 mod cache;
 mod callers;
 mod classify;
@@ -37,7 +38,7 @@ pub use instance::{
     DEFAULT_MAX_REQUEST_METADATA_BYTES, DEFAULT_MAX_SEQUENCE_BACKLOG,
 };
 pub use scrape::STUB_METRICS_TIMEOUT;
-pub use server::{InferFuture, Server, ServerOptions, TraceSettingsView};
+pub use server::{InferFuture, Server, ServerOptions, TraceSettingsView, STACKS_TIMEOUT};
 /// `--metrics-config`, as [`ServerOptions::metrics`] takes it.
 pub use tritium_metrics::MetricsOptions;
 /// Request tracing: the frontends parse a caller's `traceparent` with [`trace::SpanContext`].

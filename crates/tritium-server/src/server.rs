@@ -33,11 +33,13 @@ mod dependencies;
 mod introspect;
 mod repository;
 mod resolve;
+mod stacks;
 mod trace;
 
 use repository::retire_all;
 use resolve::{parse_config_override, LoadError, Resolved};
 
+pub use stacks::STACKS_TIMEOUT;
 pub use trace::TraceSettingsView;
 
 /// How the server runs models.

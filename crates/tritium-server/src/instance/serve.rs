@@ -58,7 +58,7 @@ pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub,
             }
             Next::Batch(batch) => {
                 instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
-                instance.executions.fetch_add(1, Ordering::Relaxed);
+                instance.took(batch.len());
                 let result = if ctx.decoupled {
                     run_decoupled_batch(ctx, stub, batch, open)
                 } else {
@@ -67,12 +67,21 @@ pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub,
                 instance.inflight.store(0, Ordering::Relaxed);
                 if let Err(e) = result {
                     error!("{e}");
-                    let exit = stub.kill();
+                    let exit = kill_failed(stub, &e);
                     return Served::Died(e.to_string(), exit);
                 }
             }
         }
     }
+}
+
+/// Kills a stub that failed with `e`. One that timed out (hung in `execute`) has its Python
+/// stacks logged first, so the log shows where it hung.
+pub(super) fn kill_failed(stub: &Stub, e: &HostError) -> StubExit {
+    if matches!(e, HostError::Timeout { .. }) {
+        stub.log_stacks_before_kill(&e.to_string());
+    }
+    stub.kill()
 }
 
 /// The stub's watcher saw it exit while no batch ran.
