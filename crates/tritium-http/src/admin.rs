@@ -9,7 +9,7 @@ use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Path, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Serialize;
 
 use crate::error::HttpError;
@@ -61,7 +61,7 @@ pub(crate) async fn stacks<B: Backend>(
             }
         })
         .collect();
-    Ok(axum::Json(serde_json::json!({ "stacks": stacks })).into_response())
+    crate::routes::json_ok(&serde_json::json!({ "stacks": stacks }))
 }
 
 /// The value of `key` in a query string, percent-decoded (`+` is a space).

@@ -135,7 +135,7 @@ fn json_response(status: StatusCode, body: impl Into<Body>) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.into()).into_response()
 }
 
-fn json_ok<T: Serialize>(value: &T) -> HttpResult {
+pub(crate) fn json_ok<T: Serialize>(value: &T) -> HttpResult {
     let body = serde_json::to_vec(value)
         .map_err(|e| HttpError::from(InferError::internal(format!("failed to write JSON: {e}"))))?;
     Ok(json_response(StatusCode::OK, body))
