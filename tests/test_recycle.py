@@ -124,3 +124,67 @@ def test_the_request_limit_flag_recycles_each_instance_without_a_failed_request(
     log = srv.log_text()
     assert "draining" not in log and "crashed" not in log, log[-4000:]
     assert "stub recycled" in log
+
+
+# A decoupled model whose every request streams three responses from a thread of its own, the
+# last one well after `execute` returned: a stub recycled meanwhile must finish them.
+STREAMER = """
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def stream(sender, value):
+    for i in range(3):
+        time.sleep(0.02)
+        out = pb_utils.Tensor("OUT", np.array([value + i], dtype=np.float32))
+        flags = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if i == 2 else 0
+        sender.send(pb_utils.InferenceResponse([out]), flags=flags)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            value = float(pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()[0])
+            threading.Thread(target=stream, args=(r.get_response_sender(), value)).start()
+        return None
+"""
+
+
+def test_a_decoupled_stub_finishes_its_streams_before_it_is_recycled(start):
+    import queue
+
+    extra = 'model_transaction_policy { decoupled: true }\nparameters { key: "stub_max_requests" value: { string_value: "15" } }'
+    write_model(start.repo, "streamer", CONFIG.format(name="streamer", count=1, extra=extra), STREAMER)
+    srv = start(["streamer"])
+    failures = []
+
+    def run(i):
+        got = queue.Queue()
+        client = grpcclient.InferenceServerClient(srv.grpc_url)
+        client.start_stream(callback=lambda result, error: got.put((result, error)))
+        for n in range(30):
+            inp = grpcclient.InferInput("IN", [1], "FP32")
+            inp.set_data_from_numpy(np.array([float(i * 1000 + n * 10)], dtype=np.float32))
+            client.async_stream_infer("streamer", [inp], request_id=f"{i}-{n}")
+            values = []
+            while len(values) < 3:
+                result, error = got.get(timeout=60)
+                if error is not None:
+                    failures.append(f"stream {i} request {n}: {error}")
+                    break
+                values.append(float(result.as_numpy("OUT")[0]))
+            if len(values) == 3 and values != [i * 1000 + n * 10 + k for k in range(3)]:
+                failures.append(f"stream {i} request {n}: {values}")
+        client.stop_stream()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == [], failures[:5]
+    [after] = stubs(srv, "streamer")
+    assert after["recycled"]["requests"] >= 1, after

@@ -208,6 +208,9 @@ pub(crate) struct Instance {
     died: AtomicBool,
     /// An operator asked for a restart.
     restart: AtomicBool,
+    /// The restart asked for is a recycling: a replacement is ready, and the stub finishes its
+    /// open streams before it stops.
+    recycling: AtomicBool,
     inflight: AtomicU64,
     executions: AtomicU64,
     /// The BLS calls its stub has in flight.
@@ -232,6 +235,7 @@ impl Instance {
             status: Mutex::new(Status::new()),
             died: AtomicBool::new(false),
             restart: AtomicBool::new(false),
+            recycling: AtomicBool::new(false),
             inflight: AtomicU64::new(0),
             executions: AtomicU64::new(0),
             bls: BlsCalls::default(),

@@ -54,6 +54,13 @@ pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub,
                 if instance.died.load(Ordering::Acquire) {
                     return died_idle(stub);
                 }
+                if instance.recycling.load(Ordering::Acquire) {
+                    // A recycled stub's open streams end on it: nothing of theirs fails.
+                    if let Err(e) = drain_open(ctx, instance, stub, open) {
+                        let exit = stub.kill();
+                        return Served::Died(e.to_string(), exit);
+                    }
+                }
                 return Served::Restart;
             }
             Next::Batch(batch) => {
@@ -73,6 +80,22 @@ pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub,
             }
         }
     }
+}
+
+/// How long a recycled stub's open streams may take to end before those left fail.
+pub(super) const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+/// Forwards the responses of a decoupled model's open requests until every one has ended (or
+/// [`DRAIN_LIMIT`] passed, or the stub died), taking no new batch: a recycled stub finishes
+/// what it has.
+fn drain_open(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut Open) -> Result<(), HostError> {
+    let until = Instant::now() + DRAIN_LIMIT;
+    while !open.0.is_empty() && Instant::now() < until && !instance.died.load(Ordering::Acquire) {
+        let mut route = |r: Response| open.route(ctx, stub, r);
+        stub.poll(STREAM_POLL, &mut route)?;
+        open.watch(stub, ctx.supervision.max_inflight_responses);
+    }
+    Ok(())
 }
 
 /// Kills a stub that failed with `e`. One that timed out (hung in `execute`) has its Python

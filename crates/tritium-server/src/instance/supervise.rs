@@ -196,6 +196,9 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
     let mut ready = Some(ready);
     let mut crashes = Crashes::default();
     let mut backoff = sup.backoff_initial;
+    if (sup.max_rss_bytes.is_some() || sup.max_requests.is_some()) && !recycles(ctx) {
+        warn!("stub_max_rss_bytes and stub_max_requests do not apply to models with sequence batching (the state of their sequences lives in the stub): this instance is not recycled");
+    }
     // A replacement started and ready while the stub it replaces served (recycling).
     let mut replacement: Option<(Arc<Stub>, RecycleReason)> = None;
     loop {
@@ -261,7 +264,7 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
             let _ = tx.send(Ok(()));
         }
         let ready_at = Instant::now();
-        let served = if sup.max_rss_bytes.is_some() || sup.max_requests.is_some() {
+        let served = if recycles(ctx) {
             let (served, next) = serve_within_limits(ctx, instance, &stub);
             replacement = next;
             served
@@ -272,6 +275,7 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
             // The old stub took its last batch and answered it: the replacement serves from now
             // on, and the old one is finalized beside it, on a thread of its own.
             instance.restart.store(false, Ordering::Release);
+            instance.recycling.store(false, Ordering::Release);
             info!(old = stub.pid(), new = next.pid(), reason = reason.as_str(), "stub recycled");
             let old = stub;
             old.unwatch();
@@ -286,6 +290,7 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
             }
             continue;
         }
+        instance.recycling.store(false, Ordering::Release);
         if let Some((next, _)) = replacement.take() {
             // The old stub died or the version stops: the replacement is not needed.
             if let Err(e) = next.finalize(Duration::from_secs(30)) {
@@ -349,6 +354,13 @@ fn serve_caught(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &Arc<
         })
 }
 
+/// Whether the version's stubs are recycled: it has a limit, and no sequence batcher (a
+/// sequence's state lives in its stub, and would be lost).
+fn recycles(ctx: &VersionContext) -> bool {
+    let sup = &ctx.supervision;
+    (sup.max_rss_bytes.is_some() || sup.max_requests.is_some()) && !ctx.queue.is_sequenced()
+}
+
 /// How often a stub with limits (`stub_max_rss_bytes`, `stub_max_requests`) is checked.
 const LIMIT_CHECK: Duration = Duration::from_millis(250);
 
@@ -390,6 +402,7 @@ fn serve_within_limits(
             match prestart(ctx, instance) {
                 Started::Ready(fresh) => {
                     next = Some((fresh, reason));
+                    instance.recycling.store(true, Ordering::Release);
                     instance.request_restart(&ctx.queue);
                 }
                 Started::Failed(e) | Started::Died(e, _) => {
