@@ -30,6 +30,11 @@ STUB_KEYS = {
     "inflight",
     "executions",
     "impossible_transitions",
+    "pss_bytes",
+    "uss_bytes",
+    "rss_growth_bytes",
+    "requests_taken",
+    "recycled",
 }
 TABLE_COLUMNS = [
     "MODEL",
@@ -41,6 +46,8 @@ TABLE_COLUMNS = [
     "RESTARTS",
     "LAST EXIT",
     "RSS",
+    "PSS",
+    "GROWTH",
     "SHM",
     "INFLIGHT",
     "EXECUTIONS",

@@ -13,6 +13,8 @@ model_dir = None
 model_file = None
 # The thread of the stub's asyncio event loop (`async def` methods), once started.
 loop_thread = None
+# The stub's asyncio event loop, once started (read by `stacks.extra` for the tasks' stacks).
+loop = None
 # The trace context of the batch `execute` runs now (its first traced request's), for BLS
 # requests made without `trace=`: they join the executing request's trace.
 current_trace = None

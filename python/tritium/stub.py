@@ -36,7 +36,7 @@ import traceback
 
 import numpy as np
 
-from . import _native, _runtime, promclient, pylogging
+from . import _native, _runtime, promclient, pylogging, stacks
 from .backends import BUILTIN_BACKENDS, BackendError
 from .config import ModelConfig, using_decoupled_model_transaction_policy
 from .errors import (
@@ -360,6 +360,7 @@ class Stub:
             self.loop_thread = threading.Thread(target=self._run_loop, name="tritium-asyncio", daemon=True)
             self.loop_thread.start()
             _runtime.loop_thread = self.loop_thread
+            _runtime.loop = self.loop
         return self.loop
 
     def _failure_prefix(self):
@@ -566,12 +567,15 @@ def main(argv=None):
     parser.add_argument("--control-fd", type=int, required=True, help="inherited memfd of the control segment")
     parser.add_argument("--socket-fd", type=int, required=True, help="inherited unix socket for segment fds")
     parser.add_argument("--spin-us", type=int, default=500, help="longest busy-poll before sleeping (adaptive)")
+    parser.add_argument("--stacks-fd", type=int, help="inherited socket on which the server asks for stacks")
     parser.add_argument("--arena-segment-mb", type=int, default=256, help="size of the stub's arena segments")
     opts = parser.parse_args(argv)
     # Model code sees what Triton's embedded interpreter gives it, not the stub's own flags.
     sys.argv = [""]
     channel = _native.Channel(opts.control_fd, opts.socket_fd, opts.spin_us, opts.arena_segment_mb << 20)
     _runtime.channel = channel
+    if opts.stacks_fd is not None:
+        stacks.serve(opts.stacks_fd)
     pylogging.install()
     promclient.serve(channel)
     stub = Stub(channel)

@@ -29,6 +29,7 @@
 //! decoupled model's `send` that waits for its client (back-pressure) wakes on credit.
 
 mod cuda;
+mod stacks;
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -1494,6 +1495,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<FinalizeMsg>()?;
     m.add_class::<BlsResponseMsg>()?;
     m.add_function(wrap_pyfunction!(join_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(stacks::stack_signal, m)?)?;
+    m.add_function(wrap_pyfunction!(stacks::serve_stacks, m)?)?;
     m.add("ChannelError", m.py().get_type::<ChannelError>())?;
     m.add("PROTOCOL_VERSION", PROTOCOL_VERSION)?;
     cuda::register(m)?;

@@ -1,18 +1,22 @@
 //! `tritium.admin.Admin`, the API the `tritium` CLI talks to: the stubs of the loaded models
-//! ([`Server::instances`]) and restarts ([`Server::restart`]), with the rule that decides who may
-//! restart ([`check_peer`]).
+//! ([`Server::instances`]), restarts ([`Server::restart`]) and live Python stacks
+//! ([`Server::stacks`]), with the rule that decides who may restart or read stacks ([`check_peer`]).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Response, Status};
-use tracing::{info, warn};
+use tracing::info;
 use tritium_proto::admin::admin_server::Admin;
 use tritium_proto::admin::{self as proto, stub_exit};
-use tritium_proto::admin::{RestartRequest, RestartResponse, StubInfo, StubsRequest, StubsResponse};
-use tritium_server::{InferError, InstanceInfo, Server, StubExit};
+use tritium_proto::admin::{
+    InstanceStacks, RestartRequest, RestartResponse, StacksRequest, StacksResponse, StubInfo, StubsRequest,
+    StubsResponse,
+};
+pub use tritium_server::admin_access::{check_peer, Refusal};
+use tritium_server::{admin_access, InferError, InstanceInfo, Server, StubExit};
 
 use crate::convert::to_status;
 
@@ -36,99 +40,9 @@ impl AdminService {
 
     fn authorize(&self, what: &str, peer: Option<SocketAddr>, metadata: &MetadataMap) -> Result<(), Status> {
         let bearer = metadata.get("authorization").map(|v| v.as_bytes());
-        let token = self.token.as_deref();
-        let mut outcome = check_peer(peer.map(|a| a.ip()), bearer, token);
-        // Loopback trust is for the operator on the server's host: a model's stub, or a process
-        // it started, is on loopback too, and gets what a remote peer gets.
-        if let (Ok(()), Some(addr)) = (outcome, peer) {
-            let with_token = token.is_some() && check_peer(None, bearer, token).is_ok();
-            if !with_token && self.server.is_model_process(addr) {
-                outcome = Err(if token.is_some() { Refusal::FromModel } else { Refusal::FromModelWithoutToken });
-            }
-        }
-        outcome.map_err(|refusal| {
-            let peer = peer.map_or_else(|| "an unknown address".to_string(), |p| p.to_string());
-            warn!(%peer, "refused {what}: {refusal:?}");
-            Status::permission_denied(refusal.message(what, &peer))
-        })
+        admin_access::authorize(&self.server, what, peer, bearer, self.token.as_deref())
+            .map_err(Status::permission_denied)
     }
-}
-
-/// Why [`check_peer`] refused a caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// The peer is not on loopback and the server has no admin token.
-    RemoteWithoutToken,
-    /// The server has an admin token and the peer sent none.
-    TokenMissing,
-    /// The peer sent a token that is not the server's.
-    TokenWrong,
-    /// The peer is a model's process (a stub or its child) and the server has no admin token.
-    FromModelWithoutToken,
-    /// The peer is a model's process and sent no valid admin token.
-    FromModel,
-}
-
-impl Refusal {
-    /// What the refused caller is told: what happened and what to do.
-    pub fn message(self, what: &str, peer: &str) -> String {
-        match self {
-            Refusal::RemoteWithoutToken => format!(
-                "{what} is allowed only from the server's own host (loopback), and this call came from {peer}: \
-                 run the command on the server's host, or start the server with --admin-token \
-                 (TRITIUM_ADMIN_TOKEN) and pass the same token with --admin-token"
-            ),
-            Refusal::TokenMissing => format!(
-                "{what} from {peer} needs the server's admin token: pass it with --admin-token \
-                 (TRITIUM_ADMIN_TOKEN), sent as `authorization: Bearer <token>`"
-            ),
-            Refusal::FromModelWithoutToken => format!(
-                "{what} is not allowed from a model's process ({peer} belongs to one of the server's stubs or a process \
-                 it started): loopback trust is for the operator; start the server with --admin-token \
-                 (TRITIUM_ADMIN_TOKEN) to allow it with that token"
-            ),
-            Refusal::FromModel => format!(
-                "{what} from a model's process ({peer}) needs the server's admin token, sent as `authorization: \
-                 Bearer <token>`"
-            ),
-            Refusal::TokenWrong => format!(
-                "{what} from {peer} sent an admin token that is not the server's: pass the token the \
-                 server was started with (--admin-token, TRITIUM_ADMIN_TOKEN)"
-            ),
-        }
-    }
-}
-
-/// Whether a caller may use a mutating admin call: always from loopback (127.0.0.0/8, `::1`,
-/// and IPv4-mapped loopback), otherwise only with `authorization: Bearer <token>` matching the
-/// server's `token`. An unknown peer address counts as remote.
-pub fn check_peer(peer: Option<IpAddr>, authorization: Option<&[u8]>, token: Option<&str>) -> Result<(), Refusal> {
-    if peer.is_some_and(|ip| ip.to_canonical().is_loopback()) {
-        return Ok(());
-    }
-    let Some(token) = token else {
-        return Err(Refusal::RemoteWithoutToken);
-    };
-    let Some(sent) = authorization.and_then(bearer_token) else {
-        return Err(Refusal::TokenMissing);
-    };
-    if constant_time_eq(sent, token.as_bytes()) {
-        Ok(())
-    } else {
-        Err(Refusal::TokenWrong)
-    }
-}
-
-/// The token of an `authorization: Bearer <token>` value (the scheme is case-insensitive).
-fn bearer_token(value: &[u8]) -> Option<&[u8]> {
-    let (scheme, rest) = value.split_at_checked(7)?;
-    scheme.eq_ignore_ascii_case(b"bearer ").then(|| rest.trim_ascii())
-}
-
-/// Compares without stopping at the first difference, so timing does not reveal a prefix of the
-/// token (only its length).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// How a stub process ended, and when, on the wire.
@@ -161,7 +75,18 @@ pub fn stub_to_proto(i: InstanceInfo) -> StubInfo {
         inflight: i.inflight,
         executions: i.executions,
         impossible_transitions: i.impossible_transitions,
+        pss_bytes: i.pss_bytes,
+        uss_bytes: i.uss_bytes,
+        rss_growth_bytes: i.rss_growth_bytes,
+        requests_taken: i.requests_taken,
+        recycled_rss: recycled(&i.recycled, "rss"),
+        recycled_requests: recycled(&i.recycled, "requests"),
     }
+}
+
+/// The count of stubs recycled for `reason`.
+fn recycled(counts: &[(&'static str, u64)], reason: &str) -> u64 {
+    counts.iter().find(|(r, _)| *r == reason).map_or(0, |(_, n)| *n)
 }
 
 fn unknown_model(model: &str) -> Status {
@@ -196,11 +121,39 @@ impl Admin for AdminService {
         self.server.restart(&model, instance).await.map_err(to_status)?;
         Ok(Response::new(RestartResponse {}))
     }
+
+    async fn stacks(&self, req: Request<StacksRequest>) -> Result<Response<StacksResponse>, Status> {
+        self.authorize("Stacks", req.remote_addr(), req.metadata())?;
+        let StacksRequest { model, instance } = req.into_inner();
+        if model.is_empty() {
+            return Err(Status::invalid_argument("Stacks needs a model name"));
+        }
+        let instance = (!instance.is_empty()).then_some(instance.as_str());
+        let stacks = self.server.stacks(&model, instance).await.map_err(to_status)?;
+        let stacks = stacks
+            .into_iter()
+            .map(|s| {
+                let (stacks, error) = match s.stacks {
+                    Ok(text) => (text, String::new()),
+                    Err(why) => (String::new(), why),
+                };
+                InstanceStacks {
+                    model: s.model,
+                    version: s.version,
+                    instance: s.instance,
+                    pid: s.pid.unwrap_or(0),
+                    stacks,
+                    error,
+                }
+            })
+            .collect();
+        Ok(Response::new(StacksResponse { stacks }))
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::net::{Ipv4Addr, Ipv6Addr};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
     use super::*;
 
@@ -249,6 +202,11 @@ mod tests {
             executions: 7,
             transitions: vec![("ready".into(), 4)],
             impossible_transitions: 5,
+            pss_bytes: 8,
+            uss_bytes: 6,
+            rss_growth_bytes: -2,
+            requests_taken: 9,
+            recycled: vec![("rss", 2), ("requests", 1)],
         };
         let want = StubInfo {
             model: "m".into(),
@@ -265,6 +223,12 @@ mod tests {
             executions: 7,
             last_exit: Some(proto::StubExit { status: Some(stub_exit::Status::Code(1)), unix_ms: 1_700_000_000_123 }),
             impossible_transitions: 5,
+            pss_bytes: 8,
+            uss_bytes: 6,
+            rss_growth_bytes: -2,
+            requests_taken: 9,
+            recycled_rss: 2,
+            recycled_requests: 1,
         };
         let got = stub_to_proto(info.clone());
         assert_eq!(got, want);

@@ -5,15 +5,18 @@
 //! - [`process`]: the one place that spawns processes; children are killed and reaped on drop.
 //! - [`output`]: a stub's stdout and stderr into bounded, lossless-where-possible log lines.
 //! - [`stub`]: [`Stub`], a running stub and its protocol calls.
+//! - [`stacks`]: [`StackProbe`], a stub's live Python stacks, read without its GIL.
 
 pub mod output;
 pub mod peer;
 pub mod process;
+pub mod stacks;
 pub mod stub;
 
 pub use process::{hide_from_same_user, run_tool, OnLine, StubCommand, StubExit, ToolOutcome, STUB_MALLOC_DEFAULTS};
+pub use stacks::{StackError, StackProbe};
 pub use stub::{
     BlsEvent, BlsHandler, CallHandler, ClientMetrics, Executed, HostError, MetricsProbe, OnResponse, Stub, StubInfo,
-    Submitted, LIVENESS_SLICE, POLL_CHUNK, WATCH_SLICE,
+    Submitted, LIVENESS_SLICE, POLL_CHUNK, STACKS_BEFORE_KILL, WATCH_SLICE,
 };
 pub use tritium_ipc::{spin, ChannelLimits};

@@ -285,6 +285,7 @@ pub(crate) fn spawn(
     cmd: &StubCommand,
     control: OwnedFd,
     socket: OwnedFd,
+    stacks: OwnedFd,
     span: Span,
 ) -> std::io::Result<(ChildGuard, StderrTail)> {
     let mut pythonpath = OsString::from(cmd.python_path.as_os_str());
@@ -294,7 +295,7 @@ pub(crate) fn spawn(
     }
     let mut command = Command::new(&cmd.python);
     with_allocator_defaults(without_server_settings(&mut command), &cmd.env)
-        .args(["-m", "tritium.stub", "--control-fd", "3", "--socket-fd", "4", "--spin-us"])
+        .args(["-m", "tritium.stub", "--control-fd", "3", "--socket-fd", "4", "--stacks-fd", "5", "--spin-us"])
         .arg(cmd.spin.to_string())
         .env("PYTHONPATH", pythonpath)
         .env("PYTHONUNBUFFERED", "1")
@@ -304,19 +305,22 @@ pub(crate) fn spawn(
         .stderr(Stdio::piped());
     let control_raw = control.as_raw_fd();
     let socket_raw = socket.as_raw_fd();
+    let stacks_raw = stacks.as_raw_fd();
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
     // system calls (fcntl, dup2, setpgid, prctl, getppid, _exit) on fds that stay open until then.
     unsafe {
         command.pre_exec(move || {
-            // Move both fds above 4 first, so that placing one cannot clobber the other.
+            // Move the fds above 5 first, so that placing one cannot clobber another.
             let c = libc::fcntl(control_raw, libc::F_DUPFD, 10);
             let s = libc::fcntl(socket_raw, libc::F_DUPFD, 10);
-            if c < 0 || s < 0 || libc::dup2(c, 3) < 0 || libc::dup2(s, 4) < 0 {
+            let k = libc::fcntl(stacks_raw, libc::F_DUPFD, 10);
+            if c < 0 || s < 0 || k < 0 || libc::dup2(c, 3) < 0 || libc::dup2(s, 4) < 0 || libc::dup2(k, 5) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             libc::close(c);
             libc::close(s);
+            libc::close(k);
             // Own process group: a Ctrl-C on the server's terminal reaches the server, which then
             // shuts its stubs down in order.
             libc::setpgid(0, 0);
@@ -328,7 +332,7 @@ pub(crate) fn spawn(
         });
     }
     let mut child = command.spawn()?;
-    drop((control, socket));
+    drop((control, socket, stacks));
     let stderr = StderrTail::default();
     if let Some(out) = child.stdout.take() {
         forward_lines(out, span.clone(), None);

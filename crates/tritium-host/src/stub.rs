@@ -16,6 +16,7 @@ use tritium_ipc::{
 };
 
 use crate::process::{self, ChildGuard, StderrTail, StubCommand, StubExit};
+use crate::stacks::StackProbe;
 
 impl Drop for Stub {
     fn drop(&mut self) {
@@ -291,6 +292,15 @@ impl MetricsProbe {
     }
 }
 
+/// How long the server waits for a hung stub's stacks before it kills it.
+pub const STACKS_BEFORE_KILL: Duration = Duration::from_secs(2);
+
+/// Logs `probe`'s stacks in `span`, before the stub is killed for `why`.
+fn log_stacks(probe: &StackProbe, why: &str, span: &Span) {
+    let text = probe.for_log(STACKS_BEFORE_KILL);
+    tracing::error!(parent: span, "Python stacks of the stub before it is killed ({why}):\n{text}");
+}
+
 /// A running stub process and its channel.
 pub struct Stub {
     /// The open metrics request, answered through [`Stub::unasked`].
@@ -310,6 +320,8 @@ pub struct Stub {
     info: StubInfo,
     span: Span,
     next_batch: Mutex<u64>,
+    /// Asks the stub for its Python stacks.
+    stacks: StackProbe,
 }
 
 impl Stub {
@@ -333,8 +345,10 @@ impl Stub {
         let ipc = |source| HostError::Ipc { instance: instance.to_string(), source };
         let (channel, fds) = ServerChannel::create(&format!("tritium-{instance}"), config).map_err(ipc)?;
         let span = tracing::info_span!("stub", instance = %instance, pid = tracing::field::Empty);
-        let (child, stderr) = process::spawn(cmd, fds.control, fds.socket, span.clone())
-            .map_err(|source| HostError::Spawn { python: cmd.python.display().to_string(), source })?;
+        let spawn_error = |source| HostError::Spawn { python: cmd.python.display().to_string(), source };
+        let (stacks, stacks_fd) = crate::stacks::pair().map_err(spawn_error)?;
+        let (child, stderr) =
+            process::spawn(cmd, fds.control, fds.socket, stacks_fd, span.clone()).map_err(spawn_error)?;
         span.record("pid", child.pid());
         let mut stub = Self {
             probe: Arc::default(),
@@ -349,6 +363,7 @@ impl Stub {
             info: StubInfo { pid: 0, python: String::new(), numpy: String::new() },
             span,
             next_batch: Mutex::new(0),
+            stacks,
         };
         match stub.recv(Some(hello_timeout), "start and say hello")? {
             ToServer::Hello { protocol, pid, python, numpy } => {
@@ -388,6 +403,23 @@ impl Stub {
     /// Asks this stub for its `prometheus_client` metrics from other threads.
     pub fn metrics_probe(&self) -> MetricsProbe {
         MetricsProbe { channel: self.channel.clone(), state: self.probe.clone() }
+    }
+
+    /// Stops the watcher thread ([`Stub::watch`]) before the process is told to exit, so that
+    /// its exit does not run `on_exit` (a recycled stub's exit is not its instance's death).
+    pub fn unwatch(&self) {
+        self.unwatched.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Asks this stub for its threads' Python stacks from other threads.
+    pub fn stack_probe(&self) -> StackProbe {
+        self.stacks.clone()
+    }
+
+    /// Logs the stub's Python stacks (at error level, waiting at most [`STACKS_BEFORE_KILL`]) before
+    /// it is killed for `why`, so the log shows where it hung.
+    pub fn log_stacks_before_kill(&self, why: &str) {
+        log_stacks(&self.stacks, why, &self.span);
     }
 
     /// The last lines the stub wrote to stderr.
@@ -432,6 +464,7 @@ impl Stub {
         let stop = self.unwatched.clone();
         let reason = self.kill_reason.clone();
         let span = self.span.clone();
+        let stacks = self.stacks.clone();
         std::thread::Builder::new().name(format!("watch-{}", self.instance)).spawn(move || {
             let _enter = span.enter();
             let mut last_beat = (channel.heartbeat(), Instant::now());
@@ -454,6 +487,7 @@ impl Stub {
                 } else if let Some(limit) = heartbeat_timeout {
                     if last_beat.1.elapsed() > limit {
                         let msg = format!("heartbeat lost for {limit:?} (the process stopped running)");
+                        log_stacks(&stacks, &msg, &span);
                         tracing::error!("{msg}; killing it");
                         *reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg);
                         // Through the pidfd: a pid number could by now name another process.

@@ -507,3 +507,48 @@ fn first_error<T>(mut poll: impl FnMut() -> Result<T, HostError>) -> HostError {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn stacks_are_read_from_an_idle_stub_and_from_one_stuck_in_c_holding_the_gil() {
+    let model = Model::new(
+        "stuck",
+        r#"
+import ctypes
+import threading
+import time
+
+LIBC = ctypes.PyDLL(None)
+
+
+def sleeps_in_its_own_thread():
+    while True:
+        time.sleep(0.05)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        threading.Thread(target=sleeps_in_its_own_thread, name="model-thread", daemon=True).start()
+
+    def execute(self, requests):
+        LIBC.sleep(3)
+        return []
+"#,
+    );
+    let stub = model.start();
+    let probe = stub.stack_probe();
+    let idle = probe.stacks(Duration::from_secs(10)).expect("stacks of an idle stub");
+    assert!(idle.contains("sleeps_in_its_own_thread") && idle.contains("model-thread"), "{idle}");
+    assert!(idle.contains("asyncio tasks: none"), "{idle}");
+    // Stuck in libc's sleep, holding the GIL: the stacks still come, without what needs the GIL.
+    let stuck = std::thread::spawn({
+        let probe = probe.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(500));
+            probe.stacks(Duration::from_secs(10))
+        }
+    });
+    let _ = run_one(&stub, request(1, Vec::new()));
+    let text = stuck.join().expect("asker").expect("stacks of a stuck stub");
+    assert!(text.contains("in execute"), "{text}");
+    assert!(text.contains("the GIL was not released within"), "{text}");
+}

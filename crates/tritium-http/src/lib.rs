@@ -15,10 +15,11 @@ use tritium_server::forward::HeaderForward;
 use tritium_server::restricted::Restrictions;
 use tritium_server::trace::UpdateValue;
 use tritium_server::{
-    ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, LogSettings, LogSettingsUpdate, ModelMetadata,
-    ModelStats, ResponseStream, Server, ServerMetadata, Streamed, TraceSettingsView,
+    ErrorKind, IndexEntry, InferError, InferRequest, InferResponse, InstanceStacks, LogSettings, LogSettingsUpdate,
+    ModelMetadata, ModelStats, ResponseStream, Server, ServerMetadata, Streamed, TraceSettingsView,
 };
 
+mod admin;
 mod body;
 pub mod codec;
 pub mod compression;
@@ -44,11 +45,19 @@ pub struct Options {
     /// `--http-header-forward-pattern`: headers of `/infer` requests forwarded to the model as
     /// request parameters.
     pub header_forward: Option<HeaderForward>,
+    /// `--admin-token`: lets peers that are not on loopback use the admin endpoints (a stub's
+    /// live stacks) when they send it as `authorization: Bearer <token>`.
+    pub admin_token: Option<Arc<str>>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { max_input_size: DEFAULT_MAX_INPUT_SIZE, restrictions: Arc::default(), header_forward: None }
+        Self {
+            max_input_size: DEFAULT_MAX_INPUT_SIZE,
+            restrictions: Arc::default(),
+            header_forward: None,
+            admin_token: None,
+        }
     }
 }
 
@@ -140,6 +149,32 @@ pub trait Backend: Send + Sync + 'static {
     fn system_shm(&self) -> Option<&tritium_server::shm::ShmRegistry> {
         None
     }
+    /// Whether `caller` may use the admin endpoint `what`; the refusal's text otherwise.
+    /// Refused unless implemented.
+    fn authorize_admin(&self, what: &str, _caller: AdminCaller<'_>) -> Result<(), String> {
+        Err(format!("{what} is not available on this server"))
+    }
+    /// The live Python stacks of a model's stubs (tritium's `/tritium/models/{model}/stacks`);
+    /// unsupported unless implemented.
+    fn stacks(
+        &self,
+        _model: &str,
+        _instance: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<InstanceStacks>, InferError>> + Send {
+        async { Err(InferError::new(ErrorKind::Unsupported, "this server has no stacks endpoint")) }
+    }
+}
+
+/// Who calls an admin endpoint: their address, the `authorization` header they sent, and the
+/// server's admin token.
+#[derive(Debug, Clone, Copy)]
+pub struct AdminCaller<'a> {
+    /// The peer's address, when known.
+    pub peer: Option<std::net::SocketAddr>,
+    /// The `authorization` header's value.
+    pub authorization: Option<&'a [u8]>,
+    /// `--admin-token`.
+    pub token: Option<&'a str>,
 }
 
 impl Backend for Server {
@@ -233,6 +268,17 @@ impl Backend for Server {
     fn system_shm(&self) -> Option<&tritium_server::shm::ShmRegistry> {
         Some(Server::shm(self))
     }
+    fn authorize_admin(&self, what: &str, caller: AdminCaller<'_>) -> Result<(), String> {
+        tritium_server::admin_access::authorize(self, what, caller.peer, caller.authorization, caller.token)
+    }
+    fn stacks(
+        &self,
+        model: &str,
+        instance: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<InstanceStacks>, InferError>> + Send {
+        let (server, model, instance) = (self.clone(), model.to_string(), instance.map(str::to_string));
+        async move { server.stacks(&model, instance.as_deref()).await }
+    }
 }
 
 /// The HTTP router over `server`, with default [`Options`].
@@ -268,5 +314,7 @@ pub async fn serve_with<B: Backend>(
             tracing::debug!("could not set TCP_NODELAY: {e}");
         }
     });
-    axum::serve(listener, routes::build(backend, options)).with_graceful_shutdown(shutdown).await
+    // The peer's address reaches the handlers (admin endpoints allow loopback peers).
+    let app = routes::build(backend, options).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }

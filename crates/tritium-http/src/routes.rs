@@ -32,9 +32,9 @@ const BLOCKING_THRESHOLD: usize = 256 << 10;
 
 const INFERENCE_HEADER_CONTENT_LENGTH: HeaderName = HeaderName::from_static("inference-header-content-length");
 
-struct AppState<B> {
-    backend: Arc<B>,
-    options: Options,
+pub(crate) struct AppState<B> {
+    pub(crate) backend: Arc<B>,
+    pub(crate) options: Options,
 }
 
 impl<B> Clone for AppState<B> {
@@ -73,6 +73,7 @@ pub(crate) fn build<B: Backend>(backend: Arc<B>, options: Options) -> Router {
             .route(&format!("{prefix}/generate"), with_405(post(generate::<B>)))
             .route(&format!("{prefix}/generate_stream"), with_405(post(generate_stream::<B>)));
     }
+    r = r.route("/tritium/models/{model}/stacks", get_only(get(crate::admin::stacks::<B>)));
     r = r.route("/v2/models/{model}/trace/setting", with_405(get(trace_get::<B>).post(trace_post::<B>)));
     for prefix in ["/v2/systemsharedmemory", "/v2/systemsharedmemory/region/{region}"] {
         r = r
@@ -134,7 +135,7 @@ fn json_response(status: StatusCode, body: impl Into<Body>) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.into()).into_response()
 }
 
-fn json_ok<T: Serialize>(value: &T) -> HttpResult {
+pub(crate) fn json_ok<T: Serialize>(value: &T) -> HttpResult {
     let body = serde_json::to_vec(value)
         .map_err(|e| HttpError::from(InferError::internal(format!("failed to write JSON: {e}"))))?;
     Ok(json_response(StatusCode::OK, body))

@@ -165,6 +165,9 @@ pub struct InstanceSnapshot {
     pub shm_bytes: u64,
     /// Requests the stub is executing now.
     pub inflight: u64,
+    /// Stubs of this instance recycled so far, by reason (`rss`, `requests`); summed per model
+    /// into `tritium_stub_recycled_total{model,reason}`.
+    pub recycled: Vec<(String, u64)>,
 }
 
 /// Everything `/metrics` reports about the server, taken at scrape time.
@@ -449,6 +452,12 @@ family!(
     "Shared memory mapped for the stub of a model instance (control and arena segments), in bytes"
 );
 family!(
+    STUB_RECYCLED,
+    "tritium_stub_recycled_total",
+    Counter,
+    "Number of stubs of a model replaced by a fresh one for passing a limit (label reason: rss for stub_max_rss_bytes, requests for stub_max_requests)"
+);
+family!(
     STUB_INFLIGHT,
     "tritium_stub_inflight_requests",
     Gauge,
@@ -468,7 +477,7 @@ family!(
 );
 
 /// The server's families in output order (Triton's registration order, then tritium's).
-const FAMILIES: [&FamilyDef; 38] = [
+const FAMILIES: [&FamilyDef; 39] = [
     &SUCCESS,
     &FAILURE,
     &COUNT,
@@ -507,10 +516,11 @@ const FAMILIES: [&FamilyDef; 38] = [
     &STUB_INFLIGHT,
     &RATE_LIMITER_WAITS,
     &RATE_LIMITER_WAIT_DURATION,
+    &STUB_RECYCLED,
 ];
 
 /// The names of the server's metric families; custom metrics may not use them.
-pub const SERVER_METRIC_NAMES: [&str; 43] = [
+pub const SERVER_METRIC_NAMES: [&str; 44] = [
     SUCCESS.name,
     FAILURE.name,
     COUNT.name,
@@ -547,6 +557,7 @@ pub const SERVER_METRIC_NAMES: [&str; 43] = [
     STUB_RSS.name,
     STUB_SHM.name,
     STUB_INFLIGHT.name,
+    STUB_RECYCLED.name,
     REQUEST_SUMMARY.name,
     QUEUE_SUMMARY.name,
     COMPUTE_INPUT_SUMMARY.name,
@@ -774,6 +785,15 @@ fn server_families<'a>(
         add(&RATE_LIMITER_WAITS, labels(), Number::Int(limited.waits));
         add(&RATE_LIMITER_WAIT_DURATION, labels(), Number::Int(limited.wait_us));
     }
+    let mut recycled: std::collections::BTreeMap<(&str, &str), u64> = std::collections::BTreeMap::new();
+    for instance in &snapshot.instances {
+        for (reason, n) in &instance.recycled {
+            *recycled.entry((instance.model.as_str(), reason.as_str())).or_default() += n;
+        }
+    }
+    for ((model, reason), n) in recycled {
+        add(&STUB_RECYCLED, vec![("model", model), ("reason", reason)], Number::Int(n));
+    }
     families
 }
 
@@ -1000,7 +1020,23 @@ mod tests {
             rss_bytes: Some(1_048_576),
             shm_bytes: 268_443_648,
             inflight: 1,
+            recycled: Vec::new(),
         }
+    }
+
+    #[test]
+    fn recycled_stubs_are_summed_per_model_and_reason() {
+        let metrics = quiet();
+        let mut a = instance();
+        a.recycled = vec![("rss".into(), 2), ("requests".into(), 0)];
+        let mut b = instance();
+        b.instance = "simple_0_1".into();
+        b.recycled = vec![("rss".into(), 1), ("requests".into(), 3)];
+        let text = metrics.render(&Snapshot { instances: vec![a, b], ..Snapshot::default() });
+        let lines = lines(&text);
+        assert!(lines.contains(&"# TYPE tritium_stub_recycled_total counter"), "{text}");
+        assert!(lines.contains(&"tritium_stub_recycled_total{model=\"simple\",reason=\"rss\"} 3"), "{text}");
+        assert!(lines.contains(&"tritium_stub_recycled_total{model=\"simple\",reason=\"requests\"} 3"), "{text}");
     }
 
     fn lines(text: &str) -> Vec<&str> {

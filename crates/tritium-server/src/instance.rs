@@ -26,7 +26,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::watch;
 use tracing::{error, info, warn};
-use tritium_host::{CallHandler, ChannelLimits, HostError, Stub, StubCommand, StubExit};
+use tritium_host::{CallHandler, ChannelLimits, HostError, StackProbe, Stub, StubCommand, StubExit};
 use tritium_ipc::Response;
 use tritium_ipc::{CallOp, CallResult, Descriptor, Initialize, IpcError, Request, TensorData, ToStub};
 use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
@@ -108,6 +108,12 @@ pub struct Supervision {
     /// (`--model-update-grace-secs`, per model `model_update_grace_secs`); zero retires them at
     /// once.
     pub update_grace: Duration,
+    /// A stub whose resident memory passes this is recycled: a fresh stub is started and ready
+    /// first, then the old one drains and stops (`stub_max_rss_bytes`, `--stub-max-rss-bytes`).
+    pub max_rss_bytes: Option<u64>,
+    /// A stub that has taken this many requests is recycled the same way (`stub_max_requests`,
+    /// `--stub-max-requests`).
+    pub max_requests: Option<u64>,
 }
 
 /// Default of `--max-request-metadata-bytes`: 64 KiB. Request ids are short tokens (UUIDs are
@@ -147,6 +153,8 @@ impl Default for Supervision {
             channel: ChannelLimits::default(),
             run_to_completion: true,
             update_grace: Duration::from_secs(crate::server::DEFAULT_MODEL_UPDATE_GRACE_SECS),
+            max_rss_bytes: None,
+            max_requests: None,
         }
     }
 }
@@ -211,12 +219,23 @@ pub(crate) struct Instance {
     died: AtomicBool,
     /// An operator asked for a restart.
     restart: AtomicBool,
+    /// The restart asked for is a recycling: a replacement is ready, and the stub finishes its
+    /// open streams before it stops.
+    recycling: AtomicBool,
     inflight: AtomicU64,
     executions: AtomicU64,
     /// The BLS calls its stub has in flight.
     pub(crate) bls: BlsCalls,
     /// Asks the running stub for its `prometheus_client` metrics (replaced at each start).
     probe: Mutex<Option<Arc<crate::scrape::StubProbe>>>,
+    /// Asks the running stub for its Python stacks (replaced at each start).
+    stacks: Mutex<Option<StackProbe>>,
+    /// Requests the running stub has taken (reset at each start), for `stub_max_requests`.
+    taken: AtomicU64,
+    /// The running stub's resident memory when it became ready, for its growth since.
+    rss_at_ready: AtomicU64,
+    /// Stubs recycled for passing `stub_max_rss_bytes` and `stub_max_requests`.
+    recycled: [AtomicU64; 2],
 }
 
 impl Instance {
@@ -227,10 +246,15 @@ impl Instance {
             status: Mutex::new(Status::new()),
             died: AtomicBool::new(false),
             restart: AtomicBool::new(false),
+            recycling: AtomicBool::new(false),
             inflight: AtomicU64::new(0),
             executions: AtomicU64::new(0),
             bls: BlsCalls::default(),
             probe: Mutex::new(None),
+            stacks: Mutex::new(None),
+            taken: AtomicU64::new(0),
+            rss_at_ready: AtomicU64::new(0),
+            recycled: [AtomicU64::new(0), AtomicU64::new(0)],
         }
     }
 
@@ -240,6 +264,18 @@ impl Instance {
             return None;
         }
         self.probe.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The running stub's pid and its stack probe, while a stub runs.
+    pub(crate) fn stack_probe(&self) -> Option<(u32, StackProbe)> {
+        let pid = self.status().pid?;
+        Some((pid, self.stacks.lock().unwrap_or_else(|p| p.into_inner()).clone()?))
+    }
+
+    /// Counts a batch of `requests` the worker took for the running stub.
+    fn took(&self, requests: usize) {
+        self.executions.fetch_add(1, Ordering::Relaxed);
+        self.taken.fetch_add(requests as u64, Ordering::Relaxed);
     }
 
     /// Whether the worker is running a batch (inside `execute`).
@@ -287,6 +323,8 @@ impl Instance {
     pub(crate) fn info(&self, model: &str, version: i64) -> InstanceInfo {
         let st = self.status();
         let rss_bytes = st.pid.and_then(rss_of).unwrap_or(0);
+        let private = st.pid.and_then(private_memory_of).unwrap_or_default();
+        let at_ready = self.rss_at_ready.load(Ordering::Relaxed);
         InstanceInfo {
             model: model.to_string(),
             version,
@@ -303,8 +341,68 @@ impl Instance {
             executions: self.executions.load(Ordering::Relaxed),
             transitions: st.transitions.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             impossible_transitions: st.impossible,
+            pss_bytes: private.pss,
+            uss_bytes: private.uss,
+            rss_growth_bytes: if st.pid.is_some() && at_ready > 0 { rss_bytes as i64 - at_ready as i64 } else { 0 },
+            requests_taken: self.taken.load(Ordering::Relaxed),
+            recycled: RecycleReason::ALL
+                .iter()
+                .map(|r| (r.as_str(), self.recycled[*r as usize].load(Ordering::Relaxed)))
+                .collect(),
         }
     }
+}
+
+/// Why a stub was recycled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RecycleReason {
+    /// Its resident memory passed `stub_max_rss_bytes`.
+    Rss = 0,
+    /// It took `stub_max_requests` requests.
+    Requests = 1,
+}
+
+impl RecycleReason {
+    pub(crate) const ALL: [RecycleReason; 2] = [RecycleReason::Rss, RecycleReason::Requests];
+
+    /// The `reason` label of `tritium_stub_recycled_total`.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RecycleReason::Rss => "rss",
+            RecycleReason::Requests => "requests",
+        }
+    }
+}
+
+/// A process's private memory, from `/proc/PID/smaps_rollup`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct PrivateMemory {
+    /// Proportional set size: private pages, plus shared pages divided among their sharers.
+    pss: u64,
+    /// Unique set size: pages no other process maps (`Private_Clean` + `Private_Dirty`).
+    uss: u64,
+}
+
+fn private_memory_of(pid: u32) -> Option<PrivateMemory> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    Some(parse_smaps_rollup(&text))
+}
+
+/// Reads `Pss`, `Private_Clean` and `Private_Dirty` (in kB) out of `smaps_rollup`'s text.
+fn parse_smaps_rollup(text: &str) -> PrivateMemory {
+    let mut m = PrivateMemory::default();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(key), Some(kb)) = (words.next(), words.next().and_then(|v| v.parse::<u64>().ok())) else {
+            continue;
+        };
+        match key {
+            "Pss:" => m.pss = kb * 1024,
+            "Private_Clean:" | "Private_Dirty:" => m.uss += kb * 1024,
+            _ => {}
+        }
+    }
+    m
 }
 
 /// Resident set size of a process, from `/proc/PID/statm`.
@@ -337,6 +435,7 @@ mod tests {
             Event::Died("died".into(), StubExit::Code(1)),
             Event::BackOff,
             Event::RestartRequested,
+            Event::Recycled { pid: 43, channel: channel() },
             Event::GaveUp("gave up".into()),
             Event::Stop,
             Event::Stopped,
@@ -359,6 +458,7 @@ mod tests {
             (S::Crashed, "BackOff", S::BackingOff),
             (S::Crashed, "GaveUp", S::Failed),
             (S::Ready, "RestartRequested", S::Draining),
+            (S::Ready, "Recycled", S::Ready),
             (S::Ready, "Stop", S::Stopping),
             (S::Crashed, "Stop", S::Stopping),
             (S::BackingOff, "Stop", S::Stopping),
@@ -448,6 +548,17 @@ mod tests {
         assert_eq!(st.on(Event::GaveUp("too many".into())), Ok(S::Failed));
         assert_eq!(st.reason, "too many");
         assert!(st.on(Event::Spawn).is_err());
+    }
+
+    #[test]
+    fn private_memory_comes_from_smaps_rollup() {
+        let text = "55d0c8a4e000-7ffd5c1f8000 ---p 00000000 00:00 0                  [rollup]\n\
+                    Rss:               36712 kB\nPss:               19105 kB\nPss_Anon:          15004 kB\n\
+                    Shared_Clean:      17820 kB\nPrivate_Clean:      1024 kB\nPrivate_Dirty:     15000 kB\n";
+        assert_eq!(parse_smaps_rollup(text), PrivateMemory { pss: 19105 * 1024, uss: 16024 * 1024 });
+        assert_eq!(parse_smaps_rollup("garbage\n"), PrivateMemory::default());
+        let me = private_memory_of(std::process::id()).expect("this process's smaps_rollup");
+        assert!(me.pss > 0 && me.uss > 0, "{me:?}");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! batching, request validation, and statistics. It knows nothing of HTTP, gRPC or JSON; the
 //! frontends translate their wire formats into [`types`] and call [`Server`].
 
+pub mod admin_access;
 mod cache;
 mod callers;
 mod classify;
@@ -40,6 +41,7 @@ pub use instance::{
 pub use scrape::STUB_METRICS_TIMEOUT;
 pub use server::{
     InferFuture, ModelFile, Server, ServerOptions, TraceSettingsView, DEFAULT_MODEL_UPDATE_GRACE_SECS, FILE_PREFIX,
+    STACKS_TIMEOUT,
 };
 /// `--metrics-config`, as [`ServerOptions::metrics`] takes it.
 pub use tritium_metrics::MetricsOptions;

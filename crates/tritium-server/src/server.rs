@@ -35,6 +35,7 @@ mod overrides;
 mod repository;
 mod resolve;
 mod rollback;
+mod stacks;
 mod trace;
 
 use repository::retire_all;
@@ -42,6 +43,7 @@ use resolve::{parse_config_override, LoadError, Resolved};
 
 pub use overrides::{ModelFile, FILE_PREFIX};
 pub use rollback::DEFAULT_MODEL_UPDATE_GRACE_SECS;
+pub use stacks::STACKS_TIMEOUT;
 pub use trace::TraceSettingsView;
 
 /// How the server runs models.

@@ -476,6 +476,33 @@ pub struct InstanceInfo {
     pub transitions: Vec<(String, u64)>,
     /// Events the supervisor refused as impossible in the state they came in (a bug if not 0).
     pub impossible_transitions: u64,
+    /// The stub's proportional set size (`/proc/PID/smaps_rollup`): its private memory plus its
+    /// share of pages it shares.
+    pub pss_bytes: u64,
+    /// The stub's unique set size: memory no other process maps.
+    pub uss_bytes: u64,
+    /// How much the stub's resident memory grew since it became ready (negative if it shrank).
+    pub rss_growth_bytes: i64,
+    /// Requests the running stub has taken since it started.
+    pub requests_taken: u64,
+    /// Stubs of this instance recycled so far, by reason (`rss`, `requests`).
+    pub recycled: Vec<(&'static str, u64)>,
+}
+
+/// The Python stacks of one stub ([`crate::Server::stacks`]).
+#[derive(Debug, Clone)]
+pub struct InstanceStacks {
+    /// Model name.
+    pub model: String,
+    /// Model version.
+    pub version: i64,
+    /// Instance name.
+    pub instance: String,
+    /// The stub's pid, when one runs.
+    pub pid: Option<u32>,
+    /// Every thread's stack (and the asyncio tasks'), as the stub wrote them; or why there are
+    /// none.
+    pub stacks: Result<String, String>,
 }
 
 /// The server's log settings, as Triton's logging extension names them.

@@ -1,4 +1,4 @@
-//! The subcommands that talk to a running server over gRPC: `stubs` and `restart` through
+//! The subcommands that talk to a running server over gRPC: `stubs`, `restart` and `stack` through
 //! tritium's admin API (`tritium.admin.Admin`), `models`, `load`, `reload` and `unload` through
 //! the standard repository RPCs; and the formatting of their answers (tables, JSON, human units).
 
@@ -13,7 +13,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Request, Status};
 use tritium_proto::admin::admin_client::AdminClient;
 use tritium_proto::admin::stub_exit::Status as ExitStatus;
-use tritium_proto::admin::{RestartRequest, StubExit, StubInfo, StubsRequest};
+use tritium_proto::admin::{InstanceStacks, RestartRequest, StacksRequest, StubExit, StubInfo, StubsRequest};
 use tritium_proto::inference::grpc_inference_service_client::GrpcInferenceServiceClient;
 use tritium_proto::inference::repository_index_response::ModelIndex;
 use tritium_proto::inference::{RepositoryIndexRequest, RepositoryModelLoadRequest, RepositoryModelUnloadRequest};
@@ -69,6 +69,19 @@ pub(crate) enum Command {
         /// (instance names as `tritium stubs` lists them, e.g. `add_sub/add_sub_0_0`).
         #[arg(value_name = "MODEL[/INSTANCE]")]
         name: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Print the live Python stack of every thread in a model's stubs (the main thread in
+    /// `execute`, the model's own threads, the asyncio tasks), also of a stub stuck in C code
+    /// that holds the GIL. From another host this needs the server's admin token.
+    Stack {
+        /// The model's name.
+        model: String,
+        /// Only this instance: its name as `tritium stubs` lists it (`add_sub_0_0`), or its
+        /// position among the model's instances (0, 1, ...).
+        #[arg(long, value_name = "N")]
+        instance: Option<String>,
         #[command(flatten)]
         target: Target,
     },
@@ -148,6 +161,14 @@ async fn execute(command: Command) -> Result<String> {
             let after = conn.stubs(&mut admin, &model).await.unwrap_or_default();
             Ok(restart_report(&model, &instance, &before, &after))
         }
+        Command::Stack { model, instance, target } => {
+            let conn = Conn::open(&target).await?;
+            let mut admin = AdminClient::new(conn.channel.clone());
+            let mut req = conn.request(StacksRequest { model: model.clone(), instance: instance.unwrap_or_default() });
+            req.set_timeout(QUERY_TIMEOUT);
+            let stacks = admin.stacks(req).await.map_err(|s| conn.error(&format!("stacks of {model}"), s))?;
+            Ok(stacks_text(&stacks.into_inner().stacks))
+        }
         Command::Models { json, target } => {
             let conn = Conn::open(&target).await?;
             let mut client = GrpcInferenceServiceClient::new(conn.channel.clone());
@@ -186,6 +207,33 @@ async fn execute(command: Command) -> Result<String> {
             Ok(format!("unloaded {model}\n"))
         }
     }
+}
+
+/// Growth of a stub's resident memory since it became ready: `+1.5 MiB`, `-12.0 KiB`, `0 B`.
+fn growth_text(bytes: i64) -> String {
+    let size = human_bytes(bytes.unsigned_abs());
+    match bytes {
+        0 => size,
+        b if b > 0 => format!("+{size}"),
+        _ => format!("-{size}"),
+    }
+}
+
+/// `tritium stack`'s output: for each stub a heading (model, version, instance, pid), then its
+/// stacks as the stub wrote them, or why there are none.
+fn stacks_text(stacks: &[InstanceStacks]) -> String {
+    let mut out = String::new();
+    for s in stacks {
+        let pid = if s.pid == 0 { "no process".to_string() } else { format!("pid {}", s.pid) };
+        out.push_str(&format!("=== {} version {} instance {} ({pid}) ===\n", s.model, s.version, s.instance));
+        if s.error.is_empty() {
+            out.push_str(s.stacks.trim_end());
+        } else {
+            out.push_str(&format!("(no stacks: {})", s.error));
+        }
+        out.push_str("\n\n");
+    }
+    out
 }
 
 /// The client's TLS settings from `--ca-cert` and `--client-cert`, if TLS is asked for.
@@ -337,6 +385,11 @@ fn stubs_json(stubs: &[StubInfo]) -> Value {
                     "inflight": s.inflight,
                     "executions": s.executions,
                     "impossible_transitions": s.impossible_transitions,
+                    "pss_bytes": s.pss_bytes,
+                    "uss_bytes": s.uss_bytes,
+                    "rss_growth_bytes": s.rss_growth_bytes,
+                    "requests_taken": s.requests_taken,
+                    "recycled": { "rss": s.recycled_rss, "requests": s.recycled_requests },
                 })
             })
             .collect(),
@@ -363,6 +416,8 @@ fn stubs_table(stubs: &[StubInfo], model: Option<&str>, now_ms: u64) -> String {
         "RESTARTS",
         "LAST EXIT",
         "RSS",
+        "PSS",
+        "GROWTH",
         "SHM",
         "INFLIGHT",
         "EXECUTIONS",
@@ -381,6 +436,8 @@ fn stubs_table(stubs: &[StubInfo], model: Option<&str>, now_ms: u64) -> String {
                 s.restarts.to_string(),
                 last_exit_text(s.last_exit.as_ref(), now_ms),
                 running(s, human_bytes(s.rss_bytes)),
+                running(s, human_bytes(s.pss_bytes)),
+                running(s, growth_text(s.rss_growth_bytes)),
                 running(s, human_bytes(s.shm_bytes)),
                 s.inflight.to_string(),
                 s.executions.to_string(),
@@ -392,6 +449,12 @@ fn stubs_table(stubs: &[StubInfo], model: Option<&str>, now_ms: u64) -> String {
     for s in stubs {
         if !s.reason.trim().is_empty() {
             notes.push_str(&format!("{}: {}\n", s.instance, first_line(&s.reason)));
+        }
+        if s.recycled_rss + s.recycled_requests != 0 {
+            notes.push_str(&format!(
+                "{}: recycled {} time(s) over stub_max_rss_bytes, {} over stub_max_requests\n",
+                s.instance, s.recycled_rss, s.recycled_requests
+            ));
         }
         if s.impossible_transitions != 0 {
             notes.push_str(&format!(
@@ -627,6 +690,8 @@ mod tests {
             uptime_secs: 75.4,
             restarts: 0,
             rss_bytes: 31_457_280,
+            pss_bytes: 20 << 20,
+            rss_growth_bytes: 3 << 19,
             shm_bytes: 1 << 20,
             executions: 12,
             ..Default::default()
@@ -718,9 +783,9 @@ mod tests {
         crashed.reason = "stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last stderr lines:\nx".into();
         let out = stubs_table(&[stub("add_sub_0_0", 4242), crashed], None, 15_000);
         let want = "\
-MODEL    VERSION  INSTANCE     PID   STATE        UPTIME  RESTARTS  LAST EXIT        RSS     SHM      INFLIGHT  EXECUTIONS
-add_sub  1        add_sub_0_0  4242  ready        1m15s   0         -                30 MiB  1.0 MiB  0         12
-add_sub  1        add_sub_0_1  -     backing_off  -       2         code 3 (5s ago)  -       -        0         12
+MODEL    VERSION  INSTANCE     PID   STATE        UPTIME  RESTARTS  LAST EXIT        RSS     PSS     GROWTH    SHM      INFLIGHT  EXECUTIONS
+add_sub  1        add_sub_0_0  4242  ready        1m15s   0         -                30 MiB  20 MiB  +1.5 MiB  1.0 MiB  0         12
+add_sub  1        add_sub_0_1  -     backing_off  -       2         code 3 (5s ago)  -       -       -         -        0         12
 
 add_sub_0_1: stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last stderr lines:
 ";
@@ -734,9 +799,9 @@ add_sub_0_1: stub add_sub_0_1 (pid 9) exited unexpectedly (exit code 3); last st
         buggy.impossible_transitions = 2;
         let out = stubs_table(&[stub("add_sub_0_0", 4242), buggy.clone()], None, 0);
         let want = "\
-MODEL    VERSION  INSTANCE     PID   STATE  UPTIME  RESTARTS  LAST EXIT  RSS     SHM      INFLIGHT  EXECUTIONS
-add_sub  1        add_sub_0_0  4242  ready  1m15s   0         -          30 MiB  1.0 MiB  0         12
-add_sub  1        add_sub_0_1  4243  ready  1m15s   0         -          30 MiB  1.0 MiB  0         12
+MODEL    VERSION  INSTANCE     PID   STATE  UPTIME  RESTARTS  LAST EXIT  RSS     PSS     GROWTH    SHM      INFLIGHT  EXECUTIONS
+add_sub  1        add_sub_0_0  4242  ready  1m15s   0         -          30 MiB  20 MiB  +1.5 MiB  1.0 MiB  0         12
+add_sub  1        add_sub_0_1  4243  ready  1m15s   0         -          30 MiB  20 MiB  +1.5 MiB  1.0 MiB  0         12
 
 add_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; the server log has each)
 ";
@@ -768,11 +833,16 @@ add_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; the s
                 "last_exit",
                 "model",
                 "pid",
+                "pss_bytes",
+                "recycled",
+                "requests_taken",
                 "restarts",
                 "rss_bytes",
+                "rss_growth_bytes",
                 "shm_bytes",
                 "state",
                 "uptime_secs",
+                "uss_bytes",
                 "version"
             ]
         );
@@ -783,6 +853,29 @@ add_sub_0_1: 2 impossible supervisor transition(s) refused (a tritium bug; the s
         assert_eq!(
             v[1]["last_exit"],
             json!({ "status": "killed by signal 9 (SIGKILL)", "unix_ms": 1_700_000_000_000u64 })
+        );
+    }
+
+    #[test]
+    fn recycled_stubs_and_stacks_are_reported() {
+        let mut recycled = stub("add_sub_0_0", 4242);
+        (recycled.recycled_rss, recycled.recycled_requests) = (2, 1);
+        assert!(stubs_table(&[recycled.clone()], None, 0)
+            .ends_with("\n\nadd_sub_0_0: recycled 2 time(s) over stub_max_rss_bytes, 1 over stub_max_requests\n"));
+        assert_eq!(stubs_json(&[recycled])[0]["recycled"], json!({ "rss": 2, "requests": 1 }));
+        assert_eq!((growth_text(0), growth_text(-2048)), ("0 B".to_string(), "-2.0 KiB".to_string()));
+        let one = |instance: &str, pid, stacks: &str, error: &str| InstanceStacks {
+            model: "m".into(),
+            version: 1,
+            instance: instance.into(),
+            pid,
+            stacks: stacks.into(),
+            error: error.into(),
+        };
+        assert_eq!(
+            stacks_text(&[one("m_0_0", 7, "Thread 0x1:\n  File \"x\"\n", ""), one("m_0_1", 0, "", "no stub process")]),
+            "=== m version 1 instance m_0_0 (pid 7) ===\nThread 0x1:\n  File \"x\"\n\n\
+             === m version 1 instance m_0_1 (no process) ===\n(no stacks: no stub process)\n\n"
         );
     }
 

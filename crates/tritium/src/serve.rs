@@ -105,6 +105,15 @@ pub(crate) struct ServeArgs {
     /// `stub_restart_limit`).
     #[arg(long, env = "TRITIUM_STUB_RESTART_LIMIT", default_value_t = 5, help_heading = TRITIUM_OWN)]
     stub_restart_limit: u32,
+    /// Recycle a stub whose resident memory passes this many bytes: a fresh stub is started and
+    /// ready first, then the old one finishes its batch and stops, so no request fails (per
+    /// model: `stub_max_rss_bytes`; 0: no limit).
+    #[arg(long, env = "TRITIUM_STUB_MAX_RSS_BYTES", default_value_t = 0, help_heading = TRITIUM_OWN)]
+    stub_max_rss_bytes: u64,
+    /// Recycle a stub once it has taken this many requests, the same way (per model:
+    /// `stub_max_requests`; 0: no limit).
+    #[arg(long, env = "TRITIUM_STUB_MAX_REQUESTS", default_value_t = 0, help_heading = TRITIUM_OWN)]
+    stub_max_requests: u64,
     /// The window of `--stub-restart-limit`, in seconds (per model: `stub_restart_window_secs`).
     #[arg(long, env = "TRITIUM_STUB_RESTART_WINDOW_SECS", default_value_t = 60, help_heading = TRITIUM_OWN)]
     stub_restart_window_secs: u64,
@@ -486,6 +495,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             max_sequence_backlog: args.max_sequence_backlog,
             run_to_completion: args.run_to_completion,
             update_grace: Duration::from_secs(args.model_update_grace_secs),
+            max_rss_bytes: (args.stub_max_rss_bytes > 0).then_some(args.stub_max_rss_bytes),
+            max_requests: (args.stub_max_requests > 0).then_some(args.stub_max_requests),
             channel: tritium_host::ChannelLimits {
                 max_peer_segments: args.max_stub_segments,
                 max_peer_segment_bytes: tritium_host::ChannelLimits::default()
@@ -689,6 +700,7 @@ async fn serve(
             max_input_size: args.http_max_input_size,
             restrictions: http_restrictions.clone(),
             header_forward: front_door.http_forward,
+            admin_token: args.admin_token.clone().filter(|t| !t.is_empty()).map(Arc::from),
         };
         let serving = tritium_http::serve_with(http, Arc::new(server.clone()), http_options, stopped(stop_rx.clone()));
         Some(tokio::spawn(serving))

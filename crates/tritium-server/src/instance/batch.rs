@@ -90,7 +90,7 @@ pub(super) fn run_batches(
             return Ok(None);
         }
         let Some(batch) = ctx.queue.ready_batch() else { return Ok(None) };
-        instance.executions.fetch_add(1, Ordering::Relaxed);
+        instance.took(batch.len());
         start_batch(ctx, stub, batch)
     };
     let mut running = start_batch(ctx, stub, batch)?;

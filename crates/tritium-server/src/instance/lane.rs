@@ -277,12 +277,12 @@ async fn serve_lane(
                     None => None,
                 };
                 instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
-                instance.executions.fetch_add(1, Ordering::Relaxed);
+                instance.took(batch.len());
                 let result = run_batches(ctx, instance, stub, bell, batch).await;
                 instance.inflight.store(0, Ordering::Relaxed);
                 if let Err(e) = result {
                     error!("{e}");
-                    let exit = off_runtime(|| stub.kill());
+                    let exit = off_runtime(|| super::kill_failed(stub, &e));
                     return Served::Died(e.to_string(), exit);
                 }
             }
@@ -499,7 +499,7 @@ async fn take_ahead(
         return Ok(());
     }
     let Some(batch) = ctx.queue.ready_batch() else { return Ok(()) };
-    instance.executions.fetch_add(1, Ordering::Relaxed);
+    instance.took(batch.len());
     ahead.extend(start_batch(ctx, stub, batch).await?);
     Ok(())
 }

@@ -54,6 +54,13 @@ pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub,
                 if instance.died.load(Ordering::Acquire) {
                     return died_idle(stub);
                 }
+                if instance.recycling.load(Ordering::Acquire) {
+                    // A recycled stub's open streams end on it: nothing of theirs fails.
+                    if let Err(e) = drain_open(ctx, instance, stub, open) {
+                        let exit = stub.kill();
+                        return Served::Died(e.to_string(), exit);
+                    }
+                }
                 return Served::Restart;
             }
             Next::Batch(batch) => {
@@ -70,7 +77,7 @@ pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub,
                     None => None,
                 };
                 instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
-                instance.executions.fetch_add(1, Ordering::Relaxed);
+                instance.took(batch.len());
                 let result = if ctx.decoupled {
                     run_decoupled_batch(ctx, stub, batch, open)
                 } else {
@@ -79,12 +86,37 @@ pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub,
                 instance.inflight.store(0, Ordering::Relaxed);
                 if let Err(e) = result {
                     error!("{e}");
-                    let exit = stub.kill();
+                    let exit = kill_failed(stub, &e);
                     return Served::Died(e.to_string(), exit);
                 }
             }
         }
     }
+}
+
+/// How long a recycled stub's open streams may take to end before those left fail.
+pub(super) const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+/// Forwards the responses of a decoupled model's open requests until every one has ended (or
+/// [`DRAIN_LIMIT`] passed, or the stub died), taking no new batch: a recycled stub finishes
+/// what it has.
+fn drain_open(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut Open) -> Result<(), HostError> {
+    let until = Instant::now() + DRAIN_LIMIT;
+    while !open.0.is_empty() && Instant::now() < until && !instance.died.load(Ordering::Acquire) {
+        let mut route = |r: Response| open.route(ctx, stub, r);
+        stub.poll(STREAM_POLL, &mut route)?;
+        open.watch(stub, ctx.supervision.max_inflight_responses);
+    }
+    Ok(())
+}
+
+/// Kills a stub that failed with `e`. One that timed out (hung in `execute`) has its Python
+/// stacks logged first, so the log shows where it hung.
+pub(super) fn kill_failed(stub: &Stub, e: &HostError) -> StubExit {
+    if matches!(e, HostError::Timeout { .. }) {
+        stub.log_stacks_before_kill(&e.to_string());
+    }
+    stub.kill()
 }
 
 /// The stub's watcher saw it exit while no batch ran.

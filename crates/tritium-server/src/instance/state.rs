@@ -25,6 +25,14 @@ pub(super) enum Event {
     BackOff,
     /// An operator asked for a restart; the stub finishes its batch and is finalized.
     RestartRequested,
+    /// A stub over its memory or request limit was replaced by a fresh one, started and ready
+    /// before the old one drained: the instance stays ready throughout.
+    Recycled {
+        /// The new stub's pid.
+        pid: u32,
+        /// The new stub's channel.
+        channel: Arc<tritium_ipc::ServerChannel>,
+    },
     /// Too many crashes in the window.
     GaveUp(String),
     /// The version is being unloaded or the server stops.
@@ -44,6 +52,7 @@ impl Event {
             Event::Died(..) => "Died",
             Event::BackOff => "BackOff",
             Event::RestartRequested => "RestartRequested",
+            Event::Recycled { .. } => "Recycled",
             Event::GaveUp(_) => "GaveUp",
             Event::Stop => "Stop",
             Event::Stopped => "Stopped",
@@ -76,6 +85,7 @@ pub(super) fn transition(from: InstanceState, event: &Event) -> Result<InstanceS
         (S::Crashed, E::BackOff) => S::BackingOff,
         (S::Crashed, E::GaveUp(_)) => S::Failed,
         (S::Ready, E::RestartRequested) => S::Draining,
+        (S::Ready, E::Recycled { .. }) => S::Ready,
         (S::Ready | S::Crashed | S::BackingOff, E::Stop) => S::Stopping,
         (S::Stopping, E::Stopped) => S::Stopped,
         (from, event) => return Err(ImpossibleTransition { from, event: event.name() }),
@@ -152,6 +162,12 @@ impl Status {
                 self.forget_stub();
             }
             Event::BackOff | Event::RestartRequested => self.restarts += 1,
+            Event::Recycled { pid, channel } => {
+                self.restarts += 1;
+                self.pid = Some(pid);
+                self.started = Some((Instant::now(), SystemTime::now()));
+                self.channel = Some(channel);
+            }
             Event::Stop => {}
             Event::Stopped => self.forget_stub(),
         }

@@ -51,15 +51,26 @@ pub(super) enum Started {
     Died(String, StubExit),
 }
 
+/// Starts the instance's stub, through the supervisor's states (starting, initializing).
 pub(super) fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
+    instance.on(Event::Spawn);
+    launch(ctx, instance, |stub| instance.on(Event::Spawned { pid: stub.pid(), channel: stub.channel().clone() }))
+}
+
+/// Starts a stub to replace the running one (recycling): the instance stays ready meanwhile.
+fn prestart(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
+    launch(ctx, instance, |_| {})
+}
+
+/// Spawns a stub (`spawned` runs once it said hello), initializes it and runs the warmup.
+fn launch(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, spawned: impl FnOnce(&Stub)) -> Started {
     let spec = &instance.spec;
     let sup = &ctx.supervision;
-    instance.on(Event::Spawn);
     let stub = match Stub::spawn_with_limits(&ctx.stub, &spec.name, sup.init_timeout, sup.channel) {
         Ok(stub) => stub,
         Err(e) => return Started::Died(e.to_string(), StubExit::Other(e.to_string())),
     };
-    instance.on(Event::Spawned { pid: stub.pid(), channel: stub.channel().clone() });
+    spawned(&stub);
     stub.set_call_handler(call_handler(instance.metrics.clone(), ctx.calls.clone(), ctx.model.clone()));
     stub.set_bls_handler(ctx.calls.bls_handler(ctx, instance, stub.channel()));
     let args = [
@@ -185,9 +196,18 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
     let mut ready = Some(ready);
     let mut crashes = Crashes::default();
     let mut backoff = sup.backoff_initial;
+    if (sup.max_rss_bytes.is_some() || sup.max_requests.is_some()) && !recycles(ctx) {
+        warn!("stub_max_rss_bytes and stub_max_requests do not apply to models with sequence batching (the state of their sequences lives in the stub): this instance is not recycled");
+    }
+    // A replacement started and ready while the stub it replaces served (recycling).
+    let mut replacement: Option<(Arc<Stub>, RecycleReason)> = None;
     loop {
         instance.died.store(false, Ordering::Release);
-        let stub = match start(ctx, instance) {
+        let (started, recycled) = match replacement.take() {
+            Some((stub, reason)) => (Started::Ready(stub), Some(reason)),
+            None => (start(ctx, instance), None),
+        };
+        let stub = match started {
             Started::Ready(stub) => stub,
             Started::Failed(why) => {
                 instance.on(Event::InitFailed(why.clone()));
@@ -223,27 +243,60 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
         }
         *instance.probe.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(Arc::new(crate::scrape::StubProbe::new(stub.metrics_probe())));
-        instance.on(Event::Initialized);
+        *instance.stacks.lock().unwrap_or_else(|p| p.into_inner()) = Some(stub.stack_probe());
+        instance.taken.store(0, Ordering::Relaxed);
+        let rss_at_ready = rss_of(stub.pid()).unwrap_or(0);
+        instance.rss_at_ready.store(rss_at_ready, Ordering::Relaxed);
+        if let Some(max) = sup.max_rss_bytes.filter(|max| rss_at_ready >= *max) {
+            warn!(
+                "the stub holds {rss_at_ready} bytes resident once ready, at least stub_max_rss_bytes ({max}): \
+                 it is not recycled for its memory (raise the limit)"
+            );
+        }
+        match recycled {
+            Some(reason) => {
+                instance.recycled[reason as usize].fetch_add(1, Ordering::Relaxed);
+                instance.on(Event::Recycled { pid: stub.pid(), channel: stub.channel().clone() });
+            }
+            None => instance.on(Event::Initialized),
+        }
         if let Some(tx) = ready.take() {
             let _ = tx.send(Ok(()));
         }
         let ready_at = Instant::now();
-        // A panic while serving (a bug in the worker) must not leave the instance "ready" with
-        // nobody taking its queue: it ends this stub like a crash, and the supervisor restarts
-        // (or gives up) as for any other. The batch in flight is answered as dropped.
-        let served = unwind_to_error(|| {
-            if lane::eligible(ctx) {
-                lane::serve(ctx, instance, &stub)
-            } else {
-                serve(ctx, instance, &stub)
+        let served = if recycles(ctx) {
+            let (served, next) = serve_within_limits(ctx, instance, &stub);
+            replacement = next;
+            served
+        } else {
+            serve_caught(ctx, instance, &stub)
+        };
+        if let (Some((next, reason)), Served::Restart) = (&replacement, &served) {
+            // The old stub took its last batch and answered it: the replacement serves from now
+            // on, and the old one is finalized beside it, on a thread of its own.
+            instance.restart.store(false, Ordering::Release);
+            instance.recycling.store(false, Ordering::Release);
+            info!(old = stub.pid(), new = next.pid(), reason = reason.as_str(), "stub recycled");
+            let old = stub;
+            old.unwatch();
+            let spawned =
+                std::thread::Builder::new().name(format!("finalize-{}", instance.spec.name)).spawn(move || {
+                    if let Err(e) = old.finalize(Duration::from_secs(30)) {
+                        warn!("finalize of the recycled stub: {e}");
+                    }
+                });
+            if let Err(e) = spawned {
+                warn!("cannot finalize the recycled stub on a thread of its own ({e}); it is killed");
             }
-        })
-        .unwrap_or_else(|why| {
-            error!("instance worker panicked: {why}");
-            instance.inflight.store(0, Ordering::Relaxed);
-            let exit = stub.kill();
-            Served::Died(format!("the instance worker panicked: {why}"), exit)
-        });
+            continue;
+        }
+        instance.recycling.store(false, Ordering::Release);
+        if let Some((next, _)) = replacement.take() {
+            // The old stub died or the version stops: the replacement is not needed.
+            if let Err(e) = next.finalize(Duration::from_secs(30)) {
+                warn!("finalize of an unused replacement stub: {e}");
+            }
+        }
         match served {
             Served::Closed => {
                 instance.on(Event::Stop);
@@ -285,6 +338,103 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
             }
         }
     }
+}
+
+/// Serves `stub` until it stops, turning a panic of the worker into a crash of the stub.
+fn serve_caught(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &Arc<Stub>) -> Served {
+    // A panic while serving (a bug in the worker) must not leave the instance "ready" with
+    // nobody taking its queue: it ends this stub like a crash, and the supervisor restarts (or
+    // gives up) as for any other. The batch in flight is answered as dropped.
+    unwind_to_error(|| if lane::eligible(ctx) { lane::serve(ctx, instance, stub) } else { serve(ctx, instance, stub) })
+        .unwrap_or_else(|why| {
+            error!("instance worker panicked: {why}");
+            instance.inflight.store(0, Ordering::Relaxed);
+            let exit = stub.kill();
+            Served::Died(format!("the instance worker panicked: {why}"), exit)
+        })
+}
+
+/// Whether the version's stubs are recycled: it has a limit, and no sequence batcher (a
+/// sequence's state lives in its stub, and would be lost).
+fn recycles(ctx: &VersionContext) -> bool {
+    let sup = &ctx.supervision;
+    (sup.max_rss_bytes.is_some() || sup.max_requests.is_some()) && !ctx.queue.is_sequenced()
+}
+
+/// How often a stub with limits (`stub_max_rss_bytes`, `stub_max_requests`) is checked.
+const LIMIT_CHECK: Duration = Duration::from_millis(250);
+
+/// [`serve_caught`] for a version with recycling limits: the stub is served from a thread of
+/// its own while this (the worker) thread checks its limits. A stub over one gets a
+/// replacement, started here (so that its `PR_SET_PDEATHSIG` is tied to this long-lived thread)
+/// while the old one goes on serving; once it is ready the old one is asked to stop taking
+/// batches (the restart flag), and serving ends with [`Served::Restart`] and the replacement.
+/// A replacement that fails to start is retried after the longest restart delay; the old stub
+/// serves on meanwhile.
+fn serve_within_limits(
+    ctx: &Arc<VersionContext>,
+    instance: &Arc<Instance>,
+    stub: &Arc<Stub>,
+) -> (Served, Option<(Arc<Stub>, RecycleReason)>) {
+    std::thread::scope(|scope| {
+        let (done_tx, done) = mpsc::channel::<()>();
+        let serving =
+            std::thread::Builder::new().name(format!("serve-{}", instance.spec.name)).spawn_scoped(scope, move || {
+                let served = serve_caught(ctx, instance, stub);
+                drop(done_tx);
+                served
+            });
+        let serving = match serving {
+            Ok(handle) => handle,
+            Err(e) => {
+                warn!("cannot serve on a thread of its own ({e}); the stub is served without recycling");
+                return (serve_caught(ctx, instance, stub), None);
+            }
+        };
+        let mut next = None;
+        let mut retry_at = Instant::now();
+        while let Err(mpsc::RecvTimeoutError::Timeout) = done.recv_timeout(LIMIT_CHECK) {
+            if next.is_some() || Instant::now() < retry_at {
+                continue;
+            }
+            let Some((reason, why)) = over_limit(&ctx.supervision, instance, stub) else { continue };
+            info!(reason = reason.as_str(), "stub {why}; starting its replacement");
+            match prestart(ctx, instance) {
+                Started::Ready(fresh) => {
+                    next = Some((fresh, reason));
+                    instance.recycling.store(true, Ordering::Release);
+                    instance.request_restart(&ctx.queue);
+                }
+                Started::Failed(e) | Started::Died(e, _) => {
+                    warn!("the replacement of the stub over its limit did not start: {e}; the stub serves on");
+                    retry_at = Instant::now() + ctx.supervision.backoff_max;
+                }
+            }
+        }
+        let served = serving.join().unwrap_or_else(|payload| {
+            let why = panic_message(&*payload);
+            Served::Died(format!("the instance worker panicked: {why}"), stub.kill())
+        });
+        (served, next)
+    })
+}
+
+/// Which limit the running stub is over, if any, and how, in words.
+fn over_limit(sup: &Supervision, instance: &Instance, stub: &Stub) -> Option<(RecycleReason, String)> {
+    if let Some(max) = sup.max_requests {
+        let taken = instance.taken.load(Ordering::Relaxed);
+        if taken >= max {
+            return Some((RecycleReason::Requests, format!("took {taken} requests (stub_max_requests {max})")));
+        }
+    }
+    // A stub that starts over the limit would be replaced by another one over it, again and again.
+    if let Some(max) = sup.max_rss_bytes.filter(|max| instance.rss_at_ready.load(Ordering::Relaxed) < *max) {
+        let rss = rss_of(stub.pid()).unwrap_or(0);
+        if rss > max {
+            return Some((RecycleReason::Rss, format!("holds {rss} bytes resident (stub_max_rss_bytes {max})")));
+        }
+    }
+    None
 }
 
 /// The crashes within the restart window.

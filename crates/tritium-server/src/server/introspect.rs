@@ -333,6 +333,7 @@ impl Server {
                 rss_bytes: i.pid.map(|_| i.rss_bytes),
                 shm_bytes: i.shm_bytes,
                 inflight: i.inflight,
+                recycled: i.recycled.iter().map(|(r, n)| (r.to_string(), *n)).collect(),
             });
         }
         snapshot.cache = self.cache_usage().map(|u| tritium_metrics::CacheSnapshot {

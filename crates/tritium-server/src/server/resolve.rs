@@ -42,6 +42,17 @@ pub(super) fn supervision_for(base: &Supervision, config: &ModelConfig) -> Resul
             ))
         })?;
     }
+    for (key, limit) in [("stub_max_rss_bytes", &mut sup.max_rss_bytes), ("stub_max_requests", &mut sup.max_requests)] {
+        if let Some(p) = config.parameters.get(key) {
+            let n: u64 = p.string_value.trim().parse().map_err(|_| {
+                LoadError::Parameter(format!(
+                    "parameter {key:?} must be a whole number (0 for no limit), got {:?}",
+                    p.string_value
+                ))
+            })?;
+            *limit = (n > 0).then_some(n);
+        }
+    }
     Ok(sup)
 }
 
