@@ -93,7 +93,7 @@ fn admin_service_is_in_the_descriptor_set() {
     let pool = pool();
     let admin_service = pool.get_service_by_name("tritium.admin.Admin").expect("admin service");
     let methods: Vec<String> = admin_service.methods().map(|m| m.name().to_owned()).collect();
-    assert_eq!(methods, ["Stubs", "Restart"]);
+    assert_eq!(methods, ["Stubs", "Restart", "Stacks"]);
     assert_eq!(admin::admin_server::SERVICE_NAME, "tritium.admin.Admin");
     let stub = pool.get_message_by_name("tritium.admin.StubInfo").expect("StubInfo");
     let fields: Vec<(String, u32)> = stub.fields().map(|f| (f.name().to_owned(), f.number())).collect();

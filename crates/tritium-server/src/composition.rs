@@ -51,7 +51,7 @@ pub(crate) trait Router: Send + Sync {
         self: Arc<Self>,
         name: &str,
         config_json: Option<String>,
-        files: Vec<crate::server::ModelFile>,
+        files: Vec<crate::types::ModelFile>,
     ) -> Result<Boxed<Result<(), InferError>>, InferError>;
 
     /// Unloading model `name` and, with `dependents`, the step models of an ensemble that no
@@ -141,11 +141,11 @@ fn model_control(
 
 /// `pb_utils.load_model`'s `files` (keyed `file:<path>`, as Triton's load parameters) as model
 /// files; a key without the prefix is refused with Triton's text.
-fn model_files(name: &str, files: Vec<(String, Vec<u8>)>) -> Result<Vec<crate::server::ModelFile>, String> {
+fn model_files(name: &str, files: Vec<(String, Vec<u8>)>) -> Result<Vec<crate::types::ModelFile>, String> {
     files
         .into_iter()
         .map(|(key, contents)| {
-            crate::server::ModelFile::from_parameter(&key, contents).ok_or_else(|| {
+            crate::types::ModelFile::from_parameter(&key, contents).ok_or_else(|| {
                 format!("failed to load '{name}': Unrecognized load parameter '{key}' with type 'BYTES'")
             })
         })

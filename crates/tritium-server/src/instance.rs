@@ -135,6 +135,9 @@ pub const DEFAULT_MAX_SEQUENCE_BACKLOG: usize = 4096;
 /// a slow client (Triton has no such bound: its gRPC frontend queues every response).
 pub const DEFAULT_MAX_INFLIGHT_RESPONSES: u32 = 64;
 
+/// Default of `--model-update-grace-secs` ([`Supervision::update_grace`]).
+pub const DEFAULT_MODEL_UPDATE_GRACE_SECS: u64 = 10;
+
 impl Default for Supervision {
     fn default() -> Self {
         Self {
@@ -152,7 +155,7 @@ impl Default for Supervision {
             max_sequence_backlog: DEFAULT_MAX_SEQUENCE_BACKLOG,
             channel: ChannelLimits::default(),
             run_to_completion: true,
-            update_grace: Duration::from_secs(crate::server::DEFAULT_MODEL_UPDATE_GRACE_SECS),
+            update_grace: Duration::from_secs(DEFAULT_MODEL_UPDATE_GRACE_SECS),
             max_rss_bytes: None,
             max_requests: None,
         }

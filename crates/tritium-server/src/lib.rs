@@ -40,8 +40,7 @@ pub use instance::{
 };
 pub use scrape::STUB_METRICS_TIMEOUT;
 pub use server::{
-    InferFuture, ModelFile, Server, ServerOptions, TraceSettingsView, DEFAULT_MODEL_UPDATE_GRACE_SECS, FILE_PREFIX,
-    STACKS_TIMEOUT,
+    InferFuture, Server, ServerOptions, TraceSettingsView, DEFAULT_MODEL_UPDATE_GRACE_SECS, STACKS_TIMEOUT,
 };
 /// `--metrics-config`, as [`ServerOptions::metrics`] takes it.
 pub use tritium_metrics::MetricsOptions;

@@ -41,7 +41,6 @@ mod trace;
 use repository::retire_all;
 use resolve::{parse_config_override, LoadError, Resolved};
 
-pub use overrides::{ModelFile, FILE_PREFIX};
 pub use rollback::DEFAULT_MODEL_UPDATE_GRACE_SECS;
 pub use stacks::STACKS_TIMEOUT;
 pub use trace::TraceSettingsView;

@@ -565,6 +565,25 @@ pub fn parse_version(s: &str) -> Result<Option<i64>, InferError> {
     })
 }
 
+/// The prefix of a file's load parameter name.
+pub const FILE_PREFIX: &str = "file:";
+/// One file of a load request: its path inside the model directory (without the `file:`
+/// prefix, such as `1/model.py`) and its contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelFile {
+    /// The path inside the model directory.
+    pub path: String,
+    /// The file's bytes.
+    pub contents: Vec<u8>,
+}
+
+impl ModelFile {
+    /// A file from its load parameter name (`file:1/model.py`), when the name has the prefix.
+    pub fn from_parameter(key: &str, contents: Vec<u8>) -> Option<Self> {
+        key.strip_prefix(FILE_PREFIX).map(|path| Self { path: path.to_string(), contents })
+    }
+}
+
 #[cfg(test)]
 mod stream_tests {
     use super::*;

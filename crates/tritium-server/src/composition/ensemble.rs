@@ -598,7 +598,7 @@ mod tests {
             self: Arc<Self>,
             _: &str,
             _: Option<String>,
-            _: Vec<crate::server::ModelFile>,
+            _: Vec<crate::types::ModelFile>,
         ) -> Result<Boxed<Result<(), InferError>>, InferError> {
             Err(InferError::unavailable("no model control here"))
         }

@@ -14,33 +14,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tracing::warn;
 
-use crate::types::InferError;
+use crate::types::{InferError, ModelFile, FILE_PREFIX};
 
-/// The prefix of a file's load parameter name.
-pub const FILE_PREFIX: &str = "file:";
 /// Most files one load request may carry.
 pub(crate) const MAX_LOAD_FILES: usize = 4096;
 /// Most bytes of one file (Triton's limit: `INT_MAX`).
 pub(crate) const MAX_LOAD_FILE_BYTES: usize = i32::MAX as usize;
 /// Most bytes of all of one load request's files together.
 pub(crate) const MAX_LOAD_FILES_BYTES: u64 = 4 << 30;
-
-/// One file of a load request: its path inside the model directory (without the `file:`
-/// prefix, such as `1/model.py`) and its contents.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelFile {
-    /// The path inside the model directory.
-    pub path: String,
-    /// The file's bytes.
-    pub contents: Vec<u8>,
-}
-
-impl ModelFile {
-    /// A file from its load parameter name (`file:1/model.py`), when the name has the prefix.
-    pub fn from_parameter(key: &str, contents: Vec<u8>) -> Option<Self> {
-        key.strip_prefix(FILE_PREFIX).map(|path| Self { path: path.to_string(), contents })
-    }
-}
 
 /// A model directory written from a load request's files; removed when dropped (when the last
 /// version loaded from it is gone).

@@ -76,7 +76,7 @@ impl Server {
         &self,
         name: &str,
         config_json: Option<&str>,
-        files: Vec<overrides::ModelFile>,
+        files: Vec<crate::types::ModelFile>,
     ) -> Result<(), InferError> {
         self.check_control()?;
         check_name(name).map_err(InferError::invalid)?;

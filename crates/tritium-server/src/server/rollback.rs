@@ -17,8 +17,7 @@ pub(crate) const ROLLBACK_CRASHES: u64 = 2;
 /// How often the watcher looks at the new instances.
 const TICK: Duration = Duration::from_millis(20);
 
-/// Default of `--model-update-grace-secs`.
-pub const DEFAULT_MODEL_UPDATE_GRACE_SECS: u64 = 10;
+pub use crate::instance::DEFAULT_MODEL_UPDATE_GRACE_SECS;
 
 /// Watches model `name`'s new versions `new` for the grace period after a reload switched to
 /// them; their predecessors wait in the entry's `standby`.
