@@ -334,7 +334,7 @@ def test_onnx_answers_match_numpy_over_http_and_grpc(served):
             np.testing.assert_allclose(out["DIFF"], x - y, rtol=1e-6)
         x = rng.random((2, 3), dtype=np.float32)
         out = infer(module, client, "onnx_external", {"X": x}, ["Y"])
-        np.testing.assert_allclose(out["Y"], np.maximum(x @ W, 0), rtol=1e-6)
+        np.testing.assert_allclose(out["Y"], np.maximum(x @ W, 0), rtol=1e-5, atol=1e-6)
 
 
 def test_a_config_less_onnx_model_is_completed_from_the_model(served):
@@ -392,7 +392,8 @@ def test_batching_joins_requests_and_each_gets_its_own_answer(served):
     with concurrent.futures.ThreadPoolExecutor(12) as pool:
         answers = list(pool.map(lambda x: infer(grpcclient, client, "onnx_batching", {"X": x}, ["Y"])["Y"], xs))
     for x, y in zip(xs, answers):
-        np.testing.assert_allclose(y, np.maximum(x @ W, 0), rtol=1e-6)
+        # A batch runs other kernels than one row: float32 sums may differ in the last bits.
+        np.testing.assert_allclose(y, np.maximum(x @ W, 0), rtol=1e-5, atol=1e-6)
     after = client.get_inference_statistics("onnx_batching", as_json=True)["model_stats"][0]
     inferences = int(after.get("inference_count", 0)) - int(before.get("inference_count", 0))
     executions = int(after.get("execution_count", 0)) - int(before.get("execution_count", 0))

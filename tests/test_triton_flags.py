@@ -166,7 +166,7 @@ def test_flags_without_meaning_here_are_accepted_and_logged(tmp_path):
     [
         ("--grpc-use-ssl=true", "--grpc-server-cert"),
         ("--http-restricted-api=model-repository", "--http-restricted-api option format"),
-        ("--rate-limit=execution_count", "--rate-limit=execution_count"),
+        ("--rate-limit=sometimes", "--rate-limit=sometimes"),
         ("--cache-config=redis,host=localhost", "--cache-config=redis,host=localhost"),
     ],
 )
