@@ -223,12 +223,9 @@ struct Router {
     bls: Mutex<HashMap<u64, VecDeque<Response>>>,
     /// The requests between their `Execute` and their end, with their cancellation and credit.
     requests: Mutex<Requests>,
-    /// Outputs each request wants written into a client's shared memory region, by request id
-    /// (system shared memory), from its `Execute` until its final response.
-    output_regions: Mutex<HashMap<u64, Vec<(String, Descriptor)>>>,
-    /// The client regions each request's inputs or outputs lie in, by request id, from its
-    /// `Execute` until its final response: a response is failed if one of them faulted.
-    client_regions: Mutex<HashMap<u64, Vec<u32>>>,
+    /// The client shared memory regions (system shared memory) each request uses, by request id,
+    /// from its `Execute` until its final response; requests that use none are not listed.
+    client_regions: Mutex<HashMap<u64, ClientRegions>>,
     /// A decoupled request's window ([`tritium_ipc::Initialize::max_inflight_responses`]; 0: none).
     window: AtomicU64,
     /// Bumped (and `woken` notified) whenever a reply or a BLS response arrives.
@@ -303,6 +300,22 @@ fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What one request has in clients' shared memory regions.
+#[derive(Clone, Default)]
+struct ClientRegions {
+    /// Outputs to write straight into a region, by name.
+    outputs: Vec<(String, Descriptor)>,
+    /// The regions its inputs lie in.
+    inputs: Vec<u32>,
+}
+
+impl ClientRegions {
+    /// The ids of every region the request reads or writes.
+    fn ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.inputs.iter().copied().chain(self.outputs.iter().map(|(_, d)| d.segment))
+    }
+}
+
 /// How long a call waits for the server's reply.
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -358,25 +371,18 @@ impl Router {
                 for r in &requests {
                     tracked.open(r.id);
                 }
-                let mut regions = guard(&self.output_regions);
-                let mut clients = guard(&self.client_regions);
+                let mut regions = guard(&self.client_regions);
                 for r in &requests {
-                    if !r.output_regions.is_empty() {
-                        regions.insert(r.id, r.output_regions.clone());
-                    }
-                    let mut ids: Vec<u32> = r
+                    let inputs: Vec<u32> = r
                         .inputs
                         .iter()
                         .filter_map(|t| match &t.data {
                             TensorData::Shm { desc, .. } if desc.in_client_region() => Some(desc.segment),
                             _ => None,
                         })
-                        .chain(r.output_regions.iter().map(|(_, d)| d.segment))
                         .collect();
-                    if !ids.is_empty() {
-                        ids.sort_unstable();
-                        ids.dedup();
-                        clients.insert(r.id, ids);
+                    if !inputs.is_empty() || !r.output_regions.is_empty() {
+                        regions.insert(r.id, ClientRegions { outputs: r.output_regions.clone(), inputs });
                     }
                 }
                 return Some(ToStub::Execute { batch, requests });
@@ -793,16 +799,14 @@ impl Channel {
     /// dropped when it comes. (A non-decoupled model's one response is final too.)
     fn ended(&self, request: u64) {
         guard(&self.router.requests).end(request);
-        guard(&self.router.output_regions).remove(&request);
         guard(&self.router.client_regions).remove(&request);
     }
 
     /// The error for a response of `request` when a client region its inputs or outputs lie in
     /// was shrunk by its client under the model ([`tritium_ipc::fault`]): what the model read
     /// there were zeros, and what it wrote there is lost.
-    fn region_fault(&self, request: u64) -> Option<String> {
-        let ids = guard(&self.router.client_regions).get(&request).cloned()?;
-        ids.iter().any(|id| self.inner.region_faulted(*id)).then(|| {
+    fn region_fault(&self, regions: &ClientRegions) -> Option<String> {
+        regions.ids().any(|id| self.inner.region_faulted(id)).then(|| {
             "the client shrank a system shared memory region this request reads or writes while the model was \
              running (its file is smaller than the registered range), so the request's data there is lost; keep a \
              region's file at its registered size while requests use it, and register the region again"
@@ -1113,11 +1117,11 @@ impl Channel {
         final_response: bool,
         wake: bool,
     ) -> PyResult<()> {
-        let regions = guard(&self.router.output_regions).get(&request).cloned().unwrap_or_default();
+        let regions = guard(&self.router.client_regions).get(&request).cloned().unwrap_or_default();
         let mut tensors = Vec::with_capacity(outputs.len());
         let mut region_error = None;
         for out in outputs {
-            let made = match regions.iter().find(|(name, _)| *name == out.0) {
+            let made = match regions.outputs.iter().find(|(name, _)| *name == out.0) {
                 Some((_, dest)) => match self.tensor_into_region(py, out, *dest) {
                     Ok(Ok(t)) => Ok(t),
                     Ok(Err(too_small)) => {
@@ -1139,7 +1143,7 @@ impl Channel {
         let mut error = stub_error(error);
         // Triton fails the response (INTERNAL) when an output does not fit its region; tritium
         // also when the client shrank a region of the request under the model.
-        if let Some(message) = region_error.or_else(|| self.region_fault(request)) {
+        if let Some(message) = region_error.or_else(|| self.region_fault(&regions)) {
             self.free_tensors(&tensors);
             tensors = Vec::new();
             error = Some(StubError { message, code: 1, traceback: None });
@@ -1257,12 +1261,10 @@ impl Channel {
     /// Forgets requests that ended (their cancellations and credit).
     fn forget_cancelled(&self, requests: Vec<u64>) {
         let mut tracked = guard(&self.router.requests);
-        let mut regions = guard(&self.router.output_regions);
-        let mut clients = guard(&self.router.client_regions);
+        let mut regions = guard(&self.router.client_regions);
         for r in requests {
             tracked.end(r);
             regions.remove(&r);
-            clients.remove(&r);
         }
     }
 

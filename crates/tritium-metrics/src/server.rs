@@ -756,13 +756,7 @@ fn server_families<'a>(
         add(&CACHE_EVICTIONS, vec![], Number::Int(cache.evictions));
     }
     for instance in &snapshot.instances {
-        let labels = || {
-            vec![
-                ("instance", instance.instance.as_str()),
-                ("model", instance.model.as_str()),
-                ("version", instance.version.as_str()),
-            ]
-        };
+        let labels = || instance_labels(&instance.instance, &instance.model, &instance.version);
         let mut state = labels();
         state.push(("state", instance.state.as_str()));
         add(&STUB_STATE, state, Number::Int(1));
@@ -775,13 +769,7 @@ fn server_families<'a>(
         add(&STUB_INFLIGHT, labels(), Number::Int(instance.inflight));
     }
     for limited in &snapshot.rate_limited {
-        let labels = || {
-            vec![
-                ("instance", limited.instance.as_str()),
-                ("model", limited.model.as_str()),
-                ("version", limited.version.as_str()),
-            ]
-        };
+        let labels = || instance_labels(&limited.instance, &limited.model, &limited.version);
         add(&RATE_LIMITER_WAITS, labels(), Number::Int(limited.waits));
         add(&RATE_LIMITER_WAIT_DURATION, labels(), Number::Int(limited.wait_us));
     }
@@ -795,6 +783,11 @@ fn server_families<'a>(
         add(&STUB_RECYCLED, vec![("model", model), ("reason", reason)], Number::Int(n));
     }
     families
+}
+
+/// The labels of a per-instance series, in output order.
+fn instance_labels<'a>(instance: &'a str, model: &'a str, version: &'a str) -> Vec<(&'static str, &'a str)> {
+    vec![("instance", instance), ("model", model), ("version", version)]
 }
 
 #[cfg(test)]
