@@ -1,23 +1,31 @@
 """Process-wide state of a running stub that pb_utils objects need: the channel, cancellations, logging."""
 
-import sys
+from __future__ import annotations
 
-channel = None
+import asyncio
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._native import Channel
+
+channel: Channel | None = None
 # Whether the model is decoupled (model_transaction_policy.decoupled), set at initialize.
 decoupled = False
 # The instance this stub serves (`args["model_instance_name"]`), set at initialize.
 instance_name = ""
 # The model's version directory (`pb_utils.get_model_dir()`), set at auto-complete and initialize.
-model_dir = None
+model_dir: str | None = None
 # A built-in backend's model file (`model.onnx`, `model.pt`), set at auto-complete and initialize.
-model_file = None
+model_file: str | None = None
 # The thread of the stub's asyncio event loop (`async def` methods), once started.
-loop_thread = None
+loop_thread: threading.Thread | None = None
 # The stub's asyncio event loop, once started (read by `stacks.extra` for the tasks' stacks).
-loop = None
+loop: asyncio.AbstractEventLoop | None = None
 # The trace context of the batch `execute` runs now (its first traced request's), for BLS
 # requests made without `trace=`: they join the executing request's trace.
-current_trace = None
+current_trace: str | None = None
 
 
 class _Cancelled:

@@ -38,7 +38,7 @@ def as_str_opt(value):
     return None
 
 
-def as_str(value, what):
+def as_str(value: object, what: str) -> str:
     """`value` as a `str` (see `as_str_opt`); `what` names the argument in the TypeError."""
     text = as_str_opt(value)
     if text is None:

@@ -11,8 +11,11 @@ responses whose `has_error()` is true, not as exceptions; only calling outside `
 Waits release the GIL.
 """
 
+from __future__ import annotations
+
 import asyncio
 import functools
+from typing import Any, NamedTuple
 
 from . import _runtime, dlpack
 from .args import as_bool, as_int, as_str
@@ -51,47 +54,49 @@ class PreferredMemory:
         self.preferred_device_id = as_int(preferred_device_id, "PreferredMemory preferred_device_id")
 
 
-def _channel():
-    channel = _runtime.channel
-    if channel is None or not channel.bls_allowed:
+def channel() -> Any:
+    """The stub's channel, where BLS is allowed now (inside `execute`); raises Triton's error otherwise."""
+    chan = _runtime.channel
+    if chan is None or not chan.bls_allowed:
         raise TritonModelException("BLS is only supported during the 'execute' function.")
-    return channel
+    return chan
 
 
-def _send(request, decoupled):
-    """Sends `request` (a pb_utils.InferenceRequest) and returns (channel, call id)."""
-    from .tensor import InferenceRequest
+class Outgoing(NamedTuple):
+    """What a BLS request sends, as `InferenceRequest` hands it over (`Channel.bls_send`'s arguments)."""
 
-    if not isinstance(request, InferenceRequest):
-        raise TypeError(f"Expected an 'InferenceRequest' object, found type '{type(request)}'.")
-    channel = _channel()
-    inputs = []
-    for t in request._inputs:
-        wire, shape, data = t._wire_payload()
-        inputs.append((t.name(), wire, shape, data))
-    version = request._model_version
-    call = channel.bls_send(
-        request._model_name,
-        int(version) if version is not None else -1,
-        bool(decoupled),
-        request._request_id,
-        request._correlation_id,
-        int(request._flags),
-        int(request._timeout),
-        list(request._parameters.items()),
-        inputs,
-        sorted(request._requested),
-        _trace_context(request),
+    model: str
+    version: int
+    request_id: str
+    correlation_id: int | str
+    flags: int
+    timeout_us: int
+    parameters: list[tuple[str, Any]]
+    # (name, KServe dtype, shape, data) per input.
+    inputs: list[tuple[str, str, list[int], Any]]
+    requested: list[str]
+    # The request's own trace context, or None.
+    trace: str | None
+    preferred: PreferredMemory | None
+
+
+def _send(chan: Any, request: Outgoing, decoupled: bool) -> int:
+    """Sends `request` on `chan` and returns the call id."""
+    return chan.bls_send(
+        request.model,
+        request.version,
+        decoupled,
+        request.request_id,
+        request.correlation_id,
+        request.flags,
+        request.timeout_us,
+        request.parameters,
+        request.inputs,
+        request.requested,
+        # The BLS request's parent trace: the one it was given (`trace=`), else the trace of the
+        # batch being executed, else none ("").
+        request.trace or _runtime.current_trace or "",
     )
-    return channel, call
-
-
-def _trace_context(request):
-    """The BLS request's parent trace: the one it was given (`trace=`), else the trace of the
-    batch being executed, else none ("")."""
-    trace = getattr(request, "_trace", None)
-    context = trace.get_context() if trace is not None else None
-    return context or _runtime.current_trace or ""
 
 
 def _gpu_device(preferred):
@@ -121,34 +126,33 @@ def _to_gpu(outputs, device):
     return tensors
 
 
-def _response(msg, preferred=None):
+def _response(msg: Any, preferred: PreferredMemory | None = None) -> Any:
     """A pb_utils.InferenceResponse from a native `BlsResponseMsg`; its outputs are placed as
     `preferred` (a PreferredMemory, or None for host memory) asks, where they can be."""
-    from .tensor import InferenceResponse, Tensor
+    from .tensor import Tensor, received_response
 
-    resp = InferenceResponse()
+    outputs, error = [], None
     if msg.error is not None:
         message, code = msg.error
         try:
             code = ErrorCode(code)
         except ValueError:
             code = ErrorCode.INTERNAL
-        resp._error = TritonError(message, code)
+        error = TritonError(message, code)
     else:
         device = _gpu_device(preferred)
         if device is None:
-            resp._outputs = [Tensor._from_wire(o) for o in msg.outputs]
+            outputs = [Tensor._from_wire(o) for o in msg.outputs]
         else:
             try:
-                resp._outputs = _to_gpu(msg.outputs, device)
+                outputs = _to_gpu(msg.outputs, device)
             except Exception as e:  # noqa: BLE001 - a CudaError, or a bad device id: as a response
-                resp._error = TritonError(
+                error = TritonError(
                     f"Failed to place the BLS response's outputs in the memory of CUDA device {device}: {e}",
                     ErrorCode.INTERNAL,
                 )
     # The callee's parameters as they are (they may include floats, which a model cannot set).
-    resp._parameters = dict(msg.parameters)
-    return resp
+    return received_response(outputs, error, dict(msg.parameters))
 
 
 def _timeout_response():
@@ -202,11 +206,10 @@ class _Call:
         self.abandon()
 
 
-def _exec(self, decoupled=False):
-    """`InferenceRequest.exec(decoupled=False)`: runs the request on its model and returns its
-    InferenceResponse, or with `decoupled=True` a ResponseIterator over its responses."""
-    channel, call = _send(self, as_bool(decoupled, "exec decoupled"))
-    pending = _Call(channel, call, self._timeout, self._preferred_memory)
+def execute(chan: Any, request: Outgoing, decoupled: bool) -> Any:
+    """`InferenceRequest.exec(decoupled)` on the stub's channel: the call's InferenceResponse, or
+    with `decoupled` a ResponseIterator over its responses."""
+    pending = _Call(chan, _send(chan, request, decoupled), request.timeout_us, request.preferred)
     if decoupled:
         return ResponseIterator(pending)
     response, final = pending.next()
@@ -216,11 +219,11 @@ def _exec(self, decoupled=False):
     return response
 
 
-def _async_exec(self, decoupled=False):
-    """`InferenceRequest.async_exec(decoupled=False)`: `exec` in the running event loop's
-    executor; returns an awaitable future of its result."""
+def async_execute(chan: Any, request: Outgoing, decoupled: bool) -> asyncio.Future[Any]:
+    """`InferenceRequest.async_exec(decoupled)`: `execute` in the running event loop's executor;
+    an awaitable future of its result."""
     loop = asyncio.get_running_loop()
-    return loop.run_in_executor(None, functools.partial(_exec, self, decoupled))
+    return loop.run_in_executor(None, functools.partial(execute, chan, request, decoupled))
 
 
 class ResponseIterator:
@@ -256,17 +259,6 @@ class ResponseIterator:
         """Asks the server to cancel the request; its remaining responses still end the iteration."""
         if not self._finished:
             self._call.channel.bls_cancel(self._call.call)
-
-
-def install():
-    """Adds `exec` and `async_exec` to pb_utils.InferenceRequest."""
-    from .tensor import InferenceRequest
-
-    InferenceRequest.exec = _exec
-    InferenceRequest.async_exec = _async_exec
-
-
-install()
 
 
 def _control_channel():

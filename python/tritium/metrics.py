@@ -24,14 +24,20 @@ Triton's stub adds ("Error when creating MetricFamily: ", "Failed to increment m
 ...). Arguments of the wrong type raise TypeError, like Triton's pybind11 bindings.
 """
 
+from __future__ import annotations
+
 import enum
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from . import _runtime
 from .args import as_double_opt as _as_double
 from .args import as_str_opt as _as_str
 from .errors import MetricKind, TritonModelException
+
+if TYPE_CHECKING:
+    from ._native import Channel
 
 __all__ = ["MetricFamily", "Metric", "MetricKind"]
 
@@ -112,6 +118,10 @@ def _finalizing():
 class Metric:
     """One metric of a MetricFamily (one label set). Create it with MetricFamily.Metric()."""
 
+    _channel: Channel
+    _id: int
+    _cleared: bool
+
     def __init__(self, *args, **kwargs):
         raise TypeError(
             "triton_python_backend_utils.Metric: No constructor defined! "
@@ -119,7 +129,7 @@ class Metric:
         )
 
     @classmethod
-    def _new(cls, channel, metric_id):
+    def _new(cls, channel: Channel, metric_id: int) -> Metric:
         metric = object.__new__(cls)
         metric._channel = channel
         metric._id = metric_id
@@ -259,7 +269,7 @@ class MetricFamily:
                 pairs.append((key, value))
 
         channel = self._channel
-        if self._id is None or not _active(channel):
+        if self._id is None or channel is None or not _active(channel):
             raise TritonModelException(_CREATE_METRIC + _NOT_IN_STUB)
         try:
             metric_id = channel.metric_new(self._id, pairs, bucket_list)
@@ -276,7 +286,7 @@ class MetricFamily:
             metric._clear()
         family_id, self._id = self._id, None
         channel = self._channel
-        if family_id is not None and _active(channel):
+        if family_id is not None and channel is not None and _active(channel):
             try:
                 channel.metric_family_drop(family_id)
             except Exception as error:

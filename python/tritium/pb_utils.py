@@ -1,8 +1,6 @@
 """The whole `triton_python_backend_utils` API, assembled from the tritium modules that implement it."""
 
 from . import _runtime
-
-# Importing bls also adds InferenceRequest.exec and async_exec.
 from .bls import PreferredMemory, ResponseIterator, is_model_ready, load_model, unload_model  # noqa: F401
 from .config import ModelConfig, using_decoupled_model_transaction_policy  # noqa: F401
 from .dtypes import *  # noqa: F401,F403

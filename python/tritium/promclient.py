@@ -13,10 +13,16 @@ platform, garbage collector: the server has its own per-stub series), gauge hist
 `_created` samples (per-process timestamps).
 """
 
+from __future__ import annotations
+
 import sys
 import threading
+from typing import TYPE_CHECKING
 
 from . import _runtime
+
+if TYPE_CHECKING:
+    from ._native import Channel
 
 # How long one wait for a request lasts before the thread checks that the channel is still there.
 _WAIT_MS = 1000
@@ -73,7 +79,7 @@ def collect():
     return families
 
 
-def _serve(channel):
+def _serve(channel: Channel) -> None:
     while _runtime.channel is channel:
         seq = channel.next_metrics_request(_WAIT_MS)
         if seq is None:
@@ -91,6 +97,6 @@ def _serve(channel):
                 return
 
 
-def serve(channel):
+def serve(channel: Channel) -> None:
     """Starts the daemon thread that answers the server's metrics requests on `channel`."""
     threading.Thread(target=_serve, args=(channel,), name="tritium-metrics", daemon=True).start()

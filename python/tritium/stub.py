@@ -33,6 +33,7 @@ import os
 import sys
 import threading
 import traceback
+from typing import Any
 
 import numpy as np
 
@@ -266,7 +267,7 @@ class Stub:
 
     def __init__(self, channel):
         self.channel = channel
-        self.model = None
+        self.model: Any = None
         self.model_name = ""
         self.model_version = -1
         self.instance_name = ""
@@ -357,7 +358,9 @@ class Stub:
         """The stub's event loop, running in a daemon thread (created at the first coroutine)."""
         if self.loop is None:
             self.loop = asyncio.new_event_loop()
-            self.loop_thread = threading.Thread(target=self._run_loop, name="tritium-asyncio", daemon=True)
+            self.loop_thread = threading.Thread(
+                target=self._run_loop, args=(self.loop,), name="tritium-asyncio", daemon=True
+            )
             self.loop_thread.start()
             _runtime.loop_thread = self.loop_thread
             _runtime.loop = self.loop
@@ -367,14 +370,14 @@ class Stub:
         """Triton's words before the error of a batch that failed as a whole."""
         return f"Failed to process the request(s) for model '{self.instance_name}', message: "
 
-    def _run_loop(self):
+    def _run_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         """The event loop thread: bound to the instance's CUDA device (if any), then the loop."""
         if self.cuda_device is not None:
             try:
                 _native.cuda_bind(self.cuda_device)
             except _native.CudaError as e:
                 sys.stderr.write(f"tritium stub: cannot bind the event loop to CUDA device {self.cuda_device}: {e}\n")
-        self.loop.run_forever()
+        loop.run_forever()
 
     def _await(self, result):
         """Runs a coroutine returned by an `async def` model method to completion on the event loop."""
@@ -458,7 +461,7 @@ class Stub:
             # do: the exception's frames (model code's locals, `requests` among them) and what
             # execute returned let go of them too.
             traceback.clear_frames(exc.__traceback__)
-            requests = responses = None
+            requests, responses = [], None
             self.channel.send_execute_done(batch, error)
             return
         if _runtime.decoupled:

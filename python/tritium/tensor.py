@@ -1,20 +1,27 @@
 """pb_utils.Tensor, InferenceRequest, InferenceResponse and Logger, as the stub hands them to model code."""
 
+from __future__ import annotations
+
 import json
 import sys
+from collections.abc import Awaitable, Sequence
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
-from . import _runtime, dlpack
-from .args import as_int, as_list, as_str, as_str_list, as_str_opt
+from . import _runtime, dlpack, errors
+from .args import as_bool, as_int, as_list, as_str, as_str_list, as_str_opt
 from .dtypes import _WIRE_DTYPES, deserialize_bytes_tensor, serialize_byte_tensor
 from .errors import TRITONSERVER_REQUEST_RELEASE_ALL, LogLevel, TritonError, TritonModelException
 from .sender import InferenceResponseSender, _ResponseState
 
 try:
-    from ._native import CudaMemory as _CudaMemory
+    from ._native import CudaMemory
+
+    _CUDA_MEMORY: tuple[type, ...] = (CudaMemory,)
 except ImportError:  # pb_utils without the native module (its pure-Python tests): no GPU inputs
-    _CudaMemory = ()
+    _CUDA_MEMORY = ()
 
 __all__ = ["Tensor", "InferenceRequest", "InferenceResponse", "InferenceTrace", "Logger"]
 
@@ -82,8 +89,14 @@ class Tensor:
     memory (`is_cpu()` is False)."""
 
     __slots__ = ("_name", "_array", "_wire", "_raw", "_gpu")
+    _name: str
+    _array: Any
+    # The KServe dtype name ("FP32", "BYTES", ...).
+    _wire: str
+    _raw: Any
+    _gpu: Any
 
-    def __init__(self, name, numpy_array, _wire=None, _raw=None):
+    def __init__(self, name: str | bytes, numpy_array: Any, _wire: str | None = None, _raw: Any = None) -> None:
         name = as_str(name, "Tensor name")
         if _raw is None and numpy_array is None:
             # pybind11 converts no None to the numpy array Triton's constructor takes.
@@ -94,6 +107,8 @@ class Tensor:
             if not isinstance(numpy_array, np.ndarray):
                 numpy_array = np.asarray(numpy_array)
             _wire = _wire_dtype(numpy_array)
+        elif _wire is None:
+            raise TypeError("Tensor: raw data needs its KServe dtype")
         self._name = name
         self._array = numpy_array
         self._wire = _wire
@@ -122,7 +137,7 @@ class Tensor:
         """An input tensor over shared memory from a native `InputMsg`: `msg.array` is the numpy
         view of its bytes (raw uint8 for BYTES, raw uint16 for BF16, which numpy cannot represent)."""
         wire = msg.dtype
-        if isinstance(msg.array, _CudaMemory):
+        if isinstance(msg.array, _CUDA_MEMORY):
             # An input in the client's CUDA shared memory, for a model that asked for GPU inputs
             # (FORCE_CPU_ONLY_INPUT_TENSORS "no"): a GPU tensor over the client's memory.
             return cls._on_gpu(msg.name, wire, dlpack.GpuData(msg.array, msg.shape))
@@ -134,11 +149,11 @@ class Tensor:
         # __init__ needs checking.
         return cls._bare(msg.name, wire, msg.array, None, None)
 
-    def name(self):
+    def name(self) -> str:
         """The tensor's name."""
         return self._name
 
-    def as_numpy(self):
+    def as_numpy(self) -> NDArray[Any]:
         """The tensor's data as a numpy array (a view of shared memory for inputs). A GPU
         tensor has none: use `to_dlpack()` (`torch.from_dlpack(t)`)."""
         if self._gpu is not None:
@@ -149,7 +164,7 @@ class Tensor:
             )
         return self._array
 
-    def shape(self):
+    def shape(self) -> list[int]:
         """The shape as a list of ints."""
         if self._raw is not None:
             return list(self._raw.shape)
@@ -157,15 +172,15 @@ class Tensor:
             return list(self._gpu.shape)
         return list(self._array.shape)
 
-    def triton_dtype(self):
+    def triton_dtype(self) -> int:
         """Triton's data type enum value (TYPE_FP32 is 11)."""
         return _WIRE_TO_TRITON[self._wire]
 
-    def is_cpu(self):
+    def is_cpu(self) -> bool:
         """Whether the tensor is in host memory (False for a GPU tensor)."""
         return self._gpu is None
 
-    def to_dlpack(self):
+    def to_dlpack(self) -> Any:
         """A DLPack capsule sharing the tensor's memory (`torch.from_dlpack(t.to_dlpack())`): a
         `kDLCUDA` one for a GPU tensor. A read-only tensor (an input in a client's shared memory
         region) is exported as a copy."""
@@ -174,7 +189,7 @@ class Tensor:
         return dlpack.export_capsule(self._wire, self._raw if self._raw is not None else self._array)
 
     @staticmethod
-    def from_dlpack(name, dlpack_tensor):
+    def from_dlpack(name: str | bytes, dlpack_tensor: Any) -> Tensor:
         """A tensor named `name` over the memory of a DLPack capsule, or of any object with
         `__dlpack__` and `__dlpack_device__` (a torch or cupy tensor, a numpy array), without a
         copy; BF16 tensors come through as BF16. A CUDA tensor gives a GPU tensor, which keeps
@@ -190,13 +205,13 @@ class Tensor:
             return Tensor(name, None, "BF16", array)
         return Tensor(name, array, wire, None)
 
-    def __dlpack__(self, stream=None, **_):
+    def __dlpack__(self, stream: Any = None, **_: Any) -> Any:
         """The DLPack protocol: `numpy.from_dlpack(t)` and `torch.from_dlpack(t)` share its memory.
         A GPU tensor has no pending work (it was synchronized when it was made), so `stream` is
         not waited on, as in Triton."""
         return self.to_dlpack()
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> tuple[int, int]:
         """(kDLCPU, 0) for a tensor in host memory, (kDLCUDA, device id) for a GPU tensor."""
         if self._gpu is not None:
             return (dlpack.KDL_CUDA, self._gpu.device)
@@ -233,10 +248,10 @@ class InferenceTrace:
 
     __slots__ = ("_context",)
 
-    def __init__(self, context=None):
+    def __init__(self, context: str | None = None) -> None:
         self._context = context
 
-    def get_context(self):
+    def get_context(self) -> str | None:
         """The trace context (a str), or None when the request is not traced."""
         return self._context or None
 
@@ -265,21 +280,23 @@ class InferenceRequest:
         "_release_flags",
         "_preferred_memory",
     )
+    _state: _ResponseState | None
+    _sender: InferenceResponseSender | None
 
     def __init__(
         self,
-        model_name="",
-        inputs=(),
-        requested_output_names=(),
-        request_id="",
-        correlation_id=0,
-        flags=0,
-        timeout=0,
-        model_version=-1,
-        parameters=None,
-        preferred_memory=None,
-        trace=None,
-    ):
+        model_name: str | bytes = "",
+        inputs: Sequence[Tensor] = (),
+        requested_output_names: Sequence[str | bytes] = (),
+        request_id: str | bytes = "",
+        correlation_id: int | str = 0,
+        flags: int = 0,
+        timeout: int = 0,
+        model_version: int = -1,
+        parameters: dict[str, Any] | str | None = None,
+        preferred_memory: Any = None,
+        trace: InferenceTrace | None = None,
+    ) -> None:
         # Every argument as Triton's pybind11 binding takes it (see args.py): bytes for a str,
         # a numpy integer for an int, any sequence for a list.
         self._id = None
@@ -342,48 +359,48 @@ class InferenceRequest:
         req._preferred_memory = None
         return req
 
-    def inputs(self):
+    def inputs(self) -> list[Tensor]:
         """The input tensors."""
         return self._inputs
 
-    def requested_output_names(self):
+    def requested_output_names(self) -> set[str]:
         """Names of the outputs the client asked for."""
         return self._requested
 
-    def request_id(self):
+    def request_id(self) -> str:
         """The client's request id ("" when none was given)."""
         return self._request_id
 
-    def correlation_id(self):
+    def correlation_id(self) -> int | str:
         """The sequence correlation id (an int, or a str when the client sent a string)."""
         return self._correlation_id
 
-    def flags(self):
+    def flags(self) -> int:
         """Request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START/END)."""
         return self._flags
 
-    def set_flags(self, flags):
+    def set_flags(self, flags: int) -> None:
         """Sets the request flags (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START/END), as Triton's
         `set_flags`: a BLS request carries them to the model it calls."""
         self._flags = as_int(flags, "set_flags flags", 0, _U32_MAX)
 
-    def parameters(self):
+    def parameters(self) -> str:
         """The request parameters as a compact JSON object string ("{}" when none)."""
         return json.dumps(self._parameters, separators=(",", ":"))
 
-    def timeout(self):
+    def timeout(self) -> int:
         """The request timeout in microseconds (0 for none)."""
         return self._timeout
 
-    def model_name(self):
+    def model_name(self) -> str:
         """The model this request is for."""
         return self._model_name
 
-    def is_cancelled(self):
+    def is_cancelled(self) -> bool:
         """Whether the client cancelled this request."""
         return self._id is not None and self._id in _runtime.cancelled
 
-    def get_response_sender(self):
+    def get_response_sender(self) -> InferenceResponseSender:
         """The request's `InferenceResponseSender` (the same one on every call)."""
         if self._state is None:
             raise TritonModelException(
@@ -393,11 +410,51 @@ class InferenceRequest:
             self._sender = InferenceResponseSender(self._state)
         return self._sender
 
-    def trace(self):
+    def trace(self) -> InferenceTrace:
         """The request's `InferenceTrace` (its `get_context()` is None unless the request is traced)."""
         return self._trace
 
-    def set_release_flags(self, flags):
+    def exec(self, decoupled: bool = False) -> Any:
+        """Runs the request on its model (BLS) and returns its InferenceResponse, or with
+        `decoupled=True` a ResponseIterator over its responses. Only inside `execute`."""
+        from . import bls
+
+        decoupled = as_bool(decoupled, "exec decoupled")
+        chan = bls.channel()
+        return bls.execute(chan, self._outgoing(), decoupled)
+
+    def async_exec(self, decoupled: bool = False) -> Awaitable[Any]:
+        """`exec` in the running event loop's executor: an awaitable of its result."""
+        from . import bls
+
+        decoupled = as_bool(decoupled, "exec decoupled")
+        chan = bls.channel()
+        return bls.async_execute(chan, self._outgoing(), decoupled)
+
+    def _outgoing(self) -> Any:
+        """The request as a BLS call sends it (`bls.Outgoing`), its inputs copied out as the wire takes them."""
+        from . import bls
+
+        inputs = []
+        for t in self._inputs:
+            wire, shape, data = t._wire_payload()
+            inputs.append((t.name(), wire, shape, data))
+        version = self._model_version
+        return bls.Outgoing(
+            model=self._model_name,
+            version=int(version) if version is not None else -1,
+            request_id=self._request_id,
+            correlation_id=self._correlation_id,
+            flags=int(self._flags),
+            timeout_us=int(self._timeout),
+            parameters=list(self._parameters.items()),
+            inputs=inputs,
+            requested=sorted(self._requested),
+            trace=self._trace.get_context(),
+            preferred=self._preferred_memory,
+        )
+
+    def set_release_flags(self, flags: int) -> None:
         """Triton's request release flags: TRITONSERVER_REQUEST_RELEASE_ALL (the default) or
         TRITONSERVER_REQUEST_RELEASE_RESCHEDULE. tritium has no iterative sequence batching, so a
         rescheduled request ends with Triton core's error for a model not configured for it."""
@@ -412,7 +469,12 @@ class InferenceResponse:
 
     __slots__ = ("_outputs", "_error", "_parameters")
 
-    def __init__(self, output_tensors=(), error=None, parameters=None):
+    def __init__(
+        self,
+        output_tensors: Sequence[Tensor] = (),
+        error: TritonError | None = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
         if output_tensors is None:
             # Triton's default is an empty list; an explicit None is refused by pybind11.
             raise TypeError(
@@ -430,21 +492,33 @@ class InferenceResponse:
         self._error = error
         self._parameters = _check_parameters(parameters)
 
-    def output_tensors(self):
+    def output_tensors(self) -> list[Tensor]:
         """The output tensors."""
         return self._outputs
 
-    def has_error(self):
+    def has_error(self) -> bool:
         """True if the response carries an error."""
         return self._error is not None
 
-    def error(self):
+    def error(self) -> TritonError | None:
         """The TritonError, or None."""
         return self._error
 
-    def parameters(self):
+    def parameters(self) -> str:
         """The response parameters as a compact JSON object string ("{}" when none)."""
         return json.dumps(self._parameters, separators=(",", ":"))
+
+
+def received_response(
+    outputs: list[Tensor], error: TritonError | None, parameters: dict[str, Any]
+) -> InferenceResponse:
+    """A response as a BLS call received it: its fields as they came, without the checks on what
+    model code builds (the callee's parameters may hold floats, which a model cannot set)."""
+    response = _new_object(InferenceResponse)
+    response._outputs = outputs
+    response._error = error
+    response._parameters = parameters
+    return response
 
 
 class Logger:
@@ -471,7 +545,7 @@ class Logger:
         _runtime.log(level, frame.f_code.co_filename, frame.f_lineno, str(message) if text is None else text)
 
     @staticmethod
-    def log(message, level=LogLevel.INFO):
+    def log(message: Any, level: errors.LogLevel = LogLevel.INFO) -> None:
         """Logs `message` at `level` (Logger.INFO by default)."""
         if not isinstance(level, LogLevel):
             # Triton's level is a pybind11 enum, which takes no plain number.
@@ -482,21 +556,21 @@ class Logger:
         Logger._emit(level, message, 2)
 
     @staticmethod
-    def log_info(message):
+    def log_info(message: Any) -> None:
         """Logs at INFO."""
         Logger._emit(LogLevel.INFO, message, 2)
 
     @staticmethod
-    def log_warn(message):
+    def log_warn(message: Any) -> None:
         """Logs at WARNING."""
         Logger._emit(LogLevel.WARNING, message, 2)
 
     @staticmethod
-    def log_error(message):
+    def log_error(message: Any) -> None:
         """Logs at ERROR."""
         Logger._emit(LogLevel.ERROR, message, 2)
 
     @staticmethod
-    def log_verbose(message):
+    def log_verbose(message: Any) -> None:
         """Logs at VERBOSE."""
         Logger._emit(LogLevel.VERBOSE, message, 2)

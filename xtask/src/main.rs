@@ -288,8 +288,8 @@ fn require_all() -> bool {
     std::env::var_os("TRITIUM_REQUIRE_ALL").is_some()
 }
 
-/// The style gates: rustfmt, clippy with warnings denied, and ruff (lint and format) over the
-/// Python code.
+/// The style gates: rustfmt, clippy with warnings denied, cargo doc with warnings denied, ruff
+/// (lint and format) and mypy over the Python code.
 fn lint() -> Result<()> {
     let cargo = env!("CARGO");
     run(Command::new(cargo).current_dir(root()).args(["fmt", "--all", "--check"]))?;
@@ -312,6 +312,8 @@ fn lint() -> Result<()> {
     let paths = ["python", "tests", "examples", "xtask"];
     run(Command::new(&ruff).current_dir(root()).arg("check").args(paths))?;
     run(Command::new(&ruff).current_dir(root()).args(["format", "--check"]).args(paths))?;
+    // The Python side's types (mypy.ini: python/tritium with the native module's stubs).
+    run(Command::new(root().join(".venv/bin/mypy")).current_dir(root()))?;
     Ok(())
 }
 

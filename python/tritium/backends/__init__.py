@@ -208,7 +208,7 @@ class FrameworkModel:
         agree in names, dtypes and every dimension after the first; otherwise one per request."""
         if self.max_batch_size == 0:
             return [[item] for item in feeds]
-        groups = {}
+        groups: dict[tuple, list] = {}
         for item in feeds:
             key = tuple(sorted((name, a.dtype.str, a.shape[1:]) for name, a in item[1].items()))
             groups.setdefault(key, []).append(item)

@@ -45,8 +45,8 @@ _LOGGED_ONLY = {
 
 def _indices(names):
     """The positions `<name>__<i>` gives each name, or None unless every name has one."""
-    found = [_INDEXED.match(n) for n in names]
-    if names and all(found):
+    found = [m for m in (_INDEXED.match(n) for n in names) if m is not None]
+    if names and len(found) == len(names):
         return [int(m.group(1)) for m in found]
     return None
 
