@@ -1,4 +1,5 @@
-//! The core's module map as a test: the top-level modules of `crates/tritium-server/src` (a file
+//! The module maps as tests: the top-level modules of `crates/tritium-server/src`, and of every
+//! other crate's `src` (a file
 //! `x.rs` and its directory `x/` are one module) must form a DAG, read from their `crate::`
 //! paths (`use crate::x::...`, `crate::x::f()`, `use crate::{x, y::z}`) and from `super::` paths
 //! that climb out of a nested file to the crate root. A cycle fails the test, named with one
@@ -18,6 +19,22 @@ mod tests {
 
     fn src() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/tritium-server/src")
+    }
+
+    /// The `src` directory of every crate of the workspace but the core (which has its own test)
+    /// and xtask: `crates/*/src` and the stub's.
+    fn other_crates() -> Vec<PathBuf> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("src"))
+            .filter(|p| p.is_dir() && !p.ends_with("tritium-server/src"))
+            .collect();
+        dirs.push(root.join("stub/src"));
+        dirs.sort();
+        dirs
     }
 
     fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -107,13 +124,12 @@ mod tests {
         out
     }
 
-    fn graph() -> Graph {
-        let src = src();
+    fn graph(src: &Path) -> Graph {
         let mut files = Vec::new();
-        rust_files(&src, &mut files);
+        rust_files(src, &mut files);
         files.sort();
         let module_of = |p: &Path| -> Option<String> {
-            let rel = p.strip_prefix(&src).ok()?;
+            let rel = p.strip_prefix(src).ok()?;
             let first = rel.components().next()?.as_os_str().to_str()?;
             let name = first.strip_suffix(".rs").unwrap_or(first);
             (name != "lib").then(|| name.to_string())
@@ -122,7 +138,7 @@ mod tests {
         let mut graph: Graph = modules.iter().map(|m| (m.clone(), BTreeMap::new())).collect();
         for file in &files {
             let Some(from) = module_of(file) else { continue };
-            let depth = file.strip_prefix(&src).map_or(0, |r| r.components().count() - 1);
+            let depth = file.strip_prefix(src).map_or(0, |r| r.components().count() - 1);
             let text = std::fs::read_to_string(file).unwrap_or_default();
             for (n, line) in text.lines().enumerate() {
                 if line.trim_start().starts_with("//") {
@@ -130,7 +146,7 @@ mod tests {
                 }
                 for to in named_modules(line, depth) {
                     if to != from && modules.contains(to) {
-                        let place = format!("{}:{}", file.strip_prefix(&src).unwrap_or(file).display(), n + 1);
+                        let place = format!("{}:{}", file.strip_prefix(src).unwrap_or(file).display(), n + 1);
                         graph.entry(from.clone()).or_default().entry(to.to_string()).or_insert(place);
                     }
                 }
@@ -194,19 +210,36 @@ mod tests {
         assert_eq!(find_cycle(&dag), None);
     }
 
+    /// The cycle of `src`'s module graph, described with one place per edge, if it has one.
+    fn cycle_in(src: &Path) -> Option<String> {
+        let graph = graph(src);
+        let cycle = find_cycle(&graph)?;
+        let edges: Vec<String> =
+            cycle.windows(2).map(|w| format!("  {} -> {} ({})", w[0], w[1], graph[&w[0]][&w[1]])).collect();
+        Some(format!("the modules of {} form a cycle: {}\n{}", src.display(), cycle.join(" -> "), edges.join("\n")))
+    }
+
     #[test]
     fn the_core_modules_form_a_dag() {
-        let graph = graph();
+        let graph = graph(&src());
         assert!(graph.len() > 10, "found only {} modules in {}", graph.len(), src().display());
-        if let Some(cycle) = find_cycle(&graph) {
-            let edges: Vec<String> =
-                cycle.windows(2).map(|w| format!("  {} -> {} ({})", w[0], w[1], graph[&w[0]][&w[1]])).collect();
+        if let Some(cycle) = cycle_in(&src()) {
             panic!(
-                "the modules of crates/tritium-server form a cycle: {}\n{}\n(see ARCHITECTURE.md: move what both \
-                 sides need into a leaf module, or call back through a trait)",
-                cycle.join(" -> "),
-                edges.join("\n")
+                "{cycle}\n(see ARCHITECTURE.md: move what both sides need into a leaf module, or call back \
+                 through a trait)"
             );
         }
+    }
+
+    #[test]
+    fn every_crates_modules_form_a_dag() {
+        let crates = other_crates();
+        assert!(crates.len() > 8, "found only {} crates", crates.len());
+        let cycles: Vec<String> = crates.iter().filter_map(|src| cycle_in(src)).collect();
+        assert!(
+            cycles.is_empty(),
+            "{}\n(move what both sides need into a leaf module, such as error.rs or types.rs)",
+            cycles.join("\n")
+        );
     }
 }

@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod convert;
 pub mod front_door;
+mod infer;
 mod limits;
 mod service;
 mod stream;
@@ -138,7 +139,7 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (down_tx, down_rx) = watch::channel(false);
-    let signal = service::Shutdown::new(down_rx);
+    let signal = infer::Shutdown::new(down_rx);
     let (inference, health, admin) = build(
         InferenceService::with_shutdown(server.clone(), signal, options.header_forward.clone()),
         HealthService::new(server.clone()),

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tritium_proto::health::health_check_response::ServingStatus;
@@ -14,39 +13,11 @@ use tritium_proto::inference::grpc_inference_service_server::GrpcInferenceServic
 use tritium_proto::inference::*;
 use tritium_server::forward::HeaderForward;
 use tritium_server::trace::{SpanContext, TraceParent, UpdateValue};
-use tritium_server::{parse_version, ErrorKind, InferError, InferRequest, ParamValue, Server};
+use tritium_server::{parse_version, ErrorKind, InferError, ParamValue, Server};
 
 use crate::convert::{self, to_status};
+use crate::infer::{run, Shutdown};
 use crate::stream;
-
-/// Resolves when the frontend shuts down; never, for a service built without a shutdown signal.
-#[derive(Clone, Default)]
-pub(crate) struct Shutdown(Option<watch::Receiver<bool>>);
-
-impl Shutdown {
-    pub(crate) fn new(rx: watch::Receiver<bool>) -> Self {
-        Self(Some(rx))
-    }
-
-    pub(crate) async fn wait(&self) {
-        match &self.0 {
-            None => std::future::pending().await,
-            Some(rx) => {
-                let mut rx = rx.clone();
-                // A dropped sender means the frontend is gone: that is a shutdown too.
-                let _ = rx.wait_for(|down| *down).await;
-            }
-        }
-    }
-}
-
-/// Runs a decoded request and encodes the answer. Before its first await, [`Server::infer`]
-/// routes, validates and queues the request; the stream handler relies on that to keep the
-/// order of a stream's requests (see [`crate::stream`]).
-pub(crate) async fn run(server: Server, request: InferRequest) -> Result<ModelInferResponse, InferError> {
-    let resp = server.infer(request).await?;
-    convert::encode_infer_response(resp)
-}
 
 /// When the request arrived, recorded by [`arrival_layer`] before tonic decodes it.
 #[derive(Debug, Clone, Copy)]

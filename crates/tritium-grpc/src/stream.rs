@@ -39,7 +39,7 @@ use tritium_server::trace::TraceParent;
 use tritium_server::{ErrorKind, InferError, ParamValue, ResponseStream, Server, Streamed};
 
 use crate::convert::{self, to_status};
-use crate::service::{run, Shutdown};
+use crate::infer::{run, Shutdown};
 
 /// Requests of one stream read ahead of the oldest unanswered one.
 const MAX_PENDING: usize = 4096;

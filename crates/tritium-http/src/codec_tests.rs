@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use super::json_data::{convert_leaves, expected_elements, JsonDataError};
 use super::*;
 use serde_json::json;
 use tritium_server::{ErrorKind, OutputTensor, TensorMetadata, FLAG_SEQUENCE_END, FLAG_SEQUENCE_START};

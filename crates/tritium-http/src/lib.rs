@@ -19,7 +19,6 @@ use tritium_server::{
     ModelMetadata, ModelStats, ResponseStream, Server, ServerMetadata, Streamed, TraceSettingsView,
 };
 
-mod admin;
 mod body;
 pub mod codec;
 pub mod compression;

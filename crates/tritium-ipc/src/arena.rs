@@ -26,15 +26,20 @@ pub struct Descriptor {
 }
 
 impl Descriptor {
-    /// Whether the block lies in a client's registered region ([`crate::REGION_BIT`]), which
+    /// Whether the block lies in a client's registered region ([`REGION_BIT`]), which
     /// no arena owns: freeing or releasing it is nothing to do.
     pub fn in_client_region(&self) -> bool {
-        self.segment & crate::protocol::REGION_BIT != 0
+        self.segment & REGION_BIT != 0
     }
 }
 
 /// Top bit of a segment id owned (created and allocated in) by the stub.
 pub const STUB_OWNED: u32 = 1 << 31;
+
+/// The bit that marks a segment id as a client's registered region (system shared memory)
+/// rather than an arena segment. Region ids are the server's (top bit clear); neither arena
+/// allocates or frees in them, and releases of their blocks are ignored.
+pub const REGION_BIT: u32 = 1 << 30;
 /// Alignment of every block: a cache line, enough for any dtype and for vectorised copies.
 pub const BLOCK_ALIGN: u64 = 64;
 

@@ -634,10 +634,9 @@ pub fn output_too_small(output: &str, available: u64, needed: u64) -> String {
     )
 }
 
-/// The bit that marks a segment id as a client's registered region (system shared memory)
-/// rather than an arena segment. Region ids are the server's (top bit clear); neither arena
-/// allocates or frees in them, and releases of their blocks are ignored.
-pub const REGION_BIT: u32 = 1 << 30;
+/// The bit that marks a segment id as a client's registered region (defined with the arena's
+/// other segment-id bits).
+pub use crate::arena::REGION_BIT;
 
 #[cfg(test)]
 mod tests {

@@ -17,9 +17,10 @@ mod host;
 mod server;
 pub mod summary;
 mod text;
+mod types;
 
 pub use client::{ClientFamily, ClientKind, ClientSample, StubFamilies, MAX_SAMPLES, MAX_TEXT_BYTES};
-pub use custom::{CustomMetrics, MetricError, MetricKind, MetricOp, MetricsSession};
+pub use custom::{CustomMetrics, MetricsSession};
 pub use host::{HostSampler, HostSnapshot};
 pub use server::{
     CacheCounts, CacheSnapshot, FailureCounts, HistogramSnapshot, InstanceSnapshot, LatencySummaries, Metrics,
@@ -28,3 +29,4 @@ pub use server::{
 };
 pub use summary::{Summary, SummarySnapshot};
 pub use text::CONTENT_TYPE;
+pub use types::{MetricError, MetricKind, MetricOp};

@@ -7,10 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::custom::{CustomMetrics, MetricKind};
+use crate::custom::CustomMetrics;
 use crate::host::{HostSampler, HostSnapshot};
 use crate::summary::SummarySnapshot;
 use crate::text::{Family, Number, SeriesValue};
+use crate::types::MetricKind;
 
 /// What the server knows about one model version when `/metrics` is scraped.
 ///
@@ -794,7 +795,7 @@ fn instance_labels<'a>(instance: &'a str, model: &'a str, version: &'a str) -> V
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::custom::{MetricError, MetricKind};
+    use crate::types::{MetricError, MetricKind};
 
     /// A registry without the host gauges, whose values depend on the machine.
     fn quiet() -> Metrics {

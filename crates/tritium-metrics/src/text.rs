@@ -8,7 +8,7 @@
 
 use std::fmt::Write;
 
-use crate::custom::MetricKind;
+use crate::types::MetricKind;
 
 /// The `Content-Type` of the page: Prometheus' text exposition format 0.0.4.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

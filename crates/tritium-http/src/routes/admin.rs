@@ -12,8 +12,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde::Serialize;
 
+use super::{json_ok, AppState};
 use crate::error::HttpError;
-use crate::routes::AppState;
 use crate::{AdminCaller, Backend};
 
 #[derive(Serialize)]
@@ -61,7 +61,7 @@ pub(crate) async fn stacks<B: Backend>(
             }
         })
         .collect();
-    crate::routes::json_ok(&serde_json::json!({ "stacks": stacks }))
+    json_ok(&serde_json::json!({ "stacks": stacks }))
 }
 
 /// The value of `key` in a query string, percent-decoded (`+` is a space).
