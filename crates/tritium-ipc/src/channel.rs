@@ -994,6 +994,32 @@ mod tests {
         assert_eq!(spun(), before + 1, "a hot receiver waited without spinning");
     }
 
+    #[test]
+    fn a_receive_that_only_looks_leaves_the_next_wait_spinning() {
+        // The stub's heartbeat thread pumps the ring with a zero timeout while the model runs.
+        // Finding nothing there says nothing about how soon the next request comes, so the main
+        // loop's next wait must still spin.
+        let policy = WaitPolicy { spin: Duration::from_millis(20), slice: Duration::from_millis(100) };
+        let config = ChannelConfig { arena_segment: 2 << 20, ..ChannelConfig::default() };
+        let (server, fds) = ServerChannel::create("test", config).expect("create");
+        let stub = StubChannel::connect(fds.control, fds.socket, policy, 2 << 20).expect("connect");
+        let spun = || lock(&stub.rx).consumer.spun;
+        // A message that was there at once: the receiver is hot.
+        server.send(&ToStub::Ping { seq: 1 }).expect("ping");
+        assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 1 })));
+        // The heartbeat's look at an empty ring.
+        assert!(stub.recv(Duration::ZERO).expect("poll").is_none());
+        let before = spun();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(5));
+                server.send(&ToStub::Ping { seq: 2 }).expect("ping");
+            });
+            assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 2 })));
+        });
+        assert_eq!(spun(), before + 1, "a zero-timeout receive made the next wait skip its spin");
+    }
+
     /// A plain (unsealable) file of `len` bytes, like a client's `/dev/shm` object.
     fn client_file(len: u64) -> OwnedFd {
         let file = tempfile_in_tmp();

@@ -270,7 +270,9 @@ pub(crate) unsafe fn interrupt(header: *const RingHeader, doorbell: Option<&Door
 }
 
 /// Spins (if `hot`), then sleeps on `word` until `ready()` holds, `closed` is set, or `timeout`
-/// passes. Leaves `hot` set when the wait was no longer than the spin budget.
+/// passes. Leaves `hot` set when the wait was no longer than the spin budget. A wait that times
+/// out before the budget is up (a look with a zero timeout, as the stub's heartbeat pump takes)
+/// says nothing about how soon the peer answers and leaves `hot` as it was.
 fn wait_for(
     word: &AtomicU32,
     waiting: &AtomicU32,
@@ -304,7 +306,11 @@ fn wait_for(
         }
     }
     let result = sleep_until_ready(word, waiting, closed, policy, timeout, start + timeout, &mut ready);
-    *hot = result.is_ok() && start.elapsed() <= policy.spin;
+    match result {
+        Ok(()) => *hot = start.elapsed() <= policy.spin,
+        Err(IpcError::Timeout(_)) if timeout < policy.spin => {}
+        Err(_) => *hot = false,
+    }
     result
 }
 
