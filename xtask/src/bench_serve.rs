@@ -23,6 +23,17 @@
 //! cut). The targets (issue 12): at every case twice Triton's throughput
 //! and a lower p99; for add_sub at concurrency 1 and 4, server + stub CPU per request at most half
 //! of Triton's.
+//!
+//! Then the equal-load rows (issue 34): perf_analyzer `--request-rate-range R:R` offers the same
+//! requests per second (1,000 and 2,500) to both servers, on both protocols, for add_sub and
+//! batched_scale. Their CPU per request is sampled from /proc every [`SAMPLE_EVERY`] while
+//! perf_analyzer runs, and counted only over the steady part of the run (from a second after the
+//! model's request count starts to rise until its last rise): perf_analyzer's start-up, its
+//! metadata calls and its wind-down are left out. Target: server + stub CPU per request at most
+//! half of Triton's at the same offered load.
+//!
+//! `TRITIUM_BENCH_PARTS` (comma-separated `throughput`, `add_sub` (its throughput rows only),
+//! `rates`; default `throughput,rates`) runs some parts only.
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -70,6 +81,13 @@ const CASES: [Case; 3] = [
         cpu_target_at: &[],
     },
 ];
+/// The equal-load cases: model, perf_analyzer `--shape`, offered requests per second.
+const RATE_MODELS: [(&str, Option<&str>); 2] = [("add_sub", None), ("batched_scale", Some("INPUT:16"))];
+const RATES: [u32; 2] = [1000, 2500];
+/// How often the CPU time and request count are sampled during an equal-load run.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// How much of a run's start is skipped once requests are being served (connections, warm-up).
+const RATE_WARMUP: Duration = Duration::from_secs(1);
 const THROUGHPUT_TARGET: f64 = 2.0;
 const CPU_TARGET: f64 = 0.5;
 /// perf_analyzer's window. Its stability rule (3 windows within 10% of each other) rarely holds on
@@ -132,9 +150,12 @@ pub(crate) fn bench_serve(flags: &[String]) -> Result<()> {
             "xtask: load average {load_before} before measuring: something else is running, the numbers will be noisy"
         );
     }
+    let parts = std::env::var("TRITIUM_BENCH_PARTS").unwrap_or_else(|_| "throughput,rates".into());
+    let part = |name: &str| parts.split(',').any(|p| p.trim() == name);
     let mut rows = Vec::new();
     let runs = CASES
         .iter()
+        .filter(|case| part("throughput") || (part("add_sub") && case.model == "add_sub"))
         .flat_map(|case| PROTOCOLS.iter().flat_map(move |p| case.concurrencies.iter().map(move |c| (case, *p, *c))));
     for (i, (case, protocol, concurrency)) in runs.enumerate() {
         let order: [usize; 4] = if i % 2 == 0 { [0, 1, 1, 0] } else { [1, 0, 0, 1] };
@@ -159,6 +180,33 @@ pub(crate) fn bench_serve(flags: &[String]) -> Result<()> {
             triton: Measurement::mean(&results[1]),
         });
     }
+    let mut rate_rows = Vec::new();
+    let rate_runs = RATE_MODELS
+        .iter()
+        .filter(|_| part("rates"))
+        .flat_map(|m| PROTOCOLS.iter().flat_map(move |p| RATES.iter().map(move |r| (*m, *p, *r))));
+    for (i, ((model, shape), protocol, rate)) in rate_runs.enumerate() {
+        let order: [usize; 4] = if i % 2 == 0 { [0, 1, 1, 0] } else { [1, 0, 0, 1] };
+        let mut results: [Vec<RateMeasurement>; 2] = Default::default();
+        for k in order {
+            let s = &mut servers[k];
+            s.check_alive()?;
+            let m = measure_rate(&perf_analyzer, s, model, shape, protocol, rate)
+                .with_context(|| format!("measuring {} at {rate}/s", s.name))?;
+            eprintln!(
+                "xtask: {:<7} {model:<13} {protocol:<4} {rate:>5}/s offered, {:>7.1}/s served  CPU/request: server {:>5.0} us, stubs {:>5.0} us (over {:.1} s)",
+                s.name, m.served_per_s, m.server_us, m.stubs_us, m.window_s
+            );
+            results[k].push(m);
+        }
+        rate_rows.push(RateRow {
+            model,
+            protocol,
+            rate,
+            tritium: RateMeasurement::mean(&results[0]),
+            triton: RateMeasurement::mean(&results[1]),
+        });
+    }
     for s in &mut servers {
         s.check_alive()?;
     }
@@ -167,15 +215,21 @@ pub(crate) fn bench_serve(flags: &[String]) -> Result<()> {
     if !flags.is_empty() {
         println!("tritium ran with {}", flags.join(" "));
     }
-    println!("{}", table(&rows));
-    let missed: Vec<String> = rows.iter().flat_map(Row::missed).collect();
+    if !rows.is_empty() {
+        println!("{}", table(&rows));
+    }
+    if !rate_rows.is_empty() {
+        println!("{}", rate_table(&rate_rows));
+    }
+    let missed: Vec<String> =
+        rows.iter().flat_map(Row::missed).chain(rate_rows.iter().filter_map(RateRow::missed)).collect();
     if missed.is_empty() {
         println!("all targets met");
     } else {
         println!(
             "targets missed ({} of {}): {}",
             missed.len(),
-            rows.iter().map(Row::targets).sum::<usize>(),
+            rows.iter().map(Row::targets).sum::<usize>() + rate_rows.len(),
             missed.join("; ")
         );
     }
@@ -432,6 +486,176 @@ fn measure(
             tail(&String::from_utf8_lossy(&out.stderr), 30)
         ),
     }
+}
+
+/// One equal-load run: the CPU per request over its steady part.
+#[derive(Clone, Copy, Default)]
+struct RateMeasurement {
+    /// Requests per second the model served over the steady part.
+    served_per_s: f64,
+    server_us: f64,
+    stubs_us: f64,
+    /// The steady part's length, in seconds.
+    window_s: f64,
+}
+
+impl RateMeasurement {
+    fn mean(all: &[Self]) -> Self {
+        let n = all.len().max(1) as f64;
+        let avg = |f: fn(&Self) -> f64| all.iter().map(f).sum::<f64>() / n;
+        Self {
+            served_per_s: avg(|m| m.served_per_s),
+            server_us: avg(|m| m.server_us),
+            stubs_us: avg(|m| m.stubs_us),
+            window_s: avg(|m| m.window_s),
+        }
+    }
+
+    fn cpu_us(&self) -> f64 {
+        self.server_us + self.stubs_us
+    }
+}
+
+struct RateRow {
+    model: &'static str,
+    protocol: &'static str,
+    rate: u32,
+    tritium: RateMeasurement,
+    triton: RateMeasurement,
+}
+
+impl RateRow {
+    fn cpu_ratio(&self) -> f64 {
+        self.tritium.cpu_us() / self.triton.cpu_us()
+    }
+    fn met(&self) -> bool {
+        self.cpu_ratio() <= CPU_TARGET
+    }
+    fn missed(&self) -> Option<String> {
+        (!self.met()).then(|| format!("{} {} {}/s CPU {:.2}x", self.model, self.protocol, self.rate, self.cpu_ratio()))
+    }
+}
+
+fn rate_table(rows: &[RateRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<13} {:<5} {:>6} | {:>17} | {:>15} {:>15} {:>6} | {:<9}",
+        "model", "proto", "rate/s", "served tri/Tri", "tritium CPU/rq", "Triton CPU/rq", "ratio", "<=0.5x"
+    );
+    let _ = writeln!(
+        out,
+        "{:<28}  (equal offered load; CPU/rq: server + stubs, microseconds per request, steady part only)",
+        ""
+    );
+    let _ = writeln!(out, "{}", "-".repeat(96));
+    for r in rows {
+        let (t, n) = (r.tritium, r.triton);
+        let cpu = |m: &RateMeasurement| format!("{:.0} + {:.0}", m.server_us, m.stubs_us);
+        let _ = writeln!(
+            out,
+            "{:<13} {:<5} {:>6} | {:>17} | {:>15} {:>15} {:>5.2}x | {:<9}",
+            r.model,
+            r.protocol,
+            r.rate,
+            format!("{:.0} / {:.0}", t.served_per_s, n.served_per_s),
+            cpu(&t),
+            cpu(&n),
+            r.cpu_ratio(),
+            if r.met() { "met" } else { "MISSED" },
+        );
+    }
+    out
+}
+
+/// One sample of an equal-load run.
+#[derive(Clone, Copy)]
+struct Sample {
+    at: Instant,
+    cpu: TreeCpu,
+    served: u64,
+}
+
+/// The steady part of an equal-load run: the samples from [`RATE_WARMUP`] after the request
+/// count first rose to its last rise (indices into `samples`); `None` when there is too little.
+fn steady_part(samples: &[Sample], warmup: Duration) -> Option<(usize, usize)> {
+    let rising = |i: &usize| samples[*i].served > samples[*i - 1].served;
+    let first = (1..samples.len()).find(rising)?;
+    let last = (1..samples.len()).rev().find(rising)?;
+    // The sample before the first rise is when serving began, at the latest.
+    let begun = samples[first - 1].at;
+    let start = (first..=last).find(|&i| samples[i].at >= begun + warmup)?;
+    (last > start).then_some((start, last))
+}
+
+/// Runs perf_analyzer at a fixed request rate against `server` and measures the CPU its processes
+/// spend per request over the steady part of the run.
+fn measure_rate(
+    perf_analyzer: &Path,
+    server: &Server,
+    model: &str,
+    shape: Option<&str>,
+    protocol: &str,
+    rate: u32,
+) -> Result<RateMeasurement> {
+    let port = if protocol == "grpc" { server.grpc_port } else { server.http_port };
+    let mut cmd = Command::new(perf_analyzer);
+    cmd.args(["-m", model, "-i", protocol, "-u", &format!("127.0.0.1:{port}")])
+        .arg("--request-rate-range")
+        .arg(format!("{rate}:{rate}"))
+        .arg("--measurement-interval")
+        .arg(MEASUREMENT_MS.to_string())
+        .arg("--stability-percentage")
+        .arg(STABILITY_PERCENT.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(shape) = shape {
+        cmd.args(["--shape", shape]);
+    }
+    let sample = || Sample {
+        at: Instant::now(),
+        cpu: TreeCpu::of(server.pid()),
+        served: inference_count(server.http_port, model).unwrap_or(0),
+    };
+    let mut child = cmd.spawn().with_context(|| format!("cannot run {cmd:?}"))?;
+    // Its output is small; read it on threads so that a full pipe never stalls it.
+    let mut stdout = child.stdout.take().context("perf_analyzer's stdout")?;
+    let mut stderr = child.stderr.take().context("perf_analyzer's stderr")?;
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let mut samples = vec![sample()];
+    let status = loop {
+        std::thread::sleep(SAMPLE_EVERY);
+        samples.push(sample());
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+    };
+    let (stdout, stderr) = (out.join().unwrap_or_default(), err.join().unwrap_or_default());
+    if !status.success() {
+        bail!("{cmd:?} failed with {status}:\n{}\n{}", tail(&stdout, 30), tail(&stderr, 30));
+    }
+    let (a, b) = steady_part(&samples, RATE_WARMUP)
+        .with_context(|| format!("no steady part in the run of {cmd:?}:\n{}", tail(&stdout, 30)))?;
+    let (first, last) = (samples[a], samples[b]);
+    let served = last.served - first.served;
+    let window = last.at - first.at;
+    let (server_us, stubs_us) = first.cpu.per_request_us(&last.cpu, served);
+    Ok(RateMeasurement {
+        served_per_s: served as f64 / window.as_secs_f64(),
+        server_us,
+        stubs_us,
+        window_s: window.as_secs_f64(),
+    })
 }
 
 /// Reads throughput and p50/p99 latency from the first `Client:` block.
@@ -698,6 +922,22 @@ print(f"{sys.version_info[0]}.{sys.version_info[1]}")
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_steady_part_starts_after_the_warm_up_and_ends_at_the_last_request() {
+        let t0 = Instant::now();
+        let at = |ms: u64, served: u64| Sample { at: t0 + Duration::from_millis(ms), cpu: TreeCpu::default(), served };
+        // Idle, then serving from about 500 ms until 3,000 ms, then idle.
+        let samples =
+            [at(0, 0), at(250, 0), at(500, 0), at(750, 50), at(1000, 100), at(1500, 200), at(2000, 300), at(2500, 400)];
+        let tail = [at(3000, 500), at(3250, 500), at(3500, 500)];
+        let all: Vec<Sample> = samples.iter().chain(&tail).copied().collect();
+        // Serving began by 500 ms; a second later is the sample at 1,500 ms; the last rise at 3,000.
+        assert_eq!(steady_part(&all, Duration::from_secs(1)), Some((5, 8)));
+        // Too short a run has no steady part.
+        assert_eq!(steady_part(&all[..6], Duration::from_secs(1)), None);
+        assert_eq!(steady_part(&all[..2], Duration::from_secs(1)), None);
+    }
 
     #[test]
     fn parses_perf_analyzer_summary() {
