@@ -13,7 +13,10 @@ pub mod process;
 pub mod stacks;
 pub mod stub;
 
-pub use process::{hide_from_same_user, run_tool, OnLine, StubCommand, StubExit, ToolOutcome, STUB_MALLOC_DEFAULTS};
+pub use process::{
+    hide_from_same_user, reap_orphans, run_tool, set_fork_server, OnLine, StubCommand, StubExit, ToolOutcome,
+    NO_FORK_SERVER_ENV, STUB_MALLOC_DEFAULTS,
+};
 pub use stacks::{StackError, StackProbe};
 pub use stub::{
     BlsEvent, BlsHandler, CallHandler, ClientMetrics, Executed, HostError, MetricsProbe, OnResponse, Stub, StubInfo,

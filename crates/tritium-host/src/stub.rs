@@ -473,6 +473,8 @@ impl Stub {
                     libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd), events: libc::POLLIN, revents: 0 };
                 // SAFETY: one valid pollfd for the duration of the call.
                 let n = unsafe { libc::poll(&mut pfd, 1, 250) };
+                // Orphans reparented to the server (a child subreaper once a fork server runs).
+                process::reap_orphans();
                 if stop.load(std::sync::atomic::Ordering::Acquire) {
                     return;
                 }
