@@ -252,7 +252,7 @@ impl Drop for ChildGuard {
 pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
 impl StderrTail {
-    fn push(&self, line: String) {
+    pub(crate) fn push(&self, line: String) {
         let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if q.len() == STDERR_TAIL {
             q.pop_front();
@@ -264,22 +264,6 @@ impl StderrTail {
     pub fn text(&self) -> String {
         let q = self.0.lock().unwrap_or_else(|p| p.into_inner());
         q.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
-    }
-}
-
-fn forward_lines(reader: impl Read + Send + 'static, span: Span, stderr: Option<StderrTail>) {
-    let spawned = std::thread::Builder::new().name("stub-output".into()).spawn(move || {
-        let _enter = span.enter();
-        crate::output::read_lines(reader, crate::output::MAX_LINE, |line| match &stderr {
-            Some(tail) => {
-                tracing::warn!(target: "tritium::stub", "{line}");
-                tail.push(line);
-            }
-            None => tracing::info!(target: "tritium::stub", "{line}"),
-        });
-    });
-    if let Err(e) = spawned {
-        tracing::error!("cannot start a thread to read stub output: {e}");
     }
 }
 
@@ -431,8 +415,8 @@ pub(crate) fn spawn(
             Ok(Some((guard, out, err))) => {
                 drop((control, socket, stacks));
                 let stderr = StderrTail::default();
-                forward_lines(std::fs::File::from(out), span.clone(), None);
-                forward_lines(std::fs::File::from(err), span, Some(stderr.clone()));
+                crate::poller::forward(out, span.clone(), None);
+                crate::poller::forward(err, span, Some(stderr.clone()));
                 return Ok((guard, stderr));
             }
             Ok(None) => {}
@@ -449,10 +433,10 @@ pub(crate) fn spawn(
     drop((control, socket, stacks));
     let stderr = StderrTail::default();
     if let Some(out) = child.stdout.take() {
-        forward_lines(out, span.clone(), None);
+        crate::poller::forward(out.into(), span.clone(), None);
     }
     if let Some(err) = child.stderr.take() {
-        forward_lines(err, span, Some(stderr.clone()));
+        crate::poller::forward(err.into(), span, Some(stderr.clone()));
     }
     Ok((ChildGuard::spawned(child), stderr))
 }
@@ -532,7 +516,7 @@ mod fork {
 
     use nix::sys::socket::{self, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
 
-    use super::{forward_lines, lock_owned, pidfd_open, python_command, spawn_owned, ChildGuard, Proc, StubCommand};
+    use super::{lock_owned, pidfd_open, python_command, spawn_owned, ChildGuard, Proc, StubCommand};
 
     /// How long a fork server may take to import what stubs import.
     const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -660,10 +644,10 @@ mod fork {
         drop(theirs);
         let span = tracing::info_span!("fork_server", pid = child.id());
         if let Some(out) = child.stdout.take() {
-            forward_lines(out, span.clone(), None);
+            crate::poller::forward(out.into(), span.clone(), None);
         }
         if let Some(err) = child.stderr.take() {
-            forward_lines(err, span.clone(), None);
+            crate::poller::forward(err.into(), span.clone(), None);
         }
         let mut child = ChildGuard::spawned(child);
         let ready = receive(&ours, START_TIMEOUT).map_err(|e| match child.try_exit() {
