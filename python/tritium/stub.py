@@ -49,8 +49,13 @@ from .errors import (
 from .sender import send_response
 from .tensor import InferenceRequest, InferenceResponse
 
-# How long one wait for a message lasts before the stub checks that its server is still there.
+# How long one wait for a message lasts before the stub checks that its server is still there,
+# while a batch waits for its answers.
 _WAIT_MS = 200
+# The same for an idle stub between messages. The stub dies with its server anyway (the server sets
+# PR_SET_PDEATHSIG, after the reparenting for a forked stub): this check is the fallback, and an idle
+# stub wakes once a second for it instead of five times (the native heartbeat thread beats on its own).
+_IDLE_WAIT_MS = 1000
 
 # Triton core's error for a request released with RESCHEDULE by a model not configured for it
 # (tritium has no iterative sequence batching).
@@ -284,7 +289,7 @@ class Stub:
         self.channel.send_hello(sys.version, np.__version__)
         parent = self.channel.server_pid
         while True:
-            msg = self.channel.recv(_WAIT_MS)
+            msg = self.channel.recv(_IDLE_WAIT_MS)
             if msg is None:
                 _exit_if_orphaned(parent)
                 continue

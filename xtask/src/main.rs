@@ -30,6 +30,8 @@
 //! - `cargo xtask bench openai`: time to first token and tokens/s of the OpenAI frontend
 //!   (examples/clients/openai_bench.py on tiny_llm with 1, 8 and 32 streams), and embeddings
 //!   requests/s at concurrency 1 and 16 (tests/models/openai_embed).
+//! - `cargo xtask bench fork [FLAGS]`: restart to ready, 16 instances to ready, PSS per
+//!   instance, idle wake-ups, and the server's threads and PSS with 48 models (`bench_fork.rs`).
 //! - `cargo xtask bench frameworks`: an ONNX MLP (512 -> 2048 -> 512) served by tritium's
 //!   onnxruntime backend over gRPC at concurrency 1 and 16, against the same session in a loop
 //!   and against Triton 2.51's Python backend running it from a `model.py` (`bench_frameworks.rs`,
@@ -44,6 +46,7 @@ mod tidy;
 
 use anyhow::{bail, Context, Result};
 
+mod bench_fork;
 mod bench_frameworks;
 mod bench_serve;
 mod bench_shm;
@@ -336,8 +339,8 @@ fn test() -> Result<()> {
 
 /// Runs benchmark `what`; `flags` go to `tritium serve` (bench serve only).
 fn bench(what: &str, flags: &[String]) -> Result<()> {
-    if !flags.is_empty() && what != "serve" {
-        bail!("only `bench serve` takes tritium flags (got {flags:?} for bench {what})");
+    if !flags.is_empty() && !matches!(what, "serve" | "fork") {
+        bail!("only `bench serve` and `bench fork` take tritium flags (got {flags:?} for bench {what})");
     }
     setup()?;
     build()?;
@@ -354,7 +357,8 @@ fn bench(what: &str, flags: &[String]) -> Result<()> {
         "shm" => bench_shm::bench_shm(),
         "openai" => run(Command::new(venv_python()).current_dir(root()).args(["examples/clients/openai_bench.py"])),
         "frameworks" => bench_frameworks::bench_frameworks(),
-        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream, shm, openai, frameworks"),
+        "fork" => bench_fork::bench_fork(flags),
+        other => bail!("unknown benchmark {other:?}; known: ipc, serve, stream, shm, openai, frameworks, fork"),
     }
 }
 

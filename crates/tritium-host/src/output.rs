@@ -12,9 +12,8 @@ pub const MAX_LINE: usize = 16 * 1024;
 /// lines longer than `max` bytes split into pieces of at most `max` bytes at UTF-8 character
 /// boundaries where possible.
 pub fn read_lines(reader: impl Read, max: usize, mut emit: impl FnMut(String)) {
-    let max = max.max(4);
     let mut reader = BufReader::with_capacity(64 * 1024, reader);
-    let mut line: Vec<u8> = Vec::with_capacity(256);
+    let mut lines = Lines::new(max);
     loop {
         let buf = match reader.fill_buf() {
             Ok(buf) => buf,
@@ -22,31 +21,61 @@ pub fn read_lines(reader: impl Read, max: usize, mut emit: impl FnMut(String)) {
             Err(_) => break,
         };
         if buf.is_empty() {
-            if !line.is_empty() {
-                emit(finish(&line));
-            }
-            return;
+            break;
         }
-        let room = max - line.len();
-        let window = &buf[..buf.len().min(room)];
-        if let Some(i) = window.iter().position(|&b| b == b'\n') {
-            line.extend_from_slice(&window[..i]);
-            reader.consume(i + 1);
-            emit(finish(&line));
-            line.clear();
-            continue;
-        }
-        let n = window.len();
-        line.extend_from_slice(window);
+        let n = buf.len();
+        lines.push(buf, &mut emit);
         reader.consume(n);
-        if line.len() >= max {
-            // Split at the last complete character; an incomplete one moves to the next piece.
-            let cut = match std::str::from_utf8(&line) {
-                Err(e) if e.error_len().is_none() && e.valid_up_to() > 0 => e.valid_up_to(),
-                _ => line.len(),
-            };
-            emit(String::from_utf8_lossy(&line[..cut]).into_owned());
-            line.drain(..cut);
+    }
+    lines.finish(&mut emit);
+}
+
+/// Splits bytes as they come into lines, as [`read_lines`] does: for a reader that is handed
+/// what it reads (a poller) rather than reading itself.
+#[derive(Debug)]
+pub struct Lines {
+    max: usize,
+    line: Vec<u8>,
+}
+
+impl Lines {
+    /// Lines of at most `max` bytes.
+    pub fn new(max: usize) -> Self {
+        Self { max: max.max(4), line: Vec::new() }
+    }
+
+    /// Takes `buf`, calling `emit` with every line it completes.
+    pub fn push(&mut self, mut buf: &[u8], emit: &mut impl FnMut(String)) {
+        while !buf.is_empty() {
+            let room = self.max - self.line.len();
+            let window = &buf[..buf.len().min(room)];
+            if let Some(i) = window.iter().position(|&b| b == b'\n') {
+                self.line.extend_from_slice(&window[..i]);
+                buf = &buf[i + 1..];
+                emit(finish(&self.line));
+                self.line.clear();
+                continue;
+            }
+            let n = window.len();
+            self.line.extend_from_slice(window);
+            buf = &buf[n..];
+            if self.line.len() >= self.max {
+                // Split at the last complete character; an incomplete one moves to the next piece.
+                let cut = match std::str::from_utf8(&self.line) {
+                    Err(e) if e.error_len().is_none() && e.valid_up_to() > 0 => e.valid_up_to(),
+                    _ => self.line.len(),
+                };
+                emit(String::from_utf8_lossy(&self.line[..cut]).into_owned());
+                self.line.drain(..cut);
+            }
+        }
+    }
+
+    /// The end of the input: emits the last line if it had no newline.
+    pub fn finish(&mut self, emit: &mut impl FnMut(String)) {
+        if !self.line.is_empty() {
+            emit(finish(&self.line));
+            self.line.clear();
         }
     }
 }
@@ -90,6 +119,21 @@ mod tests {
     #[test]
     fn invalid_utf8_is_replaced_and_reading_goes_on() {
         assert_eq!(lines(b"ok\n\xff\xfe bad\nafter\n", 100), ["ok", "\u{fffd}\u{fffd} bad", "after"]);
+    }
+
+    #[test]
+    fn bytes_handed_in_pieces_make_the_same_lines() {
+        let input = "one\ntwo é\r\nthree is long enough to split\nlast".as_bytes();
+        let whole = lines(input, 8);
+        for step in 1..input.len() {
+            let mut got = Vec::new();
+            let mut l = Lines::new(8);
+            for piece in input.chunks(step) {
+                l.push(piece, &mut |s| got.push(s));
+            }
+            l.finish(&mut |s| got.push(s));
+            assert_eq!(got, whole, "pieces of {step}");
+        }
     }
 
     #[test]

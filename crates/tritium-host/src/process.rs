@@ -6,18 +6,39 @@
 //! stderr are read line by line into the server's log; the last lines of stderr are kept for
 //! error messages. [`ChildGuard`] kills and reaps the process when dropped.
 //!
+//! **Fork servers.** With [`set_fork_server`] on (`--stub-fork-server`, the default), a stub is
+//! forked from a fork server (`python -m tritium.forkserver`) instead: one per interpreter,
+//! `PYTHONPATH` and extra environment, started like a stub (so everything read at process start,
+//! `MALLOC_*` above all, is the stub's), that has imported what stubs import and started no
+//! thread. It gets requests on a `SOCK_SEQPACKET` socket (the five fds with `SCM_RIGHTS`) and
+//! forks twice: the stub is reparented to the server, which is a child subreaper
+//! (`PR_SET_CHILD_SUBREAPER`), and only then sets `PR_SET_PDEATHSIG` (a parent-death signal fires
+//! on every change of parent, so set earlier it would fire when the intermediate child exits),
+//! then checks that its parent is the server. Why this rather than leaving the stub the fork
+//! server's child, with a pidfd and the exit status relayed by the fork server: the server keeps
+//! supervising every stub the same way (`waitpid` gives the exact exit status, a pidfd kills it,
+//! its parent-death signal is the server's death, the stub's own check of its parent pid holds),
+//! and a fork server that dies takes no stub with it and loses no exit status. The cost: orphaned
+//! descendants of the stubs (processes model code leaves behind) become the server's children
+//! too; [`reap_orphans`] reaps those no [`ChildGuard`] or [`run_tool`] owns (every child this
+//! module starts is registered as owned while it is started). A fork server that is not safe to
+//! fork from (more than one thread) or cannot start turns its stubs into plain starts, with one
+//! log line; one that died is replaced at the next start. A model opts out with
+//! [`NO_FORK_SERVER_ENV`] in its stub's environment (its config's `FORK_SERVER: "false"`).
+//!
 //! Every child (a stub, an installer, an interpreter probe) gets the server's environment
 //! without the server's own settings: no `TRITIUM_*` variable reaches it unless the server sets
 //! it for that child. Among those settings are secrets (`TRITIUM_ADMIN_TOKEN`) and paths a model
 //! has no business with (TLS keys); model code and the packages an installer runs are untrusted.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tracing::Span;
@@ -90,24 +111,59 @@ impl From<ExitStatus> for StubExit {
     }
 }
 
+/// The process behind a [`ChildGuard`].
+#[derive(Debug)]
+enum Proc {
+    /// Started by [`Command::spawn`].
+    Spawned(Child),
+    /// Forked by a fork server and reparented to this process (a child subreaper): waited for
+    /// with `waitpid`, killed through its pidfd.
+    Adopted { pid: u32, pidfd: OwnedFd },
+}
+
 /// A child process that is killed (SIGKILL) and reaped when dropped.
 #[derive(Debug)]
 pub struct ChildGuard {
-    child: Child,
+    proc: Proc,
     exit: Option<StubExit>,
 }
 
 impl ChildGuard {
+    fn spawned(child: Child) -> Self {
+        Self { proc: Proc::Spawned(child), exit: None }
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        match &self.proc {
+            Proc::Spawned(child) => child.id(),
+            Proc::Adopted { pid, .. } => *pid,
+        }
+    }
+
+    /// Whether a fork server forked it.
+    pub fn forked(&self) -> bool {
+        matches!(self.proc, Proc::Adopted { .. })
+    }
+
+    fn reaped(&mut self, exit: StubExit) -> StubExit {
+        lock_owned().remove(&self.pid());
+        self.exit = Some(exit.clone());
+        exit
     }
 
     /// Returns how the process ended, if it has; reaps it.
     pub fn try_exit(&mut self) -> Option<StubExit> {
         if self.exit.is_none() {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.exit = Some(status.into());
+            let exit = match &mut self.proc {
+                Proc::Spawned(child) => match child.try_wait() {
+                    Ok(Some(status)) => Some(status.into()),
+                    _ => None,
+                },
+                Proc::Adopted { pid, .. } => wait_pid(*pid, libc::WNOHANG),
+            };
+            if let Some(exit) = exit {
+                self.reaped(exit);
             }
         }
         self.exit.clone()
@@ -147,13 +203,41 @@ impl ChildGuard {
         if let Some(e) = self.try_exit() {
             return e;
         }
-        let _ = self.child.kill();
-        let desc = match self.child.wait() {
-            Ok(status) => status.into(),
-            Err(e) => StubExit::Other(format!("unknown ({e})")),
+        let desc = match &mut self.proc {
+            Proc::Spawned(child) => {
+                let _ = child.kill();
+                match child.wait() {
+                    Ok(status) => status.into(),
+                    Err(e) => StubExit::Other(format!("unknown ({e})")),
+                }
+            }
+            Proc::Adopted { pid, pidfd } => {
+                if let Err(e) = pidfd_kill(std::os::fd::AsFd::as_fd(pidfd)) {
+                    tracing::warn!(pid = *pid, "cannot kill the stub: {e}");
+                }
+                wait_pid(*pid, 0).unwrap_or_else(|| StubExit::Other("unknown (not reaped)".into()))
+            }
         };
-        self.exit = Some(desc.clone());
-        desc
+        self.reaped(desc)
+    }
+}
+
+/// `waitpid(pid, flags)`: how it ended, if it has (or could not be waited for at all).
+fn wait_pid(pid: u32, flags: libc::c_int) -> Option<StubExit> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: waitpid on a pid with a valid status pointer.
+        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, flags) };
+        if rc == pid as libc::pid_t {
+            return Some(ExitStatus::from_raw(status).into());
+        }
+        if rc == 0 {
+            return None;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Some(StubExit::Other(format!("unknown ({e})")));
+        }
     }
 }
 
@@ -168,7 +252,7 @@ impl Drop for ChildGuard {
 pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
 
 impl StderrTail {
-    fn push(&self, line: String) {
+    pub(crate) fn push(&self, line: String) {
         let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if q.len() == STDERR_TAIL {
             q.pop_front();
@@ -180,22 +264,6 @@ impl StderrTail {
     pub fn text(&self) -> String {
         let q = self.0.lock().unwrap_or_else(|p| p.into_inner());
         q.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
-    }
-}
-
-fn forward_lines(reader: impl Read + Send + 'static, span: Span, stderr: Option<StderrTail>) {
-    let spawned = std::thread::Builder::new().name("stub-output".into()).spawn(move || {
-        let _enter = span.enter();
-        crate::output::read_lines(reader, crate::output::MAX_LINE, |line| match &stderr {
-            Some(tail) => {
-                tracing::warn!(target: "tritium::stub", "{line}");
-                tail.push(line);
-            }
-            None => tracing::info!(target: "tritium::stub", "{line}"),
-        });
-    });
-    if let Err(e) = spawned {
-        tracing::error!("cannot start a thread to read stub output: {e}");
     }
 }
 
@@ -280,14 +348,11 @@ pub fn hide_from_same_user() -> std::io::Result<()> {
     nix::sys::prctl::set_dumpable(false).map_err(std::io::Error::from)
 }
 
-/// Starts `python -m tritium.stub` with the channel's fds as 3 and 4.
-pub(crate) fn spawn(
-    cmd: &StubCommand,
-    control: OwnedFd,
-    socket: OwnedFd,
-    stacks: OwnedFd,
-    span: Span,
-) -> std::io::Result<(ChildGuard, StderrTail)> {
+/// A [`Command`] running `cmd.python` with a stub's environment: the server's without its own
+/// settings, the allocator defaults, `PYTHONPATH` leading to tritium, `cmd.env`; stdin from
+/// `/dev/null`, stdout and stderr piped. In its own process group with `PR_SET_PDEATHSIG`, and
+/// `fds` placed at 3, 4, 5... in the child.
+fn python_command(cmd: &StubCommand, fds: &[&OwnedFd]) -> Command {
     let mut pythonpath = OsString::from(cmd.python_path.as_os_str());
     if let Some(existing) = std::env::var_os("PYTHONPATH") {
         pythonpath.push(":");
@@ -295,32 +360,33 @@ pub(crate) fn spawn(
     }
     let mut command = Command::new(&cmd.python);
     with_allocator_defaults(without_server_settings(&mut command), &cmd.env)
-        .args(["-m", "tritium.stub", "--control-fd", "3", "--socket-fd", "4", "--stacks-fd", "5", "--spin-us"])
-        .arg(cmd.spin.to_string())
         .env("PYTHONPATH", pythonpath)
         .env("PYTHONUNBUFFERED", "1")
         .envs(cmd.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let control_raw = control.as_raw_fd();
-    let socket_raw = socket.as_raw_fd();
-    let stacks_raw = stacks.as_raw_fd();
+    let raw: Vec<libc::c_int> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only makes async-signal-safe
-    // system calls (fcntl, dup2, setpgid, prctl, getppid, _exit) on fds that stay open until then.
+    // system calls (fcntl, dup2, close, setpgid, prctl, getppid, _exit) on fds that stay open
+    // until then; `raw` was allocated before the fork.
     unsafe {
         command.pre_exec(move || {
-            // Move the fds above 5 first, so that placing one cannot clobber another.
-            let c = libc::fcntl(control_raw, libc::F_DUPFD, 10);
-            let s = libc::fcntl(socket_raw, libc::F_DUPFD, 10);
-            let k = libc::fcntl(stacks_raw, libc::F_DUPFD, 10);
-            if c < 0 || s < 0 || k < 0 || libc::dup2(c, 3) < 0 || libc::dup2(s, 4) < 0 || libc::dup2(k, 5) < 0 {
-                return Err(std::io::Error::last_os_error());
+            // Move the fds above the targets first, so that placing one cannot clobber another.
+            let mut moved = [0; 8];
+            for (m, &fd) in moved.iter_mut().zip(&raw) {
+                *m = libc::fcntl(fd, libc::F_DUPFD, 10);
+                if *m < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
-            libc::close(c);
-            libc::close(s);
-            libc::close(k);
+            for (target, &m) in (3..).zip(moved.iter().take(raw.len())) {
+                if libc::dup2(m, target) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(m);
+            }
             // Own process group: a Ctrl-C on the server's terminal reaches the server, which then
             // shuts its stubs down in order.
             libc::setpgid(0, 0);
@@ -331,16 +397,292 @@ pub(crate) fn spawn(
             Ok(())
         });
     }
-    let mut child = command.spawn()?;
+    command
+}
+
+/// Starts a stub for the channel whose fds are `control`, `socket` and `stacks` (3, 4 and 5 in
+/// the stub): forked from the fork server of its interpreter and environment where that is on
+/// and works, else as `python -m tritium.stub`.
+pub(crate) fn spawn(
+    cmd: &StubCommand,
+    control: OwnedFd,
+    socket: OwnedFd,
+    stacks: OwnedFd,
+    span: Span,
+) -> std::io::Result<(ChildGuard, StderrTail)> {
+    if fork_server_wanted(cmd) {
+        match fork::spawn(cmd, [&control, &socket, &stacks]) {
+            Ok(Some((guard, out, err))) => {
+                drop((control, socket, stacks));
+                let stderr = StderrTail::default();
+                crate::poller::forward(out, span.clone(), None);
+                crate::poller::forward(err, span, Some(stderr.clone()));
+                return Ok((guard, stderr));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(parent: &span, "cannot fork the stub from the fork server ({e}); starting it plainly")
+            }
+        }
+    }
+    let mut command = python_command(cmd, &[&control, &socket, &stacks]);
+    command
+        .args(["-m", "tritium.stub", "--control-fd", "3", "--socket-fd", "4", "--stacks-fd", "5", "--spin-us"])
+        .arg(cmd.spin.to_string());
+    let mut child = spawn_owned(&mut command)?;
     drop((control, socket, stacks));
     let stderr = StderrTail::default();
     if let Some(out) = child.stdout.take() {
-        forward_lines(out, span.clone(), None);
+        crate::poller::forward(out.into(), span.clone(), None);
     }
     if let Some(err) = child.stderr.take() {
-        forward_lines(err, span, Some(stderr.clone()));
+        crate::poller::forward(err.into(), span, Some(stderr.clone()));
     }
-    Ok((ChildGuard { child, exit: None }, stderr))
+    Ok((ChildGuard::spawned(child), stderr))
+}
+
+/// Whether stubs are forked from fork servers at all (`--stub-fork-server`).
+static FORK_SERVER: AtomicBool = AtomicBool::new(false);
+
+/// Turns forking stubs from fork servers on or off for every stub started afterwards (the server's
+/// `--stub-fork-server`; off unless turned on).
+pub fn set_fork_server(on: bool) {
+    FORK_SERVER.store(on, Ordering::Relaxed);
+}
+
+/// The variable in [`StubCommand::env`] that keeps a model's stubs from the fork server (its
+/// config's `parameters { key: "FORK_SERVER" value: { string_value: "false" } }`): set to `1`.
+pub const NO_FORK_SERVER_ENV: &str = "TRITIUM_NO_FORK_SERVER";
+
+fn fork_server_wanted(cmd: &StubCommand) -> bool {
+    FORK_SERVER.load(Ordering::Relaxed) && !cmd.env.iter().any(|(k, v)| k == NO_FORK_SERVER_ENV && v == "1")
+}
+
+/// The pids of this process's children that their owners (a [`ChildGuard`], [`run_tool`]) wait
+/// for; any other child that exits is an orphan reparented to the server, reaped by
+/// [`reap_orphans`]. Held while a child is started and registered, so that an orphan reaper
+/// never takes a child before it is registered.
+static OWNED: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+/// Set once this process is a child subreaper.
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
+fn lock_owned() -> std::sync::MutexGuard<'static, BTreeSet<u32>> {
+    OWNED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `command.spawn()`, its pid registered as owned.
+fn spawn_owned(command: &mut Command) -> std::io::Result<Child> {
+    let mut owned = lock_owned();
+    let child = command.spawn()?;
+    owned.insert(child.id());
+    Ok(child)
+}
+
+/// Reaps the children that nobody waits for: once the server is a child subreaper (it is when a
+/// fork server runs), every orphaned descendant (a process a model started and left behind, a
+/// stub's grandchild) becomes its child. Stops at the first exited child that has an owner (it
+/// is its owner's to reap) and returns at once when another thread is starting a child.
+pub fn reap_orphans() {
+    if !SUBREAPER.load(Ordering::Acquire) {
+        return;
+    }
+    let Ok(owned) = OWNED.try_lock() else { return };
+    loop {
+        // SAFETY: siginfo_t is plain data; waitid fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid with a valid siginfo pointer; WNOWAIT leaves the child waitable.
+        let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
+        // SAFETY: waitid filled `info` for a child (or left it zeroed: pid 0).
+        let pid = unsafe { info.si_pid() };
+        if rc != 0 || pid <= 0 || owned.contains(&(pid as u32)) {
+            return;
+        }
+        // SAFETY: reaps the orphan just seen exited.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        tracing::debug!(pid, "reaped an orphaned process");
+    }
+}
+
+/// Fork servers: one per interpreter and environment, forking stubs on request.
+mod fork {
+    use std::collections::HashMap;
+    use std::ffi::OsString;
+    use std::io::IoSlice;
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::path::PathBuf;
+    use std::sync::atomic::Ordering;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use nix::sys::socket::{self, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
+
+    use super::{lock_owned, pidfd_open, python_command, spawn_owned, ChildGuard, Proc, StubCommand};
+
+    /// How long a fork server may take to import what stubs import.
+    const START_TIMEOUT: Duration = Duration::from_secs(60);
+    /// How long one fork may take.
+    const FORK_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// What tells fork servers apart: a stub's interpreter, its `PYTHONPATH` directory and its
+    /// extra environment (which the fork server gets at its own start, so that everything read
+    /// at process start, `MALLOC_*` and `LD_LIBRARY_PATH` among them, is the stub's).
+    type Key = (PathBuf, PathBuf, Vec<(OsString, OsString)>);
+
+    enum Slot {
+        Running {
+            child: ChildGuard,
+            sock: OwnedFd,
+        },
+        /// It could not be started, or is not safe to fork: stubs of this key start plainly.
+        Off,
+    }
+
+    static SERVERS: Mutex<Option<HashMap<Key, Slot>>> = Mutex::new(None);
+
+    /// Forks a stub with `fds` (control, socket, stacks) from the fork server of `cmd`, starting
+    /// that first if needed: the stub's guard and its stdout and stderr pipes, or `None` for a
+    /// plain start (why is logged).
+    pub(super) fn spawn(
+        cmd: &StubCommand,
+        fds: [&OwnedFd; 3],
+    ) -> std::io::Result<Option<(ChildGuard, OwnedFd, OwnedFd)>> {
+        let key: Key = (cmd.python.clone(), cmd.python_path.clone(), cmd.env.clone());
+        let mut servers = SERVERS.lock().unwrap_or_else(|p| p.into_inner());
+        let servers = servers.get_or_insert_with(HashMap::new);
+        // A fork server that ended is replaced.
+        if let Some(Slot::Running { child, .. }) = servers.get_mut(&key) {
+            if let Some(exit) = child.try_exit() {
+                tracing::warn!(python = %cmd.python.display(), "the fork server ended ({exit}); starting a new one");
+                servers.remove(&key);
+            }
+        }
+        if !servers.contains_key(&key) {
+            let slot = start(cmd).unwrap_or_else(|e| {
+                tracing::warn!(python = %cmd.python.display(), "cannot start a fork server ({e}); stubs start plainly");
+                Slot::Off
+            });
+            servers.insert(key.clone(), slot);
+        }
+        let Some(Slot::Running { sock, .. }) = servers.get_mut(&key) else { return Ok(None) };
+        let (out_r, out_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let (err_r, err_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let raw = [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()];
+        let request = format!("spawn {}", cmd.spin);
+        // Held until the stub's pid is registered: the orphan reaper must not take it first.
+        let mut owned = lock_owned();
+        let answer = socket::sendmsg::<()>(
+            sock.as_raw_fd(),
+            &[IoSlice::new(request.as_bytes())],
+            &[ControlMessage::ScmRights(&raw)],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        )
+        .map_err(std::io::Error::from)
+        .and_then(|_| receive(sock, FORK_TIMEOUT));
+        drop((out_w, err_w));
+        let answer = match answer {
+            Ok(a) => a,
+            Err(e) => {
+                drop(owned);
+                servers.remove(&key);
+                return Err(e);
+            }
+        };
+        match answer.split_once(' ') {
+            Some(("ok", pid)) => {
+                let pid: u32 =
+                    pid.trim().parse().map_err(|_| std::io::Error::other(format!("bad answer {answer:?}")))?;
+                let pidfd = pidfd_open(pid)?;
+                owned.insert(pid);
+                Ok(Some((ChildGuard { proc: Proc::Adopted { pid, pidfd }, exit: None }, out_r, err_r)))
+            }
+            _ => {
+                tracing::info!("the fork server did not fork the stub ({answer}); starting it plainly");
+                Ok(None)
+            }
+        }
+    }
+
+    /// One message from `sock` within `timeout`, as text.
+    fn receive(sock: &OwnedFd, timeout: Duration) -> std::io::Result<String> {
+        let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {timeout:?}")));
+        }
+        let mut buf = [0u8; 512];
+        let len = nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+        if len == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the fork server is gone"));
+        }
+        Ok(String::from_utf8_lossy(&buf[..len]).into_owned())
+    }
+
+    /// Starts the fork server of `cmd` and waits for its `ready`.
+    fn start(cmd: &StubCommand) -> std::io::Result<Slot> {
+        become_subreaper()?;
+        let (ours, theirs) =
+            socket::socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?;
+        let mut command = python_command(cmd, &[&theirs]);
+        command
+            .args(["-m", "tritium.forkserver", "--socket-fd", "3", "--server-pid"])
+            .arg(std::process::id().to_string());
+        // numpy's OpenBLAS starts a thread per CPU at import, which would make forking unsafe: one
+        // thread in the fork server, its default given back in each stub.
+        let blas_set = std::env::var_os("OPENBLAS_NUM_THREADS").is_some()
+            || std::env::var_os("OMP_NUM_THREADS").is_some()
+            || cmd.env.iter().any(|(k, _)| k == "OPENBLAS_NUM_THREADS" || k == "OMP_NUM_THREADS");
+        if !blas_set {
+            command.env("OPENBLAS_NUM_THREADS", "1").arg("--reset-blas-threads");
+        }
+        let mut child = spawn_owned(&mut command)?;
+        drop(theirs);
+        let span = tracing::info_span!("fork_server", pid = child.id());
+        if let Some(out) = child.stdout.take() {
+            crate::poller::forward(out.into(), span.clone(), None);
+        }
+        if let Some(err) = child.stderr.take() {
+            crate::poller::forward(err.into(), span.clone(), None);
+        }
+        let mut child = ChildGuard::spawned(child);
+        let ready = receive(&ours, START_TIMEOUT).map_err(|e| match child.try_exit() {
+            Some(exit) => std::io::Error::other(format!("it exited ({exit})")),
+            None => e,
+        })?;
+        match ready.split_once(' ') {
+            Some(("ready", "1")) => {
+                tracing::info!(parent: &span, python = %cmd.python.display(), "fork server ready");
+                Ok(Slot::Running { child, sock: ours })
+            }
+            _ => {
+                tracing::warn!(
+                    parent: &span,
+                    "the fork server is not safe to fork from ({ready}: threads after its imports); stubs of {} start plainly",
+                    cmd.python.display()
+                );
+                Ok(Slot::Off)
+            }
+        }
+    }
+
+    /// Makes this process a child subreaper: a stub forked by a fork server is reparented to
+    /// it when the fork server's intermediate child exits.
+    fn become_subreaper() -> std::io::Result<()> {
+        if super::SUBREAPER.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // SAFETY: prctl with an integer argument.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        super::SUBREAPER.store(true, Ordering::Release);
+        Ok(())
+    }
 }
 
 /// How a tool run by [`run_tool`] ended.
@@ -396,7 +738,7 @@ pub fn run_tool(
             Ok(())
         });
     }
-    let mut child = command.spawn()?;
+    let mut child = spawn_owned(&mut command)?;
     let lines = StderrTail(Arc::new(Mutex::new(VecDeque::new())));
     let mut readers = Vec::new();
     let outputs: [Option<Box<dyn Read + Send>>; 2] = [
@@ -435,6 +777,7 @@ pub fn run_tool(
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
+    lock_owned().remove(&child.id());
     for r in readers {
         let _ = r.join();
     }

@@ -449,10 +449,11 @@ impl Stub {
         }
     }
 
-    /// Watches the process from a thread of its own: when it exits, both rings are closed (a
-    /// waiting `recv`, and a `send` waiting for room, end at once) and `on_exit` runs; when its
-    /// heartbeat stops advancing for `heartbeat_timeout` (a frozen process), it is killed through
-    /// its pidfd. Ends when the stub is dropped.
+    /// Watches the process from the thread shared by every stub (`poller`): when it exits,
+    /// both rings are closed (a waiting `recv`, and a `send` waiting for room, end at once) and
+    /// `on_exit` runs there (it must not block); when its heartbeat stops advancing for
+    /// `heartbeat_timeout` (a frozen process), its stacks are logged and it is killed through its
+    /// pidfd, from a thread started for that. Ends when the stub is dropped or unwatched.
     pub fn watch(
         &self,
         heartbeat_timeout: Option<Duration>,
@@ -461,45 +462,53 @@ impl Stub {
         let pidfd = process::pidfd_open(self.pid())?;
         let interrupter = self.channel.interrupter();
         let channel = self.channel.clone();
-        let stop = self.unwatched.clone();
         let reason = self.kill_reason.clone();
         let span = self.span.clone();
         let stacks = self.stacks.clone();
-        std::thread::Builder::new().name(format!("watch-{}", self.instance)).spawn(move || {
-            let _enter = span.enter();
-            let mut last_beat = (channel.heartbeat(), Instant::now());
-            loop {
-                let mut pfd =
-                    libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd), events: libc::POLLIN, revents: 0 };
-                // SAFETY: one valid pollfd for the duration of the call.
-                let n = unsafe { libc::poll(&mut pfd, 1, 250) };
-                if stop.load(std::sync::atomic::Ordering::Acquire) {
-                    return;
-                }
-                if n > 0 {
-                    interrupter.interrupt();
-                    on_exit();
-                    return;
-                }
-                let beat = channel.heartbeat();
-                if beat != last_beat.0 {
-                    last_beat = (beat, Instant::now());
-                } else if let Some(limit) = heartbeat_timeout {
-                    if last_beat.1.elapsed() > limit {
-                        let msg = format!("heartbeat lost for {limit:?} (the process stopped running)");
-                        log_stacks(&stacks, &msg, &span);
-                        tracing::error!("{msg}; killing it");
-                        *reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg);
-                        // Through the pidfd: a pid number could by now name another process.
-                        if let Err(e) = process::pidfd_kill(std::os::fd::AsFd::as_fd(&pidfd)) {
-                            tracing::error!("cannot kill the hung stub: {e}");
-                        }
-                        last_beat.1 = Instant::now();
-                    }
-                }
+        let mut last_beat = (channel.heartbeat(), Instant::now());
+        let tick = move |pidfd: &std::os::fd::OwnedFd| {
+            let beat = channel.heartbeat();
+            if beat != last_beat.0 {
+                last_beat = (beat, Instant::now());
+                return;
             }
-        })?;
-        Ok(())
+            let Some(limit) = heartbeat_timeout else { return };
+            if last_beat.1.elapsed() <= limit {
+                return;
+            }
+            last_beat.1 = Instant::now();
+            let msg = format!("heartbeat lost for {limit:?} (the process stopped running)");
+            *reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg.clone());
+            let (span, stacks) = (span.clone(), stacks.clone());
+            let pidfd = match pidfd.try_clone() {
+                Ok(fd) => fd,
+                Err(e) => {
+                    tracing::error!(parent: &span, "cannot kill the hung stub: {e}");
+                    return;
+                }
+            };
+            // Its stacks take up to STACKS_BEFORE_KILL: not on the shared thread.
+            let killer = std::thread::Builder::new().name("stub-kill".into()).spawn(move || {
+                log_stacks(&stacks, &msg, &span);
+                tracing::error!(parent: &span, "{msg}; killing it");
+                // Through the pidfd: a pid number could by now name another process.
+                if let Err(e) = process::pidfd_kill(std::os::fd::AsFd::as_fd(&pidfd)) {
+                    tracing::error!(parent: &span, "cannot kill the hung stub: {e}");
+                }
+            });
+            if let Err(e) = killer {
+                tracing::error!("cannot start a thread to kill the hung stub: {e}");
+            }
+        };
+        crate::poller::watch(crate::poller::Watch {
+            pidfd,
+            stop: self.unwatched.clone(),
+            on_exit: Box::new(move || {
+                interrupter.interrupt();
+                on_exit();
+            }),
+            tick: Box::new(tick),
+        })
     }
 
     fn ipc(&self, source: IpcError) -> HostError {

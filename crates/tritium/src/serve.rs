@@ -98,6 +98,11 @@ pub(crate) struct ServeArgs {
     /// model: `execute_timeout_secs`).
     #[arg(long, env = "TRITIUM_EXECUTE_TIMEOUT_SECS", default_value_t = 0, help_heading = TRITIUM_OWN)]
     execute_timeout_secs: u64,
+    /// Fork stubs from a fork server per interpreter and environment (one that has imported
+    /// numpy and tritium and started no thread) instead of starting a fresh interpreter each;
+    /// per model, `parameters { key: "FORK_SERVER" value: { string_value: "false" } }` opts out.
+    #[arg(long, env = "TRITIUM_STUB_FORK_SERVER", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = TRITIUM_OWN)]
+    stub_fork_server: bool,
     /// Seconds without a heartbeat from a stub's native thread before it is killed as frozen.
     #[arg(long, env = "TRITIUM_STUB_HEARTBEAT_TIMEOUT_SECS", default_value_t = 10, help_heading = TRITIUM_OWN)]
     stub_heartbeat_timeout_secs: u64,
@@ -457,6 +462,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         ),
     };
     let (stub_spin, runtime_spin) = spin_budgets(args.stub_spin_us, args.runtime_spin_us);
+    tritium_host::set_fork_server(args.stub_fork_server);
     if args.admin_token.is_some() {
         // Models run as the server's user: keep the token out of their reach in /proc. (Children
         // never inherit TRITIUM_* variables; see tritium-host's process.rs.)

@@ -280,6 +280,10 @@ pub(super) fn resolve_in(
     if config.instance_group.iter().any(|g| g.kind == Kind::Gpu as i32) {
         stub.env.push(("TRITIUM_CUDA_BIND".into(), "1".into()));
     }
+    // A model that opts out of the fork server (`FORK_SERVER: "false"`) starts its stubs plainly.
+    if config.parameters.get("FORK_SERVER").is_some_and(|p| p.string_value.trim().eq_ignore_ascii_case("false")) {
+        stub.env.push((tritium_host::NO_FORK_SERVER_ENV.into(), "1".into()));
+    }
     tritium_config::resolve_instance_groups(&mut config, &opts.gpus)?;
     if framework.is_none() && !tritium_config::is_ensemble(&config) {
         check_stub_names(&config)?;
