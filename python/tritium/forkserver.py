@@ -112,7 +112,7 @@ def _become_stub(fds, spin, server_pid, reset_blas):
         import atexit
         import threading
 
-        threading._shutdown()
+        threading._shutdown()  # type: ignore[attr-defined]
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -143,13 +143,13 @@ def _spawn(conn, fds, spin, server_pid, reset_blas):
             os._exit(0)
     os.close(w)
     try:
-        pid = os.read(r, 64)
+        child = os.read(r, 64)
     finally:
         os.close(r)
         os.waitpid(first, 0)
-    if not pid:
+    if not child:
         return b"refused the fork failed"
-    return b"ok " + pid
+    return b"ok " + child
 
 
 def main(argv=None):
@@ -167,7 +167,7 @@ def main(argv=None):
             continue
         if not msg:
             return
-        fds = []
+        fds: list[int] = []
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds.extend(int.from_bytes(data[i : i + 4], sys.byteorder) for i in range(0, len(data) - 3, 4))
