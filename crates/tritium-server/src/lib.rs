@@ -35,7 +35,7 @@ pub use config_limits::ConfigLimits;
 pub use confine::PathPolicy;
 pub use envs::EnvOptions;
 pub use instance::{
-    park_spin, Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES,
+    park_spin, InstanceSettings, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_REQUEST_METADATA_BYTES, DEFAULT_MAX_SEQUENCE_BACKLOG,
 };
 pub use scrape::STUB_METRICS_TIMEOUT;

@@ -22,7 +22,7 @@ pub use crate::instance::DEFAULT_MODEL_UPDATE_GRACE_SECS;
 /// Watches model `name`'s new versions `new` for the grace period after a reload switched to
 /// them; their predecessors wait in the entry's `standby`.
 pub(super) fn watch_update(server: Server, name: String, new: Vec<Arc<Version>>, grace: Duration) {
-    let Some(runtime) = server.inner.runtime.clone() else {
+    let Some(runtime) = server.core.runtime.clone() else {
         return;
     };
     runtime.spawn(async move {
