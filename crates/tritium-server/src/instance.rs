@@ -35,6 +35,7 @@ use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
 use tritium_trace::Activity;
 
 use crate::classify::{Classes, ClassifyError};
+use crate::locks::Locked;
 use crate::pending::{Next, Pending, Reply, CANCELLED};
 use crate::scheduler::Queue;
 use crate::stats::{ExecTimes, Stats};
@@ -272,13 +273,13 @@ impl Instance {
         if self.state() != InstanceState::Ready {
             return None;
         }
-        self.probe.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.probe.locked().clone()
     }
 
     /// The running stub's pid and its stack probe, while a stub runs.
     pub(crate) fn stack_probe(&self) -> Option<(u32, StackProbe)> {
         let pid = self.status().pid?;
-        Some((pid, self.stacks.lock().unwrap_or_else(|p| p.into_inner()).clone()?))
+        Some((pid, self.stacks.locked().clone()?))
     }
 
     /// Counts a batch of `requests` the worker took for the running stub.
@@ -293,7 +294,7 @@ impl Instance {
     }
 
     fn status(&self) -> std::sync::MutexGuard<'_, Status> {
-        self.status.lock().unwrap_or_else(|p| p.into_inner())
+        self.status.locked()
     }
 
     /// Feeds `event` to the state machine. An impossible transition is logged and counted by

@@ -14,6 +14,7 @@ mod error;
 pub mod forward;
 mod instance;
 pub mod limiter;
+mod locks;
 mod pending;
 mod reshape;
 pub mod restricted;

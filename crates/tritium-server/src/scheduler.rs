@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::{model_queue_policy, ModelConfig, ModelQueuePolicy};
 
+use crate::locks::Locked;
 use crate::pending::{Next, Pending, Refused, CANCELLED};
 use crate::sequence::Sequences;
 use crate::stats::Stats;
@@ -372,7 +373,7 @@ impl Queue {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// A thread worker sleeps on the condvar for at most `timeout`, counted in `sleepers`.

@@ -38,6 +38,7 @@ use tritium_config::proto::model_sequence_batching::StrategyChoice;
 use tritium_config::proto::ModelConfig;
 use tritium_config::{BoolControl, ConfigError};
 
+use crate::locks::Locked;
 use crate::pending::{Next, Pending, Refused, Reply, CANCELLED};
 use crate::stats::Stats;
 use crate::types::{
@@ -407,7 +408,7 @@ impl Sequences {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Requests waiting.

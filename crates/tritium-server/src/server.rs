@@ -23,6 +23,7 @@ use crate::cache::{ModelCache, ResponseCache};
 use crate::classify::{Classes, LabelError};
 use crate::composition::{Boxed, Ensemble, RoutedCalls, Router};
 use crate::instance::{self, InstanceSettings, InstanceSpec, ModelCalls, StateView, VersionContext};
+use crate::locks::{Locked, RwLocked};
 use crate::pending::{Pending, Refused, Reply};
 use crate::scheduler::{Batching, Priorities, Queue};
 use crate::stats::Stats;
@@ -124,7 +125,7 @@ impl Version {
         if self.ensemble.is_some() {
             return true;
         }
-        self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|i| i.state() == InstanceState::Ready)
+        self.ctx.instances.locked().iter().any(|i| i.state() == InstanceState::Ready)
     }
 
     /// Why no instance serves, when none does and none will come back by itself.
@@ -132,7 +133,7 @@ impl Version {
         if self.ensemble.is_some() {
             return None;
         }
-        let instances = self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner());
+        let instances = self.ctx.instances.locked();
         instances.iter().all(|i| i.state() == InstanceState::Failed).then(|| {
             instances.iter().map(|i| format!("{}: {}", i.spec.name, i.reason())).collect::<Vec<_>>().join("; ")
         })
@@ -153,7 +154,7 @@ impl Version {
     /// Stops taking requests, lets the instances finish what is queued, and joins them.
     fn retire(&self) {
         self.ctx.queue.close_gracefully();
-        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        let workers = std::mem::take(&mut *self.workers.locked());
         for w in workers {
             let _ = w.join();
         }
@@ -218,7 +219,7 @@ impl Server {
         let load_progress: Arc<Mutex<HashMap<String, String>>> = Arc::default();
         let progress = load_progress.clone();
         opts.envs.progress = crate::envs::Progress::new(move |model, line| {
-            progress.lock().unwrap_or_else(|p| p.into_inner()).insert(model.to_string(), line.to_string());
+            progress.locked().insert(model.to_string(), line.to_string());
         });
         let runtime = tokio::runtime::Handle::try_current().ok();
         Self {
@@ -243,7 +244,7 @@ impl Server {
     }
 
     fn models_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Entry>> {
-        self.core.models.write().unwrap_or_else(|p| p.into_inner())
+        self.core.models.write_locked()
     }
 
     fn route(&self, model: &str, version: Option<i64>) -> Result<Arc<Version>, InferError> {
@@ -452,7 +453,7 @@ impl Server {
 
 impl ServerCore {
     fn models(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
-        self.models.read().unwrap_or_else(|p| p.into_inner())
+        self.models.read_locked()
     }
 
     /// The loaded version a request for `model` (`version`, or the newest) goes to.

@@ -42,7 +42,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use memmap2::{MmapOptions, MmapRaw};
@@ -51,6 +51,7 @@ use nix::sys::stat::Mode;
 use tritium_ipc::{Descriptor, TensorData, REGION_BIT};
 
 use crate::error::{ErrorKind, InferError};
+use crate::locks::Locked;
 
 /// The key prefix Triton reserves for the shared memory of its own Python backend.
 const RESERVED_PREFIX: &str = "triton_python_backend_shm_region_";
@@ -222,7 +223,7 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        let mut live = lock(&LIVE);
+        let mut live = LIVE.locked();
         if live.get(&self.base()).is_some_and(|(_, e)| std::ptr::eq(e.region.as_ptr(), self)) {
             live.remove(&self.base());
         }
@@ -241,13 +242,9 @@ struct LiveEntry {
 /// Every live region mapping in this process by start address, for [`lookup`].
 static LIVE: Mutex<BTreeMap<usize, (usize, LiveEntry)>> = Mutex::new(BTreeMap::new());
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The region whose mapping holds `[ptr, ptr + len)`, and the offset of `ptr` in it.
 pub(crate) fn lookup(ptr: *const u8, len: usize) -> Option<(Arc<Region>, u64)> {
-    let live = lock(&LIVE);
+    let live = LIVE.locked();
     let (entry, offset) = containing(&live, ptr, len)?;
     let region = entry.region.upgrade()?;
     // Returned, never dropped, under the lock.
@@ -269,13 +266,14 @@ fn containing<V>(table: &BTreeMap<usize, (usize, V)>, ptr: *const u8, len: usize
 /// still used by a request). Compares ids without upgrading: a temporary `Arc` dropped under
 /// the lock could be the last one, and `Region::drop` locks [`LIVE`] again.
 pub(crate) fn is_live(id: u32) -> bool {
-    lock(&LIVE).values().any(|(_, e)| (e.id == id || e.output_id == id) && e.region.strong_count() > 0)
+    LIVE.locked().values().any(|(_, e)| (e.id == id || e.output_id == id) && e.region.strong_count() > 0)
 }
 
 /// The key of a region among segment ids `ids` (a dead stub's) whose client has shrunk its file
 /// below the registered range, if any: that stub's `SIGBUS` was the client's doing.
 pub(crate) fn shrunk_region(ids: &[u32]) -> Option<String> {
-    let regions: Vec<Arc<Region>> = lock(&LIVE)
+    let regions: Vec<Arc<Region>> = LIVE
+        .locked()
         .values()
         .filter(|(_, e)| ids.contains(&e.id) || ids.contains(&e.output_id))
         .filter_map(|(_, e)| e.region.upgrade())
@@ -366,14 +364,14 @@ impl AsRef<[u8]> for StagedBytes {
 
 impl Drop for StagedBytes {
     fn drop(&mut self) {
-        lock(&STAGED).remove(&(self.data.as_ptr() as usize));
+        STAGED.locked().remove(&(self.data.as_ptr() as usize));
     }
 }
 
 /// `[offset, offset + len)` of a CUDA region copied to the host (`len` > 0), as input bytes.
 fn staged(region: Arc<CudaRegion>, offset: u64, len: u64) -> Result<Bytes, InferError> {
     let data = region.read(offset, len)?;
-    lock(&STAGED).insert(data.as_ptr() as usize, (data.len(), (Arc::downgrade(&region), offset)));
+    STAGED.locked().insert(data.as_ptr() as usize, (data.len(), (Arc::downgrade(&region), offset)));
     Ok(Bytes::from_owner(StagedBytes { data, _region: region }))
 }
 
@@ -381,7 +379,7 @@ fn staged(region: Arc<CudaRegion>, offset: u64, len: u64) -> Result<Bytes, Infer
 /// host copy of a CUDA region's: the client's IPC handle of the allocation, its device, and
 /// where the bytes are in it.
 pub(crate) fn lookup_cuda(ptr: *const u8, len: usize) -> Option<TensorData> {
-    let staged = lock(&STAGED);
+    let staged = STAGED.locked();
     let ((region, copied_from), offset) = containing(&staged, ptr, len)?;
     let region = region.upgrade()?;
     Some(TensorData::Cuda {
@@ -593,7 +591,7 @@ impl ShmRegistry {
     pub fn register(&self, name: &str, key: &str, offset: u64, byte_size: u64) -> Result<(), InferError> {
         self.check_allowed()?;
         validate_key(name, key)?;
-        let mut regions = lock(&self.regions);
+        let mut regions = self.regions.locked();
         regions.check_free(name, self.max_regions.load(Ordering::Relaxed))?;
         let fd = nix::sys::mman::shm_open(key, OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::S_IRUSR | Mode::S_IWUSR)
             .map_err(|_| InferError::internal(format!("Unable to open shared memory region: '{key}'")))?;
@@ -639,7 +637,7 @@ impl ShmRegistry {
         });
         if byte_size > 0 {
             let entry = LiveEntry { id: region.id, output_id: region.output_id, region: Arc::downgrade(&region) };
-            lock(&LIVE).insert(region.base(), (byte_size as usize, entry));
+            LIVE.locked().insert(region.base(), (byte_size as usize, entry));
         }
         regions.mappings.retain(|_, w| w.strong_count() > 0);
         regions.mappings.insert(share_key, Arc::downgrade(&region));
@@ -658,7 +656,7 @@ impl ShmRegistry {
         byte_size: u64,
     ) -> Result<(), InferError> {
         self.check_allowed()?;
-        let mut regions = lock(&self.regions);
+        let mut regions = self.regions.locked();
         regions.check_free(name, self.max_regions.load(Ordering::Relaxed))?;
         if raw_handle.len() != tritium_cuda::IPC_HANDLE_BYTES {
             return Err(InferError::invalid("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"));
@@ -690,28 +688,28 @@ impl ShmRegistry {
     /// Unregisters the system region `name`; a name that is not registered as one is no error
     /// (as in Triton). Requests already using the region keep it until they end.
     pub fn unregister(&self, name: &str) {
-        lock(&self.regions).system.remove(name);
+        self.regions.locked().system.remove(name);
     }
 
     /// Unregisters every system region.
     pub fn unregister_all(&self) {
-        lock(&self.regions).system.clear();
+        self.regions.locked().system.clear();
     }
 
     /// Unregisters the CUDA region `name` (none is no error); requests using it keep it open
     /// until they end.
     pub fn unregister_cuda(&self, name: &str) {
-        lock(&self.regions).cuda.remove(name);
+        self.regions.locked().cuda.remove(name);
     }
 
     /// Unregisters every CUDA region.
     pub fn unregister_all_cuda(&self) {
-        lock(&self.regions).cuda.clear();
+        self.regions.locked().cuda.clear();
     }
 
     /// The status of system region `name`, or of every one (by name) when `name` is empty.
     pub fn status(&self, name: &str) -> Result<Vec<RegionStatus>, InferError> {
-        let regions = lock(&self.regions);
+        let regions = self.regions.locked();
         let status = |(name, n): (&String, &Named)| RegionStatus {
             name: name.clone(),
             key: n.key.clone(),
@@ -732,7 +730,7 @@ impl ShmRegistry {
 
     /// The status of CUDA region `name`, or of every one (by name) when `name` is empty.
     pub fn cuda_status(&self, name: &str) -> Result<Vec<CudaRegionStatus>, InferError> {
-        let regions = lock(&self.regions);
+        let regions = self.regions.locked();
         if name.is_empty() {
             return Ok(regions.cuda.values().map(|r| r.status.clone()).collect());
         }
@@ -767,7 +765,7 @@ impl ShmRegistry {
     /// Triton's `GetMemoryInfo` checks, in its order and with its texts, and the file check.
     fn resolve(&self, name: &str, offset: u64, byte_size: u64) -> Result<(TargetRegion, u64), InferError> {
         let found = {
-            let regions = lock(&self.regions);
+            let regions = self.regions.locked();
             match (regions.system.get(name), regions.cuda.get(name)) {
                 (Some(r), _) => TargetRegion::System(r.region.clone()),
                 (None, Some(r)) => TargetRegion::Cuda(r.clone()),

@@ -35,6 +35,7 @@ use super::{
     died_idle, gate, panic_message, prepare_batch, take_ready, unwind_to_error, Head, Instance, Ring, Running, Served,
     Step, VersionContext,
 };
+use crate::locks::Locked;
 use crate::off_runtime;
 use crate::scheduler::{Lane, TryNext};
 
@@ -163,7 +164,7 @@ struct Executing(Arc<tritium_ipc::ServerChannel>);
 impl Executing {
     fn list(stub: &Stub, since: Instant) -> Self {
         let channel = stub.channel().clone();
-        let mut listed = EXECUTING.lock().unwrap_or_else(|p| p.into_inner());
+        let mut listed = EXECUTING.locked();
         listed.push((channel.clone(), since));
         LISTED.store(listed.len(), Ordering::Release);
         Self(channel)
@@ -172,7 +173,7 @@ impl Executing {
 
 impl Drop for Executing {
     fn drop(&mut self) {
-        let mut listed = EXECUTING.lock().unwrap_or_else(|p| p.into_inner());
+        let mut listed = EXECUTING.locked();
         if let Some(i) = listed.iter().position(|(c, _)| Arc::ptr_eq(c, &self.0)) {
             listed.swap_remove(i);
         }
@@ -196,7 +197,7 @@ pub fn park_spin(budget: Duration) {
     }
     let mut yields = Instant::now();
     loop {
-        let listed = EXECUTING.lock().unwrap_or_else(|p| p.into_inner());
+        let listed = EXECUTING.locked();
         let until = spin_until(listed.iter().map(|(c, since)| (c.ready(), *since)), budget);
         drop(listed);
         let Some(until) = until else { break };
@@ -348,7 +349,7 @@ impl Timer {
         }
         let after = deadline - now;
         let fell_back = {
-            let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+            let mut armed = self.armed.locked();
             if *armed == Some(deadline) {
                 false
             } else if self.arm(after) {
@@ -364,14 +365,14 @@ impl Timer {
             return;
         }
         self.expired().await;
-        *self.armed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.armed.locked() = None;
     }
 
     /// The deadline the timer is armed for if it is still ahead and at most `limit` away,
     /// else `limit` from now.
     fn armed_within(&self, limit: Duration) -> Instant {
         let now = Instant::now();
-        match *self.armed.lock().unwrap_or_else(|p| p.into_inner()) {
+        match *self.armed.locked() {
             Some(d) if d > now && d - now <= limit => d,
             _ => now + limit,
         }

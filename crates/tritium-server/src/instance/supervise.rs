@@ -130,7 +130,7 @@ pub(crate) fn spawn(
     ready: mpsc::Sender<Result<(), String>>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let instance = Arc::new(Instance::new(spec, ctx.metrics.session()));
-    ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).push(instance.clone());
+    ctx.instances.locked().push(instance.clone());
     ctx.live_workers.fetch_add(1, Ordering::SeqCst);
     let name = format!("instance-{}", instance.spec.name);
     let ctx2 = ctx.clone();
@@ -242,9 +242,8 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
         if let Err(e) = watched {
             warn!("cannot watch the stub process ({e}); crashes are noticed on the next request only");
         }
-        *instance.probe.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Arc::new(crate::scrape::StubProbe::new(stub.metrics_probe())));
-        *instance.stacks.lock().unwrap_or_else(|p| p.into_inner()) = Some(stub.stack_probe());
+        *instance.probe.locked() = Some(Arc::new(crate::scrape::StubProbe::new(stub.metrics_probe())));
+        *instance.stacks.locked() = Some(stub.stack_probe());
         instance.taken.store(0, Ordering::Relaxed);
         let rss_at_ready = rss_of(stub.pid()).unwrap_or(0);
         instance.rss_at_ready.store(rss_at_ready, Ordering::Relaxed);

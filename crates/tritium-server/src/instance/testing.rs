@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use tritium_host::StubCommand;
 
 use super::{Event, Instance, InstanceSettings, InstanceSpec, NoModelCalls, VersionContext};
+use crate::locks::Locked;
 use crate::scheduler::{Policy, Priorities, Queue};
 use crate::stats::Stats;
 
@@ -43,7 +44,7 @@ pub(crate) fn version(model: &str, instances: usize) -> Arc<VersionContext> {
         instance.on(Event::Spawn);
         instance.on(Event::Spawned { pid: 1, channel: Arc::new(channel) });
         instance.on(Event::Initialized);
-        ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).push(instance);
+        ctx.instances.locked().push(instance);
     }
     ctx
 }

@@ -84,7 +84,7 @@ impl Server {
                 continue;
             }
             for (v, ver) in &entry.versions {
-                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                for i in ver.ctx.instances.locked().iter() {
                     out.push(i.info(name, *v));
                 }
             }
@@ -102,7 +102,7 @@ impl Server {
                 .ok_or_else(|| InferError::not_found(format!("Request for unknown model: '{model}' is not found")))?;
             let mut t = Vec::new();
             for ver in entry.versions.values() {
-                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                for i in ver.ctx.instances.locked().iter() {
                     if instance.is_none_or(|n| n == i.spec.name) {
                         t.push((ver.clone(), i.clone(), i.restarts()));
                     }
@@ -292,7 +292,7 @@ impl Server {
         let mut probes = Vec::new();
         for (name, entry) in self.models().iter() {
             for (v, ver) in &entry.versions {
-                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                for i in ver.ctx.instances.locked().iter() {
                     if let Some(probe) = i.metrics_probe() {
                         let labels = tritium_metrics::StubFamilies {
                             model: name.clone(),
@@ -307,7 +307,7 @@ impl Server {
         }
         for (name, entry) in self.models().iter() {
             for (v, ver) in &entry.versions {
-                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                for i in ver.ctx.instances.locked().iter() {
                     if let Some(member) = ver.ctx.rate_limits.get(&i.spec.name) {
                         let counts = member.counts();
                         snapshot.rate_limited.push(tritium_metrics::RateLimitedSnapshot {
@@ -367,7 +367,7 @@ impl Server {
 
     /// What loading model `name` is doing now ("" when nothing is reported).
     pub(super) fn load_progress(&self, name: &str) -> String {
-        self.core.load_progress.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned().unwrap_or_default()
+        self.core.load_progress.locked().get(name).cloned().unwrap_or_default()
     }
 }
 

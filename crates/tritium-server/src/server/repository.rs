@@ -225,7 +225,7 @@ impl Server {
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
-        self.core.load_progress.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        self.core.load_progress.locked().remove(name);
         let (old, watch) = {
             let mut models = self.models_mut();
             let Some(entry) = models.get_mut(name) else {

@@ -106,7 +106,7 @@ impl Crashes {
     fn new(versions: &[Arc<Version>]) -> Self {
         let instances = versions
             .iter()
-            .flat_map(|v| v.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .flat_map(|v| v.ctx.instances.locked().clone())
             .map(|i| {
                 let restarts = i.restarts();
                 (i, restarts)
