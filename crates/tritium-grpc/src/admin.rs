@@ -293,7 +293,7 @@ mod tests {
                 env: Vec::new(),
                 spin: 0,
             },
-            supervision: Default::default(),
+            instance_settings: Default::default(),
             auto_complete: false,
             strict_readiness: true,
             explicit_control: true,

@@ -63,7 +63,10 @@ fn options(repository: PathBuf, stub: StubCommand, strict_readiness: bool) -> Se
     ServerOptions {
         repository,
         stub,
-        supervision: tritium_server::Supervision { init_timeout: Duration::from_secs(60), ..Default::default() },
+        instance_settings: tritium_server::InstanceSettings {
+            init_timeout: Duration::from_secs(60),
+            ..Default::default()
+        },
         auto_complete: false,
         strict_readiness,
         explicit_control: true,

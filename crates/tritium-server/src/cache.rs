@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use crate::locks::Locked;
 use crate::stats::Stats;
 use crate::types::{InferError, InferRequest, InferResponse, ParamValue, RequestedOutput};
 
@@ -102,7 +103,7 @@ impl ResponseCache {
     /// The cached answer for `key`, which becomes the most recently used.
     pub(crate) fn lookup(&self, key: Key) -> Option<Arc<InferResponse>> {
         let start = Instant::now();
-        let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lru = self.lru.locked();
         let lru = &mut *lru;
         lru.tick += 1;
         lru.lookups += 1;
@@ -126,7 +127,7 @@ impl ResponseCache {
         if bytes > self.capacity {
             return false;
         }
-        let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        let mut lru = self.lru.locked();
         let lru = &mut *lru;
         if let Some(old) = lru.entries.remove(&key) {
             lru.order.remove(&old.tick);
@@ -150,7 +151,7 @@ impl ResponseCache {
 
     /// What the cache holds now.
     pub(crate) fn usage(&self) -> CacheUsage {
-        let lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        let lru = self.lru.locked();
         CacheUsage {
             entries: lru.entries.len() as u64,
             used_bytes: lru.used,

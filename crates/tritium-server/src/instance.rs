@@ -10,13 +10,15 @@
 //!
 //! A batch runs in named steps: [`place_inputs`], execute, [`collect_responses`] (outputs read,
 //! ordered and classified), and the times recorded. A decoupled model's batch
-//! ([`run_decoupled_batch`]) leaves its requests in the worker's [`Open`] table, which forwards
+//! ([`run_decoupled_batch`]) leaves its requests in the worker's [`OpenRequests`] table, which forwards
 //! each response as it arrives, during `execute` and while the worker is idle, until the final one.
 //!
-//! Here: the settings ([`Supervision`]), the version context, and the [`Instance`] others see.
+//! Here: the settings ([`InstanceSettings`]), the version context, and the [`Instance`] others see.
 //! `state.rs` is the state machine, `supervise.rs` the worker thread, `serve.rs` its serve loop
-//! and the `Open` table, `batch.rs` one batch's steps, `lane.rs` the run-to-completion lane on
-//! the runtime, and `calls.rs` the seam to the rest of the server ([`ModelCalls`]).
+//! and the `OpenRequests` table, `batch.rs` one batch's steps, `pipeline.rs` the pipelining
+//! rules (a pure state machine), `ring.rs` the batches in the stub's ring driven by them (on the
+//! worker thread), `lane.rs` the run-to-completion lane on the runtime (which drives the same
+//! ring), and `calls.rs` the seam to the rest of the server ([`ModelCalls`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -33,6 +35,7 @@ use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
 use tritium_trace::Activity;
 
 use crate::classify::{Classes, ClassifyError};
+use crate::locks::Locked;
 use crate::pending::{Next, Pending, Reply, CANCELLED};
 use crate::scheduler::Queue;
 use crate::stats::{ExecTimes, Stats};
@@ -45,6 +48,8 @@ mod adjacent;
 mod batch;
 mod calls;
 mod lane;
+mod pipeline;
+mod ring;
 mod serve;
 mod state;
 mod supervise;
@@ -58,15 +63,17 @@ pub(crate) use supervise::spawn;
 // The steps of serving a stub, shared by the worker thread and the async lane.
 use adjacent::*;
 use batch::*;
+use ring::*;
 use serve::*;
 use state::*;
 use supervise::*;
 
 pub use lane::park_spin;
 
-/// Supervision limits: server-wide flags, overridable per model in `parameters`.
+/// An instance's settings: supervision limits, request and response limits, how it is served
+/// and recycled. Server-wide flags, overridable per model in `parameters`.
 #[derive(Debug, Clone)]
-pub struct Supervision {
+pub struct InstanceSettings {
     /// Starting a stub and running `initialize` (`stub_init_timeout_secs`).
     pub init_timeout: Duration,
     /// One `execute` call (`execute_timeout_secs`); `None` waits for ever.
@@ -135,10 +142,10 @@ pub const DEFAULT_MAX_SEQUENCE_BACKLOG: usize = 4096;
 /// a slow client (Triton has no such bound: its gRPC frontend queues every response).
 pub const DEFAULT_MAX_INFLIGHT_RESPONSES: u32 = 64;
 
-/// Default of `--model-update-grace-secs` ([`Supervision::update_grace`]).
+/// Default of `--model-update-grace-secs` ([`InstanceSettings::update_grace`]).
 pub const DEFAULT_MODEL_UPDATE_GRACE_SECS: u64 = 10;
 
-impl Default for Supervision {
+impl Default for InstanceSettings {
     fn default() -> Self {
         Self {
             init_timeout: Duration::from_secs(300),
@@ -172,7 +179,7 @@ pub(crate) struct VersionContext {
     pub queue: Arc<Queue>,
     pub stats: Arc<Stats>,
     pub stub: StubCommand,
-    pub supervision: Supervision,
+    pub settings: InstanceSettings,
     /// Workers still serving; the last one to leave fails whatever is queued.
     pub live_workers: AtomicUsize,
     /// The instances, for reporting and for restart requests.
@@ -266,13 +273,13 @@ impl Instance {
         if self.state() != InstanceState::Ready {
             return None;
         }
-        self.probe.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.probe.locked().clone()
     }
 
     /// The running stub's pid and its stack probe, while a stub runs.
     pub(crate) fn stack_probe(&self) -> Option<(u32, StackProbe)> {
         let pid = self.status().pid?;
-        Some((pid, self.stacks.lock().unwrap_or_else(|p| p.into_inner()).clone()?))
+        Some((pid, self.stacks.locked().clone()?))
     }
 
     /// Counts a batch of `requests` the worker took for the running stub.
@@ -287,7 +294,7 @@ impl Instance {
     }
 
     fn status(&self) -> std::sync::MutexGuard<'_, Status> {
-        self.status.lock().unwrap_or_else(|p| p.into_inner())
+        self.status.locked()
     }
 
     /// Feeds `event` to the state machine. An impossible transition is logged and counted by

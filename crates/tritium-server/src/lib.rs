@@ -14,6 +14,7 @@ mod error;
 pub mod forward;
 mod instance;
 pub mod limiter;
+mod locks;
 mod pending;
 mod reshape;
 pub mod restricted;
@@ -35,7 +36,7 @@ pub use config_limits::ConfigLimits;
 pub use confine::PathPolicy;
 pub use envs::EnvOptions;
 pub use instance::{
-    park_spin, Supervision, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES,
+    park_spin, InstanceSettings, DEFAULT_MAX_INFLIGHT_RESPONSES, DEFAULT_MAX_OUTPUT_BYTES,
     DEFAULT_MAX_REQUEST_METADATA_BYTES, DEFAULT_MAX_SEQUENCE_BACKLOG,
 };
 pub use scrape::STUB_METRICS_TIMEOUT;

@@ -23,10 +23,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use tritium_config::proto::ModelRateLimiter;
+
+use crate::locks::Locked;
 
 /// Where a resource counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -172,18 +174,14 @@ struct Grant {
 
 impl Grant {
     fn give(&self) {
-        *lock(&self.given) = true;
+        *self.given.locked() = true;
         self.cv.notify_all();
         self.notify.notify_one();
     }
 
     fn given(&self) -> bool {
-        *lock(&self.given)
+        *self.given.locked()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What an instance needs, from its group's `rate_limiter`, on its device.
@@ -278,7 +276,7 @@ impl RateLimiter {
     pub fn register(self: &Arc<Self>, config: Option<&ModelRateLimiter>, device_id: i32) -> Result<Member, LimitError> {
         let needs = config.map(|c| needs_of(c, device_id)).unwrap_or_default();
         let priority = u64::from(config.map_or(1, |c| c.priority.max(1)));
-        let mut st = lock(&self.state);
+        let mut st = self.state.locked();
         st.capacity = st.capacity_with(&self.explicit, &needs)?;
         let id = st.next_id;
         st.next_id += 1;
@@ -288,7 +286,7 @@ impl RateLimiter {
 
     /// How many of each resource there are, for the log and tests.
     pub fn capacity(&self) -> BTreeMap<(Device, String), u64> {
-        lock(&self.state).capacity.clone()
+        self.state.locked().capacity.clone()
     }
 }
 
@@ -337,7 +335,7 @@ impl Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let mut st = lock(&self.limiter.state);
+        let mut st = self.limiter.state.locked();
         st.give_back(&self.needs);
         if let Some(m) = st.members.get_mut(&self.member) {
             m.executions += 1;
@@ -382,7 +380,7 @@ impl Drop for Staging<'_> {
         if self.claimed {
             return;
         }
-        let mut st = lock(&self.member.limiter.state);
+        let mut st = self.member.limiter.state.locked();
         match st.staged.iter().position(|s| s.seq == self.seq) {
             Some(i) => {
                 st.staged.remove(i);
@@ -397,7 +395,7 @@ impl Member {
     /// Joins the staged list; the resources may be given at once.
     fn stage(&self) -> Staging<'_> {
         let grant = Arc::new(Grant::default());
-        let mut st = lock(&self.limiter.state);
+        let mut st = self.limiter.state.locked();
         let seq = st.next_seq;
         st.next_seq += 1;
         let needs = st.members.get(&self.id).map(|m| m.needs.clone()).unwrap_or_default();
@@ -411,7 +409,7 @@ impl Member {
     /// `None` when it gave up.
     pub fn acquire_blocking(&self, give_up: &dyn Fn() -> bool) -> Option<Permit> {
         let staging = self.stage();
-        let mut given = lock(&staging.grant.given);
+        let mut given = staging.grant.given.locked();
         while !*given {
             if give_up() {
                 drop(given);
@@ -444,7 +442,7 @@ impl Member {
 
 impl Drop for Member {
     fn drop(&mut self) {
-        let mut st = lock(&self.limiter.state);
+        let mut st = self.limiter.state.locked();
         st.members.remove(&self.id);
         st.staged.retain(|s| s.member != self.id);
         // Fewer instances may need fewer resources; the counts cannot fail to cover fewer needs.
@@ -583,7 +581,7 @@ mod tests {
         let b = limiter.register(Some(&config(&[("R", false, 1)], 0)), 0).unwrap();
         let held = a.acquire_blocking(&|| false).unwrap();
         assert!(b.acquire_blocking(&|| true).is_none());
-        assert!(lock(&limiter.state).staged.is_empty());
+        assert!(limiter.state.locked().staged.is_empty());
         drop(held);
         assert!(b.acquire_blocking(&|| false).is_some());
     }
@@ -656,7 +654,7 @@ mod tests {
         let held = a.acquire().await;
         let timed_out = tokio::time::timeout(Duration::from_millis(50), b.acquire()).await;
         assert!(timed_out.is_err());
-        assert!(lock(&limiter.state).staged.is_empty(), "the dropped wait left the list");
+        assert!(limiter.state.locked().staged.is_empty(), "the dropped wait left the list");
         let waiting = {
             let b = b.clone();
             tokio::spawn(async move { b.acquire().await.waited })

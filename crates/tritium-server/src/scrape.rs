@@ -12,6 +12,8 @@ use tracing::warn;
 use tritium_host::{ClientMetrics, MetricsProbe};
 use tritium_metrics::{ClientFamily, ClientKind, ClientSample, StubFamilies};
 
+use crate::locks::Locked;
+
 /// How long a scrape waits for the stubs' answers, all together.
 pub const STUB_METRICS_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -31,7 +33,7 @@ impl StubProbe {
 
     /// Logs `why` about this stub, the first time only.
     pub(crate) fn warn_once(&self, labels: &StubFamilies, why: &str) {
-        let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut warned = self.warned.locked();
         if warned.len() < MAX_WARNINGS && warned.insert(why.to_string()) {
             warn!(
                 model = %labels.model,

@@ -22,7 +22,8 @@ use tritium_ipc::StubError;
 use crate::cache::{ModelCache, ResponseCache};
 use crate::classify::{Classes, LabelError};
 use crate::composition::{Boxed, Ensemble, RoutedCalls, Router};
-use crate::instance::{self, InstanceSpec, ModelCalls, StateView, Supervision, VersionContext};
+use crate::instance::{self, InstanceSettings, InstanceSpec, ModelCalls, StateView, VersionContext};
+use crate::locks::{Locked, RwLocked};
 use crate::pending::{Pending, Refused, Reply};
 use crate::scheduler::{Batching, Priorities, Queue};
 use crate::stats::Stats;
@@ -52,8 +53,8 @@ pub struct ServerOptions {
     pub repository: PathBuf,
     /// How to start stubs.
     pub stub: StubCommand,
-    /// Supervision limits (per model overridable in `parameters`).
-    pub supervision: Supervision,
+    /// The instances' settings (per model overridable in `parameters`).
+    pub instance_settings: InstanceSettings,
     /// Run the model's `auto_complete_config` (Triton's default; off with
     /// `--disable-auto-complete-config`).
     pub auto_complete: bool,
@@ -124,7 +125,7 @@ impl Version {
         if self.ensemble.is_some() {
             return true;
         }
-        self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|i| i.state() == InstanceState::Ready)
+        self.ctx.instances.locked().iter().any(|i| i.state() == InstanceState::Ready)
     }
 
     /// Why no instance serves, when none does and none will come back by itself.
@@ -132,7 +133,7 @@ impl Version {
         if self.ensemble.is_some() {
             return None;
         }
-        let instances = self.ctx.instances.lock().unwrap_or_else(|p| p.into_inner());
+        let instances = self.ctx.instances.locked();
         instances.iter().all(|i| i.state() == InstanceState::Failed).then(|| {
             instances.iter().map(|i| format!("{}: {}", i.spec.name, i.reason())).collect::<Vec<_>>().join("; ")
         })
@@ -153,7 +154,7 @@ impl Version {
     /// Stops taking requests, lets the instances finish what is queued, and joins them.
     fn retire(&self) {
         self.ctx.queue.close_gracefully();
-        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        let workers = std::mem::take(&mut *self.workers.locked());
         for w in workers {
             let _ = w.join();
         }
@@ -179,7 +180,7 @@ struct Entry {
 
 /// The server's state, shared by every [`Server`] handle. It is the [`Router`] BLS and
 /// ensembles call through.
-pub(crate) struct Inner {
+pub(crate) struct ServerCore {
     /// What instances' BLS requests and model-control calls go through (back to this server,
     /// weakly).
     calls: Arc<dyn ModelCalls>,
@@ -208,7 +209,7 @@ pub type InferFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result
 /// The running server: every model, its instances and queues.
 #[derive(Clone)]
 pub struct Server {
-    inner: Arc<Inner>,
+    core: Arc<ServerCore>,
 }
 
 impl Server {
@@ -218,11 +219,11 @@ impl Server {
         let load_progress: Arc<Mutex<HashMap<String, String>>> = Arc::default();
         let progress = load_progress.clone();
         opts.envs.progress = crate::envs::Progress::new(move |model, line| {
-            progress.lock().unwrap_or_else(|p| p.into_inner()).insert(model.to_string(), line.to_string());
+            progress.locked().insert(model.to_string(), line.to_string());
         });
         let runtime = tokio::runtime::Handle::try_current().ok();
         Self {
-            inner: Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| Inner {
+            core: Arc::new_cyclic(|weak: &std::sync::Weak<ServerCore>| ServerCore {
                 calls: Arc::new(RoutedCalls::new(weak.clone(), runtime.clone())),
                 runtime,
                 opts,
@@ -239,15 +240,15 @@ impl Server {
     }
 
     fn models(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
-        self.inner.models()
+        self.core.models()
     }
 
     fn models_mut(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Entry>> {
-        self.inner.models.write().unwrap_or_else(|p| p.into_inner())
+        self.core.models.write_locked()
     }
 
     fn route(&self, model: &str, version: Option<i64>) -> Result<Arc<Version>, InferError> {
-        self.inner.route(model, version)
+        self.core.route(model, version)
     }
 
     /// Whether a model version is decoupled (its requests are answered by
@@ -259,7 +260,7 @@ impl Server {
 
     /// The system shared memory regions clients registered.
     pub fn shm(&self) -> &crate::shm::ShmRegistry {
-        &self.inner.shm
+        &self.core.shm
     }
 
     /// Runs one inference on a model that is not decoupled.
@@ -289,7 +290,7 @@ impl Server {
     fn infer_queued_inner(&self, req: InferRequest) -> Result<InferFuture, InferError> {
         if let Some(ensemble) = self.ensemble_of(&req) {
             // An ensemble has no queue of its own: its checks and steps run in the answer's wait.
-            return Ok(ensemble.infer(self.inner.clone(), req));
+            return Ok(ensemble.infer(self.core.clone(), req));
         }
         let (tx, mut rx) = oneshot::channel();
         let (version, deadline) = self.enqueue(req, Reply::Unary(tx), false)?;
@@ -312,7 +313,7 @@ impl Server {
     /// message means the server lost the request (it never happens by design).
     pub fn infer_decoupled(&self, req: InferRequest) -> Result<ResponseStream, InferError> {
         if let Some(ensemble) = self.ensemble_of(&req) {
-            return ensemble.infer_decoupled(self.inner.clone(), req);
+            return ensemble.infer_decoupled(self.core.clone(), req);
         }
         let (tx, rx) = crate::types::response_stream();
         let (version, deadline) = self.enqueue(req, Reply::Stream(tx), true)?;
@@ -340,7 +341,7 @@ impl Server {
         if version.ctx.decoupled != decoupled {
             return Err(transaction_mismatch(&req.model, decoupled));
         }
-        let limit = version.ctx.supervision.max_request_metadata_bytes;
+        let limit = version.ctx.settings.max_request_metadata_bytes;
         // The server reads a client region's bytes itself (BYTES validation, cache keys) only
         // from a copy taken with `pread`, so a client shrinking its file fails this request alone.
         let copied = copy_read_inputs(&mut req, version.cache.is_some());
@@ -391,16 +392,16 @@ impl Server {
     /// loaded afterwards with `response_cache { enable: true }` use it. Only the first call
     /// counts.
     pub fn set_response_cache(&self, bytes: u64) {
-        let _ = self.inner.cache.set(Arc::new(ResponseCache::new(bytes)));
+        let _ = self.core.cache.set(Arc::new(ResponseCache::new(bytes)));
     }
 
     /// Hands the server the process's log control, for the logging extension.
     pub fn set_log_control(&self, control: Arc<dyn LogControl>) {
-        let _ = self.inner.logging.set(control);
+        let _ = self.core.logging.set(control);
     }
 
     fn log_control(&self) -> Result<&Arc<dyn LogControl>, InferError> {
-        self.inner.logging.get().ok_or_else(|| InferError::unavailable("the server does not support dynamic logging"))
+        self.core.logging.get().ok_or_else(|| InferError::unavailable("the server does not support dynamic logging"))
     }
 
     /// The current log settings.
@@ -415,7 +416,7 @@ impl Server {
 
     /// Always true while the process serves.
     pub fn live(&self) -> bool {
-        self.inner.live.load(Ordering::Acquire)
+        self.core.live.load(Ordering::Acquire)
     }
 
     /// Readiness: live, and (with strict readiness) every wanted model ready.
@@ -423,7 +424,7 @@ impl Server {
         if !self.live() {
             return false;
         }
-        if !self.inner.opts.strict_readiness {
+        if !self.core.opts.strict_readiness {
             return true;
         }
         self.models()
@@ -434,7 +435,7 @@ impl Server {
 
     /// Stops serving: every model drains its queue and finalizes its instances.
     pub async fn shutdown(&self) {
-        self.inner.live.store(false, Ordering::Release);
+        self.core.live.store(false, Ordering::Release);
         // Every version of every model: many models share a version number.
         let all: Vec<_> = {
             let mut models = self.models_mut();
@@ -450,9 +451,9 @@ impl Server {
     }
 }
 
-impl Inner {
+impl ServerCore {
     fn models(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
-        self.models.read().unwrap_or_else(|p| p.into_inner())
+        self.models.read_locked()
     }
 
     /// The loaded version a request for `model` (`version`, or the newest) goes to.
@@ -480,16 +481,16 @@ impl Inner {
     }
 }
 
-impl Router for Inner {
+impl Router for ServerCore {
     fn ready_target(&self, model: &str, version: Option<i64>) -> Option<Arc<VersionContext>> {
         self.route(model, version).ok().filter(|v| v.any_ready()).map(|v| v.ctx.clone())
     }
 
     fn enqueue(self: Arc<Self>, req: InferRequest, tx: StreamTx) -> Result<(), InferError> {
-        let server = Server { inner: self };
+        let server = Server { core: self };
         if let Some(ensemble) = server.ensemble_of(&req) {
             // An ensemble has no queue of its own: its steps are queued as they become ready.
-            return ensemble.start_on(server.inner.clone(), req, tx);
+            return ensemble.start_on(server.core.clone(), req, tx);
         }
         let decoupled = server.route(&req.model, req.version)?.ctx.decoupled;
         let (version, deadline) = server.enqueue(req, Reply::Stream(tx), decoupled)?;
@@ -503,12 +504,12 @@ impl Router for Inner {
     }
 
     fn infer(self: Arc<Self>, req: InferRequest) -> Boxed<Result<InferResponse, InferError>> {
-        let server = Server { inner: self };
+        let server = Server { core: self };
         Box::pin(async move { server.infer(req).await })
     }
 
     fn infer_decoupled(self: Arc<Self>, req: InferRequest) -> Result<ResponseStream, InferError> {
-        Server { inner: self }.infer_decoupled(req)
+        Server { core: self }.infer_decoupled(req)
     }
 
     fn load(
@@ -517,14 +518,14 @@ impl Router for Inner {
         config_json: Option<String>,
         files: Vec<ModelFile>,
     ) -> Result<Boxed<Result<(), InferError>>, InferError> {
-        let server = Server { inner: self };
+        let server = Server { core: self };
         server.check_control()?;
         let name = name.to_string();
         Ok(Box::pin(async move { server.load_model_with_files(&name, config_json.as_deref(), files).await }))
     }
 
     fn unload(self: Arc<Self>, name: &str, dependents: bool) -> Result<Boxed<Result<(), InferError>>, InferError> {
-        let server = Server { inner: self };
+        let server = Server { core: self };
         server.check_control()?;
         let name = name.to_string();
         Ok(Box::pin(async move {

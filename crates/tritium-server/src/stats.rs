@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tritium_config::ModelConfig;
 use tritium_metrics::{HistogramSnapshot, Summary};
 
+use crate::locks::Locked;
 use crate::types::{BatchStats, ModelStats, StatDuration};
 
 fn add(s: &mut StatDuration, d: Duration) {
@@ -112,23 +113,23 @@ impl Stats {
     /// (nothing unless the histogram is kept). Triton observes whole milliseconds.
     pub(crate) fn first_response(&self, after: Duration) {
         if let Some(h) = &self.first_response {
-            h.lock().unwrap_or_else(|p| p.into_inner()).observe(after.as_millis() as f64);
+            h.locked().observe(after.as_millis() as f64);
         }
     }
 
     /// The first-response histogram (`None` unless kept).
     pub(crate) fn first_response_histogram(&self) -> Option<Box<HistogramSnapshot>> {
         let h = self.first_response.as_ref()?;
-        Some(Box::new(h.lock().unwrap_or_else(|p| p.into_inner()).clone()))
+        Some(Box::new(h.locked().clone()))
     }
 
     pub(crate) fn snapshot(&self) -> ModelStats {
-        self.stats.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.stats.locked().clone()
     }
 
     /// The latency summaries over their window, with `quantiles` (`None` unless recorded).
     pub(crate) fn summaries(&self, quantiles: &[(f64, f64)]) -> Option<Box<tritium_metrics::LatencySummaries>> {
-        let s = self.summaries.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let s = self.summaries.as_ref()?.locked();
         let now = std::time::Instant::now();
         Some(Box::new(tritium_metrics::LatencySummaries {
             request: s.request.snapshot_at(quantiles, now),
@@ -143,13 +144,13 @@ impl Stats {
 
     fn observe(&self, record: impl FnOnce(&mut Summaries)) {
         if let Some(summaries) = &self.summaries {
-            record(&mut summaries.lock().unwrap_or_else(|p| p.into_inner()));
+            record(&mut summaries.locked());
         }
     }
 
     /// Records one execution of `batch_size` (the sum of the requests' batch sizes).
     pub(crate) fn execution(&self, batch_size: u64, t: ExecTimes) {
-        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.stats.locked();
         s.execution_count += 1;
         // Kept sorted by batch size, as Triton reports them.
         let pos = match s.batch_stats.binary_search_by_key(&batch_size, |b| b.batch_size) {
@@ -181,7 +182,7 @@ impl Stats {
 
     /// Records a request that succeeded after `total` (queue and compute included).
     pub(crate) fn success(&self, batch_size: u64, total: Duration, queue: Duration, t: ExecTimes) {
-        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.stats.locked();
         s.inference_count += batch_size.max(1);
         s.last_inference = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         add(&mut s.success, total);
@@ -204,7 +205,7 @@ impl Stats {
     /// success of `total`, queued for `queue`, whose lookup took `lookup`; no inference,
     /// execution or compute is counted.
     pub(crate) fn cache_hit(&self, total: Duration, queue: Duration, lookup: Duration) {
-        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.stats.locked();
         s.last_inference = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         add(&mut s.success, total);
         add(&mut s.queue, queue);
@@ -223,7 +224,7 @@ impl Stats {
     /// Records a cache miss of a request that succeeded: `lookup_and_insert` is the time spent
     /// looking it up and inserting its answer (Triton's `UpdateSuccessCacheMiss`).
     pub(crate) fn cache_miss(&self, lookup_and_insert: Duration) {
-        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.stats.locked();
         add(&mut s.cache_miss, lookup_and_insert);
         drop(s);
         self.observe(|m| m.cache_miss.observe(us(lookup_and_insert)));
@@ -233,7 +234,7 @@ impl Stats {
     /// tells a model failure from a rejection.
     pub(crate) fn failure(&self, total: Duration, kind: crate::types::ErrorKind, reached_model: bool) {
         use crate::types::ErrorKind;
-        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.stats.locked();
         add(&mut s.fail, total);
         let r = &mut s.fail_reasons;
         match (kind, reached_model) {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use tritium_host::StubCommand;
-use tritium_server::{Server, ServerOptions, Supervision};
+use tritium_server::{InstanceSettings, Server, ServerOptions};
 
 /// What the secret file outside the repository holds; no answer may contain it.
 const SECRET: &str = "root:x:0:0:fuzz-secret-line";
@@ -36,11 +36,11 @@ fn server(dir: &Path) -> Server {
     Server::new(ServerOptions {
         repository: dir.join("repo"),
         stub: StubCommand { python: "/bin/false".into(), python_path: PathBuf::new(), env: Vec::new(), spin: 0 },
-        supervision: Supervision {
+        instance_settings: InstanceSettings {
             init_timeout: Duration::from_secs(5),
             restart_limit: 0,
             backoff_initial: Duration::from_millis(1),
-            ..Supervision::default()
+            ..InstanceSettings::default()
         },
         auto_complete: false,
         strict_readiness: true,

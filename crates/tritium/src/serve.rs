@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 use tokio::sync::watch;
 use tracing::{info, warn};
 use tritium_host::StubCommand;
-use tritium_server::{Server, ServerOptions, Supervision};
+use tritium_server::{InstanceSettings, Server, ServerOptions};
 
 /// How models get loaded, as Triton's `--model-control-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -487,7 +487,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             };
             StubCommand { python, python_path, env, spin: stub_spin }
         },
-        supervision: Supervision {
+        instance_settings: InstanceSettings {
             init_timeout: Duration::from_secs(args.stub_init_timeout_secs),
             execute_timeout: (args.execute_timeout_secs > 0).then(|| Duration::from_secs(args.execute_timeout_secs)),
             heartbeat_timeout: (args.stub_heartbeat_timeout_secs > 0)
@@ -511,7 +511,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
                 max_peer_mapped_bytes: args.max_stub_shm_bytes,
                 max_own_bytes: args.max_server_shm_bytes_per_stub,
             },
-            ..Supervision::default()
+            ..InstanceSettings::default()
         },
         auto_complete: !args.disable_auto_complete_config && args.triton.strict_model_config != Some(true),
         strict_readiness: args.strict_readiness,

@@ -22,6 +22,7 @@ use tritium_ipc::{Request, Response, ServerChannel, StubError, Tensor, TensorDat
 
 use super::Router;
 use crate::instance::{BlsCall, Instance, VersionContext};
+use crate::locks::Locked;
 use crate::types::{InferError, InferRequest, InputTensor, OutputTensor, RequestedOutput, Streamed};
 
 fn error_response(e: &InferError) -> Response {
@@ -219,7 +220,7 @@ pub(crate) fn would_deadlock(target: &Arc<VersionContext>) -> bool {
         if nodes.iter().any(|n| Arc::ptr_eq(n, &v)) {
             continue;
         }
-        let instances = v.instances.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let instances = v.instances.locked().clone();
         let mut outs = Vec::new();
         for i in instances.iter().filter(|i| i.state() == crate::types::InstanceState::Ready) {
             let targets = i.bls.targets();

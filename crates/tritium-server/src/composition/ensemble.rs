@@ -26,7 +26,7 @@ use tritium_config::ModelConfig;
 
 use super::{Boxed, Router};
 use crate::classify::Classes;
-use crate::instance::Supervision;
+use crate::instance::InstanceSettings;
 use crate::reshape::Reshapes;
 use crate::stats::{ExecTimes, Stats};
 use crate::types::{
@@ -88,7 +88,7 @@ impl Ensemble {
         v: EnsembleVersion,
         config: Arc<ModelConfig>,
         steps: &[Arc<ModelConfig>],
-        supervision: &Supervision,
+        settings: &InstanceSettings,
     ) -> Self {
         let scheduling = tritium_config::ensemble_scheduling(&config).cloned().unwrap_or_default();
         let mut plan = Vec::new();
@@ -112,8 +112,8 @@ impl Ensemble {
             model: v.model,
             version: v.version,
             decoupled: tritium_config::is_decoupled(&config),
-            window: supervision.max_inflight_responses,
-            max_metadata_bytes: supervision.max_request_metadata_bytes,
+            window: settings.max_inflight_responses,
+            max_metadata_bytes: settings.max_request_metadata_bytes,
             stats: v.stats,
             reshapes: Reshapes::new(&config),
             classes: v.classes,
@@ -634,7 +634,12 @@ mod tests {
             stats: Arc::new(Stats::new("e", 1)),
             classes: Classes::default(),
         };
-        Arc::new(Ensemble::new(v, Arc::new(config), &[step(first_decoupled), step(false)], &Supervision::default()))
+        Arc::new(Ensemble::new(
+            v,
+            Arc::new(config),
+            &[step(first_decoupled), step(false)],
+            &InstanceSettings::default(),
+        ))
     }
 
     fn request(x: f32) -> InferRequest {

@@ -1,7 +1,7 @@
-//! One batch on the worker thread, in named steps: [`place_inputs`] (each input copied once
-//! into the stub's arena, or a client's region mapped), execute, [`collect_responses`] (outputs
-//! read, ordered and classified) and the answers with their times; [`run_batches`] pipelines the
-//! next ready batch behind the running one.
+//! One batch's steps, shared by the worker thread and the async lane: [`place_inputs`] (each
+//! input copied once into the stub's arena, or a client's region mapped), execute (`ring.rs`),
+//! [`collect_responses`] (outputs read, ordered and classified) and the answers with their
+//! times ([`answer_batch`]).
 
 use super::*;
 
@@ -69,218 +69,6 @@ pub(super) struct Placed {
     pub(super) batch_size: u64,
 }
 
-/// Runs `batch` and, while the stub executes it, the batches that are ready behind it: each is
-/// placed and sent before the one ahead of it is answered, so the stub starts it the moment it
-/// ends the other, without waiting for the worker (pipelining; the model still runs one batch
-/// at a time, in queue order). The queue is looked at twice per batch: right after it is sent,
-/// and when the stub has ended it, before its answers are read (for requests that came while it
-/// ran). At most two batches are in the ring. A restart or a dead stub stops taking batches
-/// ahead, so the worker gets back to its loop.
-pub(super) fn run_batches(
-    ctx: &VersionContext,
-    instance: &Instance,
-    stub: &Stub,
-    batch: Vec<Pending>,
-) -> Result<(), HostError> {
-    let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
-    // The next ready batch sent to the stub; `Err` when sending it found the stub unusable.
-    let take_ahead = || -> Result<Option<Running>, HostError> {
-        // Under the rate limiter each batch waits for its own resources: none is taken ahead.
-        if interrupted() || ctx.rate_limits.is_limited() {
-            return Ok(None);
-        }
-        let Some(batch) = ctx.queue.ready_batch() else { return Ok(None) };
-        instance.took(batch.len());
-        start_batch(ctx, stub, batch)
-    };
-    let mut running = start_batch(ctx, stub, batch)?;
-    while let Some(current) = running.take() {
-        let mut next = match take_ahead() {
-            Ok(next) => next,
-            Err(e) => {
-                fail_waiting(ctx, stub, current.placed.waiting, &e);
-                return Err(e);
-            }
-        };
-        let requests = current.placed.waiting.len() + next.as_ref().map_or(0, |n| n.placed.waiting.len());
-        instance.inflight.store(requests as u64, Ordering::Relaxed);
-        let mut late = None;
-        let finished = finish_batch(ctx, stub, current, &mut || {
-            if next.is_none() {
-                late = Some(take_ahead());
-            }
-        });
-        let late_error = match late {
-            Some(Ok(taken)) => {
-                next = taken;
-                None
-            }
-            Some(Err(e)) => Some(e),
-            None => None,
-        };
-        if let Err(failed) = finished {
-            if let Some(next) = next {
-                if failed.ended {
-                    // The stub may have started the batch behind: it fails with the stub.
-                    fail_waiting(ctx, stub, next.placed.waiting, &failed.error);
-                } else {
-                    // The stub never got to it (it runs batches in order): the batch goes back to
-                    // the queue, for the restarted stub or another instance, so that one
-                    // crashing request takes no other down with it.
-                    requeue_unstarted(ctx, next.placed);
-                }
-            }
-            return Err(failed.error);
-        }
-        if let Some(e) = late_error {
-            return Err(e);
-        }
-        running = next;
-    }
-    Ok(())
-}
-
-/// Why a batch could not be finished: the stub is unusable.
-pub(super) struct Unfinished {
-    pub(super) error: HostError,
-    /// The stub had ended the batch (sent `ExecuteDone`) before it failed.
-    pub(super) ended: bool,
-}
-
-/// A batch sent to the stub whose answers are still to be read.
-pub(super) struct Running {
-    pub(super) placed: Placed,
-    pub(super) submitted: tritium_host::Submitted,
-    /// When it was taken, and when its inputs were placed.
-    pub(super) t0: Instant,
-    pub(super) t1: Instant,
-}
-
-/// Puts the requests of a batch the stub never started (it died running the one ahead) back at
-/// the front of the queue, in their order, for the restarted stub or another instance.
-pub(super) fn requeue_unstarted(ctx: &VersionContext, placed: Placed) {
-    let mut waiting: Vec<(u64, Pending)> = placed.waiting.into_iter().collect();
-    waiting.sort_by_key(|(id, _)| *id);
-    ctx.queue.requeue(waiting.into_iter().map(|(_, p)| p).collect());
-}
-
-/// A batch whose inputs are in the stub's memory, with its `Execute` ready to send.
-pub(super) struct Prepared {
-    pub(super) running: Running,
-    pub(super) msg: ToStub,
-    /// Its input blocks, freed if the message is too large for the ring.
-    pub(super) blocks: Vec<Descriptor>,
-}
-
-impl Prepared {
-    /// The batch once `sent` says how sending it went: running; `None` when it was too large for
-    /// the ring (its requests are answered and the stub is fine); or the stub's error.
-    pub(super) fn sent(
-        self,
-        ctx: &VersionContext,
-        stub: &Stub,
-        sent: Result<(), HostError>,
-    ) -> Result<Option<Running>, HostError> {
-        match sent {
-            Ok(()) => Ok(Some(self.running)),
-            Err(e) => not_submitted(ctx, stub, self.running.placed, self.blocks, e).map(|()| None),
-        }
-    }
-}
-
-/// Places a batch's inputs and prepares its `Execute`. `None` when every request was answered
-/// already (its client went away, or its inputs did not fit).
-pub(super) fn prepare_batch(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending>) -> Option<Prepared> {
-    let t0 = Instant::now();
-    let mut placed = place_inputs(ctx, stub, batch);
-    if placed.requests.is_empty() {
-        return None;
-    }
-    let t1 = Instant::now();
-    let blocks = input_blocks(&placed.requests);
-    let (msg, submitted) = stub.prepare_execute(std::mem::take(&mut placed.requests));
-    Some(Prepared { running: Running { placed, submitted, t0, t1 }, msg, blocks })
-}
-
-/// Places a batch's inputs and sends it to the stub, waiting for room in the ring. `None` when
-/// nothing was sent: every request was answered already (its client went away, its inputs did
-/// not fit, or the batch is too large for the ring).
-pub(super) fn start_batch(
-    ctx: &VersionContext,
-    stub: &Stub,
-    batch: Vec<Pending>,
-) -> Result<Option<Running>, HostError> {
-    let Some(prepared) = prepare_batch(ctx, stub, batch) else { return Ok(None) };
-    let sent = stub.send(&prepared.msg);
-    prepared.sent(ctx, stub, sent)
-}
-
-/// Answers a placed batch that could not be sent with `e`. A batch too large for the ring
-/// reached nothing of the stub (the message was refused before a byte of it was written), so
-/// the stub is fine: only this batch fails, its inputs `blocks` are freed, and this returns
-/// `Ok`. Any other error means the stub is unusable and is handed back.
-pub(super) fn not_submitted(
-    ctx: &VersionContext,
-    stub: &Stub,
-    mut placed: Placed,
-    blocks: Vec<Descriptor>,
-    e: HostError,
-) -> Result<(), HostError> {
-    if let HostError::Ipc { source: IpcError::TooLarge { len, capacity }, .. } = e {
-        for desc in blocks {
-            let _ = stub.channel().free_own(desc);
-        }
-        let message = too_large_batch(&ctx.model, len, capacity, ctx.supervision.max_request_metadata_bytes);
-        for (_, p) in placed.waiting.drain() {
-            finish(ctx, p, Err(InferError::invalid(message.clone())), None);
-        }
-        return Ok(());
-    }
-    fail_waiting(ctx, stub, placed.waiting, &e);
-    Err(e)
-}
-
-/// Answers every request waiting for a batch with the stub's failure `e` (the stub is unusable).
-pub(super) fn fail_waiting(ctx: &VersionContext, stub: &Stub, waiting: HashMap<u64, Pending>, e: &HostError) {
-    let message = execute_failure(&ctx.model, stub.instance(), e);
-    for (_, p) in waiting {
-        finish(ctx, p, Err(InferError::internal(message.clone())), None);
-    }
-}
-
-/// Waits for a sent batch to end, calls `ended`, then reads its responses, records its times and
-/// answers every request in it. Returns the stub's error if the stub is unusable.
-pub(super) fn finish_batch(
-    ctx: &VersionContext,
-    stub: &Stub,
-    running: Running,
-    ended: &mut dyn FnMut(),
-) -> Result<(), Unfinished> {
-    let Running { mut placed, submitted, t0, t1 } = running;
-    // A batch sent behind another runs from when the worker turns to it, not from when it was
-    // sent: the one ahead of it ran meanwhile.
-    let started = Instant::now();
-    // A client that goes away while its request runs: the model sees it in `is_cancelled()`.
-    let mut told = std::collections::HashSet::new();
-    let mut on_wait = |stub: &Stub| {
-        for (id, p) in &placed.waiting {
-            if p.tx.is_closed() && told.insert(*id) {
-                let _ = stub.cancel(*id);
-            }
-        }
-    };
-    let executed = match stub.complete(submitted, ctx.supervision.execute_timeout, Some(&mut on_wait)) {
-        Ok(done) => done,
-        Err(error) => {
-            fail_waiting(ctx, stub, std::mem::take(&mut placed.waiting), &error);
-            return Err(Unfinished { error, ended: false });
-        }
-    };
-    let stamps = Stamps { taken: t0, placed: t1, started, ended: Instant::now() };
-    ended();
-    answer_batch(ctx, stub, placed, executed, stamps).map_err(|error| Unfinished { error, ended: true })
-}
-
 /// When a batch was taken from the queue, had its inputs placed, started (the worker turned to
 /// it), and ended (its `ExecuteDone` came).
 pub(super) struct Stamps {
@@ -333,7 +121,7 @@ pub(super) fn answer_batch(
             ctx.stats.request_success(&p.req, p.batch_size, p.enqueued.elapsed(), queue, times);
             p.tx.send(result);
         } else {
-            finish(ctx, p, result, Some((queue, times)));
+            answer_request(ctx, p, result, Some((queue, times)));
         }
     }
     Ok(())
@@ -360,13 +148,13 @@ pub(super) fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending
             // The client went away while the request waited (a dropped HTTP connection, a
             // cancelled gRPC call): do not spend the model's time on it.
             free_adjacent(stub, &pre);
-            finish(ctx, p, Err(InferError::new(ErrorKind::Cancelled, CANCELLED)), None);
+            answer_request(ctx, p, Err(InferError::new(ErrorKind::Cancelled, CANCELLED)), None);
             continue;
         }
         let inputs = match place_request(ctx, stub, &p, &pre) {
             Ok(inputs) => inputs,
             Err(e) => {
-                finish(ctx, p, Err(e.into()), None);
+                answer_request(ctx, p, Err(e.into()), None);
                 continue;
             }
         };
@@ -374,7 +162,7 @@ pub(super) fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending
             p.outputs.iter().filter_map(|o| o.shm.as_ref()).map(|t| t.check_size()).find(Result::is_err)
         {
             free_inputs(stub, &inputs);
-            finish(ctx, p, Err(e), None);
+            answer_request(ctx, p, Err(e), None);
             continue;
         }
         let output_regions = match output_regions(stub, &p.outputs) {
@@ -382,7 +170,7 @@ pub(super) fn place_inputs(ctx: &VersionContext, stub: &Stub, batch: Vec<Pending
             Err(source) => {
                 let e = RequestError::Placement { input: "(an output's shared memory region)".into(), source };
                 free_inputs(stub, &inputs);
-                finish(ctx, p, Err(e.into()), None);
+                answer_request(ctx, p, Err(e.into()), None);
                 continue;
             }
         };
@@ -549,7 +337,7 @@ pub(super) fn collect_responses(
     batch_error: Option<String>,
     mut waiting: HashMap<u64, Pending>,
 ) -> Result<Vec<Answer>, HostError> {
-    let limit = ctx.supervision.max_output_bytes;
+    let limit = ctx.settings.max_output_bytes;
     let mut sizes = Vec::with_capacity(responses.len());
     for resp in responses {
         match output_bytes(resp) {
@@ -561,7 +349,7 @@ pub(super) fn collect_responses(
                 let e = HostError::Protocol { instance: stub.instance().to_string(), message: why };
                 let message = e.to_string();
                 for (_, p) in waiting.drain() {
-                    finish(ctx, p, Err(InferError::internal(message.clone())), None);
+                    answer_request(ctx, p, Err(InferError::internal(message.clone())), None);
                 }
                 return Err(e);
             }
@@ -691,7 +479,9 @@ pub(super) fn shape_outputs(
     Ok(outputs)
 }
 
-pub(super) fn finish(
+/// Sends `result` to one request's client and counts it in the statistics: a success only
+/// when it is `Ok` and comes with the `timing` of the batch it ran in.
+pub(super) fn answer_request(
     ctx: &VersionContext,
     p: Pending,
     result: Result<InferResponse, InferError>,

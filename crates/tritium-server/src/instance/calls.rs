@@ -11,6 +11,8 @@ use tritium_ipc::{CallOp, CallResult, ServerChannel};
 
 use super::{Instance, VersionContext};
 
+use crate::locks::Locked;
+
 /// What an instance needs from outside: a handler for its stub's BLS requests, and model
 /// control (`pb_utils.is_model_ready`, `load_model`, `unload_model`). The version context holds
 /// one; an instance never holds the server.
@@ -57,7 +59,7 @@ pub(crate) struct BlsCalls(Mutex<HashMap<(usize, u64), BlsCall>>);
 impl BlsCalls {
     /// The calls, locked.
     pub(crate) fn lock(&self) -> MutexGuard<'_, HashMap<(usize, u64), BlsCall>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.locked()
     }
 
     /// The versions the calls in flight wait on.

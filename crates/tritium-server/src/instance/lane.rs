@@ -10,7 +10,8 @@
 //! two wake-ups (the runtime wakes the stub, the stub wakes the runtime) instead of four (the
 //! runtime wakes the instance thread, which wakes the stub, which wakes the thread, which wakes
 //! the runtime). The steps of a batch are the worker thread's own ([`place_inputs`](super::batch::place_inputs),
-//! [`answer_batch`]), as are pipelining (at most two batches in the ring) and its rules.
+//! [`answer_batch`](super::batch::answer_batch)), and so is pipelining: the same [`Ring`] and its
+//! rules (`pipeline.rs`), only sending and waiting done here.
 //!
 //! The worker thread still supervises: it starts the stub, hands it to [`serve`] and blocks
 //! until the task ends with a [`Served`], then finalizes, restarts or gives up as before. Nothing
@@ -18,7 +19,7 @@
 //! futex, and the stub's death reaches the task through the doorbell (its watcher interrupts the
 //! channel, which rings it) and the queue's notification.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -29,10 +30,12 @@ use tracing::{error, Instrument};
 use tritium_host::{HostError, Stub, LIVENESS_SLICE, WATCH_SLICE};
 use tritium_ipc::{Doorbell, ToServer, ToStub};
 
+use super::pipeline::Event;
 use super::{
-    answer_batch, died_idle, fail_waiting, panic_message, prepare_batch, requeue_unstarted, unwind_to_error, Instance,
-    Running, Served, Stamps, VersionContext,
+    died_idle, gate, panic_message, prepare_batch, take_ready, unwind_to_error, Head, Instance, Ring, Running, Served,
+    Step, VersionContext,
 };
+use crate::locks::Locked;
 use crate::off_runtime;
 use crate::scheduler::{Lane, TryNext};
 
@@ -47,7 +50,7 @@ const SEND_RETRY: Duration = Duration::from_micros(200);
 /// no sequence batcher (those stay on their worker threads, which block in the sequence slots or
 /// route streamed responses), when a runtime is there and `--run-to-completion` is on.
 pub(super) fn eligible(ctx: &VersionContext) -> bool {
-    ctx.supervision.run_to_completion && !ctx.decoupled && !ctx.queue.is_sequenced() && ctx.runtime.is_some()
+    ctx.settings.run_to_completion && !ctx.decoupled && !ctx.queue.is_sequenced() && ctx.runtime.is_some()
 }
 
 /// Serves `stub` from a task on the runtime until the queue closes, a restart is asked for, or
@@ -161,7 +164,7 @@ struct Executing(Arc<tritium_ipc::ServerChannel>);
 impl Executing {
     fn list(stub: &Stub, since: Instant) -> Self {
         let channel = stub.channel().clone();
-        let mut listed = EXECUTING.lock().unwrap_or_else(|p| p.into_inner());
+        let mut listed = EXECUTING.locked();
         listed.push((channel.clone(), since));
         LISTED.store(listed.len(), Ordering::Release);
         Self(channel)
@@ -170,7 +173,7 @@ impl Executing {
 
 impl Drop for Executing {
     fn drop(&mut self) {
-        let mut listed = EXECUTING.lock().unwrap_or_else(|p| p.into_inner());
+        let mut listed = EXECUTING.locked();
         if let Some(i) = listed.iter().position(|(c, _)| Arc::ptr_eq(c, &self.0)) {
             listed.swap_remove(i);
         }
@@ -194,7 +197,7 @@ pub fn park_spin(budget: Duration) {
     }
     let mut yields = Instant::now();
     loop {
-        let listed = EXECUTING.lock().unwrap_or_else(|p| p.into_inner());
+        let listed = EXECUTING.locked();
         let until = spin_until(listed.iter().map(|(c, since)| (c.ready(), *since)), budget);
         drop(listed);
         let Some(until) = until else { break };
@@ -346,7 +349,7 @@ impl Timer {
         }
         let after = deadline - now;
         let fell_back = {
-            let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+            let mut armed = self.armed.locked();
             if *armed == Some(deadline) {
                 false
             } else if self.arm(after) {
@@ -362,14 +365,14 @@ impl Timer {
             return;
         }
         self.expired().await;
-        *self.armed.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.armed.locked() = None;
     }
 
     /// The deadline the timer is armed for if it is still ahead and at most `limit` away,
     /// else `limit` from now.
     fn armed_within(&self, limit: Duration) -> Instant {
         let now = Instant::now();
-        match *self.armed.lock().unwrap_or_else(|p| p.into_inner()) {
+        match *self.armed.locked() {
             Some(d) if d > now && d - now <= limit => d,
             _ => now + limit,
         }
@@ -431,10 +434,9 @@ fn idle_messages(stub: &Stub, rung: bool) -> Result<(), HostError> {
     Ok(())
 }
 
-/// Runs `batch` and, while the stub executes it, the batches that are ready behind it, as the
-/// worker thread's `run_batches` does: at most two in the ring, the one behind taken right after
-/// the one ahead is sent or when it ends, nothing taken ahead once the instance is interrupted;
-/// if the stub fails before ending the one ahead, the one behind goes back to the queue.
+/// Runs `batch` and, while the stub executes it, the batches that are ready behind it, by the
+/// rules the worker thread's `run_batches` follows ([`Ring`], `pipeline.rs`); only sending and
+/// waiting are done here, on the runtime.
 async fn run_batches(
     ctx: &VersionContext,
     instance: &Instance,
@@ -442,72 +444,33 @@ async fn run_batches(
     bell: &Bell,
     batch: Vec<crate::pending::Pending>,
 ) -> Result<(), HostError> {
-    let mut ahead: VecDeque<Running> = VecDeque::with_capacity(2);
-    ahead.extend(start_batch(ctx, stub, batch).await?);
-    while let Some(mut current) = ahead.pop_front() {
-        if let Err(e) = take_ahead(ctx, instance, stub, &mut ahead).await {
-            abandon(ctx, stub, current, &e);
-            return Err(e);
-        }
-        let waiting = current.placed.waiting.len() + ahead.iter().map(|r| r.placed.waiting.len()).sum::<usize>();
-        instance.inflight.store(waiting as u64, Ordering::Relaxed);
-        let started = Instant::now();
-        if let Err(e) = complete(ctx, stub, bell, &mut current).await {
-            abandon(ctx, stub, current, &e);
-            // The stub runs batches in order and never ended this one, so it never started the
-            // one behind: back to the queue, so that one crashing request takes no other down.
-            for next in ahead {
-                requeue_unstarted(ctx, next.placed);
+    let Some(first) = start_batch(ctx, stub, batch).await? else { return Ok(()) };
+    let gate = || gate(ctx, instance);
+    let mut ring = Ring::new(first);
+    let mut event = Event::HeadSent(gate());
+    loop {
+        event = match ring.step(ctx, stub, event, &gate) {
+            Step::Report(event) => event,
+            Step::Over(result) => return result,
+            Step::SendAhead => {
+                let sent = match take_ready(ctx, instance) {
+                    Some(batch) => start_batch(ctx, stub, batch).await,
+                    None => Ok(None),
+                };
+                ring.sent(sent)
             }
-            return Err(e);
-        }
-        let ended = Instant::now();
-        // Requests that came while the stub ran: sent before this batch's answers are read.
-        if let Err(e) = take_ahead(ctx, instance, stub, &mut ahead).await {
-            abandon(ctx, stub, current, &e);
-            return Err(e);
-        }
-        let Running { placed, submitted, t0, t1 } = current;
-        let Some(executed) = stub.executed(submitted) else {
-            return Err(stub.protocol_error("ended a batch it never ended".into()));
-        };
-        let stamps = Stamps { taken: t0, placed: t1, started, ended };
-        if let Err(e) = answer_batch(ctx, stub, placed, executed, stamps) {
-            // The stub may have started the batch behind: it fails with the stub.
-            for next in ahead {
-                fail_waiting(ctx, stub, next.placed.waiting, &e);
+            Step::Wait => {
+                instance.inflight.store(ring.requests() as u64, Ordering::Relaxed);
+                let mut head = ring.take_head();
+                let started = Instant::now();
+                let completed = match &mut head {
+                    Head::Sent(running) => complete(ctx, stub, bell, running).await,
+                    _ => Ok(()),
+                };
+                ring.waited(head.end(stub, completed.map(|()| (started, Instant::now()))), gate())
             }
-            return Err(e);
         }
     }
-    Ok(())
-}
-
-/// Sends the batch that is ready behind the one running, unless one is in the ring already or the
-/// instance is interrupted (a restart, a dead stub).
-async fn take_ahead(
-    ctx: &VersionContext,
-    instance: &Instance,
-    stub: &Stub,
-    ahead: &mut VecDeque<Running>,
-) -> Result<(), HostError> {
-    if !ahead.is_empty()
-        || instance.died.load(Ordering::Acquire)
-        || instance.restart.load(Ordering::Acquire)
-        || ctx.rate_limits.is_limited()
-    {
-        return Ok(());
-    }
-    let Some(batch) = ctx.queue.ready_batch() else { return Ok(()) };
-    instance.took(batch.len());
-    ahead.extend(start_batch(ctx, stub, batch).await?);
-    Ok(())
-}
-
-/// Answers a batch the stub failed with `e`, handing back what it had answered so far.
-fn abandon(ctx: &VersionContext, stub: &Stub, running: Running, e: &HostError) {
-    let _ = stub.executed(running.submitted);
-    fail_waiting(ctx, stub, running.placed.waiting, e);
 }
 
 /// Places a batch's inputs and sends it ([`send`]); `None` when nothing was sent (every request
@@ -545,7 +508,7 @@ async fn send(stub: &Stub, msg: &ToStub) -> Result<(), HostError> {
 /// is checked.
 async fn complete(ctx: &VersionContext, stub: &Stub, bell: &Bell, running: &mut Running) -> Result<(), HostError> {
     let start = Instant::now();
-    let timeout = ctx.supervision.execute_timeout;
+    let timeout = ctx.settings.execute_timeout;
     let mut told = HashSet::new();
     let mut checked = start;
     loop {

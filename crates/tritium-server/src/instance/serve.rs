@@ -1,5 +1,5 @@
 //! The worker thread's serve loop ([`serve()`]) for models that do not run to completion on the
-//! runtime, and decoupled requests: the [`Open`] table keeps each request after its `execute`
+//! runtime, and decoupled requests: the [`OpenRequests`] table keeps each request after its `execute`
 //! and forwards its responses as they arrive, with credit and cancellation, until the final one.
 
 use super::*;
@@ -13,7 +13,7 @@ pub(super) const IDLE_POLL: Duration = Duration::from_millis(50);
 pub(super) const STREAM_POLL: Duration = Duration::from_millis(2);
 
 pub(super) fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
-    let mut open = Open::default();
+    let mut open = OpenRequests::default();
     let served = serve_with(ctx, instance, stub, &mut open);
     // Requests of a decoupled model still waiting for their final response get the error every
     // other request of this stub gets; a clean stop answers them too, never leaving a stream open.
@@ -27,7 +27,7 @@ pub(super) fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> S
     served
 }
 
-pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut Open) -> Served {
+pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut OpenRequests) -> Served {
     let interrupted = || instance.died.load(Ordering::Acquire) || instance.restart.load(Ordering::Acquire);
     // Set when the last poll stopped at its bound: the queue is then looked at without waiting.
     let mut more = false;
@@ -42,7 +42,7 @@ pub(super) fn serve_with(ctx: &VersionContext, instance: &Instance, stub: &Stub,
                 match stub.poll(wait, &mut route) {
                     Ok(m) => {
                         more = m;
-                        open.watch(stub, ctx.supervision.max_inflight_responses);
+                        open.watch(stub, ctx.settings.max_inflight_responses);
                     }
                     Err(e) => {
                         let exit = stub.kill();
@@ -100,12 +100,17 @@ pub(super) const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 /// Forwards the responses of a decoupled model's open requests until every one has ended (or
 /// [`DRAIN_LIMIT`] passed, or the stub died), taking no new batch: a recycled stub finishes
 /// what it has.
-fn drain_open(ctx: &VersionContext, instance: &Instance, stub: &Stub, open: &mut Open) -> Result<(), HostError> {
+fn drain_open(
+    ctx: &VersionContext,
+    instance: &Instance,
+    stub: &Stub,
+    open: &mut OpenRequests,
+) -> Result<(), HostError> {
     let until = Instant::now() + DRAIN_LIMIT;
     while !open.0.is_empty() && Instant::now() < until && !instance.died.load(Ordering::Acquire) {
         let mut route = |r: Response| open.route(ctx, stub, r);
         stub.poll(STREAM_POLL, &mut route)?;
-        open.watch(stub, ctx.supervision.max_inflight_responses);
+        open.watch(stub, ctx.settings.max_inflight_responses);
     }
     Ok(())
 }
@@ -145,9 +150,9 @@ pub(super) struct OpenRequest {
 
 /// The open requests of a decoupled model's instance, by the id the stub knows them by.
 #[derive(Default)]
-pub(super) struct Open(pub(super) HashMap<u64, OpenRequest>);
+pub(super) struct OpenRequests(pub(super) HashMap<u64, OpenRequest>);
 
-impl Open {
+impl OpenRequests {
     /// Forwards one response to its request's stream, reading its outputs out of shared memory
     /// and releasing them; the final one closes the request and counts it in the statistics
     /// once. A response to a request that is not open (unknown, or already final), or one whose
@@ -165,7 +170,7 @@ impl Open {
             }
         };
         let last = resp.final_response;
-        let limit = ctx.supervision.max_output_bytes;
+        let limit = ctx.settings.max_output_bytes;
         // The final flag alone is not a response; an empty response with the flag is one.
         let message = if last && resp.flag_only && resp.outputs.is_empty() && resp.error.is_none() {
             Streamed::Final
@@ -187,7 +192,7 @@ impl Open {
             Streamed::Response { result, last }
         };
         stub.release_outputs(&resp);
-        open.watch(stub, resp.request, ctx.supervision.max_inflight_responses);
+        open.watch(stub, resp.request, ctx.settings.max_inflight_responses);
         if !open.responded && matches!(message, Streamed::Response { .. }) && !open.p.tx.discards() {
             open.responded = true;
             ctx.stats.first_response(open.p.enqueued.elapsed());
@@ -223,7 +228,7 @@ impl Open {
     pub(super) fn fail(&mut self, ctx: &VersionContext, ids: &[u64], error: &InferError) {
         for id in ids {
             if let Some(open) = self.0.remove(id) {
-                finish(ctx, open.p, Err(error.clone()), None);
+                answer_request(ctx, open.p, Err(error.clone()), None);
             }
         }
     }
@@ -231,13 +236,13 @@ impl Open {
     /// Ends every open request with `message` (an internal error) as its final response.
     pub(super) fn fail_all(&mut self, ctx: &VersionContext, message: &str) {
         for (_, open) in self.0.drain() {
-            finish(ctx, open.p, Err(InferError::internal(message.to_string())), None);
+            answer_request(ctx, open.p, Err(InferError::internal(message.to_string())), None);
         }
     }
 }
 
 impl OpenRequest {
-    /// [`Open::watch`] for one request, `id` to the stub. A stub that cannot take the message
+    /// [`OpenRequests::watch`] for one request, `id` to the stub. A stub that cannot take the message
     /// is noticed by the worker's next receive.
     pub(super) fn watch(&mut self, stub: &Stub, id: u64, window: u32) {
         let Reply::Stream(tx) = &self.p.tx else { return };
@@ -282,7 +287,7 @@ pub(super) fn run_decoupled_batch(
     ctx: &VersionContext,
     stub: &Stub,
     batch: Vec<Pending>,
-    open: &mut Open,
+    open: &mut OpenRequests,
 ) -> Result<(), HostError> {
     let t0 = Instant::now();
     let mut placed = place_inputs(ctx, stub, batch);
@@ -305,10 +310,10 @@ pub(super) fn run_decoupled_batch(
     let requests = std::mem::take(&mut placed.requests);
     // Responses and the watch both need the open table; the stub calls one at a time.
     let open = std::cell::RefCell::new(open);
-    let window = ctx.supervision.max_inflight_responses;
+    let window = ctx.settings.max_inflight_responses;
     let mut route = |r: Response| open.borrow_mut().route(ctx, stub, r);
     let mut watch = |stub: &Stub| open.borrow_mut().watch(stub, window);
-    let executed = stub.execute_decoupled(requests, ctx.supervision.execute_timeout, &mut route, &mut watch);
+    let executed = stub.execute_decoupled(requests, ctx.settings.execute_timeout, &mut route, &mut watch);
     let open = open.into_inner();
     match executed {
         Ok(error) => {
@@ -324,10 +329,10 @@ pub(super) fn run_decoupled_batch(
             for desc in blocks {
                 let _ = stub.channel().free_own(desc);
             }
-            let message = too_large_batch(&ctx.model, len, capacity, ctx.supervision.max_request_metadata_bytes);
+            let message = too_large_batch(&ctx.model, len, capacity, ctx.settings.max_request_metadata_bytes);
             for id in &ids {
                 if let Some(o) = open.0.remove(id) {
-                    finish(ctx, o.p, Err(InferError::invalid(message.clone())), None);
+                    answer_request(ctx, o.p, Err(InferError::invalid(message.clone())), None);
                 }
             }
             Ok(())

@@ -52,7 +52,7 @@ pub(super) enum Started {
 }
 
 /// Starts the instance's stub, through the supervisor's states (starting, initializing).
-pub(super) fn start(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
+pub(super) fn start_stub(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
     instance.on(Event::Spawn);
     launch(ctx, instance, |stub| instance.on(Event::Spawned { pid: stub.pid(), channel: stub.channel().clone() }))
 }
@@ -65,7 +65,7 @@ fn prestart(ctx: &Arc<VersionContext>, instance: &Arc<Instance>) -> Started {
 /// Spawns a stub (`spawned` runs once it said hello), initializes it and runs the warmup.
 fn launch(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, spawned: impl FnOnce(&Stub)) -> Started {
     let spec = &instance.spec;
-    let sup = &ctx.supervision;
+    let sup = &ctx.settings;
     let stub = match Stub::spawn_with_limits(&ctx.stub, &spec.name, sup.init_timeout, sup.channel) {
         Ok(stub) => stub,
         Err(e) => return Started::Died(e.to_string(), StubExit::Other(e.to_string())),
@@ -130,7 +130,7 @@ pub(crate) fn spawn(
     ready: mpsc::Sender<Result<(), String>>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let instance = Arc::new(Instance::new(spec, ctx.metrics.session()));
-    ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).push(instance.clone());
+    ctx.instances.locked().push(instance.clone());
     ctx.live_workers.fetch_add(1, Ordering::SeqCst);
     let name = format!("instance-{}", instance.spec.name);
     let ctx2 = ctx.clone();
@@ -146,7 +146,7 @@ pub(crate) fn spawn(
             instance.on(Event::GaveUp(format!("the instance worker panicked and stopped: {why}")));
         }
         ctx.queue.instance_gone(&instance.spec.name);
-        leave(&ctx);
+        retire_worker(&ctx);
     });
     if spawned.is_err() {
         ctx2.live_workers.fetch_sub(1, Ordering::SeqCst);
@@ -154,7 +154,8 @@ pub(crate) fn spawn(
     spawned
 }
 
-pub(super) fn leave(ctx: &VersionContext) {
+/// A worker thread of `ctx` ends: the last one to go closes the queue and fails what is queued.
+pub(super) fn retire_worker(ctx: &VersionContext) {
     if ctx.live_workers.fetch_sub(1, Ordering::SeqCst) == 1 {
         for p in ctx.queue.close() {
             p.tx.send(Err(InferError::unavailable(format!(
@@ -192,7 +193,7 @@ pub(super) enum Served {
 /// The supervisor loop: start, serve, and on a crash back off and start again, until the queue
 /// closes or the crashes exceed the limit.
 pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::Sender<Result<(), String>>) {
-    let sup = &ctx.supervision;
+    let sup = &ctx.settings;
     let mut ready = Some(ready);
     let mut crashes = Crashes::default();
     let mut backoff = sup.backoff_initial;
@@ -205,7 +206,7 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
         instance.died.store(false, Ordering::Release);
         let (started, recycled) = match replacement.take() {
             Some((stub, reason)) => (Started::Ready(stub), Some(reason)),
-            None => (start(ctx, instance), None),
+            None => (start_stub(ctx, instance), None),
         };
         let stub = match started {
             Started::Ready(stub) => stub,
@@ -241,9 +242,8 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
         if let Err(e) = watched {
             warn!("cannot watch the stub process ({e}); crashes are noticed on the next request only");
         }
-        *instance.probe.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Arc::new(crate::scrape::StubProbe::new(stub.metrics_probe())));
-        *instance.stacks.lock().unwrap_or_else(|p| p.into_inner()) = Some(stub.stack_probe());
+        *instance.probe.locked() = Some(Arc::new(crate::scrape::StubProbe::new(stub.metrics_probe())));
+        *instance.stacks.locked() = Some(stub.stack_probe());
         instance.taken.store(0, Ordering::Relaxed);
         let rss_at_ready = rss_of(stub.pid()).unwrap_or(0);
         instance.rss_at_ready.store(rss_at_ready, Ordering::Relaxed);
@@ -357,7 +357,7 @@ fn serve_caught(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &Arc<
 /// Whether the version's stubs are recycled: it has a limit, and no sequence batcher (a
 /// sequence's state lives in its stub, and would be lost).
 fn recycles(ctx: &VersionContext) -> bool {
-    let sup = &ctx.supervision;
+    let sup = &ctx.settings;
     (sup.max_rss_bytes.is_some() || sup.max_requests.is_some()) && !ctx.queue.is_sequenced()
 }
 
@@ -397,7 +397,7 @@ fn serve_within_limits(
             if next.is_some() || Instant::now() < retry_at {
                 continue;
             }
-            let Some((reason, why)) = over_limit(&ctx.supervision, instance, stub) else { continue };
+            let Some((reason, why)) = over_limit(&ctx.settings, instance, stub) else { continue };
             info!(reason = reason.as_str(), "stub {why}; starting its replacement");
             match prestart(ctx, instance) {
                 Started::Ready(fresh) => {
@@ -407,7 +407,7 @@ fn serve_within_limits(
                 }
                 Started::Failed(e) | Started::Died(e, _) => {
                     warn!("the replacement of the stub over its limit did not start: {e}; the stub serves on");
-                    retry_at = Instant::now() + ctx.supervision.backoff_max;
+                    retry_at = Instant::now() + ctx.settings.backoff_max;
                 }
             }
         }
@@ -420,7 +420,7 @@ fn serve_within_limits(
 }
 
 /// Which limit the running stub is over, if any, and how, in words.
-fn over_limit(sup: &Supervision, instance: &Instance, stub: &Stub) -> Option<(RecycleReason, String)> {
+fn over_limit(sup: &InstanceSettings, instance: &Instance, stub: &Stub) -> Option<(RecycleReason, String)> {
     if let Some(max) = sup.max_requests {
         let taken = instance.taken.load(Ordering::Relaxed);
         if taken >= max {
@@ -462,7 +462,7 @@ pub(super) fn back_off(
     backoff: &mut Duration,
     counted: bool,
 ) -> bool {
-    let sup = &ctx.supervision;
+    let sup = &ctx.settings;
     let recent = if counted { crashes.record(Instant::now(), sup.restart_window) } else { 0 };
     if recent as u64 > u64::from(sup.restart_limit) {
         instance.on(Event::GaveUp(format!(

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use tritium_host::StubCommand;
 
-use super::{Event, Instance, InstanceSpec, NoModelCalls, Supervision, VersionContext};
+use super::{Event, Instance, InstanceSettings, InstanceSpec, NoModelCalls, VersionContext};
+use crate::locks::Locked;
 use crate::scheduler::{Policy, Priorities, Queue};
 use crate::stats::Stats;
 
@@ -21,7 +22,7 @@ pub(crate) fn version(model: &str, instances: usize) -> Arc<VersionContext> {
         queue: Arc::new(Queue::new(None, Priorities::single(Policy::bounded_by_flag(0)), stats.clone())),
         stats,
         stub: StubCommand { python: "python3".into(), python_path: ".".into(), env: Vec::new(), spin: 0 },
-        supervision: Supervision::default(),
+        settings: InstanceSettings::default(),
         live_workers: AtomicUsize::new(0),
         instances: Mutex::new(Vec::new()),
         metrics: tritium_metrics::CustomMetrics::default(),
@@ -43,7 +44,7 @@ pub(crate) fn version(model: &str, instances: usize) -> Arc<VersionContext> {
         instance.on(Event::Spawn);
         instance.on(Event::Spawned { pid: 1, channel: Arc::new(channel) });
         instance.on(Event::Initialized);
-        ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).push(instance);
+        ctx.instances.locked().push(instance);
     }
     ctx
 }

@@ -41,8 +41,8 @@ impl Server {
     }
 
     async fn dependencies(&self, name: &str) -> Result<Option<StepConfigs>, LoadError> {
-        let dir = self.inner.opts.repository.join(name);
-        let cfg = self.inner.opts.config_name.as_deref();
+        let dir = self.core.opts.repository.join(name);
+        let cfg = self.core.opts.config_name.as_deref();
         let Ok(Some(config)) = tritium_config::load_config_named(&dir, cfg) else { return Ok(None) };
         let Some(scheduling) = tritium_config::ensemble_scheduling(&config) else { return Ok(None) };
         if !tritium_config::is_ensemble(&config) {
@@ -60,7 +60,7 @@ impl Server {
                 missing.join(", ")
             )));
         }
-        if let Some(cycle) = ensemble_cycle(&self.inner.opts.repository, name, self.inner.opts.config_name.as_deref()) {
+        if let Some(cycle) = ensemble_cycle(&self.core.opts.repository, name, self.core.opts.config_name.as_deref()) {
             // Each ensemble of the cycle would wait for the other: Triton leaves them unloaded.
             return Err(LoadError::Ensemble(format!(
                 "ensemble '{name}' depends on itself through its steps: {}",
@@ -142,8 +142,8 @@ impl Server {
         let server = self.clone();
         let name = name.to_string();
         Box::pin(async move {
-            let repo = server.inner.opts.repository.clone();
-            let cfg = server.inner.opts.config_name.clone();
+            let repo = server.core.opts.repository.clone();
+            let cfg = server.core.opts.config_name.clone();
             let dependents: Vec<String> = server
                 .models()
                 .iter()
@@ -236,8 +236,8 @@ pub(super) fn is_ensemble_dir(dir: &Path, config_name: Option<&str>) -> bool {
 
 /// Splits models to load into (others, ensembles): ensembles load after the models they use.
 pub(super) fn split(server: &Server, names: Vec<String>) -> (Vec<String>, Vec<String>) {
-    let repo = &server.inner.opts.repository;
-    let cfg = server.inner.opts.config_name.as_deref();
+    let repo = &server.core.opts.repository;
+    let cfg = server.core.opts.config_name.as_deref();
     let (ensembles, others) = names.into_iter().partition(|n| is_ensemble_dir(&repo.join(n), cfg));
     (others, ensembles)
 }
@@ -245,7 +245,7 @@ pub(super) fn split(server: &Server, names: Vec<String>) -> (Vec<String>, Vec<St
 /// Loads ensembles one by one, after the other models (each loads the steps it still misses);
 /// an ensemble loaded already as another ensemble's step is not loaded twice.
 pub(super) async fn load_ensembles(server: &Server, ensembles: Vec<String>) {
-    let repo = server.inner.opts.repository.clone();
+    let repo = server.core.opts.repository.clone();
     for name in ensembles {
         let current = server
             .models()
@@ -262,7 +262,7 @@ pub(super) async fn load_ensembles(server: &Server, ensembles: Vec<String>) {
 
 /// Starts the versions of ensemble `name` (no stub, no instance): checks the ensemble against
 /// its steps, and notes whether it is decoupled in its config, as Triton does.
-pub(super) fn start(
+pub(super) fn start_ensemble(
     opts: &ServerOptions,
     metrics: &tritium_metrics::CustomMetrics,
     name: &str,
@@ -282,7 +282,7 @@ pub(super) fn start(
         let stats = Arc::new(Stats::for_metrics(name, v, &opts.metrics, &config));
         let plan =
             EnsembleVersion { model: name.to_string(), version: v, stats: stats.clone(), classes: r.classes.clone() };
-        let plan = Ensemble::new(plan, config.clone(), &steps, &r.supervision);
+        let plan = Ensemble::new(plan, config.clone(), &steps, &r.settings);
         let ctx = Arc::new(VersionContext {
             model: name.to_string(),
             version: v,
@@ -292,7 +292,7 @@ pub(super) fn start(
             queue: Arc::new(Queue::new(None, r.priorities.clone(), stats.clone())),
             stats,
             stub: opts.stub.clone(),
-            supervision: r.supervision.clone(),
+            settings: r.settings.clone(),
             live_workers: AtomicUsize::new(0),
             instances: Mutex::new(Vec::new()),
             metrics: metrics.clone(),

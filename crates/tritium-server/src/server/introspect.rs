@@ -7,7 +7,7 @@ impl Server {
     /// Server name, version and extensions.
     pub fn metadata(&self) -> ServerMetadata {
         ServerMetadata {
-            name: self.inner.opts.server_id.clone(),
+            name: self.core.opts.server_id.clone(),
             version: env!("CARGO_PKG_VERSION").into(),
             extensions: [
                 "classification",
@@ -84,7 +84,7 @@ impl Server {
                 continue;
             }
             for (v, ver) in &entry.versions {
-                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                for i in ver.ctx.instances.locked().iter() {
                     out.push(i.info(name, *v));
                 }
             }
@@ -102,7 +102,7 @@ impl Server {
                 .ok_or_else(|| InferError::not_found(format!("Request for unknown model: '{model}' is not found")))?;
             let mut t = Vec::new();
             for ver in entry.versions.values() {
-                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                for i in ver.ctx.instances.locked().iter() {
                     if instance.is_none_or(|n| n == i.spec.name) {
                         t.push((ver.clone(), i.clone(), i.restarts()));
                     }
@@ -124,7 +124,7 @@ impl Server {
             }
             i.request_restart(&ver.ctx.queue);
         }
-        let limit = targets.iter().map(|(v, _, _)| v.ctx.supervision.init_timeout).max().unwrap_or_default()
+        let limit = targets.iter().map(|(v, _, _)| v.ctx.settings.init_timeout).max().unwrap_or_default()
             + Duration::from_secs(60);
         let deadline = tokio::time::Instant::now() + limit;
         for (_, i, before) in &targets {
@@ -281,7 +281,7 @@ impl Server {
                         hit_duration_ns: s.cache_hit.ns,
                         miss_duration_ns: s.cache_miss.ns,
                     }),
-                    summaries: ver.ctx.stats.summaries(&self.inner.opts.metrics.summary_quantiles),
+                    summaries: ver.ctx.stats.summaries(&self.core.opts.metrics.summary_quantiles),
                     first_response: ver.ctx.stats.first_response_histogram(),
                     name: s.name,
                     version: s.version,
@@ -292,7 +292,7 @@ impl Server {
         let mut probes = Vec::new();
         for (name, entry) in self.models().iter() {
             for (v, ver) in &entry.versions {
-                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                for i in ver.ctx.instances.locked().iter() {
                     if let Some(probe) = i.metrics_probe() {
                         let labels = tritium_metrics::StubFamilies {
                             model: name.clone(),
@@ -307,7 +307,7 @@ impl Server {
         }
         for (name, entry) in self.models().iter() {
             for (v, ver) in &entry.versions {
-                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                for i in ver.ctx.instances.locked().iter() {
                     if let Some(member) = ver.ctx.rate_limits.get(&i.spec.name) {
                         let counts = member.counts();
                         snapshot.rate_limited.push(tritium_metrics::RateLimitedSnapshot {
@@ -348,7 +348,7 @@ impl Server {
         });
         let probes: Vec<_> = answered.iter().map(|(_, p)| p.clone()).collect();
         snapshot.client = answered.into_iter().map(|(families, _)| families).collect();
-        self.inner.metrics.render_reporting(&snapshot, &mut |i, why| {
+        self.core.metrics.render_reporting(&snapshot, &mut |i, why| {
             if let (Some(probe), Some(labels)) = (probes.get(i), snapshot.client.get(i)) {
                 probe.warn_once(labels, &why);
             }
@@ -362,12 +362,12 @@ impl Server {
 
     /// What the response cache holds now, when the server has one.
     pub fn cache_usage(&self) -> Option<crate::cache::CacheUsage> {
-        self.inner.cache.get().map(|c| c.usage())
+        self.core.cache.get().map(|c| c.usage())
     }
 
     /// What loading model `name` is doing now ("" when nothing is reported).
     pub(super) fn load_progress(&self, name: &str) -> String {
-        self.inner.load_progress.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned().unwrap_or_default()
+        self.core.load_progress.locked().get(name).cloned().unwrap_or_default()
     }
 }
 

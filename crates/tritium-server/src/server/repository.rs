@@ -11,7 +11,7 @@ use super::*;
 impl Server {
     /// The model directories in the repository, sorted.
     pub fn repository_models(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(&self.inner.opts.repository)
+        let mut names: Vec<String> = std::fs::read_dir(&self.core.opts.repository)
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
                     .filter(|e| e.path().is_dir())
@@ -27,7 +27,7 @@ impl Server {
     /// Loads the given models, at most `load_threads` at once, each tried `1 + load_retries`
     /// times; failures are logged and reported by the index.
     pub async fn load_models(&self, names: Vec<String>) {
-        let slots = Arc::new(tokio::sync::Semaphore::new(self.inner.opts.load_threads.max(1)));
+        let slots = Arc::new(tokio::sync::Semaphore::new(self.core.opts.load_threads.max(1)));
         let (names, ensembles) = dependencies::split(self, names);
         let loads: Vec<_> = names
             .into_iter()
@@ -38,12 +38,12 @@ impl Server {
                     let Ok(_slot) = slots.acquire().await else { return };
                     let mut tries = 0;
                     while let Err(e) = server.load(&name).await {
-                        if tries >= server.inner.opts.load_retries {
+                        if tries >= server.core.opts.load_retries {
                             error!(model = %name, "{e}");
                             break;
                         }
                         tries += 1;
-                        warn!(model = %name, "{e}; retrying ({tries} of {})", server.inner.opts.load_retries);
+                        warn!(model = %name, "{e}; retrying ({tries} of {})", server.core.opts.load_retries);
                     }
                 })
             })
@@ -110,7 +110,7 @@ impl Server {
     }
 
     pub(super) fn check_control(&self) -> Result<(), InferError> {
-        if self.inner.opts.explicit_control {
+        if self.core.opts.explicit_control {
             Ok(())
         } else {
             Err(InferError::unavailable("explicit model load / unload is not allowed if polling is enabled"))
@@ -152,7 +152,7 @@ impl Server {
         let models = self.models();
         let mut changes = Changes::default();
         for name in &on_disk {
-            let snap = snapshot(&self.inner.opts.repository.join(name));
+            let snap = snapshot(&self.core.opts.repository.join(name));
             if models.get(name).is_some_and(|e| e.fingerprint == snap.hash) {
                 continue;
             }
@@ -193,7 +193,7 @@ impl Server {
         files: Option<OverrideDir>,
     ) -> Result<(), InferError> {
         check_name(name).map_err(InferError::invalid)?;
-        let print = fingerprint(&self.inner.opts.repository.join(name));
+        let print = fingerprint(&self.core.opts.repository.join(name));
         {
             let mut models = self.models_mut();
             let entry = models.entry(name.to_string()).or_insert_with(|| Entry {
@@ -213,19 +213,19 @@ impl Server {
         // An ensemble's step models load first.
         let steps = self.ensemble_dependencies(name).await;
         let (tx, rx) = oneshot::channel();
-        let inner = self.inner.clone();
+        let core = self.core.clone();
         let model = name.to_string();
         std::thread::Builder::new()
             .name(format!("load-{name}"))
             .spawn(move || {
                 let _ = tx.send(steps.and_then(|steps| {
-                    let cache = inner.cache.get().cloned();
-                    load_versions(&inner, cache, &model, steps, config, files.map(Arc::new))
+                    let cache = core.cache.get().cloned();
+                    load_versions(&core, cache, &model, steps, config, files.map(Arc::new))
                 }));
             })
             .map_err(|e| InferError::internal(format!("cannot start a loader thread: {e}")))?;
         let result = rx.await.unwrap_or(Err(LoadError::LoaderDied));
-        self.inner.load_progress.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        self.core.load_progress.locked().remove(name);
         let (old, watch) = {
             let mut models = self.models_mut();
             let Some(entry) = models.get_mut(name) else {
@@ -239,7 +239,7 @@ impl Server {
                     entry.rolled_back = None;
                     // Versions an earlier update kept on standby go now.
                     let mut old: Vec<Arc<Version>> = std::mem::take(&mut entry.standby).into_values().collect();
-                    let grace = update_grace(&versions).filter(|_| self.inner.runtime.is_some());
+                    let grace = update_grace(&versions).filter(|_| self.core.runtime.is_some());
                     let replaced = std::mem::replace(&mut entry.versions, versions);
                     let watch = match grace {
                         Some(grace) if !replaced.is_empty() && replaced.values().all(|v| v.ensemble.is_none()) => {
@@ -338,7 +338,7 @@ fn update_grace(versions: &BTreeMap<i64, Arc<Version>>) -> Option<Duration> {
     if first.ensemble.is_some() {
         return None;
     }
-    let grace = first.ctx.supervision.update_grace;
+    let grace = first.ctx.settings.update_grace;
     (!grace.is_zero()).then_some(grace)
 }
 
@@ -459,7 +459,7 @@ pub(super) fn not_model_content(name: &str, is_dir: bool) -> bool {
 /// Reads, completes and checks a model's config, then starts every instance of every version;
 /// if any version fails, every version started is retired again.
 pub(super) fn load_versions(
-    inner: &Inner,
+    core: &ServerCore,
     cache: Option<Arc<ResponseCache>>,
     name: &str,
     steps: Option<dependencies::StepConfigs>,
@@ -467,18 +467,18 @@ pub(super) fn load_versions(
     files: Option<Arc<OverrideDir>>,
 ) -> Result<BTreeMap<i64, Arc<Version>>, LoadError> {
     let load_start = Instant::now();
-    let (opts, metrics) = (&inner.opts, inner.metrics.custom());
+    let (opts, metrics) = (&core.opts, core.metrics.custom());
     let mut resolved = resolve_in(opts, name, config, files)?;
     resolved.cache = model_cache(name, &resolved.config, cache);
     // Each version's load time is the shared preparation plus the start of its own instances.
     let prepared = load_start.elapsed();
     if tritium_config::is_ensemble(&resolved.config) {
         let steps = steps.ok_or_else(|| LoadError::Ensemble(format!("ensemble '{name}' has no steps")))?;
-        return dependencies::start(opts, metrics, name, &resolved, steps, prepared);
+        return dependencies::start_ensemble(opts, metrics, name, &resolved, steps, prepared);
     }
     let mut loaded = BTreeMap::new();
     for &v in &resolved.versions {
-        match start_version(inner, name, &resolved, v, prepared) {
+        match start_version(core, name, &resolved, v, prepared) {
             Ok(version) => {
                 loaded.insert(v, version);
             }
@@ -511,14 +511,14 @@ pub(super) fn model_cache(name: &str, config: &ModelConfig, cache: Option<Arc<Re
 /// Step 4: spawns the instances of version `v` and waits until each is ready or failed (step 5);
 /// a version with a failed instance is retired.
 pub(super) fn start_version(
-    inner: &Inner,
+    core: &ServerCore,
     name: &str,
     r: &Resolved,
     v: i64,
     prepared: Duration,
 ) -> Result<Arc<Version>, LoadError> {
     let version_start = Instant::now();
-    let (metrics, metric_options) = (inner.metrics.custom(), &inner.opts.metrics);
+    let (metrics, metric_options) = (core.metrics.custom(), &core.opts.metrics);
     let version_dir = r.dir.join(v.to_string());
     let framework = Framework::of_backend(&r.config.backend);
     let model_file = match (&r.backend_model, framework) {
@@ -539,7 +539,7 @@ pub(super) fn start_version(
     }
     let stats = Arc::new(Stats::for_metrics(name, v, metric_options, &r.config));
     let specs = instance_specs(&r.config);
-    let rate_limits = match &inner.opts.rate_limiter {
+    let rate_limits = match &core.opts.rate_limiter {
         Some(limiter) => crate::limiter::Members::new(
             specs
                 .iter()
@@ -553,7 +553,7 @@ pub(super) fn start_version(
         name,
         &r.config,
         names,
-        r.supervision.max_sequence_backlog,
+        r.settings.max_sequence_backlog,
         stats.clone(),
     )? {
         Some(sequences) => Queue::sequenced(sequences, r.priorities.clone(), stats.clone()),
@@ -568,7 +568,7 @@ pub(super) fn start_version(
         queue: Arc::new(queue),
         stats,
         stub: r.stub.clone(),
-        supervision: r.supervision.clone(),
+        settings: r.settings.clone(),
         live_workers: AtomicUsize::new(0),
         instances: Mutex::new(Vec::new()),
         metrics: metrics.clone(),
@@ -576,8 +576,8 @@ pub(super) fn start_version(
         reshapes: crate::reshape::Reshapes::new(&r.config),
         gpu_inputs: gpu_inputs(&r.config),
         decoupled: tritium_config::is_decoupled(&r.config),
-        calls: inner.calls.clone(),
-        runtime: inner.runtime.clone(),
+        calls: core.calls.clone(),
+        runtime: core.runtime.clone(),
         warmup: r.warmup.clone(),
         rate_limits,
     });

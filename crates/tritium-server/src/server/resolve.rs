@@ -4,8 +4,8 @@
 
 use super::*;
 
-/// The server-wide supervision limits with the model's `parameters` overrides applied.
-pub(super) fn supervision_for(base: &Supervision, config: &ModelConfig) -> Result<Supervision, LoadError> {
+/// The server-wide instance settings with the model's `parameters` overrides applied.
+pub(super) fn settings_for(base: &InstanceSettings, config: &ModelConfig) -> Result<InstanceSettings, LoadError> {
     let mut sup = base.clone();
     let secs = |key: &str| -> Result<Option<Duration>, LoadError> {
         let Some(p) = config.parameters.get(key) else { return Ok(None) };
@@ -69,7 +69,7 @@ pub(super) fn auto_complete(
     model_file: &Path,
     config: &ModelConfig,
 ) -> Result<ModelConfig, LoadError> {
-    let timeout = opts.supervision.init_timeout;
+    let timeout = opts.instance_settings.init_timeout;
     let stub = Stub::spawn(stub, &format!("{name}_autocomplete"), timeout)
         .map_err(|e| LoadError::AutoComplete(e.to_string()))?;
     let json = tritium_config::to_json(config).to_string();
@@ -173,7 +173,7 @@ pub(super) struct Resolved {
     pub(super) backend_model: Option<PathBuf>,
     pub(super) config: Arc<ModelConfig>,
     pub(super) config_json: String,
-    pub(super) supervision: Supervision,
+    pub(super) settings: InstanceSettings,
     pub(super) batching: Option<Batching>,
     pub(super) priorities: Priorities,
     pub(super) classes: Classes,
@@ -296,7 +296,7 @@ pub(super) fn resolve_in(
     if versions.is_empty() {
         return Err(LoadError::NoVersions(dir.display().to_string()));
     }
-    let supervision = supervision_for(&opts.supervision, &config)?;
+    let settings = settings_for(&opts.instance_settings, &config)?;
     let classes = Classes::load(&dir, &config, &opts.paths)?;
     let warmup = if tritium_config::is_ensemble(&config) {
         Vec::new()
@@ -311,7 +311,7 @@ pub(super) fn resolve_in(
         backend_model,
         config: Arc::new(config),
         config_json,
-        supervision,
+        settings,
         batching,
         priorities,
         classes,
@@ -492,7 +492,7 @@ mod tests {
             ServerOptions {
                 repository: self.0.clone(),
                 stub: StubCommand { python: "python3".into(), python_path: PathBuf::new(), env: Vec::new(), spin: 0 },
-                supervision: Supervision::default(),
+                instance_settings: InstanceSettings::default(),
                 auto_complete: false,
                 strict_readiness: true,
                 explicit_control: true,
@@ -537,7 +537,7 @@ mod tests {
         assert_eq!(r.versions, vec![3]);
         assert!(r.classes.batching);
         assert_eq!(r.classes.labels["OUT"], ["a", "b", "c", "d"]);
-        assert_eq!(r.supervision.execute_timeout, Some(Duration::from_secs_f64(2.5)));
+        assert_eq!(r.settings.execute_timeout, Some(Duration::from_secs_f64(2.5)));
         let b = r.batching.expect("dynamic batching");
         assert_eq!((b.max_batch_size, b.preferred.clone(), b.max_delay), (8, vec![4], Duration::from_micros(500)));
         let specs = instance_specs(&r.config);

@@ -22,7 +22,7 @@ pub use crate::instance::DEFAULT_MODEL_UPDATE_GRACE_SECS;
 /// Watches model `name`'s new versions `new` for the grace period after a reload switched to
 /// them; their predecessors wait in the entry's `standby`.
 pub(super) fn watch_update(server: Server, name: String, new: Vec<Arc<Version>>, grace: Duration) {
-    let Some(runtime) = server.inner.runtime.clone() else {
+    let Some(runtime) = server.core.runtime.clone() else {
         return;
     };
     runtime.spawn(async move {
@@ -106,7 +106,7 @@ impl Crashes {
     fn new(versions: &[Arc<Version>]) -> Self {
         let instances = versions
             .iter()
-            .flat_map(|v| v.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).clone())
+            .flat_map(|v| v.ctx.instances.locked().clone())
             .map(|i| {
                 let restarts = i.restarts();
                 (i, restarts)

@@ -20,7 +20,7 @@ impl Server {
                 .get(model)
                 .ok_or_else(|| InferError::not_found(format!("Request for unknown model: '{model}' is not found")))?;
             for (v, ver) in &entry.versions {
-                for i in ver.ctx.instances.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                for i in ver.ctx.instances.locked().iter() {
                     all.push((*v, i.spec.name.clone(), i.stack_probe()));
                 }
             }

@@ -21,12 +21,12 @@ pub type TraceSettingsView = Vec<(String, Vec<String>)>;
 impl Server {
     /// Gives the server its tracer (`--trace-config`); only the first call counts.
     pub fn set_tracer(&self, tracer: Tracer) {
-        let _ = self.inner.tracer.set(tracer);
+        let _ = self.core.tracer.set(tracer);
     }
 
     /// The server's tracer, if it has one.
     pub fn tracer(&self) -> Option<&Tracer> {
-        self.inner.tracer.get()
+        self.core.tracer.get()
     }
 
     /// Starts the trace of a request that is about to be queued, if it is sampled.
@@ -36,7 +36,7 @@ impl Server {
         ctx: &Arc<VersionContext>,
         started: Instant,
     ) -> Option<Box<ActiveTrace>> {
-        let mut trace = self.inner.tracer.get()?.start(&req.model, req.trace, started)?;
+        let mut trace = self.core.tracer.get()?.start(&req.model, req.trace, started)?;
         trace.identify(ctx.version, &req.id);
         trace.stamp(Activity::QueueStart, Instant::now());
         Some(Box::new(trace))
@@ -44,7 +44,7 @@ impl Server {
 
     fn trace_target(&self, model: Option<&str>) -> Result<&Tracer, InferError> {
         let tracer =
-            self.inner.tracer.get().ok_or_else(|| InferError::unavailable("the server does not support tracing"))?;
+            self.core.tracer.get().ok_or_else(|| InferError::unavailable("the server does not support tracing"))?;
         if let Some(m) = model {
             if !self.model_ready(m, None) {
                 return Err(InferError::invalid(format!("Request for unknown model : {m}")));
