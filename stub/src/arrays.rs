@@ -90,7 +90,7 @@ pub(crate) fn array_over<'py>(
     }
 }
 
-/// The arrays of one input of a batch's requests (each an [`InputMsg`]'s `array`, over its whole
+/// The arrays of one input of a batch's requests (each an [`InputMsg`](crate::messages::InputMsg)'s `array`, over its whole
 /// block), joined along the first dimension without a copy: one array over their blocks, when the
 /// blocks lie back to back in one segment in this order (as the server places the inputs a batch's
 /// requests share) and the arrays agree in dtype and in every dimension after the first. Its base

@@ -23,7 +23,7 @@
 //! stub's arena and sends a `BlsRequest`; each `BlsResponse` is routed by the [`Router`] to its
 //! call's queue, and [`Channel::bls_next`] hands it to Python as a [`BlsResponseMsg`] whose
 //! outputs are numpy arrays over the server's shared memory (no copy). `Cancel` and `Credit`
-//! messages are recorded here too, per request from its `Execute` until it ends ([`Requests`]:
+//! messages are recorded here too, per request from its `Execute` until it ends ([`router::Requests`]:
 //! [`Channel::is_cancelled`], [`Channel::wait_for_room`]): the heartbeat thread pumps the ring
 //! whenever nobody else does, so a cancellation is seen while `execute` still runs, and a
 //! decoupled model's `send` that waits for its client (back-pressure) wakes on credit.
