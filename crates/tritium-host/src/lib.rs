@@ -8,6 +8,7 @@
 //! - [`stub`]: [`Stub`], a running stub and its protocol calls.
 //! - [`stacks`]: [`StackProbe`], a stub's live Python stacks, read without its GIL.
 
+mod orphans;
 pub mod output;
 pub mod peer;
 mod poller;

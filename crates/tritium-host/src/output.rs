@@ -3,7 +3,9 @@
 //! [`MAX_LINE`] is split into pieces (never buffered whole), invalid UTF-8 is replaced, and
 //! nothing a model writes ends the reader: only the end of the pipe does.
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, ErrorKind, Read};
+use std::sync::{Arc, Mutex};
 
 /// Longest piece of model output kept as one log line, in bytes.
 pub const MAX_LINE: usize = 16 * 1024;
@@ -83,6 +85,29 @@ impl Lines {
 fn finish(line: &[u8]) -> String {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
     String::from_utf8_lossy(line).into_owned()
+}
+
+/// How many of a process's last stderr lines are kept.
+const STDERR_TAIL: usize = 20;
+
+/// The last lines a process wrote to stderr.
+#[derive(Debug, Clone, Default)]
+pub struct StderrTail(pub(crate) Arc<Mutex<VecDeque<String>>>);
+
+impl StderrTail {
+    pub(crate) fn push(&self, line: String) {
+        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() == STDERR_TAIL {
+            q.pop_front();
+        }
+        q.push_back(line);
+    }
+
+    /// The kept lines, joined with newlines.
+    pub fn text(&self) -> String {
+        let q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        q.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
+    }
 }
 
 #[cfg(test)]

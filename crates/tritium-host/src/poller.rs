@@ -11,8 +11,7 @@ use std::sync::{Mutex, OnceLock};
 
 use tracing::Span;
 
-use crate::output::{Lines, MAX_LINE};
-use crate::process::StderrTail;
+use crate::output::{Lines, StderrTail, MAX_LINE};
 
 /// A pipe being read: where its lines go.
 struct Pipe {
@@ -207,7 +206,7 @@ fn run() {
             }
             drop(watches);
             // Orphans reparented to the server (a child subreaper once a fork server runs).
-            crate::process::reap_orphans();
+            crate::orphans::reap_orphans();
         }
         let mut pipes = p.pipes.lock().unwrap_or_else(|e| e.into_inner());
         for ev in &events[..n as usize] {

@@ -31,7 +31,6 @@
 //! it for that child. Among those settings are secrets (`TRITIUM_ADMIN_TOKEN`) and paths a model
 //! has no business with (TLS keys); model code and the packages an installer runs are untrusted.
 
-use std::collections::{BTreeSet, VecDeque};
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -39,15 +38,16 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tracing::Span;
 
+pub use crate::orphans::reap_orphans;
+use crate::orphans::{lock_owned, SUBREAPER};
+pub use crate::output::StderrTail;
+
 /// How long a stub gets after SIGTERM before SIGKILL.
 const TERM_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// How many stderr lines are kept for crash reports.
-const STDERR_TAIL: usize = 20;
 
 /// What is needed to start one stub.
 #[derive(Debug, Clone)]
@@ -247,26 +247,6 @@ impl Drop for ChildGuard {
     }
 }
 
-/// The last lines a process wrote to stderr.
-#[derive(Debug, Clone, Default)]
-pub struct StderrTail(Arc<Mutex<VecDeque<String>>>);
-
-impl StderrTail {
-    pub(crate) fn push(&self, line: String) {
-        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if q.len() == STDERR_TAIL {
-            q.pop_front();
-        }
-        q.push_back(line);
-    }
-
-    /// The kept lines, joined with newlines.
-    pub fn text(&self) -> String {
-        let q = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        q.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
-    }
-}
-
 /// Sends SIGKILL to the process `pidfd` refers to. Unlike `kill(pid)`, this cannot reach
 /// another process that was given the same pid after ours exited and was reaped.
 pub fn pidfd_kill(pidfd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
@@ -458,49 +438,12 @@ fn fork_server_wanted(cmd: &StubCommand) -> bool {
     FORK_SERVER.load(Ordering::Relaxed) && !cmd.env.iter().any(|(k, v)| k == NO_FORK_SERVER_ENV && v == "1")
 }
 
-/// The pids of this process's children that their owners (a [`ChildGuard`], [`run_tool`]) wait
-/// for; any other child that exits is an orphan reparented to the server, reaped by
-/// [`reap_orphans`]. Held while a child is started and registered, so that an orphan reaper
-/// never takes a child before it is registered.
-static OWNED: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
-/// Set once this process is a child subreaper.
-static SUBREAPER: AtomicBool = AtomicBool::new(false);
-
-fn lock_owned() -> std::sync::MutexGuard<'static, BTreeSet<u32>> {
-    OWNED.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// `command.spawn()`, its pid registered as owned.
 fn spawn_owned(command: &mut Command) -> std::io::Result<Child> {
     let mut owned = lock_owned();
     let child = command.spawn()?;
     owned.insert(child.id());
     Ok(child)
-}
-
-/// Reaps the children that nobody waits for: once the server is a child subreaper (it is when a
-/// fork server runs), every orphaned descendant (a process a model started and left behind, a
-/// stub's grandchild) becomes its child. Stops at the first exited child that has an owner (it
-/// is its owner's to reap) and returns at once when another thread is starting a child.
-pub fn reap_orphans() {
-    if !SUBREAPER.load(Ordering::Acquire) {
-        return;
-    }
-    let Ok(owned) = OWNED.try_lock() else { return };
-    loop {
-        // SAFETY: siginfo_t is plain data; waitid fills it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid with a valid siginfo pointer; WNOWAIT leaves the child waitable.
-        let rc = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
-        // SAFETY: waitid filled `info` for a child (or left it zeroed: pid 0).
-        let pid = unsafe { info.si_pid() };
-        if rc != 0 || pid <= 0 || owned.contains(&(pid as u32)) {
-            return;
-        }
-        // SAFETY: reaps the orphan just seen exited.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
-        tracing::debug!(pid, "reaped an orphaned process");
-    }
 }
 
 /// Fork servers: one per interpreter and environment, forking stubs on request.
@@ -739,7 +682,7 @@ pub fn run_tool(
         });
     }
     let mut child = spawn_owned(&mut command)?;
-    let lines = StderrTail(Arc::new(Mutex::new(VecDeque::new())));
+    let lines = StderrTail::default();
     let mut readers = Vec::new();
     let outputs: [Option<Box<dyn Read + Send>>; 2] = [
         child.stdout.take().map(|o| Box::new(o) as Box<dyn Read + Send>),
@@ -788,6 +731,7 @@ pub fn run_tool(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
     #[test]
     fn exits_in_words() {
