@@ -81,11 +81,14 @@ def stubs(url, *args):
 
 
 def is_stub_process(pid):
+    """Whether `pid` is a live stub: started plainly (`python -m tritium.stub`) or forked from a
+    fork server (whose command line it keeps)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"tritium.stub" in f.read()
+            cmdline = f.read()
     except OSError:
         return False
+    return b"tritium.stub" in cmdline or b"tritium.forkserver" in cmdline
 
 
 def parse_table(text):
