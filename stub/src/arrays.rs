@@ -2,7 +2,7 @@
 //! bytes are (host memory, or a GPU tensor's device memory).
 
 use numpy::npyffi::{
-    npy_intp, NpyTypes, PyArrayObject, NPY_ARRAY_CARRAY, NPY_ARRAY_CARRAY_RO, NPY_TYPES, PY_ARRAY_API,
+    npy_intp, NpyTypes, PyArrayObject, PyArray_Descr, NPY_ARRAY_CARRAY, NPY_ARRAY_CARRAY_RO, NPY_TYPES, PY_ARRAY_API,
 };
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::exceptions::PyValueError;
@@ -59,15 +59,36 @@ pub(crate) fn array_over<'py>(
         )));
     }
     let flags = if writable { NPY_ARRAY_CARRAY } else { NPY_ARRAY_CARRAY_RO };
-    // SAFETY: numpy's C API is initialised by PY_ARRAY_API on first use (it imports numpy); the
-    // data pointer covers `nbytes` bytes of a mapping that `block`, set as the array's base,
-    // keeps alive; DescrFromType returns a new reference that NewFromDescr steals, and
-    // SetBaseObject steals the reference `into_ptr` hands over.
+    // SAFETY: numpy's C API is initialised by PY_ARRAY_API on first use (it imports numpy);
+    // DescrFromType returns a new reference, which `array_with_base` takes over; the data pointer
+    // covers `nbytes` bytes of a mapping that `block`, the array's base, keeps alive.
     unsafe {
         let descr = PY_ARRAY_API.PyArray_DescrFromType(py, typenum as std::os::raw::c_int);
         if descr.is_null() {
             return Err(PyErr::fetch(py));
         }
+        array_with_base(py, descr, &mut dims, ptr, flags, block.into_bound(py).into_any())
+    }
+}
+
+/// A C-contiguous numpy array of `descr` and `dims` over the bytes at `ptr`, with `base` as its
+/// base object (what keeps the bytes mapped); `flags` says whether it is writable.
+///
+/// # Safety
+/// `descr` is a new reference to a dtype descriptor, taken over here (NewFromDescr steals it,
+/// also when it fails); `ptr` covers the bytes of `dims` elements of `descr` and stays valid
+/// while `base` lives.
+unsafe fn array_with_base<'py>(
+    py: Python<'py>,
+    descr: *mut PyArray_Descr,
+    dims: &mut [npy_intp],
+    ptr: *mut u8,
+    flags: std::os::raw::c_int,
+    base: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: as the caller promises (above); SetBaseObject steals the reference to `base` that
+    // `into_ptr` hands over, and on its failure the new array is released.
+    unsafe {
         let array = PY_ARRAY_API.PyArray_NewFromDescr(
             py,
             PY_ARRAY_API.get_type_object(py, NpyTypes::PyArray_Type),
@@ -82,7 +103,7 @@ pub(crate) fn array_over<'py>(
         if array.is_null() {
             return Err(PyErr::fetch(py));
         }
-        if PY_ARRAY_API.PyArray_SetBaseObject(py, array.cast::<PyArrayObject>(), block.into_ptr()) < 0 {
+        if PY_ARRAY_API.PyArray_SetBaseObject(py, array.cast::<PyArrayObject>(), base.into_ptr()) < 0 {
             pyo3::ffi::Py_DECREF(array);
             return Err(PyErr::fetch(py));
         }
@@ -138,30 +159,9 @@ pub(crate) fn join_inputs<'py>(py: Python<'py>, arrays: Vec<Bound<'py, PyAny>>) 
     let ptr = first_block.get().view.as_ptr();
     let base = PyTuple::new(py, &blocks)?;
     // SAFETY: the blocks are back to back in one mapping (checked above), so the data pointer
-    // covers `rows` rows of the shared bytes, which `base` (the tuple of every block), set as the
-    // array's base, keeps mapped; `into_ptr` hands NewFromDescr the descriptor reference it
-    // steals, and SetBaseObject the reference to `base` it steals.
-    unsafe {
-        let array = PY_ARRAY_API.PyArray_NewFromDescr(
-            py,
-            PY_ARRAY_API.get_type_object(py, NpyTypes::PyArray_Type),
-            first.dtype().into_ptr().cast(),
-            dims.len() as std::os::raw::c_int,
-            dims.as_mut_ptr(),
-            std::ptr::null_mut(),
-            ptr.cast(),
-            flags,
-            std::ptr::null_mut(),
-        );
-        if array.is_null() {
-            return Err(PyErr::fetch(py));
-        }
-        if PY_ARRAY_API.PyArray_SetBaseObject(py, array.cast::<PyArrayObject>(), base.into_ptr()) < 0 {
-            pyo3::ffi::Py_DECREF(array);
-            return Err(PyErr::fetch(py));
-        }
-        Ok(Some(Bound::from_owned_ptr(py, array)))
-    }
+    // covers `rows` rows of the shared bytes, which `base` (the tuple of every block), the
+    // array's base, keeps mapped; `into_ptr` hands over the descriptor reference it takes.
+    unsafe { array_with_base(py, first.dtype().into_ptr().cast(), &mut dims, ptr, flags, base.into_any()).map(Some) }
 }
 
 /// Where an output's bytes are: host memory, or device memory (a GPU tensor's
