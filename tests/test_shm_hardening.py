@@ -125,7 +125,13 @@ instance_group [ {{ kind: KIND_CPU, count: 1 }} ]
 """
 
 
-MODELS = ["slow", "other", "victim", "truncator", "seq_batch", "seq_one"]
+# The same, but its `execute` first enables Python's faulthandler, which puts its own SIGBUS
+# handler in front of the stub's guard (installed when the request's region was mapped).
+FAULTHANDLER_MODEL = SLOW_MODEL.replace("import time", "import faulthandler\nimport time").replace(
+    "        responses = []\n", "        faulthandler.enable()\n        responses = []\n", 1
+)
+
+MODELS = ["slow", "other", "victim", "victim_fh", "truncator", "seq_batch", "seq_one"]
 
 
 def write_model(repo, name, config, model):
@@ -142,6 +148,7 @@ def srv(tmp_path_factory):
     write_model(repo, "slow", SLOW_CONFIG.format(name="slow"), SLOW_MODEL)
     write_model(repo, "other", SLOW_CONFIG.format(name="other"), SLOW_MODEL)
     write_model(repo, "victim", SLOW_CONFIG.format(name="victim"), SLOW_MODEL)
+    write_model(repo, "victim_fh", SLOW_CONFIG.format(name="victim_fh"), FAULTHANDLER_MODEL)
     write_model(repo, "truncator", TRUNCATOR_CONFIG, TRUNCATOR_MODEL)
     model_py = open(os.path.join(SEQ_MODEL_DIR, "1", "model.py")).read()
     # A batching sequence model that waits for both of its slots (so two clients share a batch),
@@ -342,7 +349,8 @@ def test_a_region_shrunk_while_its_request_is_queued_fails_that_request_alone(sr
 
 # Item 4: a client that shrinks its region while the model reads it fails that request alone:
 # the stub's SIGBUS guard maps zeros over the lost pages and the response says what happened.
-def test_a_region_shrunk_while_the_model_reads_it_fails_that_request_alone(srv, regions):
+@pytest.mark.parametrize("model", ["victim", "victim_fh"])
+def test_a_region_shrunk_while_the_model_reads_it_fails_that_request_alone(srv, regions, model):
     before = stubs(srv)
     key, handle = regions.create(1 << 20)
     client = grpcclient.InferenceServerClient(srv.grpc_url)
@@ -351,7 +359,7 @@ def test_a_region_shrunk_while_the_model_reads_it_fails_that_request_alone(srv, 
     def call():
         inputs = slow_inputs(grpcclient, np.zeros(1 << 18, dtype=np.float32), 0.6)
         inputs[0].set_shared_memory("shrinks_late", 1 << 20)
-        return grpcclient.InferenceServerClient(srv.grpc_url).infer("victim", inputs)
+        return grpcclient.InferenceServerClient(srv.grpc_url).infer(model, inputs)
 
     t, out = in_thread(call)
     time.sleep(0.3)
@@ -363,7 +371,7 @@ def test_a_region_shrunk_while_the_model_reads_it_fails_that_request_alone(srv, 
     assert "register the region again" in message, message
     # The stub lived through it: same pids everywhere, nothing restarted.
     assert stubs(srv) == before, srv.log_text()[-3000:]
-    r = client.infer("victim", slow_inputs(grpcclient, np.ones(2, dtype=np.float32), 0.0))
+    r = client.infer(model, slow_inputs(grpcclient, np.ones(2, dtype=np.float32), 0.0))
     assert np.array_equal(r.as_numpy("OUT"), [2, 2])
     assert live(srv)
 

@@ -39,6 +39,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 mod layering;
 mod module_dag;
@@ -68,11 +70,35 @@ fn target_dir() -> PathBuf {
 fn run(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: {cmd:?}");
     check_program(cmd)?;
+    let started = Instant::now();
     let status = cmd.status().with_context(|| format!("cannot run {cmd:?}"))?;
+    TIMES.lock().unwrap_or_else(PoisonError::into_inner).push((label(cmd), started.elapsed()));
     if !status.success() {
         bail!("{cmd:?} failed with {status}");
     }
     Ok(())
+}
+
+/// How long each command [`run`] ran took, in order: `cargo xtask test` prints them at its end,
+/// so a slow CI run shows where its time went.
+static TIMES: Mutex<Vec<(String, Duration)>> = Mutex::new(Vec::new());
+
+/// A command's program name and its first words that are not paths or flags' values, e.g.
+/// `cargo clippy`, `python -m pytest`.
+fn label(cmd: &Command) -> String {
+    let program = Path::new(cmd.get_program()).file_name().unwrap_or_default().to_string_lossy().into_owned();
+    let words = cmd.get_args().map(|a| a.to_string_lossy()).filter(|a| !a.contains('/')).take(3);
+    std::iter::once(program.into()).chain(words).collect::<Vec<std::borrow::Cow<'_, str>>>().join(" ")
+}
+
+/// Prints [`TIMES`]: each command's seconds and the total.
+fn print_times() {
+    let times = TIMES.lock().unwrap_or_else(PoisonError::into_inner);
+    let total: Duration = times.iter().map(|(_, d)| *d).sum();
+    eprintln!("xtask: time per command ({:.0} s in all):", total.as_secs_f64());
+    for (what, took) in times.iter() {
+        eprintln!("xtask: {:>7.1} s  {what}", took.as_secs_f64());
+    }
 }
 
 fn venv_python() -> PathBuf {
@@ -321,6 +347,15 @@ fn lint() -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    let started = Instant::now();
+    let outcome = test_steps();
+    print_times();
+    eprintln!("xtask: `cargo xtask test` took {:.0} s", started.elapsed().as_secs_f64());
+    outcome
+}
+
+/// The steps of [`test()`].
+fn test_steps() -> Result<()> {
     setup()?;
     lint()?;
     build()?;
@@ -333,7 +368,7 @@ fn test() -> Result<()> {
     ]))?;
     // The pure-Python tests, then the end-to-end tests: the real server, real stubs, tritonclient
     // and perf_analyzer.
-    run(Command::new(&py).current_dir(root()).args(["-m", "pytest", "-q", "python/tests", "tests"]))?;
+    run(Command::new(&py).current_dir(root()).args(["-m", "pytest", "-q", "--durations=15", "python/tests", "tests"]))?;
     Ok(())
 }
 

@@ -121,6 +121,13 @@ fn install() -> Result<(), IpcError> {
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
     let Some(Ok(installed)) = INSTALLED.get() else { return };
+    if sent_by_this_process(info) {
+        // Not a fault but `raise(SIGBUS)`: what Python's `faulthandler` does once model code has
+        // enabled it in front of this handler. It prints the stacks, puts this handler back and
+        // raises the signal to hand it on. Returning retries the faulting access, whose fault
+        // then comes here with its address and is treated like any other.
+        return;
+    }
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as usize;
     for slot in &TABLE {
@@ -152,6 +159,16 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, context: *
         break;
     }
     chain(installed, sig, info, context);
+}
+
+/// Whether the signal came from this process's own `raise` or `kill` rather than from the
+/// hardware (a fault has a positive `si_code`).
+fn sent_by_this_process(info: *const libc::siginfo_t) -> bool {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler; `si_pid` is set for
+    // the user-sent codes checked first.
+    unsafe {
+        matches!((*info).si_code, libc::SI_USER | libc::SI_TKILL | libc::SI_QUEUE) && (*info).si_pid() == libc::getpid()
+    }
 }
 
 /// Hands a fault that is not a guarded region's to the disposition before ours.
@@ -236,6 +253,49 @@ mod tests {
         // Writes land in private memory and do not fault either.
         // SAFETY: as above.
         unsafe { std::ptr::write_volatile(ptr.add(len - 2), 9) };
+        drop(guard);
+        // SAFETY: unmaps the test's mapping.
+        unsafe { libc::munmap(ptr.cast(), len) };
+    }
+
+    /// The handler Python's `faulthandler.enable()` puts in front of ours: it restores the
+    /// disposition it found (ours) and raises the signal again.
+    extern "C" fn faulthandler_like(sig: libc::c_int) {
+        let previous = FAULTHANDLER_PREVIOUS.get().expect("saved before installing");
+        // SAFETY: sigaction and raise are async-signal-safe; `previous` is a valid sigaction.
+        unsafe {
+            libc::sigaction(sig, &previous.0, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+    }
+
+    struct SavedAction(libc::sigaction);
+    // SAFETY: a plain C struct, only read after it is set.
+    unsafe impl Sync for SavedAction {}
+    unsafe impl Send for SavedAction {}
+    static FAULTHANDLER_PREVIOUS: OnceLock<SavedAction> = OnceLock::new();
+
+    #[test]
+    fn a_fault_survives_a_faulthandler_installed_in_front_of_the_guard() {
+        let (file, ptr, len) = mapped_file(2);
+        let guard = guard(ptr, len).unwrap();
+        // SAFETY: as in faulthandler's own enable(): SA_NODEFER, so its raise() reaches the
+        // restored handler at once.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = faulthandler_like as *const () as usize;
+            action.sa_flags = libc::SA_NODEFER;
+            libc::sigemptyset(&mut action.sa_mask);
+            let mut previous: libc::sigaction = std::mem::zeroed();
+            assert_eq!(libc::sigaction(libc::SIGBUS, &action, &mut previous), 0);
+            assert!(FAULTHANDLER_PREVIOUS.set(SavedAction(previous)).is_ok());
+        }
+        file.set_len(0).unwrap();
+        // SAFETY: faults: first into the faulthandler-like handler, which hands the signal on
+        // with raise(); the retried access then faults into ours.
+        let last = unsafe { std::ptr::read_volatile(ptr.add(len - 1)) };
+        assert_eq!(last, 0);
+        assert!(guard.faulted());
         drop(guard);
         // SAFETY: unmaps the test's mapping.
         unsafe { libc::munmap(ptr.cast(), len) };
