@@ -112,7 +112,11 @@ def wait_gone(path, seconds=60):
 def srv(start):
     write_model(start.repo, "served", CONFIG, model_source("the repository"))
     write_model(start.repo, "loader", LOADER_CONFIG, LOADER)
-    return start(["served", "loader"], ["--model-control-mode", "explicit", "--load-model", "*"])
+    # A replaced version is kept for the update grace period (10 s by default) before its files go.
+    return start(
+        ["served", "loader"],
+        ["--model-control-mode", "explicit", "--load-model", "*", "--model-update-grace-secs", "1"],
+    )
 
 
 def client_of(srv, module):

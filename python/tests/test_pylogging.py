@@ -118,7 +118,8 @@ def test_records_from_threads_arrive(channel, installed):
         t.start()
     for t in threads:
         t.join()
-    assert sorted(r[3] for r in channel.logs) == [f"n{i}" for i in range(8)]
+    # Logger "t"'s only: another test's client in this process may log as it closes meanwhile.
+    assert sorted(r[3] for r in channel.logs if r[4] == "t") == [f"n{i}" for i in range(8)]
 
 
 def test_a_gone_or_broken_channel_never_raises(installed, monkeypatch, capsys):
