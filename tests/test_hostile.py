@@ -341,7 +341,7 @@ class TritonPythonModel:
         n = int(pb_utils.get_input_tensor_by_name(requests[0], "N").as_numpy()[0])
         if n == 2:
             extra = [("PID", "INT64", [1], np.array([os.getpid()], np.int64))]
-            _runtime.channel.send_response(requests[0]._id, extra, None, [], True)
+            _runtime.channel.send_response(requests[0]._state.id, extra, None, [], True)
         return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", np.array([os.getpid()], np.int64))])
                 for _ in requests]
 """

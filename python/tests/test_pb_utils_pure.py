@@ -38,7 +38,7 @@ def test_dtype_mappings_both_ways(enum_value, type_name, wire, np_type):
     expected = bool if type_name == "TYPE_BOOL" else np_type
     assert dtypes.triton_string_to_numpy(type_name) is expected
     assert dtypes.TRITON_STRING_TO_NUMPY[type_name] is expected
-    info = dtypes._WIRE_DTYPES[wire]
+    info = dtypes.WIRE_DTYPES[wire]
     assert info.triton_type == enum_value
     assert info.config_type == type_name
     assert info.numpy_dtype == np.dtype(np_type)
@@ -60,7 +60,7 @@ def test_bf16_and_invalid_have_no_numpy_type():
         dtypes.triton_string_to_numpy("TYPE_BF16")
     with pytest.raises(KeyError):
         dtypes.triton_string_to_numpy("TYPE_INVALID")
-    bf16 = dtypes._WIRE_DTYPES["BF16"]
+    bf16 = dtypes.WIRE_DTYPES["BF16"]
     assert (bf16.triton_type, bf16.config_type, bf16.numpy_dtype, bf16.itemsize) == (
         14,
         "TYPE_BF16",
@@ -70,8 +70,8 @@ def test_bf16_and_invalid_have_no_numpy_type():
 
 
 def test_wire_table_is_complete():
-    assert set(dtypes._WIRE_DTYPES) == {w for _, _, w, _ in TYPES} | {"BF16"}
-    assert dtypes._WIRE_DTYPES["BYTES"].itemsize is None
+    assert set(dtypes.WIRE_DTYPES) == {w for _, _, w, _ in TYPES} | {"BF16"}
+    assert dtypes.WIRE_DTYPES["BYTES"].itemsize is None
 
 
 def test_numpy_to_triton_bytes_and_unsupported():

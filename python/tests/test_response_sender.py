@@ -7,8 +7,8 @@ import threading
 import numpy as np
 import pytest
 from tritium import _runtime, pb_utils
-from tritium.sender import InferenceResponseSender, _ResponseState
-from tritium.tensor import InferenceRequest
+from tritium.sender import InferenceResponseSender, ResponseState
+from tritium.tensor import InferenceRequest, requests_from_wire
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -45,7 +45,7 @@ def channel(monkeypatch):
 
 
 def sender(decoupled=True, request_id=7, requested=()):
-    return InferenceResponseSender(_ResponseState(request_id, set(requested), decoupled))
+    return InferenceResponseSender(ResponseState(request_id, set(requested), decoupled))
 
 
 def response(*names):
@@ -139,7 +139,7 @@ def test_a_closed_or_non_decoupled_state_sends_nothing_when_dropped(channel):
     s = sender()
     s.send(flags=FINAL)
     del s
-    closed = _ResponseState(3, set(), True)
+    closed = ResponseState(3, set(), True)
     closed.close()
     del closed
     unused = sender(decoupled=False)
@@ -178,7 +178,7 @@ def test_a_request_returns_the_same_sender_and_a_users_request_has_none():
         requested_outputs = []
         trace = ""
 
-    req = InferenceRequest._from_wire(Wire(), "m", 1)
+    [req], _ = requests_from_wire([Wire()], "m", 1, decoupled=True)
     assert req.get_response_sender() is req.get_response_sender()
     req._state.close()
     with pytest.raises(pb_utils.TritonModelException, match="no reference to the decoupled state"):

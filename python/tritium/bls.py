@@ -112,24 +112,24 @@ def _to_gpu(outputs, device):
     """GPU tensors on `device` from native output messages over the server's shared memory (a
     BYTES output stays on the CPU): each copied into a `CudaBuffer`, the device synchronized once."""
     from . import _native
-    from .tensor import Tensor
+    from .tensor import gpu_tensor, tensor_from_wire
 
     tensors = []
     for o in outputs:
         if o.dtype == "BYTES":
-            tensors.append(Tensor._from_wire(o))
+            tensors.append(tensor_from_wire(o))
             continue
         host = o.array
         buf = _native.CudaBuffer(device, host.nbytes)
         buf.copy_from_host(host)
-        tensors.append(Tensor._on_gpu(o.name, o.dtype, dlpack.GpuData(buf.memory(), o.shape)))
+        tensors.append(gpu_tensor(o.name, o.dtype, dlpack.GpuData(buf.memory(), o.shape)))
     return tensors
 
 
 def _response(msg: Any, preferred: PreferredMemory | None = None) -> Any:
     """A pb_utils.InferenceResponse from a native `BlsResponseMsg`; its outputs are placed as
     `preferred` (a PreferredMemory, or None for host memory) asks, where they can be."""
-    from .tensor import Tensor, received_response
+    from .tensor import received_response, tensor_from_wire
 
     outputs, error = [], None
     if msg.error is not None:
@@ -142,7 +142,7 @@ def _response(msg: Any, preferred: PreferredMemory | None = None) -> Any:
     else:
         device = _gpu_device(preferred)
         if device is None:
-            outputs = [Tensor._from_wire(o) for o in msg.outputs]
+            outputs = [tensor_from_wire(o) for o in msg.outputs]
         else:
             try:
                 outputs = _to_gpu(msg.outputs, device)

@@ -19,7 +19,7 @@ import ctypes
 
 import numpy as np
 
-from .dtypes import _WIRE_DTYPES
+from .dtypes import WIRE_DTYPES
 from .errors import TritonModelException
 
 __all__ = ["export_capsule", "export_gpu_capsule", "import_tensor", "GpuData", "KDL_CPU", "KDL_CUDA"]
@@ -35,7 +35,7 @@ _INT, _UINT, _FLOAT, _BFLOAT, _BOOL = 0, 1, 2, 4, 6
 _NUMPY_KIND_TO_DL = {"b": _BOOL, "u": _UINT, "i": _INT, "f": _FLOAT}
 _DL_TO_WIRE = {
     (_NUMPY_KIND_TO_DL[w.numpy_dtype.kind], 8 * w.itemsize): name
-    for name, w in _WIRE_DTYPES.items()
+    for name, w in WIRE_DTYPES.items()
     if w.numpy_dtype is not None and w.numpy_dtype.kind in _NUMPY_KIND_TO_DL
 }
 _DL_TO_WIRE[(_BFLOAT, 16)] = "BF16"
@@ -174,7 +174,7 @@ def _array_over(capsule, t, dtype):
         owner.release()
         return np.empty(shape, dtype)
     buffer = (ctypes.c_char * nbytes).from_address(t.data + t.byte_offset)
-    buffer._owner = owner  # the array's base chain ends here: the memory lives while it does
+    buffer.owner = owner  # the array's base chain ends here: the memory lives while it does
     return np.frombuffer(buffer, dtype=np.uint8).view(dtype).reshape(shape)
 
 
@@ -264,7 +264,7 @@ def import_tensor(obj):
             f"DLPack data type (code {t.dtype.code}, {t.dtype.bits} bits) has no Triton data type."
         )
     _check_c_order(t)
-    dtype = np.dtype(np.uint16) if wire == "BF16" else _WIRE_DTYPES[wire].numpy_dtype
+    dtype = np.dtype(np.uint16) if wire == "BF16" else WIRE_DTYPES[wire].numpy_dtype
     if t.device.device_type == KDL_CUDA:
         gpu = _gpu_over(capsule, t, dtype.itemsize)
         if sync_device is not None:

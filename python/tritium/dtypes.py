@@ -64,7 +64,7 @@ TRITON_STRING_TO_NUMPY = {
 # KServe wire dtype name -> Triton enum value, model-config type name, numpy
 # dtype (None for BF16) and element byte size (None for variable-size BYTES).
 _WireDtype = namedtuple("_WireDtype", "triton_type config_type numpy_dtype itemsize")
-_WIRE_DTYPES = {
+WIRE_DTYPES = {
     "BOOL": _WireDtype(1, "TYPE_BOOL", np.dtype(np.bool_), 1),
     "UINT8": _WireDtype(2, "TYPE_UINT8", np.dtype(np.uint8), 1),
     "UINT16": _WireDtype(3, "TYPE_UINT16", np.dtype(np.uint16), 2),

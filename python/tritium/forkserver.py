@@ -112,8 +112,8 @@ def _become_stub(fds, spin, server_pid, reset_blas):
         import atexit
         import threading
 
-        threading._shutdown()  # type: ignore[attr-defined]
-        atexit._run_exitfuncs()
+        threading._shutdown()  # type: ignore[attr-defined]  # noqa: SLF001
+        atexit._run_exitfuncs()  # noqa: SLF001
         sys.stdout.flush()
         sys.stderr.flush()
     except BaseException:  # noqa: BLE001

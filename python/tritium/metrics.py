@@ -275,7 +275,7 @@ class MetricFamily:
             metric_id = channel.metric_new(self._id, pairs, bucket_list)
         except Exception as error:
             raise TritonModelException(_CREATE_METRIC + _server_message(error)) from None
-        metric = Metric._new(channel, metric_id)
+        metric = Metric._new(channel, metric_id)  # noqa: SLF001 - Metric belongs to this module
         self._metrics.append(metric)
         return metric
 
@@ -283,7 +283,7 @@ class MetricFamily:
         """Deletes the family's metrics, then the family, on the server (Triton's order)."""
         metrics, self._metrics = self._metrics, []
         for metric in metrics:
-            metric._clear()
+            metric._clear()  # noqa: SLF001 - Metric belongs to this module
         family_id, self._id = self._id, None
         channel = self._channel
         if family_id is not None and channel is not None and _active(channel):

@@ -1,7 +1,7 @@
 """pb_utils.InferenceResponseSender: a request's responses sent one at a time, from any thread.
 
-Each request handed to `execute` has one `_ResponseState`, shared by the request and its sender
-(`request.get_response_sender()`). It applies Triton's rules (python_backend's
+Each request handed to `execute` has one `ResponseState`, shared by the request, its sender
+(`request.get_response_sender()`) and the stub, which ends the request through it. It applies Triton's rules (python_backend's
 `src/response_sender.cc`, with its error texts) and sends each response at once as its own
 `Response` frame through the native channel, whose sends are thread-safe. A decoupled model's send
 waits while the request's window (`--max-inflight-responses`) is full of responses its client has
@@ -14,30 +14,16 @@ import threading
 
 from . import _runtime
 from .args import as_int
-from .errors import TRITONSERVER_RESPONSE_COMPLETE_FINAL, ErrorCode, TritonModelException
+from .errors import (
+    TRITONSERVER_REQUEST_RELEASE_ALL,
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+    ErrorCode,
+    TritonModelException,
+)
 
 __all__ = ["InferenceResponseSender"]
 
 _FINAL = TRITONSERVER_RESPONSE_COMPLETE_FINAL
-
-
-def send_response(channel, request_id, requested, response, final, wake=True):
-    """Sends `response` (a pb_utils.InferenceResponse) for request `request_id`, keeping only the
-    outputs in `requested` (all when it is empty). `wake=False` leaves the server asleep until the
-    next message that wakes it (the batch's `ExecuteDone`)."""
-    error = None
-    err = response._error
-    if err is not None:
-        error = (err.message(), int(err.code()), None)
-    outputs = []
-    for t in response._outputs:
-        name = t._name
-        if requested and name not in requested:
-            continue
-        wire, shape, data = t._wire_payload()
-        outputs.append((name, wire, shape, data))
-    parameters = response._parameters
-    channel.send_response(request_id, outputs, error, list(parameters.items()) if parameters else [], final, wake)
 
 
 def _on_event_loop():
@@ -46,16 +32,18 @@ def _on_event_loop():
     return loop_thread is not None and threading.current_thread() is loop_thread
 
 
-class _ResponseState:
+class ResponseState:
     """One request's response bookkeeping: its wire id, the outputs asked for, whether the model
-    is decoupled, and (under `lock`) how many responses went out and whether the final did."""
+    is decoupled, the release flags model code set (`request.set_release_flags`), and (under
+    `lock`) how many responses went out and whether the final did."""
 
-    __slots__ = ("id", "requested", "decoupled", "lock", "closed", "sent", "on_answer")
+    __slots__ = ("id", "requested", "decoupled", "release_flags", "lock", "closed", "sent", "on_answer")
 
     def __init__(self, request_id, requested, decoupled):
         self.id = request_id
         self.requested = requested
         self.decoupled = decoupled
+        self.release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self.lock = threading.Lock()
         self.closed = False
         self.sent = 0
@@ -145,7 +133,7 @@ class InferenceResponseSender:
             raise TritonModelException(
                 "Inference Response object must be provided when the response flags is set to zero."
             )
-        from .tensor import InferenceResponse
+        from .tensor import InferenceResponse, send_response  # tensor imports this module
 
         if response is not None and not isinstance(response, InferenceResponse):
             raise TypeError(f"Expected an 'InferenceResponse' object, found type '{type(response)}'.")
@@ -167,7 +155,7 @@ class InferenceResponseSender:
                 if st.decoupled:
                     channel.send_final_flag(st.id)
             else:
-                send_response(channel, st.id, st.requested, response, flags == _FINAL or not st.decoupled)
+                send_response(channel, st, response, flags == _FINAL or not st.decoupled)
             callback = st.take_on_answer()
         if callback is not None:
             callback()

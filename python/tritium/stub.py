@@ -46,8 +46,7 @@ from .errors import (
     ErrorCode,
     LogLevel,
 )
-from .sender import send_response
-from .tensor import InferenceRequest, InferenceResponse
+from .tensor import InferenceResponse, requests_from_wire, send_response
 
 # How long one wait for a message lasts before the stub checks that its server is still there,
 # while a batch waits for its answers.
@@ -197,17 +196,16 @@ def _first_trace(requests):
     trace). A function of its own: a loop variable left in `Stub.execute` would keep the last
     request, and so its input blocks, alive after the requests are dropped."""
     for r in requests:
-        context = r._trace._context
+        context = r.trace().get_context()
         if context:
             return context
     return None
 
 
-def _close_senders(requests):
-    """Closes every request's sender (the batch failed: the server ends its requests). A function
-    of its own for the same reason as `_first_trace`."""
-    for r in requests:
-        r._state.close()
+def _close_senders(states):
+    """Closes every request's sender (the batch failed: the server ends its requests)."""
+    for st in states:
+        st.close()
 
 
 def _log(level, message):
@@ -234,11 +232,10 @@ class _Unanswered:
         self.lock = threading.Lock()
         self.done = threading.Event()
 
-    def watch(self, requests):
-        """Watches each of `requests` still unanswered (no reference to them is kept: a request
-        the model drops unanswered ends its count from its state's `__del__`)."""
-        for request in requests:
-            state = request._state
+    def watch(self, states):
+        """Watches the request of each of `states` still unanswered (no reference to them is
+        kept: a request the model drops unanswered ends its count from its state's `__del__`)."""
+        for state in states:
             with self.lock:
                 self.left += 1
             with state.lock:
@@ -330,7 +327,7 @@ class Stub:
                         )
                     )
                 config = result
-            self.channel.send_auto_complete_done(json.dumps(config._model_config))
+            self.channel.send_auto_complete_done(json.dumps(config.as_dict()))
         except Exception as exc:  # noqa: BLE001 - any model error is reported, not fatal
             self.channel.send_auto_complete_done(None, _error(exc))
 
@@ -390,14 +387,13 @@ class Stub:
             return asyncio.run_coroutine_threadsafe(result, self._event_loop()).result()
         return result
 
-    def _run_in_background(self, coroutine, requests):
+    def _run_in_background(self, coroutine, states):
         """Schedules a decoupled model's `execute` coroutine on the event loop and returns at once.
 
         If it raises, the error is logged (as Triton does) and sent as the final response of each
-        of `requests` whose sender is still open, so no client waits for ever."""
+        request of `states` whose sender is still open, so no client waits for ever."""
         future = asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
         self.background.add(future)
-        states = [r._state for r in requests]
         prefix = self._failure_prefix()
 
         def done(fut):
@@ -424,8 +420,7 @@ class Stub:
 
     def execute(self, batch, wire_requests):
         """Runs `execute` on one batch: `wire_requests` is the `ExecuteMsg`'s list of `RequestMsg`."""
-        from_wire, name, version = InferenceRequest._from_wire, self.model_name, self.model_version
-        requests = [from_wire(w, name, version) for w in wire_requests]
+        requests, states = requests_from_wire(wire_requests, self.model_name, self.model_version, _runtime.decoupled)
         # The message is still referenced by the caller: empty its list so that each input block
         # lives exactly as long as model code holds on to its tensor.
         wire_requests.clear()
@@ -438,8 +433,8 @@ class Stub:
             if type(responses) is not list and asyncio.iscoroutine(responses):
                 if _runtime.decoupled:
                     # As Triton: not awaited; ExecuteDone goes now and the next batch may start.
-                    self._run_in_background(responses, requests)
-                    del requests, responses
+                    self._run_in_background(responses, states)
+                    del requests, states, responses
                     self.channel.send_execute_done(batch)
                     return
                 responses = self._await(responses)
@@ -449,16 +444,16 @@ class Stub:
                         f"Python model '{self.instance_name}' is using the decoupled mode and the execute "
                         "function must return None."
                     )
-                self._end_rescheduled(requests)
+                self._end_rescheduled(states)
             else:
-                self._check_responses(requests, responses)
+                self._check_responses(states, responses)
         except Exception as exc:  # noqa: BLE001
             # As in Triton, the server ends every request of the batch with this error, so their
             # senders close: a later send raises instead of answering a finished request.
-            _close_senders(requests)
-            _runtime.cancelled.difference_update([r._id for r in requests])
+            _close_senders(states)
+            _runtime.cancelled.difference_update([st.id for st in states])
             error = _error(exc, self._failure_prefix())
-            if not _runtime.decoupled and any(r._state.sent for r in requests):
+            if not _runtime.decoupled and any(st.sent for st in states):
                 # A response already went out through a sender and stands, as in Triton (its
                 # response_sender tests): the error reaches no client, so the log says it.
                 _log(LogLevel.ERROR, error[0])
@@ -466,22 +461,22 @@ class Stub:
             # do: the exception's frames (model code's locals, `requests` among them) and what
             # execute returned let go of them too.
             traceback.clear_frames(exc.__traceback__)
-            requests, responses = [], None
+            requests, states, responses = [], [], None
             self.channel.send_execute_done(batch, error)
             return
         if _runtime.decoupled:
             # The requests stay open until their final responses, sent from any thread; a request
             # dropped here without one is ended with an error by its state.
-            del requests
+            del requests, states
             self.channel.send_execute_done(batch)
             return
         if responses is not None:
-            self._send_all(requests, responses)
-        self._end_rescheduled(requests)
-        ids = [r._id for r in requests]
+            self._send_all(states, responses)
+        self._end_rescheduled(states)
+        ids = [st.id for st in states]
         waiter = _Unanswered()
-        waiter.watch(requests)
-        del requests, responses
+        waiter.watch(states)
+        del requests, states, responses
         # Requests execute left unanswered get their response from the model's own thread
         # (request.get_response_sender(), Triton 24.06 and later): the batch lasts until then,
         # as a batch that is still executing, so the server gets the responses before its end.
@@ -492,27 +487,26 @@ class Stub:
         _runtime.cancelled.difference_update(ids)
         self.channel.send_execute_done(batch)
 
-    def _end_rescheduled(self, requests):
+    def _end_rescheduled(self, states):
         """Requests released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: tritium has no
         iterative sequence batching, so, as Triton's core does for a model not configured for
         the flag, the release fails; the request ends with that error unless it already ended."""
-        for r in requests:
-            if r._release_flags != TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+        for st in states:
+            if st.release_flags != TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
                 continue
-            st = r._state
             with st.lock:
                 if st.closed:
                     continue
                 st.closed = True
                 self.channel.send_response(st.id, [], (_RESCHEDULE_REFUSED, int(ErrorCode.INVALID_ARG), None), [], True)
 
-    def _send_all(self, requests, responses):
-        for request, response in zip(requests, responses):
+    def _send_all(self, states, responses):
+        for state, response in zip(states, responses):
             if response is not None:
-                self._send(request, response)
+                self._send(state, response)
 
     @staticmethod
-    def _check_responses(requests, responses):
+    def _check_responses(states, responses):
         """Triton's checks of what a non-decoupled `execute` returned: None (every response went
         through the senders), or one InferenceResponse or None per request, each counted against
         the request's sender (which may not have sent one already)."""
@@ -522,10 +516,10 @@ class Stub:
         # rendering.
         if not isinstance(responses, list):
             raise _BackendError(f"Expected a list in the execute return, found type '{type(responses)}'.")
-        if len(responses) != len(requests):
+        if len(responses) != len(states):
             raise _BackendError(
                 "Number of InferenceResponse objects do not match the number of InferenceRequest objects. "
-                f"InferenceRequest(s) size is:{len(requests)}, and InferenceResponse(s) size is:{len(responses)}\n"
+                f"InferenceRequest(s) size is:{len(states)}, and InferenceResponse(s) size is:{len(responses)}\n"
             )
         for r in responses:
             if r is not None and not isinstance(r, InferenceResponse):
@@ -533,28 +527,28 @@ class Stub:
                     "Expected an 'InferenceResponse' object in the execute function return list, "
                     f"found type '{type(r)}'."
                 )
-        for request, r in zip(requests, responses):
-            if r is not None and request._release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+        for state, r in zip(states, responses):
+            if r is not None and state.release_flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
                 raise _BackendError(
                     "Expected a None object in the execute function return list for reschduled request, "
                     f"found type '{type(r)}'."
                 )
             if r is not None:
-                with request._state.lock:
+                with state.lock:
                     try:
-                        request._state.account(r, TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                        state.account(r, TRITONSERVER_RESPONSE_COMPLETE_FINAL)
                     except Exception as exc:  # noqa: BLE001 - Triton's text, without a Python rendering
                         raise _BackendError(str(exc)) from None
 
-    def _send(self, request, response):
+    def _send(self, state, response):
         """Sends one of the responses a non-decoupled `execute` returned. The server reads them
         only once the batch's `ExecuteDone` has come, which wakes it; so they do not."""
         try:
-            send_response(self.channel, request._id, request._requested, response, True, wake=False)
+            send_response(self.channel, state, response, True, wake=False)
         except _native.ChannelError:
             raise
         except Exception as exc:  # noqa: BLE001 - a bad output fails this request only
-            self.channel.send_response(request._id, [], _error(exc, "Failed to send the response: "), [], True)
+            self.channel.send_response(state.id, [], _error(exc, "Failed to send the response: "), [], True)
 
     def finalize(self):
         """Calls the model's `finalize` (awaited if it is a coroutine), then stops the event loop.

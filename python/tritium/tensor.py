@@ -12,9 +12,9 @@ from numpy.typing import NDArray
 
 from . import _runtime, dlpack, errors
 from .args import as_bool, as_int, as_list, as_str, as_str_list, as_str_opt
-from .dtypes import _WIRE_DTYPES, deserialize_bytes_tensor, serialize_byte_tensor
-from .errors import TRITONSERVER_REQUEST_RELEASE_ALL, LogLevel, TritonError, TritonModelException
-from .sender import InferenceResponseSender, _ResponseState
+from .dtypes import WIRE_DTYPES, deserialize_bytes_tensor, serialize_byte_tensor
+from .errors import LogLevel, TritonError, TritonModelException
+from .sender import InferenceResponseSender, ResponseState
 
 try:
     from ._native import CudaMemory
@@ -25,9 +25,15 @@ except ImportError:  # pb_utils without the native module (its pure-Python tests
 
 __all__ = ["Tensor", "InferenceRequest", "InferenceResponse", "InferenceTrace", "Logger"]
 
-_NUMPY_TO_WIRE = {w.numpy_dtype: name for name, w in _WIRE_DTYPES.items() if w.numpy_dtype is not None}
+# This module owns the fields of Tensor, InferenceRequest and InferenceResponse. The rest of the
+# runtime (the stub, BLS, the response sender) makes and reads these objects through the module
+# functions at the end of the file (`requests_from_wire`, `tensor_from_wire`, `gpu_tensor`,
+# `received_response`, `send_response`), never through their private attributes; ruff's SLF001
+# holds every module of python/tritium to that.
+
+_NUMPY_TO_WIRE = {w.numpy_dtype: name for name, w in WIRE_DTYPES.items() if w.numpy_dtype is not None}
 _NUMPY_TO_WIRE[np.dtype(np.object_)] = "BYTES"
-_WIRE_TO_TRITON = {name: w.triton_type for name, w in _WIRE_DTYPES.items()}
+_WIRE_TO_TRITON = {name: w.triton_type for name, w in WIRE_DTYPES.items()}
 
 
 def _wire_dtype(array):
@@ -72,9 +78,6 @@ def _correlation_id(value):
 
 _GPU_AS_NUMPY = "Tensor is stored in GPU and cannot be converted to NumPy."
 
-# Builds the objects the stub hands to `execute` without running their __init__'s checks.
-_new_object = object.__new__
-
 
 def _check_preferred_memory(preferred_memory):
     from .bls import PreferredMemory  # bls imports this module
@@ -114,40 +117,6 @@ class Tensor:
         self._wire = _wire
         self._raw = _raw
         self._gpu = None
-
-    @classmethod
-    def _bare(cls, name, wire, array, raw, gpu):
-        """A tensor from fields known to be good (the stub's inputs, GPU tensors), without
-        `__init__`'s checks."""
-        t = _new_object(cls)
-        t._name = name
-        t._array = array
-        t._wire = wire
-        t._raw = raw
-        t._gpu = gpu
-        return t
-
-    @classmethod
-    def _on_gpu(cls, name, wire, gpu):
-        """A tensor over device memory: `gpu` is a `dlpack.GpuData`."""
-        return cls._bare(name, wire, None, None, gpu)
-
-    @classmethod
-    def _from_wire(cls, msg):
-        """An input tensor over shared memory from a native `InputMsg`: `msg.array` is the numpy
-        view of its bytes (raw uint8 for BYTES, raw uint16 for BF16, which numpy cannot represent)."""
-        wire = msg.dtype
-        if isinstance(msg.array, _CUDA_MEMORY):
-            # An input in the client's CUDA shared memory, for a model that asked for GPU inputs
-            # (FORCE_CPU_ONLY_INPUT_TENSORS "no"): a GPU tensor over the client's memory.
-            return cls._on_gpu(msg.name, wire, dlpack.GpuData(msg.array, msg.shape))
-        if wire == "BYTES":
-            return cls(msg.name, deserialize_bytes_tensor(msg.array).reshape(msg.shape), wire, None)
-        if wire == "BF16":
-            return cls(msg.name, None, wire, msg.array)
-        # The hot path (every input of every request): the wire dtype is known, so nothing in
-        # __init__ needs checking.
-        return cls._bare(msg.name, wire, msg.array, None, None)
 
     def name(self) -> str:
         """The tensor's name."""
@@ -200,7 +169,7 @@ class Tensor:
             raise TritonModelException("Tensor name cannot be an empty string.")
         wire, array = dlpack.import_tensor(dlpack_tensor)
         if isinstance(array, dlpack.GpuData):
-            return Tensor._on_gpu(name, wire, array)
+            return gpu_tensor(name, wire, array)
         if wire == "BF16":
             return Tensor(name, None, "BF16", array)
         return Tensor(name, array, wire, None)
@@ -277,10 +246,9 @@ class InferenceRequest:
         "_state",
         "_sender",
         "_trace",
-        "_release_flags",
         "_preferred_memory",
     )
-    _state: _ResponseState | None
+    _state: ResponseState | None
     _sender: InferenceResponseSender | None
 
     def __init__(
@@ -299,11 +267,11 @@ class InferenceRequest:
     ) -> None:
         # Every argument as Triton's pybind11 binding takes it (see args.py): bytes for a str,
         # a numpy integer for an int, any sequence for a list.
-        self._id = None
         if trace is not None and not isinstance(trace, InferenceTrace):
             raise TypeError(f"trace must be a pb_utils.InferenceTrace, found type '{type(trace).__qualname__}'")
         self._trace = trace if trace is not None else InferenceTrace()
-        self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
+        # A request made by model code (a BLS call) has no response state: nothing answers it
+        # through a sender, and its release flags mean nothing.
         self._state = None
         self._sender = None
         self._model_name = as_str(model_name, "InferenceRequest model_name")
@@ -336,28 +304,6 @@ class InferenceRequest:
         # Where a BLS call's outputs go: with TRITONSERVER_MEMORY_GPU and CUDA usable in the stub,
         # on that device (see bls.PreferredMemory); otherwise in host memory.
         self._preferred_memory = preferred_memory
-
-    @classmethod
-    def _from_wire(cls, msg, model_name, model_version):
-        """A request handed to `execute`, from a native `RequestMsg`."""
-        req = _new_object(cls)
-        req._id = msg.id
-        req._request_id = msg.request_id
-        req._correlation_id = msg.correlation_id
-        req._flags = msg.flags
-        req._timeout = msg.timeout_us
-        req._parameters = msg.parameters
-        req._inputs = [Tensor._from_wire(i) for i in msg.inputs]
-        req._requested = set(msg.requested_outputs)
-        req._model_name = model_name
-        req._model_version = model_version
-        req._state = _ResponseState(msg.id, req._requested, _runtime.decoupled)
-        req._sender = None
-        trace = msg.trace
-        req._trace = InferenceTrace(trace) if trace else _NO_TRACE
-        req._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
-        req._preferred_memory = None
-        return req
 
     def inputs(self) -> list[Tensor]:
         """The input tensors."""
@@ -398,7 +344,8 @@ class InferenceRequest:
 
     def is_cancelled(self) -> bool:
         """Whether the client cancelled this request."""
-        return self._id is not None and self._id in _runtime.cancelled
+        state = self._state
+        return state is not None and state.id in _runtime.cancelled
 
     def get_response_sender(self) -> InferenceResponseSender:
         """The request's `InferenceResponseSender` (the same one on every call)."""
@@ -437,7 +384,7 @@ class InferenceRequest:
 
         inputs = []
         for t in self._inputs:
-            wire, shape, data = t._wire_payload()
+            wire, shape, data = t._wire_payload()  # noqa: SLF001 - this module owns Tensor
             inputs.append((t.name(), wire, shape, data))
         version = self._model_version
         return bls.Outgoing(
@@ -458,7 +405,9 @@ class InferenceRequest:
         """Triton's request release flags: TRITONSERVER_REQUEST_RELEASE_ALL (the default) or
         TRITONSERVER_REQUEST_RELEASE_RESCHEDULE. tritium has no iterative sequence batching, so a
         rescheduled request ends with Triton core's error for a model not configured for it."""
-        self._release_flags = as_int(flags, "set_release_flags flags", 0, _U32_MAX)
+        flags = as_int(flags, "set_release_flags flags", 0, _U32_MAX)
+        if self._state is not None:
+            self._state.release_flags = flags
 
     def __repr__(self):
         return f"InferenceRequest(request_id={self._request_id!r}, inputs={self._inputs!r})"
@@ -514,7 +463,7 @@ def received_response(
 ) -> InferenceResponse:
     """A response as a BLS call received it: its fields as they came, without the checks on what
     model code builds (the callee's parameters may hold floats, which a model cannot set)."""
-    response = _new_object(InferenceResponse)
+    response = object.__new__(InferenceResponse)
     response._outputs = outputs
     response._error = error
     response._parameters = parameters
@@ -574,3 +523,87 @@ class Logger:
     def log_verbose(message: Any) -> None:
         """Logs at VERBOSE."""
         Logger._emit(LogLevel.VERBOSE, message, 2)
+
+
+def _bare_tensor(name, wire, array, raw, gpu):
+    """A tensor from fields known to be good (the stub's inputs, GPU tensors), without
+    `__init__`'s checks."""
+    t = object.__new__(Tensor)
+    t._name = name
+    t._array = array
+    t._wire = wire
+    t._raw = raw
+    t._gpu = gpu
+    return t
+
+
+def gpu_tensor(name: str, wire: str, gpu: dlpack.GpuData) -> Tensor:
+    """A tensor over device memory (`wire` is its KServe dtype name)."""
+    return _bare_tensor(name, wire, None, None, gpu)
+
+
+def tensor_from_wire(msg: Any) -> Tensor:
+    """An input tensor over shared memory from a native `InputMsg` (or a BLS output's
+    `OutputMsg`): `msg.array` is the numpy view of its bytes (raw uint8 for BYTES, raw uint16 for
+    BF16, which numpy cannot represent)."""
+    wire = msg.dtype
+    if isinstance(msg.array, _CUDA_MEMORY):
+        # An input in the client's CUDA shared memory, for a model that asked for GPU inputs
+        # (FORCE_CPU_ONLY_INPUT_TENSORS "no"): a GPU tensor over the client's memory.
+        return gpu_tensor(msg.name, wire, dlpack.GpuData(msg.array, msg.shape))
+    if wire == "BYTES":
+        return Tensor(msg.name, deserialize_bytes_tensor(msg.array).reshape(msg.shape), wire, None)
+    if wire == "BF16":
+        return Tensor(msg.name, None, wire, msg.array)
+    # The hot path (every input of every request): the wire dtype is known, so nothing in
+    # __init__ needs checking.
+    return _bare_tensor(msg.name, wire, msg.array, None, None)
+
+
+def requests_from_wire(
+    wire_requests: Sequence[Any], model_name: str, model_version: int, decoupled: bool
+) -> tuple[list[InferenceRequest], list[ResponseState]]:
+    """The requests handed to `execute`, from the native `RequestMsg`s of a batch, and the
+    response state of each, which the stub keeps to end them (the request's sender shares it)."""
+    requests, states = [], []
+    for msg in wire_requests:
+        state = ResponseState(msg.id, set(msg.requested_outputs), decoupled)
+        req = object.__new__(InferenceRequest)
+        req._request_id = msg.request_id
+        req._correlation_id = msg.correlation_id
+        req._flags = msg.flags
+        req._timeout = msg.timeout_us
+        req._parameters = msg.parameters
+        req._inputs = [tensor_from_wire(i) for i in msg.inputs]
+        req._requested = state.requested
+        req._model_name = model_name
+        req._model_version = model_version
+        req._state = state
+        req._sender = None
+        trace = msg.trace
+        req._trace = InferenceTrace(trace) if trace else _NO_TRACE
+        req._preferred_memory = None
+        requests.append(req)
+        states.append(state)
+    return requests, states
+
+
+def send_response(channel: Any, state: ResponseState, response: InferenceResponse, final: bool, wake: bool = True):
+    """Sends `response` for the request `state` belongs to, keeping only the outputs it asked
+    for (all when it asked for none). `wake=False` leaves the server asleep until the next
+    message that wakes it (the batch's `ExecuteDone`)."""
+    # This module owns InferenceResponse and Tensor: it reads their fields here, once per response.
+    error = None
+    err = response._error  # noqa: SLF001
+    if err is not None:
+        error = (err.message(), int(err.code()), None)
+    requested = state.requested
+    outputs = []
+    for t in response._outputs:  # noqa: SLF001
+        name = t._name  # noqa: SLF001
+        if requested and name not in requested:
+            continue
+        wire, shape, data = t._wire_payload()  # noqa: SLF001
+        outputs.append((name, wire, shape, data))
+    parameters = response._parameters  # noqa: SLF001
+    channel.send_response(state.id, outputs, error, list(parameters.items()) if parameters else [], final, wake)

@@ -132,7 +132,7 @@ class TritonPythonModel(FrameworkModel):
             value = parameter_bool(config, key, None)
             if value is None:
                 continue
-            setter = getattr(torch._C, function, None)
+            setter = getattr(torch._C, function, None)  # noqa: SLF001 - torch keeps these switches only there
             if setter is None:
                 log(LogLevel.WARNING, f"model '{self.model_name}': parameter {key} has no effect with this torch")
             else:

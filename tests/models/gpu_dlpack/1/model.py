@@ -1,6 +1,7 @@
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from tritium import _native, dlpack
+from tritium.tensor import gpu_tensor
 
 # Never read: a pointer the driver does not know.
 NOT_DEVICE_MEMORY = 0x7F00DEAD0000
@@ -35,7 +36,7 @@ class TritonPythonModel:
                 out = pb_utils.Tensor.from_dlpack("OUT", capsule)
             elif mode == 1:
                 memory = _native.CudaMemory(0, NOT_DEVICE_MEMORY, x.nbytes, None)
-                out = pb_utils.Tensor._on_gpu("OUT", "FP32", dlpack.GpuData(memory, x.shape))
+                out = gpu_tensor("OUT", "FP32", dlpack.GpuData(memory, x.shape))
             else:
                 out = pb_utils.Tensor.from_dlpack("OUT", torch_tensor(x))
             where = "cpu" if out.is_cpu() else f"cuda:{out.__dlpack_device__()[1]}"
