@@ -17,8 +17,8 @@ pub mod stacks;
 pub mod stub;
 
 pub use process::{
-    hide_from_same_user, reap_orphans, run_tool, set_fork_server, OnLine, StubCommand, StubExit, ToolOutcome,
-    NO_FORK_SERVER_ENV, STUB_MALLOC_DEFAULTS,
+    hide_from_same_user, reap_orphans, run_tool, set_fork_server, OnLine, ProcessWatch, StubCommand, StubExit,
+    ToolOutcome, NO_FORK_SERVER_ENV, STUB_MALLOC_DEFAULTS,
 };
 pub use stacks::{StackError, StackProbe};
 pub use stub::{

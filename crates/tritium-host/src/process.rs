@@ -277,6 +277,28 @@ pub fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
     Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
+/// A look at whether one process still runs, cheap enough for every readiness check: a pidfd,
+/// which turns readable when its process exits, before anyone reaps it. So an exited child
+/// that its supervisor has not waited for yet (a zombie) counts as ended, which `kill(pid, 0)`
+/// would not see, and a later process given the same pid is never mistaken for it.
+#[derive(Debug)]
+pub struct ProcessWatch(OwnedFd);
+
+impl ProcessWatch {
+    /// Watches `pid`, which must be a process that has not been reaped (a child of ours).
+    pub fn open(pid: u32) -> std::io::Result<Self> {
+        pidfd_open(pid).map(Self)
+    }
+
+    /// Whether the process has ended.
+    pub fn exited(&self) -> bool {
+        let mut p = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd and a zero timeout: poll only reads the fd's readiness.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n > 0 && p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+    }
+}
+
 /// The prefix of the server's own environment variables, none of which a child inherits.
 const SERVER_SETTINGS_PREFIX: &str = "TRITIUM_";
 
@@ -772,6 +794,24 @@ mod tests {
         // cannot hit a process that reused the pid.
         let again = pidfd_kill(std::os::fd::AsFd::as_fd(&pidfd)).expect_err("reaped");
         assert_eq!(again.raw_os_error(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn a_process_watch_sees_an_exit_before_the_child_is_reaped() {
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let watch = ProcessWatch::open(child.id()).expect("pidfd_open");
+        assert!(!watch.exited());
+        // SAFETY: kill with a pid of our own unreaped child and a signal.
+        assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGKILL) }, 0);
+        // Dead but not waited for (a zombie): already ended. The kernel marks the pidfd when the
+        // exit completes, a moment after the signal.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !watch.exited() {
+            assert!(std::time::Instant::now() < deadline, "the pidfd never turned readable");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        child.wait().expect("wait");
+        assert!(watch.exited());
     }
 
     #[test]

@@ -303,9 +303,15 @@ impl Instance {
         let _ = self.status().on(event);
     }
 
-    /// The current state.
+    /// The current state, as the supervisor knows it.
     pub(crate) fn state(&self) -> InstanceState {
         self.status().state
+    }
+
+    /// Whether the instance serves: ready, with its stub process still running (see
+    /// `Status::reported`). What readiness checks ask.
+    pub(crate) fn serving(&self) -> bool {
+        self.status().reported() == InstanceState::Ready
     }
 
     /// Why it is failed or crashed, if it is.
@@ -340,7 +346,7 @@ impl Instance {
             version,
             instance: self.spec.name.clone(),
             pid: st.pid,
-            state: st.state,
+            state: st.reported(),
             uptime: st.started.map(|(t, _)| t.elapsed()),
             restarts: st.restarts,
             last_exit: st.last_exit.clone(),
@@ -535,6 +541,28 @@ mod tests {
         assert!(rx.has_changed().expect("sender alive"));
         assert_eq!(*rx.borrow_and_update(), StateView { state: S::Ready, restarts: 1 });
         assert_eq!((st.pid, st.restarts, st.transitions["ready"], st.transitions["draining"]), (Some(8), 1, 2, 1));
+    }
+
+    #[test]
+    fn a_dead_stub_is_not_reported_ready_before_the_supervisor_hears_of_it() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().expect("sleep");
+        let mut st = Status::new();
+        for event in [Event::Spawn, Event::Spawned { pid: child.id(), channel: channel() }, Event::Initialized] {
+            st.on(event).expect("start");
+        }
+        assert_eq!((st.state, st.reported()), (S::Ready, S::Ready));
+        child.kill().expect("SIGKILL");
+        // Not reaped: the supervisor has not heard yet and still holds it ready; what clients and
+        // operators see is crashed as soon as the kernel has ended the process.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while st.reported() == S::Ready {
+            assert!(Instant::now() < deadline, "a dead stub stayed ready");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!((st.state, st.reported()), (S::Ready, S::Crashed));
+        child.wait().expect("wait");
+        st.on(Event::Died("killed".into(), StubExit::Signal { signal: 9, name: "SIGKILL" })).expect("died");
+        assert!(st.process.is_none());
     }
 
     #[test]

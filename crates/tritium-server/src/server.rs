@@ -125,7 +125,7 @@ impl Version {
         if self.ensemble.is_some() {
             return true;
         }
-        self.ctx.instances.locked().iter().any(|i| i.state() == InstanceState::Ready)
+        self.ctx.instances.locked().iter().any(|i| i.serving())
     }
 
     /// Why no instance serves, when none does and none will come back by itself.

@@ -114,6 +114,10 @@ pub(super) struct Status {
     pub(super) impossible: u64,
     /// The running stub's channel, for reporting its shared memory when asked.
     pub(super) channel: Option<Arc<tritium_ipc::ServerChannel>>,
+    /// Whether the running stub's process still runs, as the kernel knows it now: the
+    /// supervisor hears of a death a moment later (from the watcher thread), and a readiness
+    /// check in that moment must not call a dead stub ready.
+    pub(super) process: Option<tritium_host::ProcessWatch>,
     /// Publishes every state change.
     pub(super) watch: watch::Sender<StateView>,
 }
@@ -131,6 +135,7 @@ impl Status {
             transitions: BTreeMap::new(),
             impossible: 0,
             channel: None,
+            process: None,
             watch: watch::Sender::new(StateView { state, restarts: 0 }),
         }
     }
@@ -149,11 +154,7 @@ impl Status {
         };
         match event {
             Event::Spawn => self.channel = None,
-            Event::Spawned { pid, channel } => {
-                self.pid = Some(pid);
-                self.started = Some((Instant::now(), SystemTime::now()));
-                self.channel = Some(channel);
-            }
+            Event::Spawned { pid, channel } => self.new_stub(pid, channel),
             Event::Initialized => self.reason.clear(),
             Event::InitFailed(why) | Event::GaveUp(why) => self.reason = why,
             Event::Died(why, exit) => {
@@ -164,9 +165,7 @@ impl Status {
             Event::BackOff | Event::RestartRequested => self.restarts += 1,
             Event::Recycled { pid, channel } => {
                 self.restarts += 1;
-                self.pid = Some(pid);
-                self.started = Some((Instant::now(), SystemTime::now()));
-                self.channel = Some(channel);
+                self.new_stub(pid, channel);
             }
             Event::Stop => {}
             Event::Stopped => self.forget_stub(),
@@ -183,9 +182,34 @@ impl Status {
         Ok(to)
     }
 
+    fn new_stub(&mut self, pid: u32, channel: Arc<tritium_ipc::ServerChannel>) {
+        self.pid = Some(pid);
+        self.started = Some((Instant::now(), SystemTime::now()));
+        self.channel = Some(channel);
+        // The stub is the server's child and nobody has reaped it: its pid is still its own.
+        self.process = match tritium_host::ProcessWatch::open(pid) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                warn!(pid, error = %e, "cannot watch the stub's process; readiness follows the supervisor alone");
+                None
+            }
+        };
+    }
+
     pub(super) fn forget_stub(&mut self) {
         self.pid = None;
         self.channel = None;
         self.started = None;
+        self.process = None;
+    }
+
+    /// The state as reported to clients and operators: a ready instance whose stub has already
+    /// exited is crashed, whether or not the supervisor has heard of it yet.
+    pub(super) fn reported(&self) -> InstanceState {
+        if self.state == InstanceState::Ready && self.process.as_ref().is_some_and(|p| p.exited()) {
+            InstanceState::Crashed
+        } else {
+            self.state
+        }
     }
 }
