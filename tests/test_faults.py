@@ -374,6 +374,12 @@ def sleeps(pid, thread):
     return total
 
 
+def main_thread_sleeps(pid):
+    """How many times the main thread of process `pid` has slept."""
+    with open(f"/proc/{pid}/task/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches:"))
+
+
 def test_an_idle_instance_wakes_a_few_times_a_second(start):
     # While the stub's main thread waits for work it takes whatever comes, so the heartbeat thread
     # only beats, every 250 ms instead of every 20 (a server with hundreds of idle instances
@@ -383,10 +389,14 @@ def test_an_idle_instance_wakes_a_few_times_a_second(start):
     first, _ = call(srv.grpc_url)
     # The stub, not the fork server it was forked from (which runs one thread).
     (stub,) = [p for p in children(srv.proc.pid) if len(os.listdir(f"/proc/{p}/task")) > 1]
-    before = sleeps(stub, "tritium-heartbe"), sleeps(srv.proc.pid, "tokio-rt-worker")
+    before = sleeps(stub, "tritium-heartbe"), sleeps(srv.proc.pid, "tokio-rt-worker"), main_thread_sleeps(stub)
     time.sleep(2)
     slept = sleeps(stub, "tritium-heartbe") - before[0]
     assert slept <= 16, f"the heartbeat thread of an idle stub slept {slept} times in 2 s"
+    # The stub's main thread waits for its next request in one sleep a second (its parent check):
+    # the ring's wait no longer cuts that sleep into 100 ms slices (it woke ten times a second).
+    main = main_thread_sleeps(stub) - before[2]
+    assert main <= 6, f"the main thread of an idle stub slept {main} times in 2 s"
     # Nor does the server's runtime wake for it: the idle instance's lane checks on its stub
     # every 250 ms (it woke every 50 ms), its stub's messages and exit ring its doorbell.
     woke = sleeps(srv.proc.pid, "tokio-rt-worker") - before[1]

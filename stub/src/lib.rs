@@ -64,6 +64,12 @@ fn ipc_err(e: IpcError) -> PyErr {
 }
 
 /// The stub's channel to the server.
+/// The longest futex sleep of a wait on the ring. A wait needs no slices to notice the server:
+/// its close wakes the futex, and its death kills the stub (`PR_SET_PDEATHSIG`). Every receive
+/// has its own timeout, the Python side's parent check (1 s while idle); a shorter slice would
+/// only wake an idle stub for nothing (the ring's default, 100 ms, woke it ten times a second).
+const WAIT_SLICE: Duration = Duration::from_secs(1);
+
 #[pyclass(frozen, module = "tritium._native")]
 struct Channel {
     inner: Arc<StubChannel>,
@@ -240,7 +246,7 @@ impl Channel {
         }
         // SAFETY: the server hands these fds to the stub at spawn for this channel's exclusive use.
         let (control, socket) = unsafe { (OwnedFd::from_raw_fd(control_fd), OwnedFd::from_raw_fd(socket_fd)) };
-        let wait = WaitPolicy { spin: Duration::from_micros(spin_us), ..WaitPolicy::default() };
+        let wait = WaitPolicy { spin: Duration::from_micros(spin_us), slice: WAIT_SLICE };
         let inner = Arc::new(StubChannel::connect(control, socket, wait, arena_segment).map_err(ipc_err)?);
         // The heartbeat the server watches: a native thread that never takes the GIL, so a model
         // busy in Python or C code still beats, and only a frozen process stops.
