@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use tritium_cuda::{cuda, Cuda, DeviceBuffer, IpcMapping};
+use tritium_sync::Locked;
 
 create_exception!(_native, CudaError, PyException, "A CUDA call failed, or CUDA is not available in this stub.");
 
@@ -549,7 +550,7 @@ type OpenedKey = (i32, Vec<u8>);
 pub(crate) fn ipc_input(py: Python<'_>, handle: &[u8], device: i32, offset: u64, len: u64) -> PyResult<Py<CudaMemory>> {
     let cuda = driver()?;
     let mapping = {
-        let mut opened = OPENED.lock().unwrap_or_else(|p| p.into_inner());
+        let mut opened = OPENED.locked();
         opened.retain(|_, m| m.strong_count() > 0);
         let key = (device, handle.to_vec());
         match opened.get(&key).and_then(Weak::upgrade) {

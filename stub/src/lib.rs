@@ -49,13 +49,14 @@ use tritium_ipc::{
     LogLevel, LogRecord, MetricKind, MetricOp, Request, Response, StubChannel, StubError, Tensor, TensorData, ToServer,
     ToStub, WaitPolicy, PROTOCOL_VERSION,
 };
+use tritium_sync::Locked;
 
 use crate::arrays::{array_over, join_inputs, output_source};
 use crate::messages::{
     params_from_py, params_to_py, stub_error, AutoCompleteMsg, BlsResponseMsg, CancelMsg, ExecuteMsg, FinalizeMsg,
     InBlock, InitializeMsg, InputMsg, PingMsg, PyStubError, RequestMsg,
 };
-use crate::router::{guard, ClientRegions, Router};
+use crate::router::{ClientRegions, Router};
 
 create_exception!(_native, ChannelError, PyException, "The shared-memory channel to the server failed.");
 
@@ -134,8 +135,8 @@ impl Channel {
     /// Forgets `request`, which ended: a cancellation or credit for it still on its way is
     /// dropped when it comes. (A non-decoupled model's one response is final too.)
     fn ended(&self, request: u64) {
-        guard(&self.router.requests).end(request);
-        guard(&self.router.client_regions).remove(&request);
+        self.router.requests.locked().end(request);
+        self.router.client_regions.locked().remove(&request);
     }
 
     /// The error for a response of `request` when a client region its inputs or outputs lie in
@@ -386,7 +387,7 @@ impl Channel {
         final_response: bool,
         wake: bool,
     ) -> PyResult<()> {
-        let regions = guard(&self.router.client_regions).get(&request).cloned().unwrap_or_default();
+        let regions = self.router.client_regions.locked().get(&request).cloned().unwrap_or_default();
         let mut tensors = Vec::with_capacity(outputs.len());
         let mut region_error = None;
         for out in outputs {
@@ -504,12 +505,12 @@ impl Channel {
 
     /// Whether the server cancelled request `request` (its client went away).
     fn is_cancelled(&self, request: u64) -> bool {
-        guard(&self.router.requests).is_cancelled(request)
+        self.router.requests.locked().is_cancelled(request)
     }
 
     /// How many requests the stub is tracking (executed and not yet ended).
     fn tracked_requests(&self) -> usize {
-        guard(&self.router.requests).len()
+        self.router.requests.locked().len()
     }
 
     /// Waits, without the GIL, until decoupled request `request`, which has sent `sent`
@@ -518,19 +519,19 @@ impl Channel {
     /// thread does, so a model sending from inside `execute` on the main thread cannot deadlock.
     fn wait_for_room(&self, py: Python<'_>, request: u64, sent: u64) -> PyResult<()> {
         let window = self.router.window.load(Ordering::Acquire);
-        if guard(&self.router.requests).has_room(request, sent, window) {
+        if self.router.requests.locked().has_room(request, sent, window) {
             return Ok(());
         }
         let (inner, router) = (self.inner.clone(), self.router.clone());
-        py.detach(move || router.wait_until(&inner, None, || guard(&router.requests).has_room(request, sent, window)))
+        py.detach(move || router.wait_until(&inner, None, || router.requests.locked().has_room(request, sent, window)))
             .map_err(ipc_err)?;
         Ok(())
     }
 
     /// Forgets requests that ended (their cancellations and credit).
     fn forget_cancelled(&self, requests: Vec<u64>) {
-        let mut tracked = guard(&self.router.requests);
-        let mut regions = guard(&self.router.client_regions);
+        let mut tracked = self.router.requests.locked();
+        let mut regions = self.router.client_regions.locked();
         for r in requests {
             tracked.end(r);
             regions.remove(&r);
@@ -591,12 +592,12 @@ impl Channel {
             trace,
             output_regions: Vec::new(),
         };
-        guard(&self.router.bls).insert(call, VecDeque::new());
+        self.router.bls.locked().insert(call, VecDeque::new());
         let blocks = request.inputs.clone();
         let msg = ToServer::BlsRequest { call, model, version, decoupled, request };
         let inner = self.inner.clone();
         if let Err(e) = py.detach(move || inner.send(&msg)) {
-            guard(&self.router.bls).remove(&call);
+            self.router.bls.locked().remove(&call);
             self.free_tensors(&blocks);
             return Err(ipc_err(e));
         }
@@ -620,7 +621,7 @@ impl Channel {
                 let mut known = true;
                 router
                     .wait_until(&inner, deadline, || {
-                        let mut bls = guard(&router.bls);
+                        let mut bls = router.bls.locked();
                         match bls.get_mut(&call) {
                             Some(queue) => taken = queue.pop_front(),
                             None => known = false,
@@ -680,7 +681,7 @@ impl Channel {
     fn next_metrics_request(&self, py: Python<'_>, timeout_ms: u64) -> Option<u64> {
         let router = self.router.clone();
         py.detach(move || {
-            let queue = guard(&router.metrics);
+            let queue = router.metrics.locked();
             let (mut queue, _) = router
                 .metrics_asked
                 .wait_timeout_while(queue, Duration::from_millis(timeout_ms), |q| q.is_empty())

@@ -4,10 +4,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use tritium_ipc::{CallOp, CallResult, Descriptor, IpcError, Response, StubChannel, TensorData, ToServer, ToStub};
+use tritium_sync::Locked;
 
 /// Routes the server's replies and BLS responses to the threads waiting for them, and records
 /// cancellations. Whoever holds `receiving` pumps the ring: the main loop in `recv`, a thread
@@ -100,10 +101,6 @@ impl Requests {
     }
 }
 
-pub(crate) fn guard<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// What one request has in clients' shared memory regions.
 #[derive(Clone, Default)]
 pub(crate) struct ClientRegions {
@@ -135,12 +132,12 @@ pub(crate) const IDLE_BEAT: Duration = Duration::from_millis(250);
 
 impl Router {
     pub(crate) fn wake(&self) {
-        *guard(&self.generation) += 1;
+        *self.generation.locked() += 1;
         self.woken.notify_all();
     }
 
     pub(crate) fn deliver(&self, call: u64, result: Result<CallResult, String>) {
-        guard(&self.replies).insert(call, result);
+        self.replies.locked().insert(call, result);
         self.wake();
     }
 
@@ -150,7 +147,7 @@ impl Router {
         match msg {
             ToStub::Reply { call, result } => self.deliver(call, result),
             ToStub::BlsResponse { call, response } => {
-                let mut bls = guard(&self.bls);
+                let mut bls = self.bls.locked();
                 match bls.get_mut(&call) {
                     Some(queue) => {
                         queue.push_back(response);
@@ -162,20 +159,20 @@ impl Router {
                 }
             }
             ToStub::Cancel { request } => {
-                guard(&self.requests).cancel(request);
+                self.requests.locked().cancel(request);
                 // A send waiting for room stops waiting.
                 self.wake();
             }
             ToStub::Credit { request, consumed } => {
-                guard(&self.requests).credit(request, consumed);
+                self.requests.locked().credit(request, consumed);
                 self.wake();
             }
             ToStub::Execute { batch, requests } => {
-                let mut tracked = guard(&self.requests);
+                let mut tracked = self.requests.locked();
                 for r in &requests {
                     tracked.open(r.id);
                 }
-                let mut regions = guard(&self.client_regions);
+                let mut regions = self.client_regions.locked();
                 for r in &requests {
                     let inputs: Vec<u32> = r
                         .inputs
@@ -192,7 +189,7 @@ impl Router {
                 return Some(ToStub::Execute { batch, requests });
             }
             ToStub::CollectMetrics { seq } => {
-                let mut queue = guard(&self.metrics);
+                let mut queue = self.metrics.locked();
                 if queue.len() >= METRICS_QUEUE {
                     queue.pop_front();
                 }
@@ -215,7 +212,7 @@ impl Router {
             match channel.recv(Duration::ZERO)? {
                 Some(m) => {
                     if let Some(m) = self.dispatch(channel, m) {
-                        guard(&self.pending).push_back(m);
+                        self.pending.locked().push_back(m);
                     }
                 }
                 None => break,
@@ -231,7 +228,7 @@ impl Router {
             std::thread::sleep(BEAT);
             return;
         }
-        let lock = guard(&self.beat_lock);
+        let lock = self.beat_lock.locked();
         self.beat_slow.store(true, Ordering::Release);
         let (_lock, _) = self
             .beat_woken
@@ -244,7 +241,7 @@ impl Router {
     /// beat returns to pumping at once (one load when it is not).
     pub(crate) fn quicken_beat(&self) {
         if self.beat_slow.load(Ordering::Acquire) && self.beat_slow.swap(false, Ordering::AcqRel) {
-            let _lock = guard(&self.beat_lock);
+            let _lock = self.beat_lock.locked();
             self.beat_woken.notify_one();
         }
     }
@@ -270,12 +267,12 @@ impl Router {
                 Ok(_receiving) => {
                     if let Some(m) = channel.recv(Duration::from_millis(10))? {
                         if let Some(m) = self.dispatch(channel, m) {
-                            guard(&self.pending).push_back(m);
+                            self.pending.locked().push_back(m);
                         }
                     }
                 }
                 Err(_) => {
-                    let generation = guard(&self.generation);
+                    let generation = self.generation.locked();
                     if !done() {
                         let _ = self.woken.wait_timeout(generation, Duration::from_millis(10));
                     }
@@ -287,9 +284,9 @@ impl Router {
     /// The next message for the main loop, or None after `timeout`.
     pub(crate) fn next(&self, channel: &StubChannel, timeout: Duration) -> Result<Option<ToStub>, IpcError> {
         let deadline = Instant::now() + timeout;
-        let _receiving = guard(&self.receiving);
+        let _receiving = self.receiving.locked();
         loop {
-            if let Some(m) = guard(&self.pending).pop_front() {
+            if let Some(m) = self.pending.locked().pop_front() {
                 self.quicken_beat();
                 return Ok(Some(m));
             }
@@ -319,7 +316,7 @@ impl Router {
         let mut reply = None;
         let done = self
             .wait_until(channel, deadline, || {
-                reply = guard(&self.replies).remove(&id);
+                reply = self.replies.locked().remove(&id);
                 reply.is_some()
             })
             .map_err(|e| e.to_string())?;
@@ -336,7 +333,7 @@ impl Router {
 
     /// Stops routing a BLS call's responses: those queued and any that come later are released.
     pub(crate) fn forget(&self, channel: &StubChannel, call: u64) {
-        let queued = guard(&self.bls).remove(&call);
+        let queued = self.bls.locked().remove(&call);
         for r in queued.into_iter().flatten() {
             release_outputs(channel, &r);
         }
@@ -396,7 +393,7 @@ mod tests {
     fn the_router_takes_replies_bls_cancels_and_metrics_and_hands_on_the_rest() {
         let (server, stub) = pair();
         let router = Router::default();
-        guard(&router.bls).insert(7, VecDeque::new());
+        router.bls.locked().insert(7, VecDeque::new());
         let execute = ToStub::Execute { batch: 1, requests: vec![Request { id: 42, ..Request::default() }] };
         let msgs = vec![
             ToStub::Reply { call: 1, result: Ok(CallResult::Id(9)) },
@@ -420,12 +417,12 @@ mod tests {
             other => panic!("expected the execute, got {other:?}"),
         }
         assert!(matches!(router.next(&stub, T).expect("next"), Some(ToStub::Ping { seq: 11 })));
-        assert_eq!(guard(&router.replies).remove(&1), Some(Ok(CallResult::Id(9))));
-        assert_eq!(guard(&router.bls).get(&7).map(VecDeque::len), Some(1));
-        assert!(!guard(&router.bls).contains_key(&8));
-        assert!(guard(&router.requests).is_cancelled(42), "the execute opened request 42, the cancel marked it");
+        assert_eq!(router.replies.locked().remove(&1), Some(Ok(CallResult::Id(9))));
+        assert_eq!(router.bls.locked().get(&7).map(VecDeque::len), Some(1));
+        assert!(!router.bls.locked().contains_key(&8));
+        assert!(router.requests.locked().is_cancelled(42), "the execute opened request 42, the cancel marked it");
         // The metrics queue keeps only the newest requests.
-        assert_eq!(guard(&router.metrics).iter().copied().collect::<Vec<_>>(), vec![2, 3, 4, 5]);
+        assert_eq!(router.metrics.locked().iter().copied().collect::<Vec<_>>(), vec![2, 3, 4, 5]);
         assert!(router.next(&stub, Duration::from_millis(20)).expect("next").is_none());
     }
 

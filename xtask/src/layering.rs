@@ -11,25 +11,35 @@ mod tests {
 
     /// Each workspace crate and the workspace crates it may depend on directly.
     const ALLOWED: &[(&str, &[&str])] = &[
-        ("tritium-ipc", &[]),
+        ("tritium-sync", &[]),
+        ("tritium-ipc", &["tritium-sync"]),
         ("tritium-cuda", &[]),
-        ("tritium-host", &["tritium-ipc"]),
+        ("tritium-host", &["tritium-ipc", "tritium-sync"]),
         ("tritium-config", &[]),
-        ("tritium-metrics", &[]),
-        ("tritium-trace", &[]),
+        ("tritium-metrics", &["tritium-sync"]),
+        ("tritium-trace", &["tritium-sync"]),
         ("tritium-proto", &["tritium-config"]),
         (
             "tritium-server",
-            &["tritium-ipc", "tritium-host", "tritium-config", "tritium-metrics", "tritium-trace", "tritium-cuda"],
+            &[
+                "tritium-ipc",
+                "tritium-host",
+                "tritium-config",
+                "tritium-metrics",
+                "tritium-trace",
+                "tritium-cuda",
+                "tritium-sync",
+            ],
         ),
         ("tritium-http", &["tritium-server"]),
         ("tritium-grpc", &["tritium-server", "tritium-proto"]),
-        ("tritium-openai", &["tritium-server"]),
-        ("tritium-native", &["tritium-ipc", "tritium-cuda"]),
+        ("tritium-openai", &["tritium-server", "tritium-sync"]),
+        ("tritium-native", &["tritium-ipc", "tritium-cuda", "tritium-sync"]),
     ];
 
     /// Libraries that a crate must not reach through any chain of normal dependencies.
     const FORBIDDEN: &[(&str, &[&str])] = &[
+        ("tritium-sync", &["tokio", "tonic", "axum", "hyper", "serde_json", "prost"]),
         ("tritium-ipc", &["tokio", "tonic", "axum", "hyper", "serde_json", "prost"]),
         ("tritium-cuda", &["tokio", "tonic", "axum", "hyper", "serde_json", "prost"]),
         ("tritium-host", &["tokio", "tonic", "axum", "hyper", "serde_json"]),

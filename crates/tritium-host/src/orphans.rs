@@ -5,6 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use tritium_sync::Locked;
+
 /// The pids of this process's children that their owners (a `ChildGuard`, `run_tool`) wait
 /// for; any other child that exits is an orphan reparented to the server, reaped by
 /// [`reap_orphans`]. Held while a child is started and registered, so that an orphan reaper
@@ -14,7 +16,7 @@ pub(crate) static OWNED: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
 pub(crate) static SUBREAPER: AtomicBool = AtomicBool::new(false);
 
 pub(crate) fn lock_owned() -> std::sync::MutexGuard<'static, BTreeSet<u32>> {
-    OWNED.lock().unwrap_or_else(|p| p.into_inner())
+    OWNED.locked()
 }
 
 /// Reaps the children that nobody waits for: once the server is a child subreaper (it is when a

@@ -7,6 +7,8 @@ use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, ErrorKind, Read};
 use std::sync::{Arc, Mutex};
 
+use tritium_sync::Locked;
+
 /// Longest piece of model output kept as one log line, in bytes.
 pub const MAX_LINE: usize = 16 * 1024;
 
@@ -96,7 +98,7 @@ pub struct StderrTail(pub(crate) Arc<Mutex<VecDeque<String>>>);
 
 impl StderrTail {
     pub(crate) fn push(&self, line: String) {
-        let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut q = self.0.locked();
         if q.len() == STDERR_TAIL {
             q.pop_front();
         }
@@ -105,7 +107,7 @@ impl StderrTail {
 
     /// The kept lines, joined with newlines.
     pub fn text(&self) -> String {
-        let q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let q = self.0.locked();
         q.iter().map(String::as_str).collect::<Vec<_>>().join("\n")
     }
 }

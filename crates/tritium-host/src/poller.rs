@@ -10,6 +10,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::{Mutex, OnceLock};
 
 use tracing::Span;
+use tritium_sync::Locked;
 
 use crate::output::{Lines, StderrTail, MAX_LINE};
 
@@ -122,7 +123,7 @@ pub(crate) fn forward(fd: OwnedFd, span: Span, stderr: Option<StderrTail>) {
     }
     let token = p.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let raw = fd.as_raw_fd();
-    let mut pipes = p.pipes.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pipes = p.pipes.locked();
     pipes.insert(token, Pipe { fd, span, stderr, lines: Lines::new(MAX_LINE) });
     let mut event = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32, u64: token };
     // SAFETY: adds an fd we hold (in `pipes`) to our epoll set.
@@ -137,7 +138,7 @@ pub(crate) fn watch(w: Watch) -> std::io::Result<()> {
     let p = poller().map_err(std::io::Error::other)?;
     let token = p.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) | WATCH_BIT;
     let raw = w.pidfd.as_raw_fd();
-    let mut watches = p.watches.lock().unwrap_or_else(|e| e.into_inner());
+    let mut watches = p.watches.locked();
     watches.insert(token, w);
     let mut event = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
     // SAFETY: adds an fd we hold (in `watches`) to our epoll set.
@@ -170,7 +171,7 @@ fn run() {
     let mut last_tick = std::time::Instant::now();
     loop {
         // Without a watched stub, no ticks: the thread sleeps until output comes.
-        let watching = !p.watches.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+        let watching = !p.watches.locked().is_empty();
         let timeout = if watching { TICK.saturating_sub(last_tick.elapsed()).as_millis() as i32 } else { -1 };
         // SAFETY: waits on our epoll fd into a buffer of `events.len()` entries.
         let n = unsafe { libc::epoll_wait(p.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout) };
@@ -189,7 +190,7 @@ fn run() {
                 // SAFETY: reads 8 bytes from our eventfd.
                 unsafe { libc::read(p.wake.as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
             } else if token & WATCH_BIT != 0 {
-                let ended = p.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+                let ended = p.watches.locked().remove(&token);
                 if let Some(w) = ended {
                     if !w.stop.load(std::sync::atomic::Ordering::Acquire) {
                         (w.on_exit)();
@@ -199,7 +200,7 @@ fn run() {
         }
         if last_tick.elapsed() >= TICK {
             last_tick = std::time::Instant::now();
-            let mut watches = p.watches.lock().unwrap_or_else(|e| e.into_inner());
+            let mut watches = p.watches.locked();
             watches.retain(|_, w| !w.stop.load(std::sync::atomic::Ordering::Acquire));
             for w in watches.values_mut() {
                 (w.tick)(&w.pidfd);
@@ -208,7 +209,7 @@ fn run() {
             // Orphans reparented to the server (a child subreaper once a fork server runs).
             crate::orphans::reap_orphans();
         }
-        let mut pipes = p.pipes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pipes = p.pipes.locked();
         for ev in &events[..n as usize] {
             let token = ev.u64;
             if token & WATCH_BIT != 0 || token == WAKE {

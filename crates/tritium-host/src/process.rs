@@ -41,6 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tracing::Span;
+use tritium_sync::Locked;
 
 pub use crate::orphans::reap_orphans;
 use crate::orphans::{lock_owned, SUBREAPER};
@@ -480,6 +481,7 @@ mod fork {
     use std::time::Duration;
 
     use nix::sys::socket::{self, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
+    use tritium_sync::Locked;
 
     use super::{lock_owned, pidfd_open, python_command, spawn_owned, ChildGuard, Proc, StubCommand};
 
@@ -512,7 +514,7 @@ mod fork {
         fds: [&OwnedFd; 3],
     ) -> std::io::Result<Option<(ChildGuard, OwnedFd, OwnedFd)>> {
         let key: Key = (cmd.python.clone(), cmd.python_path.clone(), cmd.env.clone());
-        let mut servers = SERVERS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut servers = SERVERS.locked();
         let servers = servers.get_or_insert_with(HashMap::new);
         // A fork server that ended is replaced.
         if let Some(Slot::Running { child, .. }) = servers.get_mut(&key) {
@@ -719,7 +721,7 @@ pub fn run_tool(
                 if let Some(on_line) = &on_line {
                     on_line(&line);
                 }
-                let mut l = lines.0.lock().unwrap_or_else(|e| e.into_inner());
+                let mut l = lines.0.locked();
                 if l.len() == tail.max(1) {
                     l.pop_front();
                 }
@@ -746,7 +748,7 @@ pub fn run_tool(
     for r in readers {
         let _ = r.join();
     }
-    let tail = lines.0.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned().collect();
+    let tail = lines.0.locked().iter().cloned().collect();
     Ok(ToolOutcome { exit: StubExit::from(status), timed_out, tail })
 }
 
@@ -820,8 +822,7 @@ mod tests {
         let args = |s: &str| vec![OsString::from("-c"), OsString::from(s)];
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
-        let on_line: OnLine =
-            Arc::new(move |l: &str| sink.lock().unwrap_or_else(|e| e.into_inner()).push(l.to_string()));
+        let on_line: OnLine = Arc::new(move |l: &str| sink.locked().push(l.to_string()));
         let done = run_tool(
             sh,
             &args("echo one; echo two; echo three; exit 3"),
@@ -836,7 +837,7 @@ mod tests {
         assert!(!done.success() && !done.timed_out);
         assert_eq!(done.tail.len(), 2);
         assert_eq!(done.tail.last().map(String::as_str), Some("three"));
-        assert_eq!(*seen.lock().unwrap_or_else(|e| e.into_inner()), ["one", "two", "three"], "every line, in order");
+        assert_eq!(*seen.locked(), ["one", "two", "three"], "every line, in order");
         let slow =
             run_tool(sh, &args("sleep 30 & wait"), &[], std::time::Duration::from_millis(200), 2, Span::none(), None)
                 .expect("sh");

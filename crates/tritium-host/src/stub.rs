@@ -14,6 +14,7 @@ use tritium_ipc::{
     CallOp, CallResult, ChannelConfig, ChannelLimits, ClientFamily, Descriptor, Initialize, IpcError, LogLevel,
     Request, Response, ServerChannel, StubError, TensorData, ToServer, ToStub, View, WaitPolicy, PROTOCOL_VERSION,
 };
+use tritium_sync::Locked;
 
 use crate::process::{self, ChildGuard, StderrTail, StubCommand, StubExit};
 use crate::stacks::StackProbe;
@@ -250,7 +251,7 @@ impl ProbeState {
     /// Hands the answer to `seq` to whoever asked; an answer nobody waits for any more (late, or
     /// never asked for) is dropped.
     fn deliver(&self, seq: u64, families: ClientMetrics) {
-        let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        let mut asked = self.asked.locked();
         if asked.as_ref().is_some_and(|a| a.seq == seq) {
             if let Some(a) = asked.take() {
                 let _ = a.answer.try_send(families);
@@ -276,7 +277,7 @@ impl MetricsProbe {
     /// Sends a request; the answer comes on the returned receiver. None when the stub was not
     /// asked (see above) or its channel failed.
     pub fn ask(&self) -> Option<std::sync::mpsc::Receiver<ClientMetrics>> {
-        let mut asked = self.state.asked.lock().unwrap_or_else(|p| p.into_inner());
+        let mut asked = self.state.asked.locked();
         if asked.as_ref().is_some_and(|a| a.at.elapsed() < PROBE_RETRY_AFTER) {
             return None;
         }
@@ -428,7 +429,7 @@ impl Stub {
     }
 
     fn lock_child(&self) -> std::sync::MutexGuard<'_, ChildGuard> {
-        self.child.lock().unwrap_or_else(|p| p.into_inner())
+        self.child.locked()
     }
 
     /// A protocol error of this stub: `message` says what it did.
@@ -439,7 +440,7 @@ impl Stub {
     fn exited(&self, status: StubExit) -> HostError {
         // Give the stderr reader a moment to collect the dying words.
         std::thread::sleep(Duration::from_millis(20));
-        let killed = self.kill_reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let killed = self.kill_reason.locked().clone();
         HostError::Exited {
             instance: self.instance.clone(),
             pid: self.pid(),
@@ -478,7 +479,7 @@ impl Stub {
             }
             last_beat.1 = Instant::now();
             let msg = format!("heartbeat lost for {limit:?} (the process stopped running)");
-            *reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(msg.clone());
+            *reason.locked() = Some(msg.clone());
             let (span, stacks) = (span.clone(), stacks.clone());
             let pidfd = match pidfd.try_clone() {
                 Ok(fd) => fd,
@@ -597,16 +598,16 @@ impl Stub {
 
     /// Sets what answers model code's calls.
     pub fn set_call_handler(&self, handler: CallHandler) {
-        *self.calls.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+        *self.calls.locked() = Some(handler);
     }
 
     /// Sets what takes model code's BLS calls.
     pub fn set_bls_handler(&self, handler: BlsHandler) {
-        *self.bls.lock().unwrap_or_else(|p| p.into_inner()) = Some(handler);
+        *self.bls.locked() = Some(handler);
     }
 
     fn bls(&self, event: BlsEvent) -> Result<(), HostError> {
-        let handler = self.bls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let handler = self.bls.locked().clone();
         match (handler, event) {
             (Some(h), event) => h(event),
             (None, BlsEvent::Request { call, request, .. }) => {
@@ -636,7 +637,7 @@ impl Stub {
     }
 
     fn answer(&self, call: u64, op: CallOp) -> Result<(), HostError> {
-        let handler = self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let handler = self.calls.locked().clone();
         let result = match handler {
             Some(h) => h(op),
             None => Err("this server does not take calls from model code here".to_string()),
@@ -779,7 +780,7 @@ impl Stub {
     /// ([`Stub::try_send`], from an event loop that must not wait for room in the ring).
     pub fn prepare_execute(&self, requests: Vec<Request>) -> (ToStub, Submitted) {
         let batch = {
-            let mut b = self.next_batch.lock().unwrap_or_else(|p| p.into_inner());
+            let mut b = self.next_batch.locked();
             *b += 1;
             *b
         };
@@ -892,7 +893,7 @@ impl Stub {
         watch: &mut dyn FnMut(&Stub),
     ) -> Result<Option<StubError>, HostError> {
         let batch = {
-            let mut b = self.next_batch.lock().unwrap_or_else(|p| p.into_inner());
+            let mut b = self.next_batch.locked();
             *b += 1;
             *b
         };

@@ -17,7 +17,7 @@ use std::io::{IoSlice, IoSliceMut};
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{
@@ -25,6 +25,7 @@ use nix::sys::socket::{
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tritium_sync::{Locked, RwLocked};
 
 use crate::arena::{Arena, Descriptor, Side};
 use crate::error::IpcError;
@@ -257,11 +258,6 @@ fn send_fd(socket: RawFd, id: u32, fd: RawFd, what: &str) -> Result<(), IpcError
     Ok(())
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these locks leaves plain data behind; keep going.
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl ServerChannel {
     /// Creates a channel for a new stub: the control segment, the fd socket and the server's first
     /// arena segment. The returned fds are for the stub process to inherit.
@@ -349,7 +345,7 @@ impl StubChannel {
         let config = ChannelConfig { geometry, wait, arena_segment, ..ChannelConfig::default() };
         let chan = Self::assemble(Side::Stub, "tritium-stub", config, control, socket, RING_B, RING_A)?;
         let bell = chan.recv_fd(DOORBELL_TAG)?;
-        lock(&chan.tx).producer.set_doorbell(Doorbell::from_fd(bell));
+        chan.tx.locked().producer.set_doorbell(Doorbell::from_fd(bell));
         Ok(chan)
     }
 
@@ -435,7 +431,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     }
 
     fn send_waking(&self, msg: &S, wake: bool) -> Result<(), IpcError> {
-        let mut tx = lock(&self.tx);
+        let mut tx = self.tx.locked();
         self.flush_releases_locked(&mut tx)?;
         let Tx { producer, buf } = &mut *tx;
         buf.clear();
@@ -473,7 +469,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     }
 
     fn flush_releases_locked(&self, tx: &mut Tx) -> Result<(), IpcError> {
-        let pending = std::mem::take(&mut *lock(&self.pending_release));
+        let pending = std::mem::take(&mut *self.pending_release.locked());
         if pending.is_empty() {
             return Ok(());
         }
@@ -490,7 +486,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// output blocks this side releases): waiting for room there, while the peer waits for this
     /// side to read its full ring, would deadlock both.
     fn flush_releases_with_room(&self, tx: &mut Tx) -> Result<(), IpcError> {
-        let mut pending = std::mem::take(&mut *lock(&self.pending_release));
+        let mut pending = std::mem::take(&mut *self.pending_release.locked());
         let reserve = tx.producer.slot_count() / 2;
         while !pending.is_empty() {
             let n = pending.len().min(RELEASES_PER_FRAME);
@@ -506,14 +502,14 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
             pending.truncate(pending.len() - n);
         }
         if !pending.is_empty() {
-            lock(&self.pending_release).extend(pending);
+            self.pending_release.locked().extend(pending);
         }
         Ok(())
     }
 
     /// Sends pending releases now (lazily: the peer picks them up when it next wakes).
     pub fn flush_releases(&self) -> Result<(), IpcError> {
-        let mut tx = lock(&self.tx);
+        let mut tx = self.tx.locked();
         self.flush_releases_locked(&mut tx)
     }
 
@@ -537,7 +533,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         self.try_flush_releases()?;
         let started = Instant::now();
         let deadline = started + timeout;
-        let mut rx = lock(&self.rx);
+        let mut rx = self.rx.locked();
         // Whether this wait spins depends on how long the last wait for an application message
         // took, not on the control frames taken on the way: the peer's releases come right after
         // each answer, and counting them made a model that gets a request every few milliseconds
@@ -564,7 +560,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// the way; never waits or spins (for an event loop, with [`Channel::arm_doorbell`]).
     pub fn try_recv(&self) -> Result<Option<R>, IpcError> {
         self.try_flush_releases()?;
-        let mut rx = lock(&self.rx);
+        let mut rx = self.rx.locked();
         loop {
             let Rx { consumer, buf } = &mut *rx;
             let Some(kind) = consumer.try_recv(buf)? else { return Ok(None) };
@@ -578,17 +574,17 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// receiver about to wait on the doorbell's eventfd instead of in [`Channel::recv`]. False
     /// when something is there already (the request is withdrawn): receive it first.
     pub fn arm_doorbell(&self) -> bool {
-        lock(&self.rx).consumer.arm_doorbell()
+        self.rx.locked().consumer.arm_doorbell()
     }
 
     /// Whether a message (or the peer's close) is there to receive now, without taking it.
     pub fn ready(&self) -> bool {
-        lock(&self.rx).consumer.ready()
+        self.rx.locked().consumer.ready()
     }
 
     /// Withdraws [`Channel::arm_doorbell`]'s request once the receiver is awake.
     pub fn disarm_doorbell(&self) {
-        lock(&self.rx).consumer.disarm_doorbell()
+        self.rx.locked().consumer.disarm_doorbell()
     }
 
     /// An application message out of a received frame; `None` for a control frame, handled here.
@@ -621,14 +617,14 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
                 let fd = self.recv_fd(id)?;
                 self.check_peer_segment(peer_bit, id, len)?;
                 let seg = Arc::new(Segment::open(fd, len)?);
-                self.segments.write().unwrap_or_else(|p| p.into_inner()).insert(id, seg);
+                self.segments.write_locked().insert(id, seg);
             }
             Control::SegmentRemoved { id } => {
                 if id & crate::arena::STUB_OWNED != peer_bit {
                     return Err(IpcError::Protocol(format!("peer removed segment {id}, which is not its own")));
                 }
                 // Views still holding the Arc keep the mapping until they drop.
-                self.segments.write().unwrap_or_else(|p| p.into_inner()).remove(&id);
+                self.segments.write_locked().remove(&id);
             }
             Control::RegionAdded { id, offset, len } => {
                 if self.side != Side::Stub || id & REGION_BIT == 0 || id & crate::arena::STUB_OWNED != 0 {
@@ -639,12 +635,12 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
                 let fd = self.recv_fd(id)?;
                 self.check_peer_segment(peer_bit, id, len)?;
                 let seg = Arc::new(Segment::open_region(fd, offset, len)?);
-                self.segments.write().unwrap_or_else(|p| p.into_inner()).insert(id, seg);
+                self.segments.write_locked().insert(id, seg);
             }
             Control::Release(blocks) => {
                 let mut retired = Vec::new();
                 {
-                    let mut arena = lock(&self.arena);
+                    let mut arena = self.arena.locked();
                     // Blocks of client regions belong to no arena: the region outlives them (a
                     // peer's release of one is ignored, as `release` never sends one).
                     for desc in blocks.into_iter().filter(|d| !d.in_client_region()) {
@@ -668,7 +664,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
                 limits.max_peer_segment_bytes
             )));
         }
-        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        let segs = self.segments.read_locked();
         let peer: Vec<&Arc<Segment>> = segs
             .iter()
             .filter(|(&seg_id, _)| seg_id & crate::arena::STUB_OWNED == peer_bit && seg_id != id)
@@ -723,7 +719,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     }
 
     fn announce(&self, id: u32, seg: &Segment) -> Result<(), IpcError> {
-        let mut tx = lock(&self.tx);
+        let mut tx = self.tx.locked();
         send_fd(self.socket.as_raw_fd(), id, seg.fd().as_raw_fd(), "sendmsg of a segment fd")?;
         self.send_control_locked(&mut tx, &Control::SegmentAdded { id, len: seg.len() }, false)
     }
@@ -736,30 +732,30 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         if id & REGION_BIT == 0 || id & crate::arena::STUB_OWNED != 0 {
             return Err(IpcError::Protocol(format!("{id} is not a client region id")));
         }
-        let mut tx = lock(&self.tx);
+        let mut tx = self.tx.locked();
         send_fd(self.socket.as_raw_fd(), id, fd.as_raw_fd(), "sendmsg of a region fd")?;
         self.send_control_locked(&mut tx, &Control::RegionAdded { id, offset, len }, false)?;
-        lock(&self.regions).insert(id);
+        self.regions.locked().insert(id);
         Ok(())
     }
 
     /// Whether client region `id` was announced to the peer.
     pub fn has_region(&self, id: u32) -> bool {
-        lock(&self.regions).contains(&id)
+        self.regions.locked().contains(&id)
     }
 
     /// The client regions announced to the peer.
     pub fn region_ids(&self) -> Vec<u32> {
-        lock(&self.regions).iter().copied().collect()
+        self.regions.locked().iter().copied().collect()
     }
 
     /// Tells the peer to unmap client region `id` (arrays over it keep their mapping until
     /// they are dropped).
     pub fn remove_region(&self, id: u32) -> Result<(), IpcError> {
-        if !lock(&self.regions).remove(&id) {
+        if !self.regions.locked().remove(&id) {
             return Ok(());
         }
-        let mut tx = lock(&self.tx);
+        let mut tx = self.tx.locked();
         self.send_control_locked(&mut tx, &Control::SegmentRemoved { id }, false)
     }
 
@@ -767,9 +763,9 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// was needed. The block belongs to this side until it is sent; free it with
     /// [`Channel::free_own`] if it never is.
     pub fn alloc(&self, len: u64) -> Result<View, IpcError> {
-        let a = lock(&self.arena).alloc(len)?;
+        let a = self.arena.locked().alloc(len)?;
         if let Some((id, seg)) = &a.created {
-            self.segments.write().unwrap_or_else(|p| p.into_inner()).insert(*id, seg.clone());
+            self.segments.write_locked().insert(*id, seg.clone());
             self.announce(*id, seg)?;
         }
         let ptr = a
@@ -782,13 +778,13 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// Allocates adjacent blocks of `lens` bytes ([`Arena::alloc_run`]), announcing a new segment
     /// to the peer if one was needed; `None` when `lens` is empty or holds a 0.
     pub fn alloc_run(&self, lens: &[u64]) -> Result<Option<Vec<View>>, IpcError> {
-        let Some(run) = lock(&self.arena).alloc_run(lens)? else {
+        let Some(run) = self.arena.locked().alloc_run(lens)? else {
             return Ok(None);
         };
         let mut views = Vec::with_capacity(run.len());
         for a in run {
             if let Some((id, seg)) = &a.created {
-                self.segments.write().unwrap_or_else(|p| p.into_inner()).insert(*id, seg.clone());
+                self.segments.write_locked().insert(*id, seg.clone());
                 self.announce(*id, seg)?;
             }
             let ptr = a
@@ -806,7 +802,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
         if desc.in_client_region() {
             return Ok(());
         }
-        let retired = lock(&self.arena).free(desc)?;
+        let retired = self.arena.locked().free(desc)?;
         self.retire(retired.as_slice())
     }
 
@@ -816,12 +812,12 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
             return Ok(());
         }
         {
-            let mut segs = self.segments.write().unwrap_or_else(|p| p.into_inner());
+            let mut segs = self.segments.write_locked();
             for id in ids {
                 segs.remove(id);
             }
         }
-        let mut tx = lock(&self.tx);
+        let mut tx = self.tx.locked();
         for &id in ids {
             self.send_control_locked(&mut tx, &Control::SegmentRemoved { id }, false)?;
         }
@@ -831,13 +827,13 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// Whether client region `id` is mapped here and its client shrank it under an access
     /// ([`Segment::faulted`]): what the model read from it or wrote to it is not the client's.
     pub fn region_faulted(&self, id: u32) -> bool {
-        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        let segs = self.segments.read_locked();
         segs.get(&id).is_some_and(|s| s.faulted())
     }
 
     /// Resolves a descriptor received from the peer, checking that it lies inside a known segment.
     pub fn view(&self, desc: Descriptor) -> Result<View, IpcError> {
-        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        let segs = self.segments.read_locked();
         let segment = segs
             .get(&desc.segment)
             .ok_or_else(|| IpcError::Protocol(format!("descriptor names unknown segment {}", desc.segment)))?
@@ -858,23 +854,23 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// block of a client's region is nobody's to release and is not queued.
     pub fn release(&self, desc: Descriptor) {
         if !desc.in_client_region() {
-            lock(&self.pending_release).push(desc);
+            self.pending_release.locked().push(desc);
         }
     }
 
     /// Closes this end's sending ring, waking the peer.
     pub fn close(&self) {
-        lock(&self.tx).producer.close();
+        self.tx.locked().producer.close();
     }
 
     /// True when the peer closed its ring and everything it sent has been received.
     pub fn peer_closed(&self) -> bool {
-        lock(&self.rx).consumer.is_closed()
+        self.rx.locked().consumer.is_closed()
     }
 
     /// Bytes of shared memory in this side's arena segments plus the control segment.
     pub fn own_shm_bytes(&self) -> u64 {
-        let own = lock(&self.arena).mapped_bytes();
+        let own = self.arena.locked().mapped_bytes();
         own + if self.side == Side::Server { self.control.len() } else { 0 }
     }
 
@@ -882,7 +878,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
     /// control segment and every arena segment of both sides. Mapped address space is larger:
     /// arena segments are reserved at 256 MiB and filled on demand.
     pub fn shm_bytes(&self) -> u64 {
-        let segs = self.segments.read().unwrap_or_else(|p| p.into_inner());
+        let segs = self.segments.read_locked();
         // Client regions are the client's memory, not the channel's.
         self.control.allocated_bytes()
             + segs.iter().filter(|(id, _)| *id & REGION_BIT == 0).map(|(_, s)| s.allocated_bytes()).sum::<u64>()
@@ -890,7 +886,7 @@ impl<S: Serialize, R: DeserializeOwned> Channel<S, R> {
 
     /// Live blocks in this side's arena (allocated, not yet released).
     pub fn live_blocks(&self) -> usize {
-        lock(&self.arena).live_blocks()
+        self.arena.locked().live_blocks()
     }
 }
 
@@ -971,7 +967,7 @@ mod tests {
                 assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 1 })));
             });
         };
-        let spun = || lock(&stub.rx).consumer.spun;
+        let spun = || stub.rx.locked().consumer.spun;
 
         // A wait longer than the budget leaves the stub cold.
         ping_after(Duration::from_millis(60));
@@ -1003,7 +999,7 @@ mod tests {
         let config = ChannelConfig { arena_segment: 2 << 20, ..ChannelConfig::default() };
         let (server, fds) = ServerChannel::create("test", config).expect("create");
         let stub = StubChannel::connect(fds.control, fds.socket, policy, 2 << 20).expect("connect");
-        let spun = || lock(&stub.rx).consumer.spun;
+        let spun = || stub.rx.locked().consumer.spun;
         // A message that was there at once: the receiver is hot.
         server.send(&ToStub::Ping { seq: 1 }).expect("ping");
         assert!(matches!(stub.recv(T).expect("recv"), Some(ToStub::Ping { seq: 1 })));
@@ -1092,9 +1088,9 @@ mod tests {
         // A region block is not released (no arena owns it), and one a peer releases anyway is
         // ignored, not a protocol error.
         stub.release(view.desc);
-        assert!(lock(&stub.pending_release).is_empty());
+        assert!(stub.pending_release.locked().is_empty());
         assert!(stub.free_own(view.desc).is_ok());
-        lock(&stub.pending_release).push(view.desc);
+        stub.pending_release.locked().push(view.desc);
         stub.send(&ToServer::Pong { seq: 2 }).expect("pong");
         assert!(matches!(server.recv(T).expect("recv"), Some(ToServer::Pong { seq: 2 })));
         // Removal unmaps it for new descriptors; the view taken before keeps its mapping.

@@ -18,7 +18,9 @@
 //! names, the `le` label on histograms, and unsorted or NaN bucket bounds.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tritium_sync::Locked;
 
 use crate::text::{self, is_valid_label_name, is_valid_metric_name, Number, SeriesValue};
 use crate::types::{MetricError, MetricKind, MetricOp};
@@ -114,7 +116,7 @@ impl CustomMetrics {
     }
 
     fn lock(&self) -> MutexGuard<'_, Registry> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        self.inner.locked()
     }
 
     /// Creates the family `name`, or takes one more reference to it if it exists with the same
@@ -423,7 +425,7 @@ pub struct MetricsSession {
 
 impl MetricsSession {
     fn held(&self) -> MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+        self.held.locked()
     }
 
     fn check_metric(&self, metric: u64) -> Result<(), MetricError> {

@@ -11,6 +11,8 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use tritium_sync::Locked;
+
 /// What the host gauges read at one scrape.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct HostSnapshot {
@@ -54,7 +56,7 @@ impl HostSampler {
 
     /// The gauges now: sampled again when the last sample is at least half an interval old.
     pub fn sample(&self) -> HostSnapshot {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.locked();
         if state.taken.elapsed() < self.period {
             return state.last;
         }

@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use tritium_sync::Locked;
+
 /// Bucket bounds (seconds) of both latency histograms.
 const BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
@@ -49,13 +51,13 @@ fn escape(v: &str) -> String {
 
 impl Metrics {
     fn with(&self, model: &str, f: impl FnOnce(&mut PerModel)) {
-        let mut models = self.models.lock().unwrap_or_else(|p| p.into_inner());
+        let mut models = self.models.locked();
         f(models.entry(model.to_owned()).or_default());
     }
 
     /// The Prometheus text of the families (empty before the first request).
     pub fn render(&self) -> String {
-        let models = self.models.lock().unwrap_or_else(|p| p.into_inner());
+        let models = self.models.locked();
         if models.is_empty() {
             return String::new();
         }

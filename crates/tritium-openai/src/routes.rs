@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use tritium_server::restricted::{ApiGroup, Restrictions};
 use tritium_server::ResponseStream;
 use tritium_server::{ErrorKind, ModelMetadata, Server, Streamed};
+use tritium_sync::Locked;
 
 use crate::answer::{self, Reader, Truncated};
 use crate::embeddings;
@@ -189,7 +190,7 @@ impl Frontend {
             data: a.task_id.to_le_bytes().to_vec().into(),
         });
         let key = (meta.name.clone(), adapter.to_owned());
-        if self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&key) {
+        if self.registered.locked().contains(&key) {
             return Ok(());
         }
         let dir = a.dir.clone();
@@ -210,7 +211,7 @@ impl Frontend {
                 data: t.data.into(),
             });
         }
-        self.registered.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(key);
+        self.registered.locked().insert(key);
         Ok(())
     }
 

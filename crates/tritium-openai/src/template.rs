@@ -16,6 +16,7 @@ use axum::http::StatusCode;
 use minijinja::{Environment, ErrorKind as JinjaErrorKind};
 use serde_json::Value;
 use tokio::sync::Semaphore;
+use tritium_sync::Locked;
 
 use crate::error::ApiError;
 
@@ -352,7 +353,7 @@ impl Templates {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, (Stamp, Entry)>> {
-        self.files.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.files.locked()
     }
 
     /// Finds the model's template and renders `messages` with it on a blocking thread, one

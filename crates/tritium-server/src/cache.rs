@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::oneshot;
+use tritium_sync::Locked;
 
-use crate::locks::Locked;
 use crate::stats::Stats;
 use crate::types::{InferError, InferRequest, InferResponse, ParamValue, RequestedOutput};
 

@@ -32,10 +32,10 @@ use tritium_host::{CallHandler, ChannelLimits, HostError, StackProbe, Stub, Stub
 use tritium_ipc::Response;
 use tritium_ipc::{CallOp, CallResult, Descriptor, Initialize, IpcError, Request, TensorData, ToStub};
 use tritium_metrics::{CustomMetrics, MetricKind, MetricOp, MetricsSession};
+use tritium_sync::Locked;
 use tritium_trace::Activity;
 
 use crate::classify::{Classes, ClassifyError};
-use crate::locks::Locked;
 use crate::pending::{Next, Pending, Reply, CANCELLED};
 use crate::scheduler::Queue;
 use crate::stats::{ExecTimes, Stats};

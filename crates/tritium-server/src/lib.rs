@@ -14,7 +14,6 @@ mod error;
 pub mod forward;
 mod instance;
 pub mod limiter;
-mod locks;
 mod pending;
 mod reshape;
 pub mod restricted;

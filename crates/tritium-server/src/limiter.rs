@@ -27,8 +27,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use tritium_config::proto::ModelRateLimiter;
-
-use crate::locks::Locked;
+use tritium_sync::Locked;
 
 /// Where a resource counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

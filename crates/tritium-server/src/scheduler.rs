@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::{model_queue_policy, ModelConfig, ModelQueuePolicy};
+use tritium_sync::Locked;
 
-use crate::locks::Locked;
 use crate::pending::{Next, Pending, Refused, CANCELLED};
 use crate::sequence::Sequences;
 use crate::stats::Stats;

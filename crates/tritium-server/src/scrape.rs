@@ -11,8 +11,7 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 use tritium_host::{ClientMetrics, MetricsProbe};
 use tritium_metrics::{ClientFamily, ClientKind, ClientSample, StubFamilies};
-
-use crate::locks::Locked;
+use tritium_sync::Locked;
 
 /// How long a scrape waits for the stubs' answers, all together.
 pub const STUB_METRICS_TIMEOUT: Duration = Duration::from_secs(1);

@@ -37,8 +37,8 @@ use tritium_config::proto::model_config::SchedulingChoice;
 use tritium_config::proto::model_sequence_batching::StrategyChoice;
 use tritium_config::proto::ModelConfig;
 use tritium_config::{BoolControl, ConfigError};
+use tritium_sync::Locked;
 
-use crate::locks::Locked;
 use crate::pending::{Next, Pending, Refused, Reply, CANCELLED};
 use crate::stats::Stats;
 use crate::types::{

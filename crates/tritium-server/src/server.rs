@@ -18,12 +18,12 @@ use tritium_config::proto::model_instance_group::Kind;
 use tritium_config::{Framework, ModelConfig};
 use tritium_host::{HostError, Stub, StubCommand};
 use tritium_ipc::StubError;
+use tritium_sync::{Locked, RwLocked};
 
 use crate::cache::{ModelCache, ResponseCache};
 use crate::classify::{Classes, LabelError};
 use crate::composition::{Boxed, Ensemble, RoutedCalls, Router};
 use crate::instance::{self, InstanceSettings, InstanceSpec, ModelCalls, StateView, VersionContext};
-use crate::locks::{Locked, RwLocked};
 use crate::pending::{Pending, Refused, Reply};
 use crate::scheduler::{Batching, Priorities, Queue};
 use crate::stats::Stats;

@@ -49,9 +49,9 @@ use memmap2::{MmapOptions, MmapRaw};
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 use tritium_ipc::{Descriptor, TensorData, REGION_BIT};
+use tritium_sync::Locked;
 
 use crate::error::{ErrorKind, InferError};
-use crate::locks::Locked;
 
 /// The key prefix Triton reserves for the shared memory of its own Python backend.
 const RESERVED_PREFIX: &str = "triton_python_backend_shm_region_";

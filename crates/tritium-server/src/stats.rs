@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tritium_config::ModelConfig;
 use tritium_metrics::{HistogramSnapshot, Summary};
+use tritium_sync::Locked;
 
-use crate::locks::Locked;
 use crate::types::{BatchStats, ModelStats, StatDuration};
 
 fn add(s: &mut StatDuration, d: Duration) {

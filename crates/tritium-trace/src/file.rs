@@ -8,6 +8,7 @@
 use std::sync::{Mutex, MutexGuard};
 
 use serde_json::json;
+use tritium_sync::Locked;
 
 use crate::{ActiveTrace, Clock};
 
@@ -49,7 +50,7 @@ impl TraceFile {
     }
 
     fn state(&self) -> MutexGuard<'_, FileState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.locked()
     }
 
     /// Adds one trace; writes the indexed file when `log_frequency` traces are waiting, or

@@ -24,6 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use tritium_sync::Locked;
+
 pub use context::{SpanContext, TraceParent};
 pub use settings::{
     parse_flags, parse_update, Change, FlagError, LegacyFlags, Level, Mode, OtelOptions, SettingError, Settings,
@@ -120,7 +122,7 @@ impl Slot {
     }
 
     fn counters(&self) -> MutexGuard<'_, Counters> {
-        self.counters.lock().unwrap_or_else(|p| p.into_inner())
+        self.counters.locked()
     }
 
     /// Triton's `TraceSetting::SampleTrace`: whether this request is traced.
@@ -255,7 +257,7 @@ impl Tracer {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.state.locked()
     }
 
     /// The mode (fixed at start).

@@ -11,6 +11,7 @@ use std::time::Duration;
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
+use tritium_sync::Locked;
 
 use crate::{ActiveTrace, Activity, Clock, OtelOptions, TraceError, TraceParent};
 
@@ -275,7 +276,7 @@ impl Exporter {
 
     /// Queues a span without waiting; a full queue drops it and counts it.
     pub(crate) fn push(&self, span: Span) {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let tx = self.tx.locked();
         let queued = tx.as_ref().is_some_and(|tx| tx.try_send(span).is_ok());
         if !queued {
             self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -288,8 +289,8 @@ impl Exporter {
 
     /// Closes the queue and waits (at most `timeout`) for the task to send what is in it.
     pub(crate) async fn shutdown(&self, timeout: Duration) {
-        self.tx.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.tx.locked().take();
+        let task = self.task.locked().take();
         if let Some(task) = task {
             let _ = tokio::time::timeout(timeout, task).await;
         }

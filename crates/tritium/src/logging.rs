@@ -16,6 +16,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 use tritium_server::{ErrorKind, InferError, LogControl, LogSettings, LogSettingsUpdate};
+use tritium_sync::Locked;
 
 const FORMAT_DEFAULT: u8 = 0;
 const FORMAT_ISO8601: u8 = 1;
@@ -60,14 +61,14 @@ struct SinkWriter(Arc<Mutex<Option<File>>>);
 
 impl Write for SinkWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match &mut *self.0.lock().unwrap_or_else(|p| p.into_inner()) {
+        match &mut *self.0.locked() {
             Some(f) => f.write(buf),
             None => std::io::stderr().write(buf),
         }
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        match &mut *self.0.lock().unwrap_or_else(|p| p.into_inner()) {
+        match &mut *self.0.locked() {
             Some(f) => f.flush(),
             None => std::io::stderr().flush(),
         }
@@ -155,11 +156,11 @@ impl Logging {
 
 impl LogControl for Logging {
     fn get(&self) -> LogSettings {
-        self.settings.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.settings.locked().clone()
     }
 
     fn update(&self, u: LogSettingsUpdate) -> Result<LogSettings, InferError> {
-        let mut current = self.settings.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = self.settings.locked();
         let mut next = current.clone();
         if let Some(v) = u.log_info {
             next.log_info = v;

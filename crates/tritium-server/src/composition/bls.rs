@@ -19,10 +19,10 @@ use tokio::sync::Notify;
 use tracing::warn;
 use tritium_host::{BlsEvent, BlsHandler};
 use tritium_ipc::{Request, Response, ServerChannel, StubError, Tensor, TensorData, ToStub};
+use tritium_sync::Locked;
 
 use super::Router;
 use crate::instance::{BlsCall, Instance, VersionContext};
-use crate::locks::Locked;
 use crate::types::{InferError, InferRequest, InputTensor, OutputTensor, RequestedOutput, Streamed};
 
 fn error_response(e: &InferError) -> Response {

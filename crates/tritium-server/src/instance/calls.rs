@@ -8,10 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use tokio::sync::Notify;
 use tritium_host::BlsHandler;
 use tritium_ipc::{CallOp, CallResult, ServerChannel};
+use tritium_sync::Locked;
 
 use super::{Instance, VersionContext};
-
-use crate::locks::Locked;
 
 /// What an instance needs from outside: a handler for its stub's BLS requests, and model
 /// control (`pb_utils.is_model_ready`, `load_model`, `unload_model`). The version context holds

@@ -29,13 +29,13 @@ use tokio::io::unix::AsyncFd;
 use tracing::{error, Instrument};
 use tritium_host::{HostError, Stub, LIVENESS_SLICE, WATCH_SLICE};
 use tritium_ipc::{Doorbell, ToServer, ToStub};
+use tritium_sync::Locked;
 
 use super::pipeline::Event;
 use super::{
     died_idle, gate, panic_message, prepare_batch, take_ready, unwind_to_error, Head, Instance, Ring, Running, Served,
     Step, VersionContext,
 };
-use crate::locks::Locked;
 use crate::off_runtime;
 use crate::scheduler::{Lane, TryNext};
 

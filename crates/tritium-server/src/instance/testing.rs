@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tritium_host::StubCommand;
+use tritium_sync::Locked;
 
 use super::{Event, Instance, InstanceSettings, InstanceSpec, NoModelCalls, VersionContext};
-use crate::locks::Locked;
 use crate::scheduler::{Policy, Priorities, Queue};
 use crate::stats::Stats;
 

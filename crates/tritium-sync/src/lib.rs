@@ -1,12 +1,14 @@
-//! Locks taken whatever a panicking holder left behind: a thread that panicked while holding
+//! Locks taken whatever a panicking holder left behind: the one way every tritium crate (the
+//! stub's native module too) takes a `Mutex` or an `RwLock`. A thread that panicked while holding
 //! one of the server's locks (model code never runs under them; a bug in the server could) left
 //! its data consistent enough to go on with, and refusing every later caller would take the
-//! whole server down with that one thread. A leaf module: it imports nothing of the crate.
+//! whole server, or the whole stub, down with that one thread. A leaf crate: it depends on no
+//! other crate, so that every layer, `tritium-ipc` included, can use it.
 
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// [`Mutex::lock`], taking the guard of a poisoned lock as it is.
-pub(crate) trait Locked<T: ?Sized> {
+pub trait Locked<T: ?Sized> {
     /// The guard, once the lock is free.
     fn locked(&self) -> MutexGuard<'_, T>;
 }
@@ -18,7 +20,7 @@ impl<T: ?Sized> Locked<T> for Mutex<T> {
 }
 
 /// [`RwLock::read`] and [`RwLock::write`], taking the guard of a poisoned lock as it is.
-pub(crate) trait RwLocked<T: ?Sized> {
+pub trait RwLocked<T: ?Sized> {
     /// The shared guard, once no writer holds the lock.
     fn read_locked(&self) -> RwLockReadGuard<'_, T>;
     /// The exclusive guard, once the lock is free.
