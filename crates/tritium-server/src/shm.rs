@@ -38,26 +38,38 @@
 //! tells the supervisor, which does not count that crash. Registrations of one range of one file (by
 //! device and inode) share one mapping, and at most `--max-shm-regions` names are registered at
 //! once.
+//!
+//! - [`region`]: a system region, its mapping and the table of live mappings.
+//! - [`cuda`]: a CUDA region and the host copies of its inputs.
+//! - [`target`]: [`ShmTarget`], where an output goes.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
-use memmap2::{MmapOptions, MmapRaw};
 use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
-use tritium_ipc::{Descriptor, TensorData, REGION_BIT};
 use tritium_sync::Locked;
 
 use crate::error::{ErrorKind, InferError};
 
+mod cuda;
+mod region;
+mod target;
+
+pub(crate) use cuda::lookup_cuda;
+use cuda::staged;
+pub use cuda::{CudaRegion, CudaRegionStatus};
+pub use region::Region;
+pub(crate) use region::{check_input_region, is_live, lookup, pread_copy, shrunk_region};
+use region::{next_id, region_bytes};
+use target::TargetRegion;
+pub use target::{check_fits, ShmTarget};
+
 /// The key prefix Triton reserves for the shared memory of its own Python backend.
 const RESERVED_PREFIX: &str = "triton_python_backend_shm_region_";
-
-/// Region ids: [`REGION_BIT`] plus a counter, never reused while the process lives.
-static NEXT_ID: AtomicU32 = AtomicU32::new(1);
 
 /// What a status request reports of one region.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,431 +82,6 @@ pub struct RegionStatus {
     pub offset: u64,
     /// Length of the registered range.
     pub byte_size: u64,
-}
-
-/// One mapping of a client's file over a registered range, shared by every name registered
-/// over the same range of the same file (the same key, offset and size).
-pub struct Region {
-    /// The segment id stubs map it by for inputs (read-only).
-    id: u32,
-    /// The segment id stubs map it by for outputs they write (read-write).
-    output_id: u32,
-    /// The key it was first opened by (for messages).
-    key: String,
-    offset: u64,
-    byte_size: u64,
-    fd: OwnedFd,
-    /// The same file opened read-only (through `/proc/self/fd`): the descriptor stubs get, so
-    /// model code can map and read the region but not truncate or write the client's file.
-    read_only: OwnedFd,
-    map: MmapRaw,
-}
-
-impl std::fmt::Debug for Region {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Region")
-            .field("id", &self.id)
-            .field("key", &self.key)
-            .field("offset", &self.offset)
-            .field("byte_size", &self.byte_size)
-            .finish()
-    }
-}
-
-impl Region {
-    /// The segment id the stubs know this region by (has [`REGION_BIT`]).
-    pub(crate) fn id(&self) -> u32 {
-        self.id
-    }
-
-    /// The segment id stubs map it by read-write, to write outputs (has [`REGION_BIT`]).
-    pub(crate) fn output_id(&self) -> u32 {
-        self.output_id
-    }
-
-    /// The client's file, read-write: what a stub that writes an output there gets.
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-
-    /// The client's file, opened read-only: what a stub that reads an input there gets.
-    pub(crate) fn read_only_fd(&self) -> BorrowedFd<'_> {
-        self.read_only.as_fd()
-    }
-
-    /// Offset of the registered range in the file.
-    pub(crate) fn file_offset(&self) -> u64 {
-        self.offset
-    }
-
-    /// Length of the registered range.
-    pub(crate) fn byte_size(&self) -> u64 {
-        self.byte_size
-    }
-
-    fn base(&self) -> usize {
-        self.map.as_ptr() as usize
-    }
-
-    /// Checks, on every use, that the client has not shrunk its file under the registration
-    /// `name` (one of the names sharing this mapping).
-    fn check_file(&self, name: &str) -> Result<(), InferError> {
-        let size = nix::sys::stat::fstat(self.fd.as_raw_fd()).map(|s| s.st_size.max(0) as u64).unwrap_or(0);
-        if size < self.offset.saturating_add(self.byte_size) {
-            return Err(InferError::invalid(format!(
-                "shared memory region '{name}' (key '{}') is no longer valid: its file has {size} bytes, fewer than the \
-                 {} bytes registered at offset {}; unregister it and register it again",
-                self.key, self.byte_size, self.offset
-            )));
-        }
-        Ok(())
-    }
-
-    /// Checks, right before a stub is given the region, that the client has not shrunk its file
-    /// (a request queued before the shrink fails alone, and the stub never maps a short file).
-    pub(crate) fn check_size(&self) -> Result<(), InferError> {
-        self.check_file(&self.key)
-    }
-
-    /// `[offset, offset + len)` of the registered range, read with `pread`: a client that
-    /// shrinks its file makes this fail (a short read), never fault.
-    fn pread(&self, name: &str, offset: u64, len: u64) -> Result<Vec<u8>, InferError> {
-        self.check_file(name)?;
-        let len = usize::try_from(len).map_err(|_| InferError::invalid("input too large"))?;
-        let mut data = vec![0u8; len];
-        let mut done = 0;
-        while done < len {
-            let at = self.offset.saturating_add(offset).saturating_add(done as u64);
-            let at = libc::off_t::try_from(at).map_err(|_| InferError::invalid("offset too large"))?;
-            match nix::sys::uio::pread(&self.fd, &mut data[done..], at) {
-                Ok(0) => return Err(self.check_file(name).err().unwrap_or_else(|| self.short(name))),
-                Ok(n) => done += n,
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => {
-                    return Err(InferError::internal(format!(
-                        "failed to read shared memory region '{name}' (key '{}'): {e}",
-                        self.key
-                    )))
-                }
-            }
-        }
-        Ok(data)
-    }
-
-    /// Writes `data` at `offset` of the registered range with `pwrite` (a shrunk file makes
-    /// it fail or grow the file again, never fault).
-    fn pwrite(&self, name: &str, offset: u64, data: &[u8]) -> Result<(), InferError> {
-        self.check_file(name)?;
-        let mut done = 0;
-        while done < data.len() {
-            let at = self.offset.saturating_add(offset).saturating_add(done as u64);
-            let at = libc::off_t::try_from(at).map_err(|_| InferError::invalid("offset too large"))?;
-            match nix::sys::uio::pwrite(&self.fd, &data[done..], at) {
-                Ok(0) => return Err(self.short(name)),
-                Ok(n) => done += n,
-                Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => {
-                    return Err(InferError::internal(format!(
-                        "failed to write shared memory region '{name}' (key '{}'): {e}",
-                        self.key
-                    )))
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn short(&self, name: &str) -> InferError {
-        InferError::invalid(format!(
-            "shared memory region '{name}' (key '{}') is no longer valid: its file shrank while it was used; \
-             unregister it and register it again",
-            self.key
-        ))
-    }
-
-    /// The live mapping of `[offset, offset + len)` of the registered range; callers checked the bounds.
-    fn slice(&self, offset: u64, len: u64) -> &[u8] {
-        debug_assert!(offset.saturating_add(len) <= self.byte_size);
-        // SAFETY: the range lies inside the mapping (checked by `resolve` against byte_size, the
-        // mapping's length), which lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.map.as_ptr().add(offset as usize), len as usize) }
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        let mut live = LIVE.locked();
-        if live.get(&self.base()).is_some_and(|(_, e)| std::ptr::eq(e.region.as_ptr(), self)) {
-            live.remove(&self.base());
-        }
-    }
-}
-
-/// What [`LIVE`] knows of one mapping: its segment id, readable without upgrading (an upgrade
-/// under the lock could end up dropping the last reference there, and [`Region`]'s `Drop`
-/// takes the lock), and the region.
-struct LiveEntry {
-    id: u32,
-    output_id: u32,
-    region: Weak<Region>,
-}
-
-/// Every live region mapping in this process by start address, for [`lookup`].
-static LIVE: Mutex<BTreeMap<usize, (usize, LiveEntry)>> = Mutex::new(BTreeMap::new());
-
-/// The region whose mapping holds `[ptr, ptr + len)`, and the offset of `ptr` in it.
-pub(crate) fn lookup(ptr: *const u8, len: usize) -> Option<(Arc<Region>, u64)> {
-    let live = LIVE.locked();
-    let (entry, offset) = containing(&live, ptr, len)?;
-    let region = entry.region.upgrade()?;
-    // Returned, never dropped, under the lock.
-    Some((region, offset))
-}
-
-/// The entry of an address table (start address -> length and value: [`LIVE`], [`STAGED`])
-/// whose range holds `[ptr, ptr + len)`, and the offset of `ptr` in it.
-fn containing<V>(table: &BTreeMap<usize, (usize, V)>, ptr: *const u8, len: usize) -> Option<(&V, u64)> {
-    let addr = ptr as usize;
-    let (&start, (size, value)) = table.range(..=addr).next_back()?;
-    if addr.checked_add(len)? > start + size {
-        return None;
-    }
-    Some((value, (addr - start) as u64))
-}
-
-/// Whether the region with segment id `id` is still mapped in this process (registered, or
-/// still used by a request). Compares ids without upgrading: a temporary `Arc` dropped under
-/// the lock could be the last one, and `Region::drop` locks [`LIVE`] again.
-pub(crate) fn is_live(id: u32) -> bool {
-    LIVE.locked().values().any(|(_, e)| (e.id == id || e.output_id == id) && e.region.strong_count() > 0)
-}
-
-/// The key of a region among segment ids `ids` (a dead stub's) whose client has shrunk its file
-/// below the registered range, if any: that stub's `SIGBUS` was the client's doing.
-pub(crate) fn shrunk_region(ids: &[u32]) -> Option<String> {
-    let regions: Vec<Arc<Region>> = LIVE
-        .locked()
-        .values()
-        .filter(|(_, e)| ids.contains(&e.id) || ids.contains(&e.output_id))
-        .filter_map(|(_, e)| e.region.upgrade())
-        .collect();
-    // Checked, and the references dropped, after `LIVE` is unlocked (see `is_live`).
-    regions.iter().find(|r| r.check_size().is_err()).map(|r| r.key.clone())
-}
-
-/// A region's bytes as the owner of a [`Bytes`]: the request that holds them holds the region.
-struct RegionBytes {
-    region: Arc<Region>,
-    offset: u64,
-    len: u64,
-}
-
-impl AsRef<[u8]> for RegionBytes {
-    fn as_ref(&self) -> &[u8] {
-        self.region.slice(self.offset, self.len)
-    }
-}
-
-/// One CUDA registration: a client's device allocation, open in this process.
-pub struct CudaRegion {
-    id: u32,
-    status: CudaRegionStatus,
-    /// The client's IPC handle, which a stub opens for itself (a model with GPU inputs).
-    handle: [u8; tritium_cuda::IPC_HANDLE_BYTES],
-    mapping: tritium_cuda::IpcMapping,
-}
-
-impl std::fmt::Debug for CudaRegion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaRegion").field("id", &self.id).field("status", &self.status).finish()
-    }
-}
-
-impl CudaRegion {
-    fn read(&self, offset: u64, len: u64) -> Result<Vec<u8>, InferError> {
-        let mut data = vec![0u8; usize::try_from(len).map_err(|_| InferError::invalid("input too large"))?];
-        self.mapping.read(offset, &mut data).map_err(|e| {
-            InferError::internal(format!(
-                "failed to read {len} bytes from CUDA shared memory region '{}': {e}",
-                self.status.name
-            ))
-        })?;
-        Ok(data)
-    }
-}
-
-/// What a status request reports of one CUDA region.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CudaRegionStatus {
-    /// The name it was registered under.
-    pub name: String,
-    /// The CUDA device the allocation lives on.
-    pub device_id: u64,
-    /// Length of the registered range.
-    pub byte_size: u64,
-}
-
-/// A registered region of either kind, as a request names it (an input's, or where an output goes).
-#[derive(Debug, Clone)]
-enum TargetRegion {
-    System(Arc<Region>),
-    Cuda(Arc<CudaRegion>),
-}
-
-/// The host copies of inputs in CUDA regions, by address: [`lookup_cuda`] finds the region an
-/// input's bytes came from, so the worker can hand a model that asks for GPU inputs
-/// (`FORCE_CPU_ONLY_INPUT_TENSORS: "no"`) the client's device memory instead.
-static STAGED: Mutex<BTreeMap<usize, (usize, Staged)>> = Mutex::new(BTreeMap::new());
-
-/// What [`STAGED`] knows of one host copy (besides its length): its region, and the offset in
-/// it the copy was made from.
-type Staged = (Weak<CudaRegion>, u64);
-
-/// An input's bytes copied from a CUDA region, listed in [`STAGED`] while they live.
-struct StagedBytes {
-    data: Vec<u8>,
-    _region: Arc<CudaRegion>,
-}
-
-impl AsRef<[u8]> for StagedBytes {
-    fn as_ref(&self) -> &[u8] {
-        &self.data
-    }
-}
-
-impl Drop for StagedBytes {
-    fn drop(&mut self) {
-        STAGED.locked().remove(&(self.data.as_ptr() as usize));
-    }
-}
-
-/// `[offset, offset + len)` of a CUDA region copied to the host (`len` > 0), as input bytes.
-fn staged(region: Arc<CudaRegion>, offset: u64, len: u64) -> Result<Bytes, InferError> {
-    let data = region.read(offset, len)?;
-    STAGED.locked().insert(data.as_ptr() as usize, (data.len(), (Arc::downgrade(&region), offset)));
-    Ok(Bytes::from_owner(StagedBytes { data, _region: region }))
-}
-
-/// How a stub finds `[ptr, ptr + len)` in the client's device memory, when those bytes are the
-/// host copy of a CUDA region's: the client's IPC handle of the allocation, its device, and
-/// where the bytes are in it.
-pub(crate) fn lookup_cuda(ptr: *const u8, len: usize) -> Option<TensorData> {
-    let staged = STAGED.locked();
-    let ((region, copied_from), offset) = containing(&staged, ptr, len)?;
-    let region = region.upgrade()?;
-    Some(TensorData::Cuda {
-        handle: region.handle.to_vec(),
-        device: region.mapping.device(),
-        offset: copied_from + offset,
-        len: len as u64,
-    })
-}
-
-/// Where a request wants one output: a range of a registered region.
-#[derive(Debug, Clone)]
-pub struct ShmTarget {
-    region: TargetRegion,
-    /// The name the request gave (several names may share one system region's mapping).
-    name: Arc<str>,
-    offset: u64,
-    byte_size: u64,
-}
-
-impl PartialEq for ShmTarget {
-    fn eq(&self, other: &Self) -> bool {
-        let same = match (&self.region, &other.region) {
-            (TargetRegion::System(a), TargetRegion::System(b)) => a.id == b.id,
-            (TargetRegion::Cuda(a), TargetRegion::Cuda(b)) => a.id == b.id,
-            _ => false,
-        };
-        same && self.offset == other.offset && self.byte_size == other.byte_size
-    }
-}
-
-impl Eq for ShmTarget {}
-
-impl ShmTarget {
-    /// The region's name.
-    pub fn region_name(&self) -> &str {
-        &self.name
-    }
-
-    /// Offset in the registered range.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-
-    /// Bytes available for the output.
-    pub fn byte_size(&self) -> u64 {
-        self.byte_size
-    }
-
-    /// The system region and the descriptor a stub writes the output through (under the
-    /// region's output id, mapped read-write); `None` for a CUDA region, which the server writes.
-    pub(crate) fn system(&self) -> Option<(&Arc<Region>, Descriptor)> {
-        match &self.region {
-            TargetRegion::System(r) => {
-                Some((r, Descriptor { segment: r.output_id, offset: self.offset, len: self.byte_size }))
-            }
-            TargetRegion::Cuda(_) => None,
-        }
-    }
-
-    /// Checks, right before a stub is given the target, that the client has not shrunk a system
-    /// region's file (a request queued before the shrink fails alone).
-    pub(crate) fn check_size(&self) -> Result<(), InferError> {
-        match &self.region {
-            TargetRegion::System(region) => region.check_file(&self.name),
-            TargetRegion::Cuda(_) => Ok(()),
-        }
-    }
-
-    /// Copies an output the server holds into the target (ensembles, cached responses: where no
-    /// stub wrote it), with `pwrite`, and Triton's error when it does not fit.
-    pub fn write(&self, output: &str, data: &[u8]) -> Result<(), InferError> {
-        check_fits(output, self.byte_size, data.len() as u64)?;
-        let region = match &self.region {
-            TargetRegion::System(region) => region,
-            TargetRegion::Cuda(region) => {
-                return region.mapping.write(self.offset, data).map_err(|e| {
-                    InferError::internal(format!(
-                        "failed to write output '{output}' into CUDA shared memory region '{}': {e}",
-                        region.status.name
-                    ))
-                });
-            }
-        };
-        region.pwrite(&self.name, self.offset, data)
-    }
-}
-
-/// Checks, right before an input is handed to a stub, that the region its bytes lie in (if
-/// any) still has the registered size: a client that shrank its file while the request was
-/// queued fails that request alone.
-pub(crate) fn check_input_region(data: &[u8]) -> Result<(), InferError> {
-    match lookup(data.as_ptr(), data.len()) {
-        Some((region, _)) => region.check_size(),
-        None => Ok(()),
-    }
-}
-
-/// A copy of `data`, read by `pread`, when it lies in a system region: the server reads the
-/// bytes of a client's region only from such a copy (BYTES validation, response-cache keys), so
-/// a client that shrinks its file fails its own request, not the server. None when `data` is not
-/// in a region.
-pub(crate) fn pread_copy(data: &[u8]) -> Result<Option<Bytes>, InferError> {
-    match lookup(data.as_ptr(), data.len()) {
-        Some((region, offset)) => Ok(Some(Bytes::from(region.pread(&region.key, offset, data.len() as u64)?))),
-        None => Ok(None),
-    }
-}
-
-/// Triton's error for an output larger than its shared-memory target.
-pub fn check_fits(output: &str, available: u64, needed: u64) -> Result<(), InferError> {
-    if needed > available {
-        return Err(InferError::internal(tritium_ipc::output_too_small(output, available, needed)));
-    }
-    Ok(())
 }
 
 /// Triton's text for a registration while client shared memory is off (`--allow-client-shm`).
@@ -609,36 +196,7 @@ impl ShmRegistry {
             regions.system.insert(name.to_string(), Named { key: key.to_string(), region });
             return Ok(());
         }
-        let mapped = usize::try_from(byte_size)
-            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-            .and_then(|len| MmapOptions::new().offset(offset).len(len).map_raw_read_only(&fd));
-        let map = mapped.map_err(|e| {
-            // Triton's text, which glues strerror to "address space" without a space.
-            let errno = e.raw_os_error().unwrap_or(libc::EINVAL);
-            InferError::invalid(format!(
-                "failed to register shared memory region '{name}': unable to process address space{}",
-                nix::errno::Errno::from_raw(errno).desc()
-            ))
-        })?;
-        let read_only = reopen_read_only(&fd).map_err(|e| {
-            InferError::internal(format!(
-                "failed to register shared memory region '{name}': reopening it read-only: {e}"
-            ))
-        })?;
-        let region = Arc::new(Region {
-            id: next_id(),
-            output_id: next_id(),
-            key: key.to_string(),
-            offset,
-            byte_size,
-            fd,
-            read_only,
-            map,
-        });
-        if byte_size > 0 {
-            let entry = LiveEntry { id: region.id, output_id: region.output_id, region: Arc::downgrade(&region) };
-            LIVE.locked().insert(region.base(), (byte_size as usize, entry));
-        }
+        let region = region::map(name, key, fd, offset, byte_size)?;
         regions.mappings.retain(|_, w| w.strong_count() > 0);
         regions.mappings.insert(share_key, Arc::downgrade(&region));
         regions.system.insert(name.to_string(), Named { key: key.to_string(), region });
@@ -751,7 +309,7 @@ impl ShmRegistry {
             return Ok(Bytes::new());
         }
         match found {
-            TargetRegion::System(region) => Ok(Bytes::from_owner(RegionBytes { region, offset, len: byte_size })),
+            TargetRegion::System(region) => Ok(region_bytes(region, offset, byte_size)),
             TargetRegion::Cuda(region) => Ok(staged(region, offset, byte_size)?),
         }
     }
@@ -783,19 +341,6 @@ impl ShmRegistry {
         }
         Ok((found, offset))
     }
-}
-
-/// The file behind `fd` opened anew, read-only (`/proc/self/fd/N`): unlike a `dup`, the new
-/// descriptor cannot be used to write or truncate the file.
-fn reopen_read_only(fd: &OwnedFd) -> nix::Result<OwnedFd> {
-    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    let raw = nix::fcntl::open(path.as_str(), OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?;
-    // SAFETY: `open` just returned this descriptor, and nothing else owns it.
-    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) })
-}
-
-fn next_id() -> u32 {
-    REGION_BIT | (NEXT_ID.fetch_add(1, Ordering::Relaxed) & (REGION_BIT - 1))
 }
 
 /// Triton's bounds checks of a range of a region of `size` bytes.

@@ -1,6 +1,10 @@
 //! Unit tests of client shared memory: registration, lookups of inputs and outputs, region
 //! checks, and what a region's file may and may not do.
 
+use std::sync::atomic::AtomicU32;
+
+use tritium_ipc::REGION_BIT;
+
 use super::*;
 
 /// A POSIX shared memory object of `len` bytes, unlinked when dropped.
