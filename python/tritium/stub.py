@@ -474,13 +474,18 @@ class Stub:
             self._send_all(states, responses)
         self._end_rescheduled(states)
         ids = [st.id for st in states]
-        waiter = _Unanswered()
-        waiter.watch(states)
-        del requests, states, responses
         # Requests execute left unanswered get their response from the model's own thread
         # (request.get_response_sender(), Triton 24.06 and later): the batch lasts until then,
         # as a batch that is still executing, so the server gets the responses before its end.
-        waiter.wait(lambda: self.channel.server_pid)
+        # A request once answered stays answered, so when every one is (the usual case) there
+        # is nothing to wait for and no waiter is made.
+        unanswered = [st for st in states if not st.answered()]
+        del requests, states, responses
+        if unanswered:
+            waiter = _Unanswered()
+            waiter.watch(unanswered)
+            del unanswered
+            waiter.wait(lambda: self.channel.server_pid)
         # The requests end here, after their responses (which need what the channel keeps per
         # request, such as the client regions their outputs go to): their cancellations are
         # forgotten.
