@@ -2,7 +2,8 @@
 child (reparented to it), runs the fork server's command line (no exec), serves, restarts, and is
 never ready while dead; a model with `FORK_SERVER: "false"` and a server with
 `--stub-fork-server=false` start stubs plainly; a killed fork server is replaced at the next start;
-the stubs die with the server (`PR_SET_PDEATHSIG`, set after the reparenting)."""
+the stubs die with the server (`PR_SET_PDEATHSIG`, set after the reparenting); a restart waits
+for the new stub's start, not for the old stub's `finalize`."""
 
 import json
 import os
@@ -38,6 +39,36 @@ class TritonPythonModel:
             x = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy()
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", x + np.float32(os.getpid() % 1000))]))
         return out
+"""
+
+# Notes each initialize and finalize (with the stub's pid) in a file; finalize takes 8 s.
+SLOW_FINALIZE = """
+import os
+import time
+import triton_python_backend_utils as pb_utils
+
+LOG = {log!r}
+
+
+def note(what):
+    with open(LOG, "a") as f:
+        f.write(f"{{what}} {{os.getpid()}}\\n")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        note("initialize")
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+            for r in requests
+        ]
+
+    def finalize(self):
+        note("finalize-start")
+        time.sleep(8)
+        note("finalize-end")
 """
 
 OPT_OUT = 'parameters { key: "FORK_SERVER" value: { string_value: "false" } }'
@@ -185,3 +216,27 @@ def test_forked_stubs_die_with_the_server(start):
     while any(alive(p) for p in pids):
         assert time.time() < deadline, [p for p in pids if alive(p)]
         time.sleep(0.05)
+
+
+def test_a_restart_does_not_wait_for_the_old_stub_to_finalize(start, tmp_path):
+    log = tmp_path / "events.log"
+    model = SLOW_FINALIZE.format(log=str(log))
+    write_model(start.repo, "slow_finalize", CONFIG.format(name="slow_finalize", count=1, extra=""), model)
+    srv = start(["slow_finalize"])
+    (old,) = stubs(srv, "slow_finalize")
+    restart(srv, "slow_finalize")
+    # `tritium restart` returned: the replacement is ready and serves while the old stub is still
+    # in its 8 s finalize, which runs beside it.
+    (new,) = stubs(srv, "slow_finalize")
+    assert new["pid"] != old["pid"] and new["state"] == "ready", new
+    assert infer(srv, "slow_finalize") is not None
+    events = log.read_text().splitlines()
+    assert f"initialize {new['pid']}" in events, events
+    assert f"finalize-end {old['pid']}" not in events, "the restart waited for the old stub's finalize"
+    # The old stub still finishes its finalize and exits, and is not counted as a crash.
+    deadline = time.time() + 60
+    while f"finalize-end {old['pid']}" not in log.read_text().splitlines() or alive(old["pid"]):
+        assert time.time() < deadline, log.read_text()
+        time.sleep(0.1)
+    (after,) = stubs(srv, "slow_finalize")
+    assert after["pid"] == new["pid"] and after["state"] == "ready" and after["restarts"] == 1, after

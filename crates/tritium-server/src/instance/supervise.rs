@@ -277,17 +277,7 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
             instance.restart.store(false, Ordering::Release);
             instance.recycling.store(false, Ordering::Release);
             info!(old = stub.pid(), new = next.pid(), reason = reason.as_str(), "stub recycled");
-            let old = stub;
-            old.unwatch();
-            let spawned =
-                std::thread::Builder::new().name(format!("finalize-{}", instance.spec.name)).spawn(move || {
-                    if let Err(e) = old.finalize(Duration::from_secs(30)) {
-                        warn!("finalize of the recycled stub: {e}");
-                    }
-                });
-            if let Err(e) = spawned {
-                warn!("cannot finalize the recycled stub on a thread of its own ({e}); it is killed");
-            }
+            finalize_beside(instance, stub, "the recycled stub");
             continue;
         }
         instance.recycling.store(false, Ordering::Release);
@@ -307,11 +297,11 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
                 return;
             }
             Served::Restart => {
+                // The old stub has answered its last batch: it finalizes while its replacement
+                // starts, so a restart waits for the new stub's start only, not for both.
                 instance.restart.store(false, Ordering::Release);
                 instance.on(Event::RestartRequested);
-                if let Err(e) = stub.finalize(Duration::from_secs(30)) {
-                    warn!("finalize before restart: {e}");
-                }
+                finalize_beside(instance, stub, "the restarted stub");
             }
             Served::Died(why, exit) => {
                 // A stub killed by SIGBUS while a client's region it had mapped is shorter than
@@ -335,6 +325,35 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
                 if !back_off(ctx, instance, &mut crashes, &mut backoff, client_fault.is_none()) {
                     return;
                 }
+            }
+        }
+    }
+}
+
+/// Finalizes `old` (a stub that has answered its last batch and takes no more) on a thread of
+/// its own, so that its `finalize` (up to 30 s, then a kill) does not delay the stub that
+/// replaces it. Its exit is no longer watched: it is not a crash of the instance. Without a
+/// thread it is finalized here.
+fn finalize_beside(instance: &Instance, old: Arc<Stub>, what: &'static str) {
+    old.unwatch();
+    let (tx, rx) = mpsc::channel::<Arc<Stub>>();
+    let spawned = std::thread::Builder::new().name(format!("finalize-{}", instance.spec.name)).spawn(move || {
+        if let Ok(old) = rx.recv() {
+            if let Err(e) = old.finalize(Duration::from_secs(30)) {
+                warn!("finalize of {what}: {e}");
+            }
+        }
+    });
+    match spawned {
+        Ok(_) => {
+            if let Err(mpsc::SendError(old)) = tx.send(old) {
+                old.kill();
+            }
+        }
+        Err(e) => {
+            warn!("cannot finalize {what} on a thread of its own ({e}); it is finalized first");
+            if let Err(e) = old.finalize(Duration::from_secs(30)) {
+                warn!("finalize of {what}: {e}");
             }
         }
     }
