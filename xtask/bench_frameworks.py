@@ -22,7 +22,8 @@ CPUs and its per-request cost is in the latency). The whole measurement runs RUN
 default; the two servers' order alternates between runs), printing the load average before each;
 the medians and spreads are printed last, with the ratios and whether each target is met.
 
-Environment: TRITIUM_BIN (default target/release/tritium), DUR seconds per case (5), THREADS
+Environment: TRITIUM_BIN (default target/release/tritium), TRITIUM_FLAGS (more `tritium serve`
+flags, split at whitespace), DUR seconds per case (5), THREADS
 intra-op threads (1), RUNS (2), TRITON_COMMAND (JSON: program, args, env; set by xtask).
 """
 
@@ -50,6 +51,7 @@ BIN = os.environ.get("TRITIUM_BIN", os.path.join(ROOT, "target", "release", "tri
 DUR = float(os.environ.get("DUR", "5"))
 THREADS = int(os.environ.get("THREADS", "1"))
 RUNS = int(os.environ.get("RUNS", "2"))
+FLAGS = os.environ.get("TRITIUM_FLAGS", "").split()
 TRITON = json.loads(os.environ["TRITON_COMMAND"]) if os.environ.get("TRITON_COMMAND") else None
 
 # Targets (issue 33).
@@ -191,6 +193,7 @@ def start(server, repo, ports):
     if server == "tritium":
         args = [BIN, "serve", "--model-repository", repo, "--python", sys.executable]
         args += ["--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])]
+        args += FLAGS
         env = None
     else:
         args = [TRITON["program"], *TRITON["args"], f"--model-repository={repo}"]
