@@ -336,25 +336,16 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
 /// thread it is finalized here.
 fn finalize_beside(instance: &Instance, old: Arc<Stub>, what: &'static str) {
     old.unwatch();
-    let (tx, rx) = mpsc::channel::<Arc<Stub>>();
+    let moved = old.clone();
     let spawned = std::thread::Builder::new().name(format!("finalize-{}", instance.spec.name)).spawn(move || {
-        if let Ok(old) = rx.recv() {
-            if let Err(e) = old.finalize(Duration::from_secs(30)) {
-                warn!("finalize of {what}: {e}");
-            }
+        if let Err(e) = moved.finalize(Duration::from_secs(30)) {
+            warn!("finalize of {what}: {e}");
         }
     });
-    match spawned {
-        Ok(_) => {
-            if let Err(mpsc::SendError(old)) = tx.send(old) {
-                old.kill();
-            }
-        }
-        Err(e) => {
-            warn!("cannot finalize {what} on a thread of its own ({e}); it is finalized first");
-            if let Err(e) = old.finalize(Duration::from_secs(30)) {
-                warn!("finalize of {what}: {e}");
-            }
+    if let Err(e) = spawned {
+        warn!("cannot finalize {what} on a thread of its own ({e}); it is finalized first");
+        if let Err(e) = old.finalize(Duration::from_secs(30)) {
+            warn!("finalize of {what}: {e}");
         }
     }
 }
