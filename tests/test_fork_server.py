@@ -3,7 +3,8 @@ child (reparented to it), runs the fork server's command line (no exec), serves,
 never ready while dead; a model with `FORK_SERVER: "false"` and a server with
 `--stub-fork-server=false` start stubs plainly; a killed fork server is replaced at the next start;
 the stubs die with the server (`PR_SET_PDEATHSIG`, set after the reparenting); a restart waits
-for the new stub's start, not for the old stub's `finalize`."""
+for the new stub's start, not for the old stub's `finalize`; an instance costs the server no
+thread of its own, and no stub or fork server dies with the pool thread that asked for it."""
 
 import json
 import os
@@ -240,3 +241,37 @@ def test_a_restart_does_not_wait_for_the_old_stub_to_finalize(start, tmp_path):
         time.sleep(0.1)
     (after,) = stubs(srv, "slow_finalize")
     assert after["pid"] == new["pid"] and after["state"] == "ready" and after["restarts"] == 1, after
+
+
+def threads(pid):
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+# Past the keep-alive (10 s) of the runtime's blocking pool, whose threads start the stubs.
+POOL_KEEP_ALIVE = 12
+
+
+def test_instances_hold_no_server_thread_and_outlive_the_threads_that_started_them(start):
+    write_model(start.repo, "plain", CONFIG.format(name="plain", count=1, extra=OPT_OUT), MODEL)
+    write_model(start.repo, "one", CONFIG.format(name="one", count=1, extra=""), MODEL)
+    write_model(start.repo, "many", CONFIG.format(name="many", count=12, extra=""), MODEL)
+    srv = start(["plain", "one"], ["--model-control-mode", "explicit", "--load-model", "plain", "--load-model", "one"])
+    (plain,) = stubs(srv, "plain")
+    (one,) = stubs(srv, "one")
+    (fork_server,) = fork_servers(srv)
+    time.sleep(POOL_KEEP_ALIVE)
+    before = threads(srv.proc.pid)
+    # The stubs and the fork server were started from blocking-pool threads that have ended by
+    # now: a child's PR_SET_PDEATHSIG fires when the thread that forked it ends, so they must
+    # have been forked by a thread that lives on.
+    assert alive(plain["pid"]) and alive(one["pid"]) and alive(fork_server)
+    assert stubs(srv, "plain")[0]["pid"] == plain["pid"]
+    assert infer(srv, "plain")[0] - 1 == plain["pid"] % 1000
+    httpclient.InferenceServerClient(srv.http_url).load_model("many")
+    assert len(stubs(srv, "many")) == 12
+    time.sleep(POOL_KEEP_ALIVE)
+    after = threads(srv.proc.pid)
+    # An instance used to hold a supervisor thread: 12 more instances, 12 more threads.
+    assert after <= before + 1, (before, after)
+    assert fork_servers(srv) == [fork_server]
+    assert infer(srv, "many") is not None and infer(srv, "one")[0] - 1 == one["pid"] % 1000

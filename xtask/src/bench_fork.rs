@@ -13,7 +13,9 @@
 //!   10 s idle, per second.
 //!
 //! Then servers with 1 and with 48 copies of add_sub (one instance each, all loaded at start):
-//! time to ready, the server process's OS threads (`/proc/<pid>/task`) and its PSS.
+//! time to ready, the server process's OS threads (`/proc/<pid>/task`) and its PSS a second
+//! after ready, and its threads again 12 s after ready, once the threads the runtime's blocking
+//! pool started for the stubs' starts have passed their keep-alive (10 s) and ended.
 
 use std::path::Path;
 use std::process::Command;
@@ -105,8 +107,13 @@ pub(crate) fn bench_fork(flags: &[String]) -> Result<()> {
         let ready = start.elapsed();
         // Let start-up threads (loaders) finish.
         std::thread::sleep(Duration::from_secs(1));
-        let threads = std::fs::read_dir(format!("/proc/{}/task", server.pid())).map(|d| d.count()).unwrap_or(0);
-        many.push((count, ready, threads, pss_kib(server.pid())));
+        let threads = || std::fs::read_dir(format!("/proc/{}/task", server.pid())).map(|d| d.count()).unwrap_or(0);
+        let at_ready = threads();
+        let pss = pss_kib(server.pid());
+        // Then the threads the runtime's blocking pool started for the stubs' starts, which end
+        // after its keep-alive (10 s) idle.
+        std::thread::sleep(Duration::from_secs(11));
+        many.push((count, ready, at_ready, threads(), pss));
     }
 
     println!("bench fork (tritium flags: {flags:?}); load average {load_before} before, {} after", load_average());
@@ -118,17 +125,19 @@ pub(crate) fn bench_fork(flags: &[String]) -> Result<()> {
         "PSS per additional instance (median of 3)", pss_mib, PSS_PER_INSTANCE_TARGET_MIB
     );
     println!("{:<44} {:>9.1}/s", "idle stub wake-ups (all threads, 10 s)", wakeups);
-    for (count, ready, threads, pss) in &many {
+    for (count, ready, threads, idle, pss) in &many {
         println!(
-            "{count:>2} models: ready after {:>6.0}ms, server threads {threads:>4}, server PSS {:>6.1}MiB",
+            "{count:>2} models: ready after {:>6.0}ms, server threads {threads:>4} ({idle} 12 s later), server PSS {:>6.1}MiB",
             ms(*ready),
             *pss as f64 / 1024.0
         );
     }
-    if let [(_, _, t1, p1), (_, _, tn, pn)] = many[..] {
+    if let [(_, _, t1, i1, p1), (_, _, tn, i_n, pn)] = many[..] {
+        let per = |a: usize, b: usize| (b as f64 - a as f64) / (MANY - 1) as f64;
         println!(
-            "server per additional instance: {:+.2} threads, {:+.2}MiB PSS (target 0 threads, {SERVER_PSS_PER_INSTANCE_TARGET_MIB}MiB)",
-            (tn as f64 - t1 as f64) / (MANY - 1) as f64,
+            "server per additional instance: {:+.2} threads ({:+.2} 12 s later), {:+.2}MiB PSS (target 0 threads, {SERVER_PSS_PER_INSTANCE_TARGET_MIB}MiB)",
+            per(t1, tn),
+            per(i1, i_n),
             (pn as f64 - p1 as f64) / 1024.0 / (MANY - 1) as f64
         );
     }

@@ -1,12 +1,13 @@
-//! One model instance: a supervised worker thread that owns a stub, takes batches from the
-//! version's queue, turns stub responses into client responses, and restarts the stub when it
-//! dies or hangs.
+//! One model instance: a supervisor task that owns a stub, serves it (batches from the version's
+//! queue, stub responses turned into client responses), and restarts the stub when it dies or
+//! hangs.
 //!
 //! The supervisor's legal transitions are one `match (state, event)` table, [`transition`];
 //! its state changes in one place, [`Status::on`], which refuses (logs and counts) an impossible
 //! event, logs every change inside the instance's span, counts it, and publishes it on a watch
-//! channel for whoever waits for a state. The worker thread spawns its own stubs, so a stub's
-//! `PR_SET_PDEATHSIG` is tied to a thread that lives as long as the instance.
+//! channel for whoever waits for a state. The supervisor is a task on the server's runtime, so an
+//! instance served to completion holds no thread; a decoupled or sequence model's serve loop
+//! holds a thread of the runtime's blocking pool while its stub serves.
 //!
 //! A batch runs in named steps: [`place_inputs`], execute, [`collect_responses`] (outputs read,
 //! ordered and classified), and the times recorded. A decoupled model's batch
@@ -14,7 +15,7 @@
 //! each response as it arrives, during `execute` and while the worker is idle, until the final one.
 //!
 //! Here: the settings ([`InstanceSettings`]), the version context, and the [`Instance`] others see.
-//! `state.rs` is the state machine, `supervise.rs` the worker thread, `serve.rs` its serve loop
+//! `state.rs` is the state machine, `supervise.rs` the supervisor, `serve.rs` the worker thread's serve loop
 //! and the `OpenRequests` table, `batch.rs` one batch's steps, `pipeline.rs` the pipelining
 //! rules (a pure state machine), `ring.rs` the batches in the stub's ring driven by them (on the
 //! worker thread), `lane.rs` the run-to-completion lane on the runtime (which drives the same
@@ -58,7 +59,7 @@ pub(crate) mod testing;
 
 pub(crate) use calls::{BlsCall, BlsCalls, ModelCalls, NoModelCalls};
 pub(crate) use state::StateView;
-pub(crate) use supervise::spawn;
+pub(crate) use supervise::{spawn, Worker};
 
 // The steps of serving a stub, shared by the worker thread and the async lane.
 use adjacent::*;

@@ -106,7 +106,8 @@ enum State {
 struct Version {
     config: Arc<ModelConfig>,
     ctx: Arc<VersionContext>,
-    workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// The instances' supervisors.
+    workers: Mutex<Vec<instance::Worker>>,
     /// How long loading this version took: reading its config, then starting and initializing
     /// its instances (`nv_model_load_duration_secs`).
     load_duration: Duration,
@@ -156,7 +157,7 @@ impl Version {
         self.ctx.queue.close_gracefully();
         let workers = std::mem::take(&mut *self.workers.locked());
         for w in workers {
-            let _ = w.join();
+            w.join();
         }
     }
 }

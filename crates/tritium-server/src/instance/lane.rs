@@ -13,8 +13,8 @@
 //! [`answer_batch`](super::batch::answer_batch)), and so is pipelining: the same [`Ring`] and its
 //! rules (`pipeline.rs`), only sending and waiting done here.
 //!
-//! The worker thread still supervises: it starts the stub, hands it to [`serve`] and blocks
-//! until the task ends with a [`Served`], then finalizes, restarts or gives up as before. Nothing
+//! The supervisor task starts the stub, hands it to [`serve`] and awaits the lane's task until it
+//! ends with a [`Served`], then finalizes, restarts or gives up. Nothing
 //! here blocks the runtime for long: a send waits for room by sleeping on a timer, never on the
 //! futex, and the stub's death reaches the task through the doorbell (its watcher interrupts the
 //! channel, which rings it) and the queue's notification.
@@ -33,8 +33,8 @@ use tritium_sync::Locked;
 
 use super::pipeline::Event;
 use super::{
-    died_idle, gate, panic_message, prepare_batch, take_ready, unwind_to_error, Head, Instance, Ring, Running, Served,
-    Step, VersionContext,
+    died_idle, gate, panic_message, prepare_batch, take_ready, Head, Instance, Ring, Running, Served, Step,
+    VersionContext,
 };
 use crate::off_runtime;
 use crate::scheduler::{Lane, TryNext};
@@ -54,9 +54,12 @@ pub(super) fn eligible(ctx: &VersionContext) -> bool {
 }
 
 /// Serves `stub` from a task on the runtime until the queue closes, a restart is asked for, or
-/// the stub dies; blocks the calling (supervisor) thread meanwhile.
-pub(super) fn serve(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &Arc<Stub>) -> Served {
-    let Some(runtime) = ctx.runtime.clone() else { return super::serve(ctx, instance, stub) };
+/// the stub dies; the supervisor awaits it.
+pub(super) async fn serve(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &Arc<Stub>) -> Served {
+    let Some(runtime) = ctx.runtime.clone() else {
+        let (c, i, s) = (ctx.clone(), instance.clone(), stub.clone());
+        return super::blocking(ctx, move || super::serve(&c, &i, &s)).await;
+    };
     let (c, i, s) = (ctx.clone(), instance.clone(), stub.clone());
     let task = runtime.spawn(
         async move {
@@ -74,17 +77,17 @@ pub(super) fn serve(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &
         }
         .instrument(tracing::Span::current()),
     );
-    match unwind_to_error(|| runtime.block_on(task)) {
-        Ok(Ok(served)) => served,
-        Ok(Err(e)) if e.is_panic() => {
+    match task.await {
+        Ok(served) => served,
+        Err(e) if e.is_panic() => {
             let why = panic_message(&*e.into_panic());
             error!("instance task panicked: {why}");
             instance.inflight.store(0, Ordering::Relaxed);
-            let exit = stub.kill();
+            let exit = off_runtime(|| stub.kill());
             Served::Died(format!("the instance worker panicked: {why}"), exit)
         }
         // The runtime is shutting down: the server stops.
-        Ok(Err(_)) | Err(_) => Served::Closed,
+        Err(_) => Served::Closed,
     }
 }
 

@@ -1,9 +1,10 @@
-//! The instance's worker thread: [`spawn`] starts it, [`supervise()`] starts the stub
+//! The instance's supervisor, a task: [`spawn`] starts it, [`supervise()`] starts the stub
 //! (`initialize`, warmup), serves it, and restarts it with back-off when it dies or hangs, until
 //! the version retires or the restarts exceed their limit. Model code's custom-metric and
 //! model-control calls are answered here ([`call_handler`]).
 
 use super::*;
+use tracing::Instrument;
 
 pub(super) static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
@@ -123,38 +124,123 @@ fn launch(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, spawned: impl FnO
     }
 }
 
-/// Starts the instance's worker thread. `ready` receives the outcome of its first `initialize`.
+/// How an instance's supervisor is waited for when its version retires.
+pub(crate) enum Worker {
+    /// A task on the runtime: the receiver sees its sender dropped when the task ends (or is
+    /// dropped with the runtime).
+    Task(mpsc::Receiver<()>),
+    /// A thread of its own, where the server has no runtime (unit tests).
+    Thread(std::thread::JoinHandle<()>),
+}
+
+impl Worker {
+    /// Waits until the supervisor has ended. Blocks: not for the runtime's threads.
+    pub(crate) fn join(self) {
+        match self {
+            Worker::Task(done) => while done.recv().is_ok() {},
+            Worker::Thread(handle) => {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// Starts the instance's supervisor ([`supervise()`]): a task on the server's runtime, so that
+/// an instance costs the server no thread of its own; on a thread where there is no runtime.
+/// `ready` receives the outcome of its first `initialize`.
 pub(crate) fn spawn(
     ctx: Arc<VersionContext>,
     spec: InstanceSpec,
     ready: mpsc::Sender<Result<(), String>>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
+) -> std::io::Result<Worker> {
     let instance = Arc::new(Instance::new(spec, ctx.metrics.session()));
     ctx.instances.locked().push(instance.clone());
     ctx.live_workers.fetch_add(1, Ordering::SeqCst);
-    let name = format!("instance-{}", instance.spec.name);
-    let ctx2 = ctx.clone();
-    let spawned = std::thread::Builder::new().name(name).spawn(move || {
-        let span =
-            tracing::info_span!("instance", model = %ctx.model, version = ctx.version, instance = %instance.spec.name);
-        let _enter = span.enter();
-        if let Err(why) = unwind_to_error(|| supervise(&ctx, &instance, ready)) {
-            // The supervisor itself broke (serve's panics are caught inside it): the instance
-            // cannot go on, so it is marked failed instead of staying "ready" without a worker.
+    let span =
+        tracing::info_span!("instance", model = %ctx.model, version = ctx.version, instance = %instance.spec.name);
+    // The supervisor itself broke (serve's panics are caught inside it): the instance cannot
+    // go on, so it is marked failed instead of staying "ready" without a worker.
+    let ended = |ctx: &VersionContext, instance: &Instance, panicked: Option<String>| {
+        if let Some(why) = panicked {
             error!("instance supervisor panicked: {why}");
             instance.on(Event::Died(format!("the instance worker panicked: {why}"), StubExit::Other(why.clone())));
             instance.on(Event::GaveUp(format!("the instance worker panicked and stopped: {why}")));
         }
         ctx.queue.instance_gone(&instance.spec.name);
-        retire_worker(&ctx);
-    });
-    if spawned.is_err() {
-        ctx2.live_workers.fetch_sub(1, Ordering::SeqCst);
+        retire_worker(ctx);
+    };
+    if let Some(runtime) = ctx.runtime.clone() {
+        let (done, joined) = mpsc::channel::<()>();
+        let (c, i) = (ctx.clone(), instance.clone());
+        let supervisor = runtime.spawn(async move { supervise(&c, &i, ready).await }.instrument(span.clone()));
+        runtime.spawn(
+            async move {
+                let _done = done;
+                match supervisor.await {
+                    Ok(()) => ended(&ctx, &instance, None),
+                    Err(e) if e.is_panic() => ended(&ctx, &instance, Some(panic_message(&*e.into_panic()))),
+                    // Cancelled: the runtime shuts down, and the server with it.
+                    Err(_) => {}
+                }
+            }
+            .instrument(span),
+        );
+        return Ok(Worker::Task(joined));
     }
-    spawned
+    let ctx2 = ctx.clone();
+    let name = format!("instance-{}", instance.spec.name);
+    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+        let _enter = span.enter();
+        let panicked = unwind_to_error(|| block_on(supervise(&ctx, &instance, ready))).err();
+        ended(&ctx, &instance, panicked);
+    });
+    match spawned {
+        Ok(handle) => Ok(Worker::Thread(handle)),
+        Err(e) => {
+            ctx2.live_workers.fetch_sub(1, Ordering::SeqCst);
+            Err(e)
+        }
+    }
 }
 
-/// A worker thread of `ctx` ends: the last one to go closes the queue and fails what is queued.
+/// Runs `future` to completion on this thread, parking it between polls: the supervisor's
+/// executor where the server has no runtime. Its blocking steps then run inline ([`blocking`]),
+/// so it never waits for anything but them.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let std::task::Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+/// Runs `f`, which blocks (starting a stub, `finalize`, a serve loop that waits on the ring),
+/// on the runtime's blocking pool, in the current span; inline where there is no runtime. A
+/// panic in `f` resumes here.
+pub(super) async fn blocking<T: Send + 'static>(ctx: &VersionContext, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let Some(runtime) = &ctx.runtime else { return f() };
+    let span = tracing::Span::current();
+    match runtime.spawn_blocking(move || span.in_scope(f)).await {
+        Ok(out) => out,
+        Err(e) => match e.try_into_panic() {
+            Ok(payload) => std::panic::resume_unwind(payload),
+            // Cancelled before it ran: the runtime shuts down, and this task ends with it.
+            Err(_) => std::future::pending().await,
+        },
+    }
+}
+
+/// A supervisor of `ctx` ends: the last one to go closes the queue and fails what is queued.
 pub(super) fn retire_worker(ctx: &VersionContext) {
     if ctx.live_workers.fetch_sub(1, Ordering::SeqCst) == 1 {
         for p in ctx.queue.close() {
@@ -191,8 +277,14 @@ pub(super) enum Served {
 }
 
 /// The supervisor loop: start, serve, and on a crash back off and start again, until the queue
-/// closes or the crashes exceed the limit.
-pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, ready: mpsc::Sender<Result<(), String>>) {
+/// closes or the crashes exceed the limit. A task: its blocking steps run on the runtime's
+/// blocking pool ([`blocking`]), and a run-to-completion lane is awaited, so that an instance
+/// whose stub serves from a lane holds no thread.
+pub(super) async fn supervise(
+    ctx: &Arc<VersionContext>,
+    instance: &Arc<Instance>,
+    ready: mpsc::Sender<Result<(), String>>,
+) {
     let sup = &ctx.settings;
     let mut ready = Some(ready);
     let mut crashes = Crashes::default();
@@ -206,7 +298,10 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
         instance.died.store(false, Ordering::Release);
         let (started, recycled) = match replacement.take() {
             Some((stub, reason)) => (Started::Ready(stub), Some(reason)),
-            None => (start_stub(ctx, instance), None),
+            None => {
+                let (c, i) = (ctx.clone(), instance.clone());
+                (blocking(ctx, move || start_stub(&c, &i)).await, None)
+            }
         };
         let stub = match started {
             Started::Ready(stub) => stub,
@@ -225,7 +320,7 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
                     return;
                 }
                 instance.on(Event::Died(why, exit));
-                if !back_off(ctx, instance, &mut crashes, &mut backoff, true) {
+                if !back_off(ctx, instance, &mut crashes, &mut backoff, true).await {
                     return;
                 }
                 continue;
@@ -265,11 +360,11 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
         }
         let ready_at = Instant::now();
         let served = if recycles(ctx) {
-            let (served, next) = serve_within_limits(ctx, instance, &stub);
+            let (served, next) = serve_within_limits(ctx, instance, &stub).await;
             replacement = next;
             served
         } else {
-            serve_caught(ctx, instance, &stub)
+            serve_caught(ctx, instance, &stub).await
         };
         if let (Some((next, reason)), Served::Restart) = (&replacement, &served) {
             // The old stub took its last batch and answered it: the replacement serves from now
@@ -283,16 +378,22 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
         instance.recycling.store(false, Ordering::Release);
         if let Some((next, _)) = replacement.take() {
             // The old stub died or the version stops: the replacement is not needed.
-            if let Err(e) = next.finalize(Duration::from_secs(30)) {
-                warn!("finalize of an unused replacement stub: {e}");
-            }
+            blocking(ctx, move || {
+                if let Err(e) = next.finalize(Duration::from_secs(30)) {
+                    warn!("finalize of an unused replacement stub: {e}");
+                }
+            })
+            .await;
         }
         match served {
             Served::Closed => {
                 instance.on(Event::Stop);
-                if let Err(e) = stub.finalize(Duration::from_secs(30)) {
-                    warn!("finalize: {e}");
-                }
+                blocking(ctx, move || {
+                    if let Err(e) = stub.finalize(Duration::from_secs(30)) {
+                        warn!("finalize: {e}");
+                    }
+                })
+                .await;
                 instance.on(Event::Stopped);
                 return;
             }
@@ -310,7 +411,8 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
                 let client_fault = matches!(exit, StubExit::Signal { signal: libc::SIGBUS, .. })
                     .then(|| crate::shm::shrunk_region(&stub.channel().region_ids()))
                     .flatten();
-                drop(stub);
+                // The last reference: dropping it reaps the process.
+                blocking(ctx, move || drop(stub)).await;
                 let why = match &client_fault {
                     Some(key) => format!(
                         "{why} (the client shrank shared memory region '{key}' while the model used it; \
@@ -322,7 +424,7 @@ pub(super) fn supervise(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, rea
                 if ready_at.elapsed() >= sup.healthy_after {
                     backoff = sup.backoff_initial;
                 }
-                if !back_off(ctx, instance, &mut crashes, &mut backoff, client_fault.is_none()) {
+                if !back_off(ctx, instance, &mut crashes, &mut backoff, client_fault.is_none()).await {
                     return;
                 }
             }
@@ -350,18 +452,26 @@ fn finalize_beside(instance: &Instance, old: Arc<Stub>, what: &'static str) {
     }
 }
 
-/// Serves `stub` until it stops, turning a panic of the worker into a crash of the stub.
-fn serve_caught(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &Arc<Stub>) -> Served {
-    // A panic while serving (a bug in the worker) must not leave the instance "ready" with
-    // nobody taking its queue: it ends this stub like a crash, and the supervisor restarts (or
-    // gives up) as for any other. The batch in flight is answered as dropped.
-    unwind_to_error(|| if lane::eligible(ctx) { lane::serve(ctx, instance, stub) } else { serve(ctx, instance, stub) })
-        .unwrap_or_else(|why| {
+/// Serves `stub` until it stops, turning a panic of the worker into a crash of the stub: from
+/// a lane on the runtime where the model can be served so, else by the serve loop on a thread
+/// of the blocking pool.
+async fn serve_caught(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub: &Arc<Stub>) -> Served {
+    if lane::eligible(ctx) {
+        return lane::serve(ctx, instance, stub).await;
+    }
+    let (c, i, s) = (ctx.clone(), instance.clone(), stub.clone());
+    blocking(ctx, move || {
+        // A panic while serving (a bug in the worker) must not leave the instance "ready" with
+        // nobody taking its queue: it ends this stub like a crash, and the supervisor restarts
+        // (or gives up) as for any other. The batch in flight is answered as dropped.
+        unwind_to_error(|| serve(&c, &i, &s)).unwrap_or_else(|why| {
             error!("instance worker panicked: {why}");
-            instance.inflight.store(0, Ordering::Relaxed);
-            let exit = stub.kill();
+            i.inflight.store(0, Ordering::Relaxed);
+            let exit = s.kill();
             Served::Died(format!("the instance worker panicked: {why}"), exit)
         })
+    })
+    .await
 }
 
 /// Whether the version's stubs are recycled: it has a limit, and no sequence batcher (a
@@ -374,59 +484,57 @@ fn recycles(ctx: &VersionContext) -> bool {
 /// How often a stub with limits (`stub_max_rss_bytes`, `stub_max_requests`) is checked.
 const LIMIT_CHECK: Duration = Duration::from_millis(250);
 
-/// [`serve_caught`] for a version with recycling limits: the stub is served from a thread of
-/// its own while this (the worker) thread checks its limits. A stub over one gets a
-/// replacement, started here (so that its `PR_SET_PDEATHSIG` is tied to this long-lived thread)
-/// while the old one goes on serving; once it is ready the old one is asked to stop taking
-/// batches (the restart flag), and serving ends with [`Served::Restart`] and the replacement.
-/// A replacement that fails to start is retried after the longest restart delay; the old stub
-/// serves on meanwhile.
-fn serve_within_limits(
+/// [`serve_caught`] for a version with recycling limits: while the stub serves, its limits are
+/// checked every [`LIMIT_CHECK`]. A stub over one gets a replacement, started while the old one
+/// goes on serving; once it is ready the old one is asked to stop taking batches (the restart
+/// flag), and serving ends with [`Served::Restart`] and the replacement. A replacement that
+/// fails to start is retried after the longest restart delay; the old stub serves on meanwhile.
+async fn serve_within_limits(
     ctx: &Arc<VersionContext>,
     instance: &Arc<Instance>,
     stub: &Arc<Stub>,
 ) -> (Served, Option<(Arc<Stub>, RecycleReason)>) {
-    std::thread::scope(|scope| {
-        let (done_tx, done) = mpsc::channel::<()>();
-        let serving =
-            std::thread::Builder::new().name(format!("serve-{}", instance.spec.name)).spawn_scoped(scope, move || {
-                let served = serve_caught(ctx, instance, stub);
-                drop(done_tx);
-                served
-            });
-        let serving = match serving {
-            Ok(handle) => handle,
-            Err(e) => {
-                warn!("cannot serve on a thread of its own ({e}); the stub is served without recycling");
-                return (serve_caught(ctx, instance, stub), None);
+    let Some(runtime) = ctx.runtime.clone() else {
+        warn!("recycling needs the server's runtime; the stub is served without recycling");
+        return (serve_caught(ctx, instance, stub).await, None);
+    };
+    // Served by a task of its own, so that it goes on while a replacement starts.
+    let serving = {
+        let (c, i, s) = (ctx.clone(), instance.clone(), stub.clone());
+        runtime.spawn(async move { serve_caught(&c, &i, &s).await }.instrument(tracing::Span::current()))
+    };
+    let mut serving = std::pin::pin!(serving);
+    let mut next = None;
+    let mut retry_at = Instant::now();
+    loop {
+        tokio::select! {
+            served = &mut serving => {
+                let served = served.unwrap_or_else(|e| {
+                    let why = if e.is_panic() { panic_message(&*e.into_panic()) } else { e.to_string() };
+                    Served::Died(format!("the instance worker panicked: {why}"), crate::off_runtime(|| stub.kill()))
+                });
+                return (served, next);
             }
-        };
-        let mut next = None;
-        let mut retry_at = Instant::now();
-        while let Err(mpsc::RecvTimeoutError::Timeout) = done.recv_timeout(LIMIT_CHECK) {
-            if next.is_some() || Instant::now() < retry_at {
-                continue;
+            () = tokio::time::sleep(LIMIT_CHECK) => {}
+        }
+        if next.is_some() || Instant::now() < retry_at {
+            continue;
+        }
+        let Some((reason, why)) = over_limit(&ctx.settings, instance, stub) else { continue };
+        info!(reason = reason.as_str(), "stub {why}; starting its replacement");
+        let (c, i) = (ctx.clone(), instance.clone());
+        match blocking(ctx, move || prestart(&c, &i)).await {
+            Started::Ready(fresh) => {
+                next = Some((fresh, reason));
+                instance.recycling.store(true, Ordering::Release);
+                instance.request_restart(&ctx.queue);
             }
-            let Some((reason, why)) = over_limit(&ctx.settings, instance, stub) else { continue };
-            info!(reason = reason.as_str(), "stub {why}; starting its replacement");
-            match prestart(ctx, instance) {
-                Started::Ready(fresh) => {
-                    next = Some((fresh, reason));
-                    instance.recycling.store(true, Ordering::Release);
-                    instance.request_restart(&ctx.queue);
-                }
-                Started::Failed(e) | Started::Died(e, _) => {
-                    warn!("the replacement of the stub over its limit did not start: {e}; the stub serves on");
-                    retry_at = Instant::now() + ctx.settings.backoff_max;
-                }
+            Started::Failed(e) | Started::Died(e, _) => {
+                warn!("the replacement of the stub over its limit did not start: {e}; the stub serves on");
+                retry_at = Instant::now() + ctx.settings.backoff_max;
             }
         }
-        let served = serving.join().unwrap_or_else(|payload| {
-            let why = panic_message(&*payload);
-            Served::Died(format!("the instance worker panicked: {why}"), stub.kill())
-        });
-        (served, next)
-    })
+    }
 }
 
 /// Which limit the running stub is over, if any, and how, in words.
@@ -465,7 +573,7 @@ impl Crashes {
 /// Records a crash (when `counted`: a client's fault is not), then either gives up (too many
 /// crashes) or enters backing off and sleeps the delay. False when the instance gives up or the
 /// queue closes meanwhile (the instance then stops).
-pub(super) fn back_off(
+pub(super) async fn back_off(
     ctx: &VersionContext,
     instance: &Instance,
     crashes: &mut Crashes,
@@ -485,7 +593,8 @@ pub(super) fn back_off(
     instance.on(Event::BackOff);
     let delay = *backoff;
     *backoff = (*backoff * 2).min(sup.backoff_max);
-    if ctx.queue.wait_closed(delay) {
+    let queue = ctx.queue.clone();
+    if blocking(ctx, move || queue.wait_closed(delay)).await {
         instance.on(Event::Stop);
         instance.on(Event::Stopped);
         return false;
