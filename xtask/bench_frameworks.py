@@ -16,15 +16,30 @@ max_queue_delay 500 us) for 16. A third, `identity` (a Python model returning it
 only), measures at concurrency 1 what the client, gRPC and the server cost without the model: it
 splits tritium's added latency into that round trip and the rest.
 
-Each run prints throughput, p50/p99 latency and CPU per request (the server's processes, stubs
-included; the client, tritonclient in this process, is not counted, but it shares the machine's
-CPUs and its per-request cost is in the latency). The whole measurement runs RUNS times (2 by
-default; the two servers' order alternates between runs), printing the load average before each;
-the medians and spreads are printed last, with the ratios and whether each target is met.
+The client is perf_analyzer (C++, `.venv/bin/perf_analyzer` from `cargo xtask setup`), invoked as
+`cargo xtask bench serve` does: `--concurrency-range N` over gRPC, requests of batch 1 (X: FP32
+[1, 512], random data it makes itself), its stability rule switched off (`--stability-percentage
+1000`) so that each case is the merge of its first 3 windows of DUR / 3 seconds each; throughput
+and p50/p99 latency are its own. It is the default because tritonclient's Python gRPC client, which
+this script used before (still there with CLIENT=python), spends about 225 us of CPU per request
+on the same 2 CPUs as the servers: that capped both servers' throughput at concurrency 16 and
+inflated both servers' concurrency-1 latency, hiding what the servers themselves do. Before each
+case one request through tritonclient warms the model and checks its output against the floor's.
+
+Each run prints throughput, p50/p99 latency, CPU per request of the server's processes (stubs
+included: their CPU time from /proc over the whole perf_analyzer run, divided by the requests the
+model's statistics count meanwhile), and the client's own CPU per request as a separate column
+(perf_analyzer's: its CPU time as a reaped child, over the same requests; with CLIENT=python, this
+process's). The client shares the machine's CPUs, so its cost is in the latency and throughput but
+not in the server's column. The whole measurement runs RUNS times (2 by default; the two servers'
+order alternates between runs), printing the load average before each; the medians and spreads
+are printed last, with the ratios and whether each target is met.
 
 Environment: TRITIUM_BIN (default target/release/tritium), TRITIUM_FLAGS (more `tritium serve`
-flags, split at whitespace), DUR seconds per case (5), THREADS
-intra-op threads (1), RUNS (2), TRITON_COMMAND (JSON: program, args, env; set by xtask).
+flags, split at whitespace), DUR seconds per case (5), THREADS intra-op threads (1), RUNS (2),
+CLIENT (`perf_analyzer`, the default, or `python`: tritonclient's gRPC client in this process, one
+thread per concurrent request), PERF_ANALYZER (default .venv/bin/perf_analyzer), TRITON_COMMAND
+(JSON: program, args, env; set by xtask).
 """
 
 import concurrent.futures
@@ -53,6 +68,13 @@ THREADS = int(os.environ.get("THREADS", "1"))
 RUNS = int(os.environ.get("RUNS", "2"))
 FLAGS = os.environ.get("TRITIUM_FLAGS", "").split()
 TRITON = json.loads(os.environ["TRITON_COMMAND"]) if os.environ.get("TRITON_COMMAND") else None
+CLIENT = os.environ.get("CLIENT", "perf_analyzer")
+PERF_ANALYZER = os.environ.get("PERF_ANALYZER", os.path.join(ROOT, ".venv", "bin", "perf_analyzer"))
+# perf_analyzer's window, as `bench serve` runs it: its stability rule (3 windows within 10% of
+# each other) rarely holds on a small, busy machine, and then it prints no result at all; so the
+# rule is switched off and each case is the merge of its first 3 windows, DUR seconds in all.
+WINDOWS = 3
+STABILITY_PERCENT = 1000
 
 # Targets (issue 33).
 ADDED_LATENCY_TARGET_US = 50
@@ -202,9 +224,97 @@ def start(server, repo, ports):
     return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
+def stats(port, model):
+    """`model`'s statistics from the server at HTTP `port`, retried a few times (a busy server may
+    drop the connection)."""
+    for attempt in range(5):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/stats", timeout=10) as r:
+                return json.loads(r.read())["model_stats"][0]
+        except OSError:
+            if attempt == 4:
+                raise
+            time.sleep(0.2)
+
+
+def children_cpu():
+    """CPU seconds of this process's children that have exited and been waited for: read before
+    and after running perf_analyzer to completion, the difference is what it spent (the server, also
+    a child, is only reaped after its cases)."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def parse_perf(stdout):
+    """Throughput and p50/p99 latency (us) from perf_analyzer's first `Client:` block, or None."""
+    at = stdout.find("Client:")
+    if at < 0:
+        return None
+    lines = [line.strip() for line in stdout[at:].splitlines()]
+
+    def value(key):
+        line = next((line for line in lines if line.startswith(key)), None)
+        return float(line[len(key) :].split()[0]) if line else None
+
+    found = [value("Throughput:"), value("p50 latency:"), value("p99 latency:")]
+    return None if None in found else tuple(found)
+
+
+def perf_analyzer(proc, ports, model, concurrency):
+    """perf_analyzer on `model` at `concurrency` over gRPC: (throughput, p50 us, p99 us, server CPU
+    per request, perf_analyzer's CPU per request), CPU over the whole run and the requests the
+    model served meanwhile."""
+    window_ms = max(1, round(DUR * 1000 / WINDOWS))
+    args = [PERF_ANALYZER, "-m", model, "-i", "grpc", "-u", f"127.0.0.1:{ports[1]}"]
+    args += ["--concurrency-range", str(concurrency), "--measurement-interval", str(window_ms)]
+    args += ["--stability-percentage", str(STABILITY_PERCENT)]
+    served0, cpu0, client0 = int(stats(ports[0], model)["inference_count"]), tree_cpu(proc.pid), children_cpu()
+    out = subprocess.run(args, capture_output=True, text=True, timeout=DUR * 10 + 120)
+    client = children_cpu() - client0
+    cpu, served = tree_cpu(proc.pid) - cpu0, int(stats(ports[0], model)["inference_count"]) - served0
+    parsed = parse_perf(out.stdout)
+    if out.returncode != 0 or parsed is None or served <= 0:
+        tail = "\n".join((out.stdout + out.stderr).splitlines()[-40:])
+        raise RuntimeError(f"{' '.join(args)} failed ({out.returncode}; {served} served):\n{tail}")
+    return (*parsed, cpu / served, client / served)
+
+
+def python_client(proc, port, model, concurrency, x, want):
+    """tritonclient's gRPC client, one thread and connection per concurrent request, in this
+    process: as perf_analyzer's tuple, the client's CPU being this process's."""
+    clients = [grpcclient.InferenceServerClient(f"127.0.0.1:{port}") for _ in range(concurrency)]
+
+    def loop(client):
+        tensor = grpcclient.InferInput("X", [1, 512], "FP32")
+        tensor.set_data_from_numpy(x)
+        latencies, end = [], time.time() + DUR
+        while time.time() < end:
+            t = time.perf_counter()
+            result = client.infer(model, [tensor])
+            latencies.append(time.perf_counter() - t)
+        np.testing.assert_allclose(result.as_numpy("Y"), want, rtol=1e-4, atol=1e-5)
+        return latencies
+
+    for client in clients:
+        check(client, model, x, want)
+    cpu, client_cpu = tree_cpu(proc.pid), time.process_time()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        latencies = [t for ts in pool.map(loop, clients) for t in ts]
+    n = len(latencies)
+    cpu, client_cpu = tree_cpu(proc.pid) - cpu, time.process_time() - client_cpu
+    return n / DUR, pct(latencies, 50) * 1e6, pct(latencies, 99) * 1e6, cpu / n, client_cpu / n
+
+
+def check(client, model, x, want):
+    """One request: warms `model` up and checks its output."""
+    tensor = grpcclient.InferInput("X", [1, 512], "FP32")
+    tensor.set_data_from_numpy(x)
+    np.testing.assert_allclose(client.infer(model, [tensor]).as_numpy("Y"), want, rtol=1e-4, atol=1e-5)
+
+
 def served(server, repo, x, expected):
-    """{case: (latencies, cpu per request)} of `server` on `repo`, and (inferences, executions)
-    of the batching model."""
+    """{case: (throughput, p50 us, p99 us, server CPU per request, client CPU per request)} of
+    `server` on `repo`, and (inferences, executions) of the batching model."""
     ports = [free_port() for _ in range(3)]
     proc = start(server, repo, ports)
     models = ["mlp", "mlp_batching"] + (["identity"] if server == "tritium" else [])
@@ -227,40 +337,25 @@ def served(server, repo, x, expected):
         if server == "tritium":
             cases.append(("identity", 1, x))
         for model, concurrency, want in cases:
-            clients = [grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}") for _ in range(concurrency)]
-
-            def loop(client, model=model, want=want):
-                tensor = grpcclient.InferInput("X", [1, 512], "FP32")
-                tensor.set_data_from_numpy(x)
-                latencies, end = [], time.time() + DUR
-                while time.time() < end:
-                    t = time.perf_counter()
-                    result = client.infer(model, [tensor])
-                    latencies.append(time.perf_counter() - t)
-                np.testing.assert_allclose(result.as_numpy("Y"), want, rtol=1e-4, atol=1e-5)
-                return latencies
-
-            warm = grpcclient.InferInput("X", [1, 512], "FP32")
-            warm.set_data_from_numpy(x)
-            for client in clients:
-                client.infer(model, [warm])
-            cpu = tree_cpu(proc.pid)
-            with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
-                latencies = [t for ts in pool.map(loop, clients) for t in ts]
-            results[(model, concurrency)] = (latencies, (tree_cpu(proc.pid) - cpu) / len(latencies))
-        with urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/v2/models/mlp_batching/stats") as r:
-            stats = json.loads(r.read())["model_stats"][0]
-        results["batches"] = (int(stats["inference_count"]), int(stats["execution_count"]))
+            if CLIENT == "python":
+                results[(model, concurrency)] = python_client(proc, ports[1], model, concurrency, x, want)
+            else:
+                check(grpcclient.InferenceServerClient(f"127.0.0.1:{ports[1]}"), model, x, want)
+                results[(model, concurrency)] = perf_analyzer(proc, ports, model, concurrency)
+        batching = stats(ports[0], "mlp_batching")
+        results["batches"] = (int(batching["inference_count"]), int(batching["execution_count"]))
     finally:
         proc.terminate()
         proc.wait()
     return results
 
 
-def line(name, latencies, cpu):
-    rate = len(latencies) / DUR
-    p50, p99 = pct(latencies, 50) * 1e6, pct(latencies, 99) * 1e6
-    print(f"  {name:26} {rate:8.0f} inf/s  p50 {p50:7.0f} us  p99 {p99:7.0f} us  cpu/req {cpu * 1e6:6.0f} us")
+def line(name, rate, p50, p99, cpu, client=None):
+    client = "     -" if client is None else f"{client * 1e6:6.0f}"
+    print(
+        f"  {name:26} {rate:8.0f} inf/s  p50 {p50:7.0f} us  p99 {p99:7.0f} us  cpu/req {cpu * 1e6:6.0f} us"
+        f"  client cpu/req {client} us"
+    )
     return rate, p50
 
 
@@ -269,7 +364,18 @@ def spread(values):
 
 
 def main():
+    if CLIENT not in ("perf_analyzer", "python"):
+        sys.exit(f"CLIENT={CLIENT!r}: expected perf_analyzer (the default) or python")
+    if CLIENT == "perf_analyzer" and not os.access(PERF_ANALYZER, os.X_OK):
+        sys.exit(
+            f"{PERF_ANALYZER} is missing (perf_analyzer needs libb64-0d; run `cargo xtask setup`), "
+            "or run with CLIENT=python for tritonclient's Python client"
+        )
     print(f"{os.cpu_count()} CPUs; {DUR} s per case; {THREADS} intra-op thread(s); {RUNS} runs")
+    if CLIENT == "python":
+        print("client: tritonclient's Python gRPC client in this process (its CPU per request caps c16 and adds to c1)")
+    else:
+        print(f"client: {PERF_ANALYZER} (gRPC; {WINDOWS} windows of {DUR / WINDOWS:.2f} s per case)")
     if TRITON is None:
         print("TRITON_COMMAND is not set (run `cargo xtask bench frameworks`): Triton's reference is skipped")
     summary = {}
@@ -281,7 +387,9 @@ def main():
             x = np.random.default_rng(1).standard_normal((1, 512), dtype=np.float32)
             print(f"run {run + 1}: load average {open('/proc/loadavg').read().split()[0]}")
             latencies, cpu, expected = floor(onnx_file, x)
-            summary.setdefault("floor (in-process) c1", []).append(line("floor (in-process) c1", latencies, cpu))
+            name = "floor (in-process) c1"
+            p50, p99 = pct(latencies, 50) * 1e6, pct(latencies, 99) * 1e6
+            summary.setdefault(name, []).append(line(name, len(latencies) / DUR, p50, p99, cpu))
             servers = ["tritium"] + (["triton"] if TRITON else [])
             for server in servers if run % 2 == 0 else servers[::-1]:
                 os.makedirs(os.path.join(repo, server))
