@@ -21,7 +21,7 @@
 
 use std::collections::HashSet;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -101,6 +101,11 @@ struct Bell {
     /// expires sooner than the runtime's next wake-up makes the runtime wake itself (a write to
     /// its eventfd and one more `epoll_wait`), which a timeout per wait did on every request.
     watch: Timer,
+    /// Whether the runtime's spin ([`park_spin`]) has been paying for this stub: its last batch
+    /// ended within twice the spin budget of the lane's wait. A batch that runs longer than the
+    /// budget is never caught by a spin, and its wait is not listed for one: a model whose
+    /// `execute` takes 80 us had the worker spin its whole budget for nothing on every request.
+    spin_pays: AtomicBool,
 }
 
 impl Bell {
@@ -113,14 +118,25 @@ impl Bell {
         // until the AsyncFd drops it.
         let fd = unsafe { AsyncFd::register_with_interest(dup, tokio::io::Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
-        Ok(Self { fd, doorbell, watch: Timer::new()? })
+        Ok(Self { fd, doorbell, watch: Timer::new()?, spin_pays: AtomicBool::new(true) })
     }
 
     /// [`Bell::wait`] for a stub that executes a batch: while it waits, the runtime's worker
-    /// about to park spins briefly on the stub's ring first ([`park_spin`]).
+    /// about to park spins briefly on the stub's ring first ([`park_spin`]), unless spinning has
+    /// not been paying for this stub ([`Bell::batch_ended`]).
     async fn wait_executing(&self, stub: &Stub, limit: Duration, since: Instant) -> bool {
-        let _listed = Executing::list(stub, since);
+        let _listed = self.spin_pays.load(Ordering::Relaxed).then(|| Executing::list(stub, since));
         self.wait(stub, limit).await
+    }
+
+    /// A batch ended `waited` after its lane began to wait for it. Within the spin budget, a
+    /// spin would have caught its end (or did); a lane whose worker slept sees the end a wake-up
+    /// later, which costs about the budget (auto sets the budget to the wake-up's cost), hence
+    /// twice the budget. Longer: its next batch is waited for without a spin, and the batch after
+    /// a quick one with.
+    fn batch_ended(&self, waited: Duration) {
+        let budget = Duration::from_nanos(PARK_SPIN_NS.load(Ordering::Relaxed));
+        self.spin_pays.store(waited <= budget * 2, Ordering::Relaxed);
     }
 
     /// Waits up to `limit` for the stub to send something (or for its channel to be
@@ -158,6 +174,8 @@ impl Bell {
 /// lane began to wait for that batch; `LISTED` counts them, for a look without the lock.
 static EXECUTING: std::sync::Mutex<Vec<(Arc<tritium_ipc::ServerChannel>, Instant)>> = std::sync::Mutex::new(Vec::new());
 static LISTED: AtomicUsize = AtomicUsize::new(0);
+/// [`park_spin`]'s budget, for [`Bell::batch_ended`].
+static PARK_SPIN_NS: AtomicU64 = AtomicU64::new(0);
 /// Whether a worker is in [`park_spin`]'s loop: one spinner is enough for every listed stub.
 static SPINNING: AtomicBool = AtomicBool::new(false);
 
@@ -192,6 +210,7 @@ impl Drop for Executing {
 /// without the sleep and the wake-up of a second CPU. One worker spins at a time, and it yields
 /// its CPU to any other runnable thread as it goes.
 pub fn park_spin(budget: Duration) {
+    PARK_SPIN_NS.store(u64::try_from(budget.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
     if budget.is_zero() || LISTED.load(Ordering::Acquire) == 0 {
         return;
     }
@@ -517,6 +536,7 @@ async fn complete(ctx: &VersionContext, stub: &Stub, bell: &Bell, running: &mut 
     loop {
         while let Some(msg) = try_message(stub)? {
             if stub.batch_message(&mut running.submitted, msg)? {
+                bell.batch_ended(start.elapsed());
                 return Ok(());
             }
         }
