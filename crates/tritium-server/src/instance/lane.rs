@@ -33,7 +33,7 @@ use tritium_sync::Locked;
 
 use super::pipeline::Event;
 use super::{
-    died_idle, gate, panic_message, prepare_batch, take_ready, Head, Instance, Ring, Running, Served, Step,
+    died_idle, gate, prepare_batch, served_by_task, take_ready, Head, Instance, Ring, Running, Served, Step,
     VersionContext,
 };
 use crate::off_runtime;
@@ -77,18 +77,7 @@ pub(super) async fn serve(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, s
         }
         .instrument(tracing::Span::current()),
     );
-    match task.await {
-        Ok(served) => served,
-        Err(e) if e.is_panic() => {
-            let why = panic_message(&*e.into_panic());
-            error!("instance task panicked: {why}");
-            instance.inflight.store(0, Ordering::Relaxed);
-            let exit = off_runtime(|| stub.kill());
-            Served::Died(format!("the instance worker panicked: {why}"), exit)
-        }
-        // The runtime is shutting down: the server stops.
-        Err(_) => Served::Closed,
-    }
+    served_by_task(task.await, instance, stub)
 }
 
 /// The runtime's side of a stub's doorbell.

@@ -474,6 +474,26 @@ async fn serve_caught(ctx: &Arc<VersionContext>, instance: &Arc<Instance>, stub:
     .await
 }
 
+/// What the end of a task that served `stub` means to the supervisor: its answer; a panic ends
+/// the stub like a crash; cancelled, the runtime shuts down and the server stops.
+pub(super) fn served_by_task(
+    joined: Result<Served, tokio::task::JoinError>,
+    instance: &Instance,
+    stub: &Stub,
+) -> Served {
+    match joined {
+        Ok(served) => served,
+        Err(e) if e.is_panic() => {
+            let why = panic_message(&*e.into_panic());
+            error!("instance task panicked: {why}");
+            instance.inflight.store(0, Ordering::Relaxed);
+            let exit = crate::off_runtime(|| stub.kill());
+            Served::Died(format!("the instance worker panicked: {why}"), exit)
+        }
+        Err(_) => Served::Closed,
+    }
+}
+
 /// Whether the version's stubs are recycled: it has a limit, and no sequence batcher (a
 /// sequence's state lives in its stub, and would be lost).
 fn recycles(ctx: &VersionContext) -> bool {
@@ -508,13 +528,7 @@ async fn serve_within_limits(
     let mut retry_at = Instant::now();
     loop {
         tokio::select! {
-            served = &mut serving => {
-                let served = served.unwrap_or_else(|e| {
-                    let why = if e.is_panic() { panic_message(&*e.into_panic()) } else { e.to_string() };
-                    Served::Died(format!("the instance worker panicked: {why}"), crate::off_runtime(|| stub.kill()))
-                });
-                return (served, next);
-            }
+            served = &mut serving => return (served_by_task(served, instance, stub), next),
             () = tokio::time::sleep(LIMIT_CHECK) => {}
         }
         if next.is_some() || Instant::now() < retry_at {
