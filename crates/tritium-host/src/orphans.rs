@@ -1,7 +1,9 @@
-//! The children this process owns, and the reaping of those it does not: once the server is a
-//! child subreaper (it is when a fork server runs), orphaned descendants become its children.
+//! The children this process owns (started from one launcher thread, registered as owned), and
+//! the reaping of those it does not: once the server is a child subreaper (it is when a fork
+//! server runs), orphaned descendants become its children.
 
 use std::collections::BTreeSet;
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -17,6 +19,56 @@ pub(crate) static SUBREAPER: AtomicBool = AtomicBool::new(false);
 
 pub(crate) fn lock_owned() -> std::sync::MutexGuard<'static, BTreeSet<u32>> {
     OWNED.locked()
+}
+
+/// `command.spawn()` on the [`launcher`] thread, its pid registered as owned.
+pub(crate) fn spawn_owned(command: Command) -> std::io::Result<Child> {
+    let mut owned = lock_owned();
+    let child = launch(command)?;
+    owned.insert(child.id());
+    Ok(child)
+}
+
+/// A command for the launcher, and where its outcome goes.
+type Launch = (Command, std::sync::mpsc::SyncSender<std::io::Result<Child>>);
+
+/// The thread every child is started from. A child's `PR_SET_PDEATHSIG` fires when the *thread*
+/// that forked it ends, not only when the process does; instances start their stubs from the
+/// runtime's blocking pool, whose threads end after a while idle, and a stub (or a fork server)
+/// started from one would be killed with it. This thread lives as long as the server. `None`
+/// when it could not be started: children are then started by their callers' threads.
+fn launcher() -> Option<&'static std::sync::mpsc::Sender<Launch>> {
+    static LAUNCHER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Launch>>> = std::sync::OnceLock::new();
+    LAUNCHER
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<Launch>();
+            let started = std::thread::Builder::new().name("launcher".into()).spawn(move || {
+                for (mut command, outcome) in rx {
+                    let _ = outcome.send(command.spawn());
+                }
+            });
+            match started {
+                Ok(_) => Some(tx),
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot start the launcher thread ({e}): children start from their callers' threads, and \
+                         a stub whose starting thread ends is killed with it"
+                    );
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Starts `command` from the [`launcher`] thread.
+fn launch(mut command: Command) -> std::io::Result<Child> {
+    let Some(launcher) = launcher() else { return command.spawn() };
+    let (outcome, answer) = std::sync::mpsc::sync_channel(1);
+    if let Err(std::sync::mpsc::SendError((mut command, _))) = launcher.send((command, outcome)) {
+        return command.spawn();
+    }
+    answer.recv().unwrap_or_else(|_| Err(std::io::Error::other("the launcher thread ended")))
 }
 
 /// Reaps the children that nobody waits for: once the server is a child subreaper (it is when a

@@ -44,7 +44,7 @@ use tracing::Span;
 use tritium_sync::Locked;
 
 pub use crate::orphans::reap_orphans;
-use crate::orphans::{lock_owned, SUBREAPER};
+use crate::orphans::{lock_owned, spawn_owned, SUBREAPER};
 pub use crate::output::StderrTail;
 
 /// How long a stub gets after SIGTERM before SIGKILL.
@@ -459,56 +459,6 @@ pub const NO_FORK_SERVER_ENV: &str = "TRITIUM_NO_FORK_SERVER";
 
 fn fork_server_wanted(cmd: &StubCommand) -> bool {
     FORK_SERVER.load(Ordering::Relaxed) && !cmd.env.iter().any(|(k, v)| k == NO_FORK_SERVER_ENV && v == "1")
-}
-
-/// `command.spawn()` on the [`launcher`] thread, its pid registered as owned.
-fn spawn_owned(command: Command) -> std::io::Result<Child> {
-    let mut owned = lock_owned();
-    let child = launch(command)?;
-    owned.insert(child.id());
-    Ok(child)
-}
-
-/// A command for the launcher, and where its outcome goes.
-type Launch = (Command, std::sync::mpsc::SyncSender<std::io::Result<Child>>);
-
-/// The thread every child is started from. A child's `PR_SET_PDEATHSIG` fires when the *thread*
-/// that forked it ends, not only when the process does; instances start their stubs from the
-/// runtime's blocking pool, whose threads end after a while idle, and a stub (or a fork server)
-/// started from one would be killed with it. This thread lives as long as the server. `None`
-/// when it could not be started: children are then started by their callers' threads.
-fn launcher() -> Option<&'static std::sync::mpsc::Sender<Launch>> {
-    static LAUNCHER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Launch>>> = std::sync::OnceLock::new();
-    LAUNCHER
-        .get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel::<Launch>();
-            let started = std::thread::Builder::new().name("launcher".into()).spawn(move || {
-                for (mut command, outcome) in rx {
-                    let _ = outcome.send(command.spawn());
-                }
-            });
-            match started {
-                Ok(_) => Some(tx),
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot start the launcher thread ({e}): children start from their callers' threads, and \
-                         a stub whose starting thread ends is killed with it"
-                    );
-                    None
-                }
-            }
-        })
-        .as_ref()
-}
-
-/// Starts `command` from the [`launcher`] thread.
-fn launch(mut command: Command) -> std::io::Result<Child> {
-    let Some(launcher) = launcher() else { return command.spawn() };
-    let (outcome, answer) = std::sync::mpsc::sync_channel(1);
-    if let Err(std::sync::mpsc::SendError((mut command, _))) = launcher.send((command, outcome)) {
-        return command.spawn();
-    }
-    answer.recv().unwrap_or_else(|_| Err(std::io::Error::other("the launcher thread ended")))
 }
 
 /// Fork servers: one per interpreter and environment, forking stubs on request.
