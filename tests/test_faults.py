@@ -406,6 +406,29 @@ def test_an_idle_instance_wakes_a_few_times_a_second(start):
     assert "heartbeat lost" not in srv.log_text()
 
 
+def test_a_busy_stub_does_not_wake_its_heartbeat_thread_per_request(start):
+    # The heartbeat thread takes its long beat only when the main thread took nothing during its
+    # last one. It took it whenever the main thread was waiting for a request, and the main thread
+    # then woke it on its way to every `execute`: a futex wake and a context switch per request
+    # in a stub serving back-to-back requests (and the woken thread's pump held the receive lock
+    # the main thread came back for).
+    sleepy(start.repo)
+    srv = start(["sleepy"])
+    c = grpcclient.InferenceServerClient(srv.grpc_url)
+    inp = grpcclient.InferInput("MS", [1], "INT32")
+    inp.set_data_from_numpy(np.array([0], dtype=np.int32))
+    c.infer("sleepy", [inp])
+    (stub,) = [p for p in children(srv.proc.pid) if len(os.listdir(f"/proc/{p}/task")) > 1]
+    requests = 600
+    before, started = sleeps(stub, "tritium-heartbe"), time.monotonic()
+    for _ in range(requests):
+        c.infer("sleepy", [inp])
+    slept, took = sleeps(stub, "tritium-heartbe") - before, time.monotonic() - started
+    # Its 20 ms beat while requests come, plus a few long beats where the client paused.
+    allowed = int(took / 0.02) + 10
+    assert slept <= allowed, f"the heartbeat thread slept {slept} times over {requests} requests in {took:.2f} s"
+
+
 @RTC
 def test_requests_abandoned_by_their_client_are_not_executed(start, rtc):
     sleepy(start.repo, count=1)

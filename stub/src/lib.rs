@@ -261,12 +261,13 @@ impl Channel {
         std::thread::Builder::new()
             .name("tritium-heartbeat".into())
             .spawn(move || {
+                let mut seen = 0;
                 while let Some(channel) = weak.upgrade() {
                     channel.beat();
                     // A failed ring is reported to whoever receives next.
                     let pumping = pumped.pump(&channel).unwrap_or(true);
                     drop(channel);
-                    pumped.sleep_between_beats(pumping);
+                    pumped.sleep_between_beats(pumping, &mut seen);
                 }
             })
             .map_err(|e| ChannelError::new_err(format!("cannot start the heartbeat thread: {e}")))?;

@@ -38,6 +38,10 @@ pub(crate) struct Router {
     /// The heartbeat thread sleeps its long beat (another thread was receiving, so nothing
     /// needed pumping); whoever stops receiving wakes it ([`Router::quicken_beat`]).
     pub(crate) beat_slow: AtomicBool,
+    /// Messages handed to the main loop so far ([`Router::next`]): the heartbeat thread takes
+    /// its long beat only when none came during its last one, so a busy stub's main thread
+    /// does not wake it on every request.
+    pub(crate) handed: AtomicU64,
     pub(crate) beat_lock: Mutex<()>,
     pub(crate) beat_woken: Condvar,
 }
@@ -221,10 +225,21 @@ impl Router {
         Ok(true)
     }
 
-    /// The heartbeat thread's sleep between beats: [`BEAT`] while it pumped the ring; while
-    /// another thread was receiving, [`IDLE_BEAT`] or until [`Router::quicken_beat`].
-    pub(crate) fn sleep_between_beats(&self, pumped: bool) {
-        if pumped {
+    /// The heartbeat thread's sleep between beats: [`BEAT`] while it pumped the ring or while
+    /// the main loop has been taking messages since the last beat (`seen`: [`Router::handed`]
+    /// then); while another thread was receiving and nothing came, [`IDLE_BEAT`] or until
+    /// [`Router::quicken_beat`].
+    ///
+    /// Only an idle stub takes the long beat, so only its first request after an idle spell
+    /// wakes the heartbeat thread. A stub that executes request after request keeps the short
+    /// one, which needs no waking: when its main thread went back to model code after every
+    /// request to find the heartbeat thread in its long beat, it woke it every time (a futex
+    /// wake and a context switch per request, and the woken thread's pump then held the receive
+    /// lock the main thread was coming back for).
+    pub(crate) fn sleep_between_beats(&self, pumped: bool, seen: &mut u64) {
+        let handed = self.handed.load(Ordering::Relaxed);
+        let busy = std::mem::replace(seen, handed) != handed;
+        if pumped || busy {
             std::thread::sleep(BEAT);
             return;
         }
@@ -287,6 +302,7 @@ impl Router {
         let _receiving = self.receiving.locked();
         loop {
             if let Some(m) = self.pending.locked().pop_front() {
+                self.handed.fetch_add(1, Ordering::Relaxed);
                 self.quicken_beat();
                 return Ok(Some(m));
             }
@@ -294,6 +310,7 @@ impl Router {
             match channel.recv(left)? {
                 Some(m) => {
                     if let Some(m) = self.dispatch(channel, m) {
+                        self.handed.fetch_add(1, Ordering::Relaxed);
                         self.quicken_beat();
                         return Ok(Some(m));
                     }

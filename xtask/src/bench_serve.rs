@@ -700,6 +700,10 @@ impl Server {
     ) -> Result<Self> {
         let file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
         cmd.stdin(Stdio::null()).stdout(file.try_clone()?).stderr(file);
+        // A process group of its own, which `drop` sweeps: a server stopped while it still loads
+        // (Triton, when the other server failed to start) can leave its stubs behind, and they
+        // would skew every later measurement on the machine.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         eprintln!("xtask: {cmd:?}");
         let child = cmd.spawn().with_context(|| format!("cannot start {name}: {cmd:?}"))?;
         Ok(Self { name, child, log: log.to_owned(), http_port, grpc_port })
@@ -753,6 +757,15 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        self.stop();
+        // Whatever is left of its process group (stubs of a server stopped mid-start).
+        let _ =
+            Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).stderr(Stdio::null()).status();
+    }
+}
+
+impl Server {
+    fn stop(&mut self) {
         if matches!(self.child.try_wait(), Ok(Some(_))) {
             return;
         }
