@@ -95,7 +95,20 @@ struct Bell {
     /// budget is never caught by a spin, and its wait is not listed for one: a model whose
     /// `execute` takes 80 us had the worker spin its whole budget for nothing on every request.
     spin_pays: AtomicBool,
+    /// When the stub's last batch ended: a batch that comes to an idle stub long after it
+    /// ([`SPIN_GAP`]) is waited for without the spin (see [`Bell::wait_executing`]).
+    last_end: std::sync::Mutex<Option<Instant>>,
 }
+
+/// The longest a stub may have been idle before a batch for the runtime to spin for that batch:
+/// the stub's own spin budget (`tritium_ipc::spin::SPIN_BUDGET`). Requests that follow their
+/// predecessors' answers this closely come from clients that wait for those answers (a client
+/// at concurrency 1, a pipeline), where the wake-up the spin saves is on the path of the next
+/// request too. Requests that come further apart (an offered load of 1,000 or 2,500 requests/s,
+/// each client on its own clock) gain only that request's latency from a spin, at up to the
+/// budget's CPU each: at 1,000 add_sub requests/s over gRPC the spin was a third of the server's
+/// CPU (perf, with a 100 us budget).
+const SPIN_GAP: Duration = tritium_ipc::spin::SPIN_BUDGET;
 
 impl Bell {
     fn new(stub: &Stub) -> std::io::Result<Self> {
@@ -107,15 +120,30 @@ impl Bell {
         // until the AsyncFd drops it.
         let fd = unsafe { AsyncFd::register_with_interest(dup, tokio::io::Interest::READABLE) }
             .map_err(|e| e.into_parts().1)?;
-        Ok(Self { fd, doorbell, watch: Timer::new()?, spin_pays: AtomicBool::new(true) })
+        Ok(Self {
+            fd,
+            doorbell,
+            watch: Timer::new()?,
+            spin_pays: AtomicBool::new(true),
+            last_end: std::sync::Mutex::new(None),
+        })
     }
 
     /// [`Bell::wait`] for a stub that executes a batch: while it waits, the runtime's worker
     /// about to park spins briefly on the stub's ring first ([`park_spin`]), unless spinning has
-    /// not been paying for this stub ([`Bell::batch_ended`]).
+    /// not been paying for this stub ([`Bell::batch_ended`]) or the batch came to a stub idle
+    /// for longer than [`SPIN_GAP`] (`since`: when the lane began to wait for it).
     async fn wait_executing(&self, stub: &Stub, limit: Duration, since: Instant) -> bool {
-        let _listed = self.spin_pays.load(Ordering::Relaxed).then(|| Executing::list(stub, since));
+        let _listed = self.spins_for(since).then(|| Executing::list(stub, since));
         self.wait(stub, limit).await
+    }
+
+    /// Whether the wait for a batch the lane began to wait for at `since` is listed for the spin.
+    fn spins_for(&self, since: Instant) -> bool {
+        if !self.spin_pays.load(Ordering::Relaxed) {
+            return false;
+        }
+        came_soon(*self.last_end.locked(), since)
     }
 
     /// A batch ended `waited` after its lane began to wait for it. Within the spin budget, a
@@ -126,6 +154,7 @@ impl Bell {
     fn batch_ended(&self, waited: Duration) {
         let budget = Duration::from_nanos(PARK_SPIN_NS.load(Ordering::Relaxed));
         self.spin_pays.store(waited <= budget * 2, Ordering::Relaxed);
+        *self.last_end.locked() = Some(Instant::now());
     }
 
     /// Waits up to `limit` for the stub to send something (or for its channel to be
@@ -157,6 +186,12 @@ impl Bell {
             () = self.watch.sleep_until(deadline) => false,
         }
     }
+}
+
+/// Whether a batch whose lane began to wait at `since` came within [`SPIN_GAP`] of the end of
+/// the stub's previous batch (`last_end`; none yet counts as soon).
+fn came_soon(last_end: Option<Instant>, since: Instant) -> bool {
+    last_end.is_none_or(|end| since.saturating_duration_since(end) <= SPIN_GAP)
 }
 
 /// The stubs executing a batch whose lane waits for it on its doorbell, each with the time its
@@ -597,6 +632,17 @@ mod tests {
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime")
+    }
+
+    #[test]
+    fn the_runtime_spins_only_for_batches_that_follow_the_last_one_closely() {
+        let end = Instant::now();
+        assert!(came_soon(None, end), "the first batch");
+        assert!(came_soon(Some(end), end + Duration::from_micros(70)), "a client waiting for each answer");
+        assert!(came_soon(Some(end), end + SPIN_GAP), "at the gap");
+        // 1,000 requests/s offered: the stub idles most of a millisecond between them.
+        assert!(!came_soon(Some(end), end + Duration::from_micros(800)));
+        assert!(!came_soon(Some(end), end + SPIN_GAP + Duration::from_micros(1)));
     }
 
     #[test]

@@ -134,7 +134,7 @@ pub(crate) struct ServeArgs {
     pub(super) strict_readiness: bool,
     /// Longest busy-poll, in microseconds, of a server thread or stub waiting for the other side
     /// before it sleeps; `auto` (the default) measures at start-up what waking a sleeping thread
-    /// costs on this machine, and spins up to 500 us where that is 20 us or more (a virtual CPU
+    /// costs on this machine, and spins up to 150 us where that is 20 us or more (a virtual CPU
     /// that halts when idle), never where it is less. Spinning is also adaptive: only while
     /// messages keep arriving within this time of each other, so idle models cost no CPU (0 never
     /// spins).
