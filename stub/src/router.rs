@@ -296,22 +296,27 @@ impl Router {
         }
     }
 
+    /// The main loop takes a message back to model code: counted for the heartbeat thread's pace,
+    /// which resumes pumping if it slept its long beat.
+    fn hand_over(&self) {
+        self.handed.fetch_add(1, Ordering::Relaxed);
+        self.quicken_beat();
+    }
+
     /// The next message for the main loop, or None after `timeout`.
     pub(crate) fn next(&self, channel: &StubChannel, timeout: Duration) -> Result<Option<ToStub>, IpcError> {
         let deadline = Instant::now() + timeout;
         let _receiving = self.receiving.locked();
         loop {
             if let Some(m) = self.pending.locked().pop_front() {
-                self.handed.fetch_add(1, Ordering::Relaxed);
-                self.quicken_beat();
+                self.hand_over();
                 return Ok(Some(m));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             match channel.recv(left)? {
                 Some(m) => {
                     if let Some(m) = self.dispatch(channel, m) {
-                        self.handed.fetch_add(1, Ordering::Relaxed);
-                        self.quicken_beat();
+                        self.hand_over();
                         return Ok(Some(m));
                     }
                 }

@@ -753,18 +753,8 @@ impl Server {
     fn log_tail(&self) -> String {
         tail(&std::fs::read_to_string(&self.log).unwrap_or_default(), 20)
     }
-}
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
-        // Whatever is left of its process group (stubs of a server stopped mid-start).
-        let _ =
-            Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).stderr(Stdio::null()).status();
-    }
-}
-
-impl Server {
+    /// SIGTERM, then SIGKILL if it has not exited within 15 s.
     fn stop(&mut self) {
         if matches!(self.child.try_wait(), Ok(Some(_))) {
             return;
@@ -780,6 +770,15 @@ impl Server {
         eprintln!("xtask: {} did not stop within 15 s of SIGTERM; killing it", self.name);
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+        // Whatever is left of its process group (stubs of a server stopped mid-start).
+        let _ =
+            Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).stderr(Stdio::null()).status();
     }
 }
 

@@ -20,12 +20,10 @@
 //! The budget, 150 us, is what tells a client that waits for each answer from one that sends on
 //! its own clock. The first comes back about 70 us after an answer (perf_analyzer at concurrency
 //! 1, on these VMs), well within it, and the wake-up the spin saves is on the path of its next
-//! request. The second leaves the stub idle as long as its rate allows: at an offered 2,500
-//! add_sub requests/s over gRPC the stub waits about 300 us between requests, which a 500 us
-//! budget (the budget before) spun through on every request for that request's latency only:
-//! 462 and 472 us of server + stub CPU per request in two runs, against 163 and 172 with 150 us
-//! and 153 and 153 with no spinning at all. Closed-loop add_sub at concurrency 1 and 4 served
-//! as many requests with 150 us as with 500 (three alternating pairs each).
+//! request. The second leaves the stub idle as long as its rate allows (about 300 us between
+//! add_sub requests at an offered 2,500/s), which the 500 us budget before spun through on every
+//! request for that request's latency only. The measurements are in ARCHITECTURE.md ("Closed
+//! loop or offered load").
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;

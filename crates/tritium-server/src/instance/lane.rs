@@ -101,7 +101,8 @@ struct Bell {
 }
 
 /// The longest a stub may have been idle before a batch for the runtime to spin for that batch:
-/// the stub's own spin budget (`tritium_ipc::spin::SPIN_BUDGET`). Requests that follow their
+/// the stub's spin budget under `--stub-spin-us auto` (`tritium_ipc::spin::SPIN_BUDGET`; a
+/// budget set by the flag does not move it). Requests that follow their
 /// predecessors' answers this closely come from clients that wait for those answers (a client
 /// at concurrency 1, a pipeline), where the wake-up the spin saves is on the path of the next
 /// request too. Requests that come further apart (an offered load of 1,000 or 2,500 requests/s,
