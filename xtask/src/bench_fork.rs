@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench_serve::{free_ports, load_average, tritium_command, Server, TempDir};
+use crate::servers::{free_ports, load_average, tritium_command, Server, TempDir};
 use crate::{root, target_dir};
 
 /// The targets of issue 36.

@@ -8,7 +8,7 @@ use std::process::Command;
 
 use anyhow::{Context, Result};
 
-use crate::bench_serve::{triton_command, triton_env};
+use crate::servers::{triton_command, triton_env};
 use crate::{root, run, venv_python};
 
 /// What `.venv-triton` gets on top of `bench serve`'s packages, for the reference's `model.py`;

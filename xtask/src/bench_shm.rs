@@ -24,10 +24,8 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::bench_serve::{
-    free_ports, load_average, tail, tritium_command, triton_command, triton_env, Server, TempDir,
-};
 use crate::procstat::{inference_count, TreeCpu};
+use crate::servers::{free_ports, load_average, tail, tritium_command, triton_command, triton_env, Server, TempDir};
 use crate::{root, target_dir};
 
 const MODEL: &str = "shm_passthrough";

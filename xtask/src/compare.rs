@@ -9,7 +9,7 @@ use std::process::Command;
 
 use anyhow::Result;
 
-use crate::bench_serve::{free_ports, tritium_command, triton_command, triton_env, Server, TempDir};
+use crate::servers::{free_ports, tritium_command, triton_command, triton_env, Server, TempDir};
 use crate::{root, run, target_dir, venv_python};
 
 /// The models both servers load: (directory under the checkout, model).

@@ -57,6 +57,7 @@ mod compare;
 mod compat;
 mod gpu_check;
 mod procstat;
+mod servers;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()

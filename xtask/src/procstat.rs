@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use crate::bench_serve::tail;
+use crate::servers::tail;
 
 /// /proc counts CPU time in USER_HZ ticks, 100 per second on Linux.
 const TICKS_PER_SECOND: f64 = 100.0;
