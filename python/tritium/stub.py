@@ -280,6 +280,8 @@ class Stub:
         self.loop_thread = None
         # Futures of a decoupled model's `execute` coroutines still running.
         self.background = set()
+        # A built-in backend's `execute_wire` (its batches skip the pb_utils objects), else None.
+        self.execute_wire: Any = None
 
     def run(self):
         """Serves messages until `finalize` or until the server goes away."""
@@ -348,10 +350,13 @@ class Stub:
             self.cuda_device = _instance_device(args)
             if self.cuda_device is not None:
                 _native.cuda_bind(self.cuda_device)
-            cls = _model_class(model_file, _backend_of(args.get("model_config", "{}")))
+            backend = _backend_of(args.get("model_config", "{}"))
+            cls = _model_class(model_file, backend)
             self.model = cls()
             if hasattr(self.model, "initialize"):
                 self._await(self.model.initialize(args))
+            if backend in BUILTIN_BACKENDS and not _runtime.decoupled:
+                self.execute_wire = getattr(self.model, "execute_wire", None)
             self.channel.send_initialize_done()
         except Exception as exc:  # noqa: BLE001
             self.channel.send_initialize_done(_error(exc))
@@ -420,6 +425,8 @@ class Stub:
 
     def execute(self, batch, wire_requests):
         """Runs `execute` on one batch: `wire_requests` is the `ExecuteMsg`'s list of `RequestMsg`."""
+        if self.execute_wire is not None and self._execute_wire(batch, wire_requests):
+            return
         requests, states = requests_from_wire(wire_requests, self.model_name, self.model_version, _runtime.decoupled)
         # The message is still referenced by the caller: empty its list so that each input block
         # lives exactly as long as model code holds on to its tensor.
@@ -491,6 +498,29 @@ class Stub:
         # forgotten.
         _runtime.cancelled.difference_update(ids)
         self.channel.send_execute_done(batch)
+
+    def _execute_wire(self, batch, wire_requests):
+        """A built-in backend's batch through its `execute_wire`, which answers from the wire
+        messages themselves; False (nothing sent) when the batch needs `execute` instead."""
+        try:
+            answers = self.execute_wire(wire_requests)
+        except Exception:  # noqa: BLE001 - `execute` serves the batch, and reports what went wrong
+            answers = None
+        if answers is None:
+            return False
+        wire_requests.clear()
+        send = self.channel.send_response
+        for request, outputs, error in answers:
+            failure = None if error is None else (error, int(ErrorCode.INTERNAL), None)
+            try:
+                send(request, outputs, failure, [], True, False)
+            except _native.ChannelError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bad output fails this request only
+                send(request, [], _error(exc, "Failed to send the response: "), [], True, False)
+        answers = outputs = None
+        self.channel.send_execute_done(batch)
+        return True
 
     def _end_rescheduled(self, states):
         """Requests released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: tritium has no

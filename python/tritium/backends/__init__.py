@@ -21,12 +21,16 @@ import numpy as np
 from .. import _native, _runtime
 from ..dtypes import TRITON_STRING_TO_NUMPY
 from ..errors import LogLevel, TritonError
-from ..tensor import InferenceResponse, Tensor
+from ..tensor import InferenceResponse, Tensor, _wire_dtype
 
 __all__ = ["BUILTIN_BACKENDS", "BackendError", "FrameworkModel", "require", "backend_setting", "model_file"]
 
 # The backend names the stub serves with a module of this package.
 BUILTIN_BACKENDS = frozenset({"onnxruntime", "pytorch"})
+
+# Input dtypes `execute_wire` leaves to `execute`: BYTES (decoded for the runtime) and BF16 (no
+# numpy dtype).
+_GENERAL_PATH_DTYPES = frozenset({"BYTES", "BF16"})
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -239,12 +243,15 @@ class FrameworkModel:
             start += rows
 
     def _join(self, feeds):
-        """The inputs of a group of requests joined along the first dimension: for each input,
-        one array over the requests' shared memory when the server placed them back to back
+        """The inputs of a group of requests joined along the first dimension ([`_join_columns`])."""
+        return self._join_columns({name: [feed[name] for feed in feeds] for name in feeds[0]})
+
+    def _join_columns(self, columns):
+        """Each input's arrays (one per request, in order) joined along the first dimension: one
+        array over the requests' shared memory when the server placed them back to back
         (`_native.join_inputs`), else a copy (`numpy.concatenate`)."""
         joined, copied = {}, []
-        for name in feeds[0]:
-            arrays = [feed[name] for feed in feeds]
+        for name, arrays in columns.items():
             array = _native.join_inputs(arrays)
             if array is None:
                 array = np.concatenate(arrays)
@@ -255,7 +262,7 @@ class FrameworkModel:
             if self.joined_copies == 1:
                 log(
                     LogLevel.INFO,
-                    f"model '{self.model_name}': a batch of {len(feeds)} requests was joined by copying inputs "
+                    f"model '{self.model_name}': a batch of {len(arrays)} requests was joined by copying inputs "
                     f"{copied}, which were not adjacent in shared memory (logged once)",
                 )
         else:
@@ -263,10 +270,106 @@ class FrameworkModel:
             if self.joined_views == 1:
                 log(
                     LogLevel.INFO,
-                    f"model '{self.model_name}': a batch of {len(feeds)} requests was joined without a copy, as "
+                    f"model '{self.model_name}': a batch of {len(arrays)} requests was joined without a copy, as "
                     "one array over the shared memory its inputs arrived in (logged once)",
                 )
         return joined
+
+    def execute_wire(self, wire_requests):
+        """The batch served straight from the stub's wire messages (`RequestMsg`s), without the
+        pb_utils request, tensor and response objects `execute` goes through: the inputs joined,
+        one run, and for each request `(id, outputs, error)`: its rows of every output it asked
+        for as `(name, wire dtype, shape, array)` views, ready for `Channel.send_response`, or
+        the error text it fails with. When the joined run fails, each request runs alone, so that
+        only the ones the runtime rejects fail (as in `execute`).
+
+        None, having sent nothing and kept nothing, when the batch needs `execute`: requests
+        whose inputs differ in names, order, dtypes or trailing dimensions, BYTES or BF16 inputs,
+        or inputs in GPU memory."""
+        first = wire_requests[0].inputs
+        if not first or (len(wire_requests) > 1 and self.max_batch_size == 0):
+            return None
+        layout = []
+        for tensor in first:
+            if tensor.dtype in _GENERAL_PATH_DTYPES or type(tensor.array) is not np.ndarray:
+                return None
+            layout.append((tensor.name, tensor.dtype, tensor.shape[1:]))
+        if len(wire_requests) == 1:
+            return self._run_wire(wire_requests, {tensor.name: tensor.array for tensor in first}, None)
+        columns = [[tensor.array] for tensor in first]
+        for request in wire_requests[1:]:
+            inputs = request.inputs
+            if len(inputs) != len(layout):
+                return None
+            for (name, dtype, tail), tensor, column in zip(layout, inputs, columns):
+                if tensor.name != name or tensor.dtype != dtype or tensor.shape[1:] != tail:
+                    return None
+                column.append(tensor.array)
+        rows = [request.inputs[0].shape[0] for request in wire_requests]
+        feed = self._join_columns({name: column for (name, _, _), column in zip(layout, columns)})
+        del columns
+        answers = self._run_wire(wire_requests, feed, rows)
+        if answers is None:
+            answers = []
+            for request in wire_requests:
+                feed = {tensor.name: tensor.array for tensor in request.inputs}
+                answers += self._run_wire([request], feed, None) or []
+        return answers
+
+    def _run_wire(self, wire_requests, feed, rows):
+        """`execute_wire`'s answers from one run over `feed`; on a failed run, the error for a
+        lone request, and None for a joined batch (whose requests then run alone)."""
+        try:
+            outputs = self._run(feed)
+        except Exception as exc:  # noqa: BLE001 - the request fails, not the stub
+            if rows is not None:
+                return None
+            return [(wire_requests[0].id, [], _error_text(exc))]
+        del feed
+        return self._answers(wire_requests, outputs, rows)
+
+    def _answers(self, wire_requests, outputs, rows):
+        """`execute_wire`'s answers from one run's `outputs`: request i gets rows
+        [sum(rows[:i]), sum(rows[:i + 1])) of each output (every row when `rows` is None)."""
+        ready, failed = [], {}
+        for name in self.outputs:
+            array = outputs.get(name)
+            if array is None:
+                failed[name] = f"model '{self.model_name}' produced no output '{name}'"
+                continue
+            expected = self.output_dtypes.get(name)
+            if expected is not None and array.dtype != expected and expected != np.object_:
+                failed[name] = (
+                    f"model '{self.model_name}': output '{name}' is {array.dtype}, but the model configuration "
+                    f"says {_config_type(expected)}"
+                )
+                continue
+            if array.dtype == np.object_:
+                ready.append((name, None, array))
+            else:
+                ready.append((name, _wire_dtype(array), np.ascontiguousarray(array)))
+        answers: list[tuple] = []
+        start = 0
+        for i, request in enumerate(wire_requests):
+            end = start + rows[i] if rows is not None else 0
+            requested = request.requested_outputs
+            refused = [failed[name] for name in (requested or failed) if name in failed]
+            if refused:
+                answers.append((request.id, [], refused[0]))
+                start = end
+                continue
+            sent = []
+            for name, wire, array in ready:
+                if requested and name not in requested:
+                    continue
+                part = array if rows is None else array[start:end]
+                if wire is None:
+                    sent.append((name, *Tensor(name, part)._wire_payload()))  # noqa: SLF001 - BYTES outputs
+                else:
+                    sent.append((name, wire, list(part.shape), part))
+            answers.append((request.id, sent, None))
+            start = end
+        return answers
 
     def finalize(self):
         log(
@@ -311,5 +414,9 @@ def _config_type(dtype):
     return str(dtype)
 
 
+def _error_text(exc):
+    return f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
+
+
 def _error_response(exc):
-    return InferenceResponse(error=TritonError(f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)))
+    return InferenceResponse(error=TritonError(_error_text(exc)))
