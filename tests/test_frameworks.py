@@ -474,13 +474,14 @@ def test_a_batch_is_joined_without_a_copy_and_each_request_gets_its_rows(tmp_pat
     repo = str(tmp_path / "repo")
     write(repo, "onnx_joined", JOINED_CONFIG, {"model.onnx": add_sub_onnx})
     server = Server(repo, str(tmp_path / "tritium.log"))
-    key = f"joined{os.getpid()}"
-    region = None
+    key, out_key = f"joined{os.getpid()}", f"joinedout{os.getpid()}"
+    region = out_region = None
     rng = np.random.default_rng(5)
 
-    def run_batch(client, rows, shm_first=False):
+    def run_batch(client, rows, shm_first=False, out_first=False):
         """Sends one request per entry of `rows` at once (the first with X in the client's
-        region when `shm_first`) and checks every answer against numpy; returns the executions."""
+        region when `shm_first`, and its SUM into the client's output region when `out_first`)
+        and checks every answer against numpy; returns the executions."""
         before = client.get_inference_statistics("onnx_joined", as_json=True)["model_stats"][0]
         xs = [rng.random((n, 4), dtype=np.float32) for n in rows]
         ys = [rng.random((n, 4), dtype=np.float32) for n in rows]
@@ -497,7 +498,15 @@ def test_a_batch_is_joined_without_a_copy_and_each_request_gets_its_rows(tmp_pat
             y.set_data_from_numpy(ys[i])
             # Every third request asks for SUM alone, and gets nothing else.
             outputs = [grpcclient.InferRequestedOutput("SUM")] if i % 3 == 1 else None
+            if out_first and i == 0:
+                total = grpcclient.InferRequestedOutput("SUM")
+                total.set_shared_memory(out_key, xs[0].nbytes)
+                outputs = [total, grpcclient.InferRequestedOutput("DIFF")]
             result = client.infer("onnx_joined", [x, y], outputs=outputs)
+            if out_first and i == 0:
+                assert result.get_output("SUM") is not None, "SUM is in the response, its data in the region"
+                total = shm.get_contents_as_numpy(out_region, np.float32, list(xs[0].shape))
+                return total.copy(), result.as_numpy("DIFF")
             return result.as_numpy("SUM"), result.as_numpy("DIFF")
 
         with concurrent.futures.ThreadPoolExecutor(len(rows)) as pool:
@@ -527,10 +536,16 @@ def test_a_batch_is_joined_without_a_copy_and_each_request_gets_its_rows(tmp_pat
         log = server.log_text()
         assert "joined by copying inputs ['X']" in log, log[-4000:]
         client.unregister_system_shared_memory(key)
+        # One request of a joined batch has its SUM written into its own output region.
+        out_region = shm.create_shared_memory_region(out_key, f"/{out_key}", 3 * 4 * 4)
+        client.register_system_shared_memory(out_key, f"/{out_key}", 3 * 4 * 4)
+        run_batch(client, [3, 2, 1, 2], out_first=True)
+        client.unregister_system_shared_memory(out_key)
     finally:
         code = server.stop()
-        if region is not None:
-            shm.destroy_shared_memory_region(region)
+        for r in (region, out_region):
+            if r is not None:
+                shm.destroy_shared_memory_region(r)
     assert code == 0, server.log_text()[-4000:]
     # The backend's count, logged at finalize: every batch of the first round was a view.
     counts = re.search(

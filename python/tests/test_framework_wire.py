@@ -53,7 +53,7 @@ def wire(id, rows, requested=(), value=None):
 
 
 def by_request(answers):
-    return {request: (dict((o[0], o) for o in outputs), error) for request, outputs, error in answers}
+    return {request: (dict((o[0], o) for o in outputs), error) for request, outputs, error in answers.one_by_one()}
 
 
 def test_each_request_gets_its_rows_of_the_outputs_it_asked_for():
@@ -155,3 +155,16 @@ def test_a_request_the_runtime_rejects_in_a_joined_batch_fails_alone():
     assert got[2] == ({}, "index 99 is out of data bounds")
     for request in (1, 3):
         np.testing.assert_array_equal(got[request][0]["Y"][3], np.full((1, 3), 2 * request, dtype=np.float32))
+
+
+def test_numeric_outputs_go_out_in_one_call_and_the_rest_request_by_request():
+    model = Doubler()
+    answers = model.execute_wire([wire(1, 2), wire(2, 1, ["Z"]), wire(3, 3)])
+    assert answers.requests == [(1, []), (2, ["Z"]), (3, [])] and answers.rows == [2, 1, 3]
+    assert [name for name, _, _ in answers.outputs] == ["Y", "Z"] and answers.each == []
+    # An output that contradicts the config: every answer is made here, the refusals included.
+    answers = Doubler(wrong=True).execute_wire([wire(1, 2), wire(2, 1, ["Y"])])
+    assert answers.requests == [] and [request for request, _, _ in answers.each] == [1, 2]
+    # A lone request gets every row.
+    answers = Doubler().execute_wire([wire(4, 5)])
+    assert answers.requests == [(4, [])] and answers.rows is None

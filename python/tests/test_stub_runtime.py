@@ -29,6 +29,11 @@ class FakeChannel:
             self.responses.append((request, error, final_response))
         self.event.set()
 
+    def send_rows(self, requests, outputs, rows=None):
+        with self.lock:
+            self.responses += [(request, None, True) for request, _ in requests]
+        self.event.set()
+
     def send_final_flag(self, request):
         with self.lock:
             self.responses.append((request, None, True))

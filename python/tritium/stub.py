@@ -509,8 +509,17 @@ class Stub:
         if answers is None:
             return False
         wire_requests.clear()
+        if answers.requests:
+            try:
+                self.channel.send_rows(answers.requests, answers.outputs, answers.rows)
+            except _native.ChannelError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the server ends the batch's requests with it
+                answers = None
+                self.channel.send_execute_done(batch, _error(exc, self._failure_prefix()))
+                return True
         send = self.channel.send_response
-        for request, outputs, error in answers:
+        for request, outputs, error in answers.each:
             failure = None if error is None else (error, int(ErrorCode.INTERNAL), None)
             try:
                 send(request, outputs, failure, [], True, False)

@@ -278,10 +278,9 @@ class FrameworkModel:
     def execute_wire(self, wire_requests):
         """The batch served straight from the stub's wire messages (`RequestMsg`s), without the
         pb_utils request, tensor and response objects `execute` goes through: the inputs joined,
-        one run, and for each request `(id, outputs, error)`: its rows of every output it asked
-        for as `(name, wire dtype, shape, array)` views, ready for `Channel.send_response`, or
-        the error text it fails with. When the joined run fails, each request runs alone, so that
-        only the ones the runtime rejects fail (as in `execute`).
+        one run, and the answers ([`WireAnswers`]): each request's rows of every output it asked
+        for, or the error it fails with. When the joined run fails, each request runs alone, so
+        that only the ones the runtime rejects fail (as in `execute`).
 
         None, having sent nothing and kept nothing, when the batch needs `execute`: requests
         whose inputs differ in names, order, dtypes or trailing dimensions, BYTES or BF16 inputs,
@@ -310,27 +309,26 @@ class FrameworkModel:
         del columns
         answers = self._run_wire(wire_requests, feed, rows)
         if answers is None:
-            answers = []
+            answers = WireAnswers()
             for request in wire_requests:
                 feed = {tensor.name: tensor.array for tensor in request.inputs}
-                answers += self._run_wire([request], feed, None) or []
+                alone = self._run_wire([request], feed, None)
+                if alone is not None:
+                    answers.each += alone.one_by_one()
         return answers
 
     def _run_wire(self, wire_requests, feed, rows):
         """`execute_wire`'s answers from one run over `feed`; on a failed run, the error for a
         lone request, and None for a joined batch (whose requests then run alone)."""
+        answers = WireAnswers()
         try:
             outputs = self._run(feed)
         except Exception as exc:  # noqa: BLE001 - the request fails, not the stub
             if rows is not None:
                 return None
-            return [(wire_requests[0].id, [], _error_text(exc))]
+            answers.each.append((wire_requests[0].id, [], _error_text(exc)))
+            return answers
         del feed
-        return self._answers(wire_requests, outputs, rows)
-
-    def _answers(self, wire_requests, outputs, rows):
-        """`execute_wire`'s answers from one run's `outputs`: request i gets rows
-        [sum(rows[:i]), sum(rows[:i + 1])) of each output (every row when `rows` is None)."""
         ready, failed = [], {}
         for name in self.outputs:
             array = outputs.get(name)
@@ -344,30 +342,33 @@ class FrameworkModel:
                     f"says {_config_type(expected)}"
                 )
                 continue
-            if array.dtype == np.object_:
-                ready.append((name, None, array))
-            else:
-                ready.append((name, _wire_dtype(array), np.ascontiguousarray(array)))
-        answers: list[tuple] = []
+            wire = None if array.dtype == np.object_ else _wire_dtype(array)
+            ready.append((name, wire, np.ascontiguousarray(array) if wire else array))
+        # Numeric outputs with one row per request row go out from the channel in one call
+        # (`Channel.send_rows`); anything else (BYTES outputs, an output without the batch's
+        # rows, an output that failed its check) request by request from here.
+        total = None if rows is None else sum(rows)
+        native = not failed and all(wire for _, wire, _ in ready)
+        if native and total is not None:
+            native = total > 0 and all(array.ndim and array.shape[0] == total for _, _, array in ready)
+        if not native:
+            return self._answers_one_by_one(wire_requests, ready, failed, rows)
+        answers.outputs, answers.rows = ready, rows
+        answers.requests = [(request.id, request.requested_outputs) for request in wire_requests]
+        return answers
+
+    def _answers_one_by_one(self, wire_requests, ready, failed, rows):
+        """`WireAnswers` with each request's answer made here (no `send_rows`)."""
+        answers = WireAnswers()
         start = 0
         for i, request in enumerate(wire_requests):
             end = start + rows[i] if rows is not None else 0
             requested = request.requested_outputs
             refused = [failed[name] for name in (requested or failed) if name in failed]
             if refused:
-                answers.append((request.id, [], refused[0]))
-                start = end
-                continue
-            sent = []
-            for name, wire, array in ready:
-                if requested and name not in requested:
-                    continue
-                part = array if rows is None else array[start:end]
-                if wire is None:
-                    sent.append((name, *Tensor(name, part)._wire_payload()))  # noqa: SLF001 - BYTES outputs
-                else:
-                    sent.append((name, wire, list(part.shape), part))
-            answers.append((request.id, sent, None))
+                answers.each.append((request.id, [], refused[0]))
+            else:
+                answers.each.append((request.id, _rows_of(ready, requested, start, end if rows else None), None))
             start = end
         return answers
 
@@ -398,6 +399,48 @@ class FrameworkModel:
                 )
             tensors.append(Tensor(name, array))
         return InferenceResponse(output_tensors=tensors)
+
+
+class WireAnswers:
+    """What `FrameworkModel.execute_wire` answers a batch with: `requests` (`(id, requested
+    output names)`) get their rows of `outputs` (`(name, wire dtype, array)`) from
+    `Channel.send_rows`, by `rows` (one count per request; None for a lone request, which gets
+    every row); `each` holds the other requests' `(id, outputs, error)`, each output a
+    `(name, wire dtype, shape, data)` for `Channel.send_response`."""
+
+    __slots__ = ("requests", "outputs", "rows", "each")
+
+    def __init__(self):
+        self.requests = []
+        self.outputs = []
+        self.rows = None
+        self.each = []
+
+    def one_by_one(self):
+        """Every answer as `(id, outputs, error)`."""
+        start = 0
+        made = []
+        for i, (request, requested) in enumerate(self.requests):
+            end = start + self.rows[i] if self.rows is not None else 0
+            made.append((request, _rows_of(self.outputs, requested, start, end if self.rows else None), None))
+            start = end
+        return made + self.each
+
+
+def _rows_of(ready, requested, start, end):
+    """A request's outputs as `(name, wire dtype, shape, data)`: rows [start, end) of each ready
+    `(name, wire dtype or None for BYTES, array)` it asked for (all rows when `end` is None)."""
+    sent = []
+    for name, wire, array in ready:
+        if requested and name not in requested:
+            continue
+        part = array if end is None else array[start:end]
+        if wire is None:
+            sent.append((name, *Tensor(name, part)._wire_payload()))  # noqa: SLF001 - BYTES outputs
+        else:
+            part = np.ascontiguousarray(part)
+            sent.append((name, wire, list(part.shape), part))
+    return sent
 
 
 def _batch_rows(feed):
