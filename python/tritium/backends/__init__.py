@@ -329,18 +329,13 @@ class FrameworkModel:
             answers.each.append((wire_requests[0].id, [], _error_text(exc)))
             return answers
         del feed
+        requests = [(request.id, request.requested_outputs) for request in wire_requests]
         ready, failed = [], {}
         for name in self.outputs:
             array = outputs.get(name)
-            if array is None:
-                failed[name] = f"model '{self.model_name}' produced no output '{name}'"
-                continue
-            expected = self.output_dtypes.get(name)
-            if expected is not None and array.dtype != expected and expected != np.object_:
-                failed[name] = (
-                    f"model '{self.model_name}': output '{name}' is {array.dtype}, but the model configuration "
-                    f"says {_config_type(expected)}"
-                )
+            problem = self._output_problem(name, array)
+            if problem is not None:
+                failed[name] = problem
                 continue
             wire = None if array.dtype == np.object_ else _wire_dtype(array)
             ready.append((name, wire, np.ascontiguousarray(array) if wire else array))
@@ -351,25 +346,10 @@ class FrameworkModel:
         native = not failed and all(wire for _, wire, _ in ready)
         if native and total is not None:
             native = total > 0 and all(array.ndim and array.shape[0] == total for _, _, array in ready)
-        if not native:
-            return self._answers_one_by_one(wire_requests, ready, failed, rows)
-        answers.outputs, answers.rows = ready, rows
-        answers.requests = [(request.id, request.requested_outputs) for request in wire_requests]
-        return answers
-
-    def _answers_one_by_one(self, wire_requests, ready, failed, rows):
-        """`WireAnswers` with each request's answer made here (no `send_rows`)."""
-        answers = WireAnswers()
-        start = 0
-        for i, request in enumerate(wire_requests):
-            end = start + rows[i] if rows is not None else 0
-            requested = request.requested_outputs
-            refused = [failed[name] for name in (requested or failed) if name in failed]
-            if refused:
-                answers.each.append((request.id, [], refused[0]))
-            else:
-                answers.each.append((request.id, _rows_of(ready, requested, start, end if rows else None), None))
-            start = end
+        if native:
+            answers.requests, answers.outputs, answers.rows = requests, ready, rows
+        else:
+            answers.each = _one_by_one(requests, ready, failed, rows)
         return answers
 
     def finalize(self):
@@ -386,19 +366,27 @@ class FrameworkModel:
         wanted = request.requested_output_names() or self.outputs
         tensors = []
         for name in wanted:
-            if name not in outputs:
-                raise BackendError(f"model '{self.model_name}' produced no output '{name}'")
-            array = outputs[name]
+            array = outputs.get(name)
+            problem = self._output_problem(name, array)
+            if problem is not None:
+                raise BackendError(problem)
             if end is not None:
                 array = array[start:end]
-            expected = self.output_dtypes.get(name)
-            if expected is not None and array.dtype != expected and expected != np.object_:
-                raise BackendError(
-                    f"model '{self.model_name}': output '{name}' is {array.dtype}, but the model configuration "
-                    f"says {_config_type(expected)}"
-                )
             tensors.append(Tensor(name, array))
         return InferenceResponse(output_tensors=tensors)
+
+    def _output_problem(self, name, array):
+        """Why output `name` of a run (`array`, None when the run produced none) cannot be
+        sent, or None: it is missing, or its dtype is not the one the configuration says."""
+        if array is None:
+            return f"model '{self.model_name}' produced no output '{name}'"
+        expected = self.output_dtypes.get(name)
+        if expected is not None and array.dtype != expected and expected != np.object_:
+            return (
+                f"model '{self.model_name}': output '{name}' is {array.dtype}, but the model configuration "
+                f"says {_config_type(expected)}"
+            )
+        return None
 
 
 class WireAnswers:
@@ -418,13 +406,25 @@ class WireAnswers:
 
     def one_by_one(self):
         """Every answer as `(id, outputs, error)`."""
-        start = 0
-        made = []
-        for i, (request, requested) in enumerate(self.requests):
-            end = start + self.rows[i] if self.rows is not None else 0
-            made.append((request, _rows_of(self.outputs, requested, start, end if self.rows else None), None))
-            start = end
-        return made + self.each
+        return _one_by_one(self.requests, self.outputs, {}, self.rows) + self.each
+
+
+def _one_by_one(requests, ready, failed, rows):
+    """Each of `requests` (`(id, requested output names)`) answered as `(id, outputs, error)`:
+    its rows of each `ready` output it asked for (request i's rows by `rows`, every row when
+    `rows` is None), or the first of `failed`'s errors (by output name) among those it asked for
+    (every output when it named none)."""
+    answers: list[tuple] = []
+    start = 0
+    for i, (request, requested) in enumerate(requests):
+        end = start + rows[i] if rows is not None else 0
+        refused = [failed[name] for name in (requested or failed) if name in failed]
+        if refused:
+            answers.append((request, [], refused[0]))
+        else:
+            answers.append((request, _rows_of(ready, requested, start, end if rows is not None else None), None))
+        start = end
+    return answers
 
 
 def _rows_of(ready, requested, start, end):
