@@ -269,6 +269,14 @@ impl Instance {
         }
     }
 
+    /// Releases the custom metrics the model code of this stopped instance held, so that their
+    /// series leave /metrics when its version retires rather than when the last holder of the
+    /// session lets go of it (a supervisor task or a stub's call handler, after the unload has
+    /// answered). Releasing twice releases nothing more.
+    pub(crate) fn release_metrics(&self) {
+        self.metrics.release_all();
+    }
+
     /// The running stub's metrics probe, when the instance is ready.
     pub(crate) fn metrics_probe(&self) -> Option<Arc<crate::scrape::StubProbe>> {
         if self.state() != InstanceState::Ready {

@@ -159,6 +159,9 @@ impl Version {
         for w in workers {
             w.join();
         }
+        for instance in self.ctx.instances.locked().iter() {
+            instance.release_metrics();
+        }
     }
 }
 
