@@ -3,6 +3,7 @@
 // Doc comments of clap structs are the CLI's help text, written for a terminal, not as HTML.
 #![allow(rustdoc::invalid_html_tags)]
 
+mod alloc;
 mod cli;
 mod logging;
 mod metrics_http;

@@ -64,6 +64,7 @@ fn find_python_path(given: Option<PathBuf>) -> Result<PathBuf> {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub(crate) fn run(args: ServeArgs) -> Result<()> {
+    let allocator = crate::alloc::tune();
     // A flag asking for what tritium cannot do stops it before anything starts.
     let review = args.triton.review().context("refusing to start")?;
     let front_door = args.triton.front_door().context("refusing to start")?;
@@ -82,6 +83,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     for line in &review.no_effect {
         info!("{line}");
     }
+    info!("{allocator}");
     let python_path = find_python_path(args.python_path.clone())?;
     let python = args.python.clone().unwrap_or_else(|| {
         let venv = crate::cli::normalize_path(&python_path.join("../.venv/bin/python"));
