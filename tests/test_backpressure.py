@@ -4,6 +4,8 @@ A decoupled model streams as fast as it can to a client that reads slowly: the s
 model back to `--max-inflight-responses` responses not yet taken by the client, so its memory
 does not grow with the stream. The model records how far it got in a file of its directory (an
 8-byte counter written after each send), which the test reads while it is not reading the stream.
+Every test runs on both ways of serving a decoupled model: a task on the async runtime
+(`--run-to-completion true`, the default) and a worker thread per instance (`false`).
 """
 
 import os
@@ -156,8 +158,8 @@ ensemble_scheduling { step [ {
 TIMEOUT = 60
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory):
+@pytest.fixture(scope="module", params=["true", "false"], ids=["task", "thread"])
+def srv(request, tmp_path_factory):
     repo = tmp_path_factory.mktemp("backpressure-repo")
     write_model(str(repo), "firehose", FIREHOSE, FIREHOSE_CONFIG)
     write_model(str(repo), "patient", PATIENT, PATIENT_CONFIG)
@@ -167,7 +169,7 @@ def srv(tmp_path_factory):
     server = Server(
         str(repo),
         str(tmp_path_factory.mktemp("backpressure-log") / "tritium.log"),
-        extra_args=["--max-inflight-responses", str(WINDOW)],
+        extra_args=["--max-inflight-responses", str(WINDOW), "--run-to-completion", request.param],
     )
     server.repo = str(repo)
     try:

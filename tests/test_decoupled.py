@@ -3,6 +3,9 @@
 The model is written here. Its MODE input picks what it does: 0 sends N responses from a thread
 after `execute` returned, then the final flag alone; the others exercise Triton's rules and the
 failures a client must see as errors, never as a hang.
+
+Every test runs on both of the server's ways of serving a decoupled model: a task on the async
+runtime (`--run-to-completion true`, the default) and a worker thread per instance (`false`).
 """
 
 import os
@@ -173,12 +176,16 @@ instance_group [ { count: 1, kind: KIND_CPU } ]
 TIMEOUT = 30
 
 
-@pytest.fixture(scope="module")
-def srv(tmp_path_factory):
+@pytest.fixture(scope="module", params=["true", "false"], ids=["task", "thread"])
+def srv(request, tmp_path_factory):
     repo = tmp_path_factory.mktemp("decoupled-repo")
     write_model(str(repo), "decoupled", MODEL, CONFIG)
     write_model(str(repo), "coupled", COUPLED, COUPLED_CONFIG)
-    server = Server(str(repo), str(tmp_path_factory.mktemp("decoupled-log") / "tritium.log"))
+    server = Server(
+        str(repo),
+        str(tmp_path_factory.mktemp("decoupled-log") / "tritium.log"),
+        extra_args=["--run-to-completion", request.param],
+    )
     try:
         server.wait_models(["decoupled", "coupled"])
         yield server

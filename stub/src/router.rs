@@ -97,9 +97,13 @@ impl Requests {
     /// Whether the response after the first `sent` may go now: the request's client has taken
     /// enough of them, or went away (its responses are dropped by the server as they come), or
     /// the request is not tracked (a protocol error the server reports), or there is no window.
+    /// The window grows from [`tritium_ipc::INITIAL_WINDOW`] as the client takes responses
+    /// ([`tritium_ipc::window_now`]).
     pub(crate) fn has_room(&self, request: u64, sent: u64, window: u64) -> bool {
         match self.0.get(&request) {
-            Some(t) if window > 0 && !t.cancelled => sent < t.consumed.saturating_add(window),
+            Some(t) if window > 0 && !t.cancelled => {
+                sent < t.consumed.saturating_add(tritium_ipc::window_now(window, t.consumed))
+            }
             _ => true,
         }
     }
@@ -398,6 +402,14 @@ mod tests {
         // A credit never goes back.
         r.credit(1, 1);
         assert!(r.has_room(1, 4, 2));
+        // A window of 64 starts at INITIAL_WINDOW and grows by one per response taken.
+        r.open(3);
+        assert!(r.has_room(3, 7, 64) && !r.has_room(3, 8, 64));
+        r.credit(3, 4);
+        assert!(r.has_room(3, 15, 64) && !r.has_room(3, 16, 64));
+        r.credit(3, 100);
+        assert!(r.has_room(3, 163, 64) && !r.has_room(3, 164, 64), "grown to the configured window");
+        r.end(3);
         r.cancel(1);
         assert!(r.is_cancelled(1));
         assert!(r.has_room(1, 100, 2), "a cancelled request's sends never wait");

@@ -6,13 +6,15 @@
 //! its state changes in one place, [`Status::on`], which refuses (logs and counts) an impossible
 //! event, logs every change inside the instance's span, counts it, and publishes it on a watch
 //! channel for whoever waits for a state. The supervisor is a task on the server's runtime, so an
-//! instance served to completion holds no thread; a decoupled or sequence model's serve loop
-//! holds a thread of the runtime's blocking pool while its stub serves.
+//! instance served to completion holds no thread; a sequence model's serve loop (and any model's
+//! under `--run-to-completion false`) holds a thread of the runtime's blocking pool while its stub
+//! serves.
 //!
 //! A batch runs in named steps: [`place_inputs`], execute, [`collect_responses`] (outputs read,
 //! ordered and classified), and the times recorded. A decoupled model's batch
-//! ([`run_decoupled_batch`]) leaves its requests in the worker's [`OpenRequests`] table, which forwards
-//! each response as it arrives, during `execute` and while the worker is idle, until the final one.
+//! ([`run_decoupled_batch`] on a worker thread, `lane/stream.rs` on the runtime) leaves its
+//! requests in an [`OpenRequests`] table, which forwards each response as it arrives, during
+//! `execute` and while the instance is idle, until the final one.
 //!
 //! Here: the settings ([`InstanceSettings`]), the version context, and the [`Instance`] others see.
 //! `state.rs` is the state machine, `supervise.rs` the supervisor, `serve.rs` the worker thread's serve loop
@@ -108,7 +110,7 @@ pub struct InstanceSettings {
     /// What a stub may make the server map, and how much the server's arena for one stub may
     /// hold (`--max-stub-segments`, `--max-stub-shm-bytes`, `--max-server-shm-bytes-per-stub`).
     pub channel: ChannelLimits,
-    /// Instances of models that are not decoupled and have no sequence batcher are served by a
+    /// Instances of models that have no sequence batcher (decoupled or not) are served by a
     /// task on the async runtime rather than by their worker thread (`--run-to-completion`).
     pub run_to_completion: bool,
     /// After a reload switches traffic to new instances, how long the previous ones stay alive
@@ -705,11 +707,14 @@ mod tests {
 
     #[test]
     fn credit_goes_to_the_stub_each_half_window_and_never_without_a_window() {
-        // Window 64: nothing until the client took 32 more than the stub was told.
-        assert_eq!(credit_due(0, 31, 64), None);
-        assert_eq!(credit_due(0, 32, 64), Some(32));
-        assert_eq!(credit_due(32, 63, 64), None);
-        assert_eq!(credit_due(32, 70, 64), Some(70));
+        // Window 64 starts at INITIAL_WINDOW (8): credit after 4 taken, then each half of the
+        // grown window, up to 32 once it reached 64.
+        assert_eq!(credit_due(0, 3, 64), None);
+        assert_eq!(credit_due(0, 4, 64), Some(4));
+        assert_eq!(credit_due(4, 9, 64), None);
+        assert_eq!(credit_due(4, 10, 64), Some(10));
+        assert_eq!(credit_due(100, 131, 64), None);
+        assert_eq!(credit_due(100, 132, 64), Some(132));
         // A window of 1 credits every response; 0 means no limit and no credit at all.
         assert_eq!(credit_due(5, 6, 1), Some(6));
         assert_eq!(credit_due(0, 1_000, 0), None);
@@ -720,6 +725,21 @@ mod tests {
                 credited = c;
             }
             assert!(taken - credited < u64::from(window / 2));
+        }
+        // The stub never waits for a credit that is not coming: whatever it was told, the client
+        // can take enough of what the stub may send for the next credit to fall due.
+        for window in [1u32, 2, 8, 64, 1000] {
+            let mut credited = 0u64;
+            for taken in 0..5_000u64 {
+                let allowed = credited + tritium_ipc::window_now(u64::from(window), credited);
+                assert!(taken <= allowed, "window {window}: the client took more than was sent");
+                if taken == allowed {
+                    assert!(credit_due(credited, taken, window).is_some(), "window {window} stalls at {taken}");
+                }
+                if let Some(c) = credit_due(credited, taken, window) {
+                    credited = c;
+                }
+            }
         }
     }
 

@@ -129,13 +129,16 @@ impl Stub {
     /// The `Execute` message of a batch and its [`Submitted`], for a caller that sends it itself
     /// ([`Stub::try_send`], from an event loop that must not wait for room in the ring).
     pub fn prepare_execute(&self, requests: Vec<Request>) -> (ToStub, Submitted) {
-        let batch = {
-            let mut b = self.next_batch.locked();
-            *b += 1;
-            *b
-        };
+        let batch = self.next_batch_number();
         let collected = Collected::new(requests.iter().map(|r| r.id));
         (ToStub::Execute { batch, requests }, Submitted { batch, collected, ended: None })
+    }
+
+    /// The number of the next batch sent to the stub.
+    fn next_batch_number(&self) -> u64 {
+        let mut b = self.next_batch.locked();
+        *b += 1;
+        *b
     }
 
     /// Sends `msg` only if the ring has room for it now: false when it has not (or another
@@ -230,6 +233,14 @@ impl Stub {
         }
     }
 
+    /// The `Execute` message of a decoupled model's batch and the batch's number (its
+    /// `ExecuteDone` names it), for a caller that sends it and reads what comes back itself
+    /// (an event loop: [`Stub::try_send`], [`Stub::try_message`]).
+    pub fn prepare_decoupled_execute(&self, requests: Vec<Request>) -> (u64, ToStub) {
+        let batch = self.next_batch_number();
+        (batch, ToStub::Execute { batch, requests })
+    }
+
     /// Runs one `execute` of a decoupled model on `requests`: each response goes to
     /// `on_response` as it arrives (it may also come after this returns, through
     /// [`Stub::poll`]), and `watch` is called every few milliseconds, whether responses come or
@@ -242,12 +253,8 @@ impl Stub {
         on_response: &mut OnResponse<'_>,
         watch: &mut dyn FnMut(&Stub),
     ) -> Result<Option<StubError>, HostError> {
-        let batch = {
-            let mut b = self.next_batch.locked();
-            *b += 1;
-            *b
-        };
-        self.send(&ToStub::Execute { batch, requests })?;
+        let (batch, msg) = self.prepare_decoupled_execute(requests);
+        self.send(&msg)?;
         let mut watched = Instant::now();
         loop {
             match self.recv_watching(timeout, "finish execute", Some(&mut *watch))? {

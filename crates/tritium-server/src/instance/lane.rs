@@ -1,5 +1,6 @@
-//! Run to completion: an instance of a model that is not decoupled and has no sequence batcher
-//! is served by a task on the server's async runtime instead of by its worker thread.
+//! Run to completion: an instance of a model that has no sequence batcher is served by a task on
+//! the server's async runtime instead of by its worker thread. This file serves models that are
+//! not decoupled; `lane/stream.rs` serves decoupled ones with the same doorbell and timers.
 //!
 //! The task takes a batch from the queue when a request is pushed (the queue notifies the
 //! longest idle task, so idle instances take requests in turn: [`crate::scheduler::Lane`]), places
@@ -39,6 +40,8 @@ use super::{
 use crate::off_runtime;
 use crate::scheduler::{Lane, TryNext};
 
+mod stream;
+
 /// How long a send waits for room in the stub's ring, in timer ticks of [`SEND_RETRY`], before
 /// the stub counts as hung (a stub reads its ring from a thread of its own; a full ring means
 /// it stopped).
@@ -46,11 +49,11 @@ const SEND_PATIENCE: Duration = Duration::from_secs(30);
 /// How often a send that found the ring full tries again.
 const SEND_RETRY: Duration = Duration::from_micros(200);
 
-/// Whether `ctx`'s instances are served on the runtime: models that are not decoupled and have
-/// no sequence batcher (those stay on their worker threads, which block in the sequence slots or
-/// route streamed responses), when a runtime is there and `--run-to-completion` is on.
+/// Whether `ctx`'s instances are served on the runtime: models without a sequence batcher
+/// (those stay on their worker threads, which block in the sequence slots), decoupled or not
+/// ([`stream`]), when a runtime is there and `--run-to-completion` is on.
 pub(super) fn eligible(ctx: &VersionContext) -> bool {
-    ctx.settings.run_to_completion && !ctx.decoupled && !ctx.queue.is_sequenced() && ctx.runtime.is_some()
+    ctx.settings.run_to_completion && !ctx.queue.is_sequenced() && ctx.runtime.is_some()
 }
 
 /// Serves `stub` from a task on the runtime until the queue closes, a restart is asked for, or
@@ -298,7 +301,11 @@ impl Drop for Armed<'_> {
 /// The serve loop: what the worker thread's `serve_with` does for these models, on the runtime.
 async fn run(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell, timer: &Timer) -> Served {
     let lane = ctx.queue.lane();
-    let served = serve_lane(ctx, instance, stub, bell, timer, &lane).await;
+    let served = if ctx.decoupled {
+        stream::serve_lane(ctx, instance, stub, bell, timer, &lane).await
+    } else {
+        serve_lane(ctx, instance, stub, bell, timer, &lane).await
+    };
     ctx.queue.forget_lane(&lane);
     served
 }

@@ -15,15 +15,7 @@ pub(super) const STREAM_POLL: Duration = Duration::from_millis(2);
 pub(super) fn serve(ctx: &VersionContext, instance: &Instance, stub: &Stub) -> Served {
     let mut open = OpenRequests::default();
     let served = serve_with(ctx, instance, stub, &mut open);
-    // Requests of a decoupled model still waiting for their final response get the error every
-    // other request of this stub gets; a clean stop answers them too, never leaving a stream open.
-    let message = match &served {
-        Served::Died(why, _) => why.clone(),
-        Served::Closed | Served::Restart => {
-            format!("model instance '{}' stopped before the model sent the final response", stub.instance())
-        }
-    };
-    open.fail_all(ctx, &message);
+    open.end(ctx, stub, &served);
     served
 }
 
@@ -192,7 +184,9 @@ impl OpenRequests {
             Streamed::Response { result, last }
         };
         stub.release_outputs(&resp);
-        open.watch(stub, resp.request, ctx.settings.max_inflight_responses);
+        // Never waits for room in the ring (this may run on the runtime): a message that does
+        // not go now goes at the next watch.
+        open.watch(resp.request, ctx.settings.max_inflight_responses, &mut |m| try_sent(stub, &m));
         if !open.responded && matches!(message, Streamed::Response { .. }) && !open.p.tx.discards() {
             open.responded = true;
             ctx.stats.first_response(open.p.enqueued.elapsed());
@@ -219,8 +213,18 @@ impl OpenRequests {
     /// responses its client has taken (when that advanced by half of `window`), even while the
     /// model sends nothing: called while the worker is idle and while `execute` runs.
     pub(super) fn watch(&mut self, stub: &Stub, window: u32) {
+        // A stub that cannot take the message is noticed by the worker's next receive.
+        self.watch_by(window, &mut |m| {
+            let _ = stub.send(&m);
+            true
+        });
+    }
+
+    /// [`OpenRequests::watch`] with `send` for sending, which says whether the message went (or
+    /// need not be sent again): one that did not is sent at a later watch.
+    pub(super) fn watch_by(&mut self, window: u32, send: &mut dyn FnMut(ToStub) -> bool) {
         for (id, open) in self.0.iter_mut() {
-            open.watch(stub, *id, window);
+            open.watch(*id, window, send);
         }
     }
 
@@ -233,6 +237,24 @@ impl OpenRequests {
         }
     }
 
+    /// Ends the requests still open when serving `stub` ended with `served`: they get the
+    /// error every other request of this stub gets, and a clean stop answers them too, never
+    /// leaving a stream open.
+    pub(super) fn end(&mut self, ctx: &VersionContext, stub: &Stub, served: &Served) {
+        let message = match served {
+            Served::Died(why, _) => why.clone(),
+            Served::Closed | Served::Restart => {
+                format!("model instance '{}' stopped before the model sent the final response", stub.instance())
+            }
+        };
+        self.fail_all(ctx, &message);
+    }
+
+    /// Whether `response` is the first its request gets (and it is open).
+    pub(super) fn first_response(&self, response: &Response) -> bool {
+        self.0.get(&response.request).is_some_and(|o| !o.responded)
+    }
+
     /// Ends every open request with `message` (an internal error) as its final response.
     pub(super) fn fail_all(&mut self, ctx: &VersionContext, message: &str) {
         for (_, open) in self.0.drain() {
@@ -242,22 +264,21 @@ impl OpenRequests {
 }
 
 impl OpenRequest {
-    /// [`OpenRequests::watch`] for one request, `id` to the stub. A stub that cannot take the message
-    /// is noticed by the worker's next receive.
-    pub(super) fn watch(&mut self, stub: &Stub, id: u64, window: u32) {
+    /// [`OpenRequests::watch_by`] for one request, `id` to the stub.
+    pub(super) fn watch(&mut self, id: u64, window: u32, send: &mut dyn FnMut(ToStub) -> bool) {
         let Reply::Stream(tx) = &self.p.tx else { return };
         if tx.is_closed() {
+            // The model sees it in `is_cancelled()` and may stop early; a send waiting for
+            // credit stops waiting.
             if !self.cancelled {
-                // The model sees it in `is_cancelled()` and may stop early; a send waiting for
-                // credit stops waiting.
-                self.cancelled = true;
-                let _ = stub.cancel(id);
+                self.cancelled = send(ToStub::Cancel { request: id });
             }
             return;
         }
         if let Some(consumed) = credit_due(self.credited, tx.taken(), window) {
-            self.credited = consumed;
-            let _ = stub.credit(id, consumed);
+            if send(ToStub::Credit { request: id, consumed }) {
+                self.credited = consumed;
+            }
         }
     }
 
@@ -272,11 +293,18 @@ impl OpenRequest {
     }
 }
 
+/// Sends `msg` if the ring has room now: false when it has not, to be sent again later; a
+/// stub that cannot take it at all counts as told (whoever reads its channel next finds out).
+pub(super) fn try_sent(stub: &Stub, msg: &ToStub) -> bool {
+    !matches!(stub.try_send(msg), Ok(false))
+}
+
 /// The count to pass to the stub when a client that was credited `credited` responses has taken
-/// `taken`: when it advanced by at least half the window (at least one), so a model blocked on
-/// a full window wakes before its client runs dry, with one message per half window.
+/// `taken`: when it advanced by at least half the stub's current window
+/// ([`tritium_ipc::window_now`] for `credited`; at least one), so a model blocked on a full
+/// window wakes before its client runs dry, with one message per half window.
 pub(super) fn credit_due(credited: u64, taken: u64, window: u32) -> Option<u64> {
-    let step = u64::from(window / 2).max(1);
+    let step = (tritium_ipc::window_now(u64::from(window), credited) / 2).max(1);
     (window > 0 && taken >= credited.saturating_add(step)).then_some(taken)
 }
 
@@ -289,10 +317,38 @@ pub(super) fn run_decoupled_batch(
     batch: Vec<Pending>,
     open: &mut OpenRequests,
 ) -> Result<(), HostError> {
+    let Some((opened, requests)) = open_batch(ctx, stub, batch, open) else { return Ok(()) };
+    // Responses and the watch both need the open table; the stub calls one at a time.
+    let table = std::cell::RefCell::new(&mut *open);
+    let window = ctx.settings.max_inflight_responses;
+    let mut route = |r: Response| table.borrow_mut().route(ctx, stub, r);
+    let mut watch = |stub: &Stub| table.borrow_mut().watch(stub, window);
+    let executed = stub.execute_decoupled(requests, ctx.settings.execute_timeout, &mut route, &mut watch);
+    end_batch(ctx, stub, opened, executed, open)
+}
+
+/// A decoupled batch whose requests are open and whose `execute` was (or is about to be) sent.
+pub(super) struct OpenedBatch {
+    ids: Vec<u64>,
+    /// Its input blocks, freed here if the batch never reached the stub.
+    blocks: Vec<tritium_ipc::Descriptor>,
+    batch_size: u64,
+    t0: Instant,
+    t1: Instant,
+}
+
+/// Places `batch`'s inputs and makes its requests open: the requests to send in its `Execute`,
+/// or `None` when none is left to run (each was answered already).
+pub(super) fn open_batch(
+    ctx: &VersionContext,
+    stub: &Stub,
+    batch: Vec<Pending>,
+    open: &mut OpenRequests,
+) -> Option<(OpenedBatch, Vec<Request>)> {
     let t0 = Instant::now();
     let mut placed = place_inputs(ctx, stub, batch);
     if placed.requests.is_empty() {
-        return Ok(());
+        return None;
     }
     let t1 = Instant::now();
     let blocks = input_blocks(&placed.requests);
@@ -307,19 +363,25 @@ pub(super) fn run_decoupled_batch(
         let queue = t0.saturating_duration_since(p.enqueued);
         open.0.insert(id, OpenRequest { p, queue, started: t0, cancelled: false, credited: 0, responded: false });
     }
-    let requests = std::mem::take(&mut placed.requests);
-    // Responses and the watch both need the open table; the stub calls one at a time.
-    let open = std::cell::RefCell::new(open);
-    let window = ctx.settings.max_inflight_responses;
-    let mut route = |r: Response| open.borrow_mut().route(ctx, stub, r);
-    let mut watch = |stub: &Stub| open.borrow_mut().watch(stub, window);
-    let executed = stub.execute_decoupled(requests, ctx.settings.execute_timeout, &mut route, &mut watch);
-    let open = open.into_inner();
+    let opened = OpenedBatch { ids, blocks, batch_size: placed.batch_size, t0, t1 };
+    Some((opened, std::mem::take(&mut placed.requests)))
+}
+
+/// Settles a decoupled batch once its `execute` returned (`executed`: the error it raised, if
+/// it did) or failed: the statistics, and the batch's requests still open when it failed.
+pub(super) fn end_batch(
+    ctx: &VersionContext,
+    stub: &Stub,
+    opened: OpenedBatch,
+    executed: Result<Option<tritium_ipc::StubError>, HostError>,
+    open: &mut OpenRequests,
+) -> Result<(), HostError> {
+    let OpenedBatch { ids, blocks, batch_size, t0, t1 } = opened;
     match executed {
         Ok(error) => {
             let times =
                 ExecTimes { compute_input: t1 - t0, compute_infer: t1.elapsed(), compute_output: Duration::ZERO };
-            ctx.stats.execution(placed.batch_size, times);
+            ctx.stats.execution(batch_size, times);
             if let Some(e) = error {
                 open.fail(ctx, &ids, &InferError::internal(client_text(ctx, e)));
             }

@@ -153,10 +153,11 @@ pub(crate) struct ServeArgs {
     /// threads serve more requests per CPU second until they are saturated.
     #[arg(long, env = "TRITIUM_ASYNC_THREADS", value_parser = clap::value_parser!(u16).range(1..), help_heading = TRITIUM_OWN)]
     pub(super) async_threads: Option<u16>,
-    /// Serve the instances of models that are not decoupled and have no sequence batching from
-    /// the async runtime that decoded their requests (run to completion: the stub wakes the
-    /// runtime through an eventfd), rather than from a worker thread per instance, which costs
-    /// two more thread wake-ups per request. `false` brings the worker threads back.
+    /// Serve the instances of models that have no sequence batching, decoupled or not, from the
+    /// async runtime that decoded their requests (run to completion: the stub wakes the runtime
+    /// through an eventfd), rather than from a worker thread per instance, which costs two more
+    /// thread wake-ups per request (per streamed response, for a decoupled model). `false`
+    /// brings the worker threads back.
     #[arg(long, env = "TRITIUM_RUN_TO_COMPLETION", default_value = "true", value_parser = crate::triton_flags::triton_bool, action = clap::ArgAction::Set, help_heading = TRITIUM_OWN)]
     pub(super) run_to_completion: bool,
     /// Seconds in-flight requests get to finish at shutdown.
@@ -286,7 +287,8 @@ pub(crate) struct ServeArgs {
     // Back-pressure for decoupled streams (issue 10)
     /// Most responses of one decoupled request that the model may have sent and its client not
     /// yet taken; the model's next `send` waits for the client (0: no limit, the server buffers
-    /// whatever the model sends).
+    /// whatever the model sends). The window starts at 8 and grows by one for each response the
+    /// client takes, up to this.
     #[arg(long, env = "TRITIUM_MAX_INFLIGHT_RESPONSES", default_value_t = tritium_server::DEFAULT_MAX_INFLIGHT_RESPONSES, help_heading = TRITIUM_OWN)]
     pub(super) max_inflight_responses: u32,
     // Per-model Python environments (issue 14).
