@@ -301,28 +301,74 @@ impl Drop for Armed<'_> {
 /// The serve loop: what the worker thread's `serve_with` does for these models, on the runtime.
 async fn run(ctx: &VersionContext, instance: &Instance, stub: &Stub, bell: &Bell, timer: &Timer) -> Served {
     let lane = ctx.queue.lane();
+    let on = On { ctx, instance, stub, bell };
     let served = if ctx.decoupled {
-        stream::serve_lane(ctx, instance, stub, bell, timer, &lane).await
+        let mut streams = stream::Streams::default();
+        let served = serve_lane(&on, timer, &lane, &mut streams).await;
+        streams.end(ctx, stub, &served);
+        served
     } else {
-        serve_lane(ctx, instance, stub, bell, timer, &lane).await
+        serve_lane(&on, timer, &lane, &mut Batches).await
     };
     ctx.queue.forget_lane(&lane);
     served
 }
 
-async fn serve_lane(
-    ctx: &VersionContext,
-    instance: &Instance,
-    stub: &Stub,
-    bell: &Bell,
-    timer: &Timer,
-    lane: &Lane,
-) -> Served {
+/// What a lane serves with: the version, the instance, its stub and the stub's doorbell.
+struct On<'a> {
+    ctx: &'a VersionContext,
+    instance: &'a Instance,
+    stub: &'a Stub,
+    bell: &'a Bell,
+}
+
+/// What differs between the lanes of models that are not decoupled ([`Batches`]) and decoupled
+/// ones ([`stream::Streams`]); the loop around them ([`serve_lane`]) is the same.
+trait Serving {
+    /// Runs a batch taken from the queue (its permit held, if rate limited).
+    async fn run(&mut self, on: &On<'_>, batch: Vec<crate::pending::Pending>) -> Result<(), HostError>;
+    /// How long an idle lane waits on the doorbell before it looks at the stub unasked.
+    fn idle_wait(&self) -> Duration;
+    /// Handles the end of an idle wait: `Some(rung)` when it was the doorbell's (`rung` false
+    /// when its time passed), `None` when the queue's.
+    async fn idle(&mut self, on: &On<'_>, rung: Option<bool>) -> Result<(), HostError>;
+    /// Before a restart ends serving (`recycling`: a replacement is ready).
+    async fn before_restart(&mut self, on: &On<'_>, recycling: bool) -> Result<(), HostError>;
+}
+
+/// The lane of a model that is not decoupled: batches run by the pipelining rules.
+struct Batches;
+
+impl Serving for Batches {
+    async fn run(&mut self, on: &On<'_>, batch: Vec<crate::pending::Pending>) -> Result<(), HostError> {
+        run_batches(on.ctx, on.instance, on.stub, on.bell, batch).await
+    }
+
+    fn idle_wait(&self) -> Duration {
+        IDLE_CHECK
+    }
+
+    async fn idle(&mut self, on: &On<'_>, rung: Option<bool>) -> Result<(), HostError> {
+        rung.map_or(Ok(()), |rung| idle_messages(on.stub, rung))
+    }
+
+    async fn before_restart(&mut self, _: &On<'_>, _: bool) -> Result<(), HostError> {
+        Ok(())
+    }
+}
+
+/// The serve loop: what the worker thread's `serve_with` does, on the runtime.
+async fn serve_lane(on: &On<'_>, timer: &Timer, lane: &Lane, serving: &mut impl Serving) -> Served {
+    let On { ctx, instance, stub, bell } = *on;
     loop {
         if instance.died.load(Ordering::Acquire) {
             return off_runtime(|| died_idle(stub));
         }
         if instance.restart.load(Ordering::Acquire) {
+            if let Err(e) = serving.before_restart(on, instance.recycling.load(Ordering::Acquire)).await {
+                let exit = off_runtime(|| stub.kill());
+                return Served::Died(e.to_string(), exit);
+            }
             return Served::Restart;
         }
         match ctx.queue.try_next_batch(lane) {
@@ -335,7 +381,7 @@ async fn serve_lane(
                 };
                 instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
                 instance.took(batch.len());
-                let result = run_batches(ctx, instance, stub, bell, batch).await;
+                let result = serving.run(on, batch).await;
                 instance.inflight.store(0, Ordering::Relaxed);
                 if let Err(e) = result {
                     error!("{e}");
@@ -349,12 +395,12 @@ async fn serve_lane(
                 // would make a 100 us delay 1-2 ms.
                 // Each request that joins the batch ends this wait with the same `until`: the
                 // timer stays armed for it rather than being armed again.
-                let idle = tokio::select! {
-                    _ = lane.notify.notified() => Ok(()),
-                    rung = bell.wait(stub, IDLE_CHECK) => idle_messages(stub, rung),
-                    () = timer.sleep_until(until.unwrap_or_else(Instant::now)), if until.is_some() => Ok(()),
+                let rung = tokio::select! {
+                    _ = lane.notify.notified() => None,
+                    rung = bell.wait(stub, serving.idle_wait()) => Some(rung),
+                    () = timer.sleep_until(until.unwrap_or_else(Instant::now)), if until.is_some() => None,
                 };
-                if let Err(e) = idle {
+                if let Err(e) = serving.idle(on, rung).await {
                     let exit = off_runtime(|| stub.kill());
                     return Served::Died(e.to_string(), exit);
                 }
@@ -572,18 +618,7 @@ async fn complete(ctx: &VersionContext, stub: &Stub, bell: &Bell, running: &mut 
                 return Ok(());
             }
         }
-        let mut limit = WATCH_SLICE;
-        if let Some(t) = timeout {
-            let left = t.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                return Err(HostError::Timeout {
-                    instance: stub.instance().to_string(),
-                    what: "finish execute",
-                    after: t,
-                });
-            }
-            limit = limit.min(left);
-        }
+        let limit = execute_wait(stub, timeout, start)?;
         if bell.wait_executing(stub, limit, start).await {
             continue;
         }
@@ -606,6 +641,17 @@ async fn complete(ctx: &VersionContext, stub: &Stub, bell: &Bell, running: &mut 
             }
         }
     }
+}
+
+/// How long the wait for an executing batch (sent at `start`) may last: a [`WATCH_SLICE`], or
+/// what is left of the execute timeout; the timeout's error once it has passed.
+fn execute_wait(stub: &Stub, timeout: Option<Duration>, start: Instant) -> Result<Duration, HostError> {
+    let Some(t) = timeout else { return Ok(WATCH_SLICE) };
+    let left = t.saturating_sub(start.elapsed());
+    if left.is_zero() {
+        return Err(HostError::Timeout { instance: stub.instance().to_string(), what: "finish execute", after: t });
+    }
+    Ok(WATCH_SLICE.min(left))
 }
 
 /// [`Stub::try_message`], with a dying stub's exit settled ([`settled`]).

@@ -14,9 +14,7 @@
 //! is sent at the next watch).
 
 use super::*;
-use crate::instance::{
-    died_idle, end_batch, kill_failed, open_batch, try_sent, OpenRequests, DRAIN_LIMIT, STREAM_POLL,
-};
+use crate::instance::{end_batch, open_batch, try_sent, OpenRequests, DRAIN_LIMIT, STREAM_POLL};
 use tritium_host::WATCH_SLICE;
 use tritium_ipc::ToServer;
 
@@ -24,84 +22,50 @@ use tritium_ipc::ToServer;
 /// tasks run (the frontends sending what was forwarded).
 const CHUNK: usize = 16;
 
-/// Serves a decoupled model's `stub` from the lane's task, as [`serve_lane`] does the others.
-pub(super) async fn serve_lane(
-    ctx: &VersionContext,
-    instance: &Instance,
-    stub: &Stub,
-    bell: &Bell,
-    timer: &Timer,
-    lane: &Lane,
-) -> Served {
-    let mut open = OpenRequests::default();
-    let served = serve_open(ctx, instance, stub, bell, timer, lane, &mut open).await;
-    open.end(ctx, stub, &served);
-    served
+/// The lane of a decoupled model: its open requests, kept across batches.
+#[derive(Default)]
+pub(super) struct Streams(OpenRequests);
+
+impl Streams {
+    /// Ends the requests still open when serving ended with `served` ([`OpenRequests::end`]).
+    pub(super) fn end(&mut self, ctx: &VersionContext, stub: &Stub, served: &Served) {
+        self.0.end(ctx, stub, served);
+    }
 }
 
-async fn serve_open(
-    ctx: &VersionContext,
-    instance: &Instance,
-    stub: &Stub,
-    bell: &Bell,
-    timer: &Timer,
-    lane: &Lane,
-    open: &mut OpenRequests,
-) -> Served {
-    let window = ctx.settings.max_inflight_responses;
-    loop {
-        if instance.died.load(Ordering::Acquire) {
-            return off_runtime(|| died_idle(stub));
+impl Serving for Streams {
+    async fn run(&mut self, on: &On<'_>, batch: Vec<crate::pending::Pending>) -> Result<(), HostError> {
+        run_batch(on.ctx, on.stub, on.bell, batch, &mut self.0).await
+    }
+
+    /// With streams open, the wait ends every STREAM_POLL for their cancellations and credit;
+    /// their responses ring the doorbell.
+    fn idle_wait(&self) -> Duration {
+        if self.0 .0.is_empty() {
+            IDLE_CHECK
+        } else {
+            STREAM_POLL
         }
-        if instance.restart.load(Ordering::Acquire) {
-            // A recycled stub's open streams end on it: nothing of theirs fails.
-            if instance.recycling.load(Ordering::Acquire) {
-                if let Err(e) = drain(ctx, instance, stub, bell, open).await {
-                    let exit = off_runtime(|| stub.kill());
-                    return Served::Died(e.to_string(), exit);
-                }
-            }
-            return Served::Restart;
-        }
-        match ctx.queue.try_next_batch(lane) {
-            TryNext::Closed => return Served::Closed,
-            TryNext::Batch(batch) => {
-                // Under `--rate-limit execution_count` the batch waits for the instance's resources.
-                let _permit = match ctx.rate_limits.get(&instance.spec.name) {
-                    Some(member) => Some(member.acquire().await.logged(&ctx.model, ctx.version, &instance.spec.name)),
-                    None => None,
-                };
-                instance.inflight.store(batch.len() as u64, Ordering::Relaxed);
-                instance.took(batch.len());
-                let result = run_batch(ctx, stub, bell, batch, open).await;
-                instance.inflight.store(0, Ordering::Relaxed);
-                if let Err(e) = result {
-                    error!("{e}");
-                    let exit = off_runtime(|| kill_failed(stub, &e));
-                    return Served::Died(e.to_string(), exit);
-                }
-            }
-            TryNext::Wait(until) => {
-                // With streams open, the wait ends every STREAM_POLL for their cancellations
-                // and credit; their responses ring the doorbell.
-                let limit = if open.0.is_empty() { IDLE_CHECK } else { STREAM_POLL };
-                let rung = tokio::select! {
-                    _ = lane.notify.notified() => None,
-                    rung = bell.wait(stub, limit) => Some(rung),
-                    () = timer.sleep_until(until.unwrap_or_else(Instant::now)), if until.is_some() => None,
-                };
-                match rung.map(|rung| streamed(ctx, stub, open, rung)) {
-                    Some(Err(e)) => {
-                        let exit = off_runtime(|| stub.kill());
-                        return Served::Died(e.to_string(), exit);
-                    }
-                    // As during `execute`: the frontends take, then the credit goes.
-                    Some(Ok(true)) => tokio::task::yield_now().await,
-                    _ => {}
-                }
-                open.watch_by(window, &mut |m| try_sent(stub, &m));
+    }
+
+    async fn idle(&mut self, on: &On<'_>, rung: Option<bool>) -> Result<(), HostError> {
+        let open = &mut self.0;
+        if let Some(rung) = rung {
+            if streamed(on.ctx, on.stub, open, rung)? {
+                // As during `execute`: the frontends take, then the credit goes.
+                tokio::task::yield_now().await;
             }
         }
+        open.watch_by(on.ctx.settings.max_inflight_responses, &mut |m| try_sent(on.stub, &m));
+        Ok(())
+    }
+
+    /// A recycled stub's open streams end on it: nothing of theirs fails.
+    async fn before_restart(&mut self, on: &On<'_>, recycling: bool) -> Result<(), HostError> {
+        if recycling {
+            drain(on.ctx, on.instance, on.stub, on.bell, &mut self.0).await?;
+        }
+        Ok(())
     }
 }
 
@@ -208,18 +172,7 @@ async fn execute(
             open.watch_by(window, &mut |m| try_sent(stub, &m));
             watched = Instant::now();
         }
-        let mut limit = WATCH_SLICE;
-        if let Some(t) = timeout {
-            let left = t.saturating_sub(start.elapsed());
-            if left.is_zero() {
-                return Err(HostError::Timeout {
-                    instance: stub.instance().to_string(),
-                    what: "finish execute",
-                    after: t,
-                });
-            }
-            limit = limit.min(left);
-        }
+        let limit = execute_wait(stub, timeout, start)?;
         if bell.wait(stub, limit).await {
             continue;
         }
